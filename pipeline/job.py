@@ -1,0 +1,196 @@
+"""Wire the stages into one Beam pipeline; `build_pipeline(p, job)` is what tests and `run` call."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import logging
+
+import apache_beam as beam
+import numpy as np
+
+from pipeline import manifest as manifest_lib
+from pipeline import records, stages, writer
+from pipeline.config import PipelineConfig
+from pipeline.stats import merge_stats, sorted_dict
+from pipeline.tokenizer import SpecialIds, file_sha256
+
+LOG = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """What the driver resolved before building: the config, the expanded inputs, the model facts."""
+
+    config: PipelineConfig
+    input_files: tuple[str, ...]
+    special: SpecialIds
+    tokenizer_sha256: str
+
+    @property
+    def token_dtype(self) -> np.dtype:
+        """Token dtype of the records."""
+        return records.token_dtype_for(self.special.vocab_size)
+
+    @property
+    def record_bytes(self) -> int:
+        """Framed size of every full record (they all have the same size)."""
+        probe = stages.serialize_records(
+            np.zeros((1, self.config.seq_len + 1), np.int32),
+            np.ones((1, self.config.seq_len), bool),
+            dtype=self.token_dtype,
+            document_boundaries=self.config.document_boundaries,
+        )[0]
+        return writer.framed_size(probe)
+
+
+def resolve_job(config: PipelineConfig, input_files: list[str], special: SpecialIds) -> Job:
+    """Bundle what the pipeline needs to know up front."""
+    return Job(config, tuple(input_files), special, file_sha256(config.tokenizer_model))
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("pile-pipeline")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def build_manifest(job: Job, shards: list[dict], stats: dict, dead_letters: list[dict], layout: dict) -> dict:
+    """The manifest's content (pure, so tests can check it without Beam)."""
+    cfg, special = job.config, job.special
+    shards = sorted(shards, key=lambda s: s["path"])
+    packing_stats = stats.get("packing", {})
+    subsets = stats.get("subsets", {})
+    for name, s in subsets.items():
+        s["epochs"] = cfg.epochs_of(name)
+        s["selected"] = name in cfg.subsets
+    num_records = sum(s["records"] for s in shards)
+    labels = num_records * cfg.seq_len - packing_stats.get("padding_labels", 0)
+    inputs = stats.get("inputs", {})
+    return sorted_dict(
+        {
+            "format": manifest_lib.FORMAT,
+            "format_version": manifest_lib.FORMAT_VERSION,
+            "created_by": f"pile-pipeline {_version()}",
+            "split": cfg.split,
+            "seq_len": cfg.seq_len,
+            "features": records.feature_spec(cfg.seq_len, job.token_dtype, cfg.document_boundaries),
+            "tokenizer": {
+                "model": cfg.tokenizer_model.rsplit("/", 1)[-1],
+                "sha256": job.tokenizer_sha256,
+                "vocab_size": special.vocab_size,
+                "bos_id": special.bos_id,
+                "eos_id": special.eos_id,
+                "pad_id": special.pad_id,
+                "unk_id": special.unk_id,
+                "add_bos": special.add_bos,
+                "add_eos": special.add_eos,
+                "separator_id": special.separator_id,
+                "padding_id": special.padding_id,
+                "backend": cfg.tokenizer_backend,
+            },
+            "shards": shards,
+            "totals": {
+                "records": num_records,
+                "label_tokens": labels,
+                "bytes": sum(s["bytes"] for s in shards),
+                "documents_kept": sum(s.get("kept", 0) for s in subsets.values()),
+                "lines": stats.get("lines", 0),
+            },
+            "subsets": subsets,
+            "dead_letters": {
+                "by_reason": stats.get("dead_letters", {}),
+                "records": sum(d["records"] for d in dead_letters),
+                "files": sorted(dead_letters, key=lambda d: d["path"]),
+            },
+            "packing": {
+                "remainder_policy": cfg.remainder,
+                "records_from_chunks": num_records
+                - packing_stats.get("records_from_tails", 0)
+                - packing_stats.get("padded_records", 0),
+                **packing_stats,
+            },
+            "inputs": [inputs[k] for k in sorted(inputs)],
+            "shuffle": {"method": "feistel permutation of global record index", "seed": cfg.seed,
+                        "num_shards": layout["num_shards"]},
+            "config": cfg.to_json(),
+        }
+    )
+
+
+def build_pipeline(p: beam.Pipeline, job: Job) -> None:
+    """Add the whole job to `p`: read -> fan out -> tokenize/pack -> shuffle into shards -> manifest."""
+    cfg = job.config
+    files = p | "ListInputs" >> beam.Create(list(enumerate(job.input_files)))  # (file_index, path)
+    read_out = files | "ReadChunks" >> beam.ParDo(stages.ReadChunksFn(cfg)).with_outputs(
+        stages.STATS, main="chunks"
+    )
+    processed = (
+        read_out.chunks
+        # A .zst file cannot be split: fan its chunks out so that 30 files do not cap parallelism.
+        | "FanOut" >> beam.Reshuffle()
+        | "TokenizeAndPack"
+        >> beam.ParDo(stages.ProcessChunkFn(cfg, job.special)).with_outputs(
+            stages.TAILS, stages.DEAD_LETTERS, stages.STATS, main="records"
+        )
+    )
+    file_tails = (
+        processed[stages.TAILS]
+        | "GroupTailsByFile" >> beam.GroupByKey()  # ((copy, file), [(chunk, Piece)])
+        | "PackTails" >> beam.ParDo(stages.PackTailsFn(cfg, job.special)).with_outputs(
+            stages.TAILS, stages.STATS, main="records"
+        )
+    )
+    final = (
+        file_tails[stages.TAILS]
+        | "GroupLastTails" >> beam.GroupByKey()  # (None, [((copy, file), Piece)]): one small group
+        | "PackFinal" >> beam.ParDo(stages.PackFinalFn(cfg, job.special)).with_outputs(
+            stages.STATS, main="records"
+        )
+    )
+    all_records = (processed.records, file_tails.records, final.records) | "AllRecords" >> beam.Flatten()
+    layout = (
+        all_records
+        | "CountPerSource" >> beam.Map(lambda kv: (kv[0], len(kv[1])))
+        | "CollectCounts" >> beam.combiners.ToList()
+        | "PlanShards" >> beam.Map(stages.make_layout, cfg, job.record_bytes)
+    )
+    layout_side = beam.pvalue.AsSingleton(layout)
+    shards = (
+        all_records
+        | "AssignShards" >> beam.ParDo(stages.AssignShardsFn(cfg.seed), layout_side)
+        | "GroupByShard" >> beam.GroupByKey()  # (shard, [(position, record)])
+        | "WriteShards" >> beam.ParDo(stages.WriteShardFn(cfg), layout_side)
+    )
+    dead = (
+        processed[stages.DEAD_LETTERS]
+        | "GroupDeadLetters" >> beam.GroupByKey()  # (file_index, [dict])
+        | "WriteDeadLetters" >> beam.ParDo(stages.WriteDeadLettersFn(cfg))
+    )
+    stats = (
+        (read_out[stages.STATS], processed[stages.STATS], file_tails[stages.STATS], final[stages.STATS])
+        | "AllStats" >> beam.Flatten()
+        | "SumStats" >> beam.CombineGlobally(merge_stats)
+    )
+    # The manifest is written last: its side inputs exist only once every shard has been written.
+    _ = (
+        p
+        | "ManifestTrigger" >> beam.Create([None])
+        | "WriteManifest"
+        >> beam.Map(
+            _write_manifest,
+            job,
+            shards=beam.pvalue.AsList(shards),
+            stats=beam.pvalue.AsSingleton(stats),
+            dead_letters=beam.pvalue.AsList(dead),
+            layout=layout_side,
+        )
+    )
+
+
+def _write_manifest(_, job: Job, shards, stats, dead_letters, layout) -> str:
+    manifest = build_manifest(job, list(shards), stats, list(dead_letters), layout)
+    path = manifest_lib.write_manifest(job.config.output_dir, manifest)
+    LOG.info("wrote %s: %d shards, %d records", path, len(manifest["shards"]), manifest["totals"]["records"])
+    return path

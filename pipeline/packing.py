@@ -1,0 +1,119 @@
+"""Pack token streams into fixed-length records with one token of overlap; nothing is lost.
+
+A stream is a `Piece`: a context token followed by label tokens. Records hold `seq_len + 1`
+tokens; inputs are `record[:-1]`, labels `record[1:]`, and record k+1 starts with the last token
+of record k, so every label token is a label exactly once. Worked example, seq_len = 4, EOS = 9,
+documents [1 2 3] and [4 5]:
+
+    stream    9 | 1 2 3 9 4 5 9        (context 9, then each document + EOS)
+    record 0  9 1 2 3 9                labels 1 2 3 9
+    remainder context 9, labels 4 5 9  (carried on, packed with other remainders)
+
+The remainder of a chunk is not padded or dropped: it is concatenated with other remainders
+(`concat_pieces`) and packed again, so only one partial record exists per job, and the job's
+policy (pad or drop) applies to it alone. A remainder may start inside a document; it then starts
+a new segment (its own segment id, positions from 0) and follows the previous piece's EOS, exactly
+as a document continued across a record boundary does.
+
+Segment ids / positions follow seqio: per record, 1, 2, ... for each document (or fragment) of the
+label positions, 0 for padding; positions count from 0 within each segment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+
+@dataclasses.dataclass
+class Piece:
+    """A token stream awaiting packing.
+
+    context: the token before labels[0] (the input that predicts it).
+    labels:  int32 tokens, each to become a label exactly once.
+    starts:  bool per label, True where a segment (document or fragment) starts.
+    """
+
+    context: int
+    labels: np.ndarray
+    starts: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
+def build_stream(docs: list[np.ndarray], separator_id: int) -> Piece:
+    """Concatenate documents (each already carrying its BOS/EOS) into one stream."""
+    if not docs:
+        return Piece(separator_id, np.zeros(0, np.int32), np.zeros(0, bool))
+    labels = np.concatenate(docs).astype(np.int32, copy=False)
+    starts = np.zeros(len(labels), bool)
+    offsets = np.cumsum([0] + [len(d) for d in docs[:-1]])
+    starts[offsets[[len(d) > 0 for d in docs]]] = True
+    return Piece(separator_id, labels, starts)
+
+
+def concat_pieces(pieces: list[Piece], separator_id: int) -> Piece:
+    """Join remainders into one stream; each piece's first label starts a new segment."""
+    pieces = [p for p in pieces if len(p)]
+    if not pieces:
+        return Piece(separator_id, np.zeros(0, np.int32), np.zeros(0, bool))
+    starts = np.concatenate([p.starts for p in pieces])
+    firsts = np.cumsum([0] + [len(p) for p in pieces[:-1]])
+    starts[firsts] = True
+    return Piece(pieces[0].context, np.concatenate([p.labels for p in pieces]), starts)
+
+
+def pack(piece: Piece, seq_len: int) -> tuple[np.ndarray, np.ndarray, Piece]:
+    """Cut every full record from a stream.
+
+    Returns (tokens [k, seq_len + 1], starts [k, seq_len], remainder) where the remainder holds the
+    fewer than `seq_len` labels left over, with its context token.
+    """
+    n = len(piece)
+    k = n // seq_len
+    tokens = np.concatenate([np.array([piece.context], np.int32), piece.labels])
+    index = np.arange(k)[:, None] * seq_len + np.arange(seq_len + 1)[None, :]
+    records = tokens[index]
+    starts = piece.starts[: k * seq_len].reshape(k, seq_len).copy()
+    if k:
+        starts[:, 0] = True
+    cut = k * seq_len
+    rest_starts = piece.starts[cut:].copy()
+    if len(rest_starts):
+        rest_starts[0] = True
+    remainder = Piece(int(tokens[cut]), piece.labels[cut:], rest_starts)
+    return records, starts, remainder
+
+
+def pad_record(piece: Piece, seq_len: int, pad_id: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Pad a remainder (< seq_len labels) into one record; returns (tokens, starts, valid_labels)."""
+    valid = len(piece)
+    if not 0 < valid < seq_len:
+        raise ValueError(f"a remainder holds 1..{seq_len - 1} labels, got {valid}")
+    tokens = np.full(seq_len + 1, pad_id, np.int32)
+    tokens[0] = piece.context
+    tokens[1 : valid + 1] = piece.labels
+    starts = np.zeros(seq_len, bool)
+    starts[:valid] = piece.starts
+    starts[0] = True
+    return tokens, starts, valid
+
+
+def segment_features(starts: np.ndarray, valid_labels: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Segment ids and positions for records' label positions from their segment-start flags.
+
+    >>> segment_features(np.array([[True, False, True, False]]))
+    (array([[1, 1, 2, 2]]), array([[0, 1, 0, 1]]))
+    """
+    starts = np.atleast_2d(starts).copy()
+    starts[:, 0] = True
+    segment_ids = np.cumsum(starts, axis=1)
+    index = np.arange(starts.shape[1])
+    last_start = np.maximum.accumulate(np.where(starts, index, 0), axis=1)
+    positions = index - last_start
+    if valid_labels is not None:
+        segment_ids[:, valid_labels:] = 0
+        positions[:, valid_labels:] = 0
+    return segment_ids, positions

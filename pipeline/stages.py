@@ -1,0 +1,331 @@
+"""The pipeline's Beam stages. Each DoFn delegates to pure functions in read/packing/shuffle/writer.
+
+Element shapes are noted at each stage:
+  (file_index, path)                       -> ReadChunksFn      -> Chunk
+  Chunk                                    -> ProcessChunkFn    -> (source_id, [record bytes])
+                                                                 + tails ((copy, file), (chunk, Piece))
+                                                                 + dead letters (file_index, dict)
+                                                                 + stats dict
+  ((copy, file), [(chunk, Piece)])         -> PackTailsFn       -> (source_id, [record bytes]) + Piece
+  (None, [((copy, file), Piece)])          -> PackFinalFn       -> (source_id, [record bytes]) + stats
+  (source_id, [record bytes]) + layout     -> AssignShardsFn    -> (shard, (position, record bytes))
+  (shard, [(position, record bytes)])      -> WriteShardFn      -> shard info dict
+source_id = (kind, copy, file_index, chunk_index): kind 0 chunk records, 1 per-file tails, 2 final.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import time
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.metrics import Metrics
+
+from pipeline import packing, read, records, writer
+from pipeline.config import PipelineConfig
+from pipeline.shuffle import Permutation, ShardPlan
+from pipeline.tokenizer import SpecialIds, load_processor
+
+LOG = logging.getLogger(__name__)
+NAMESPACE = "pile"
+TAILS = "tails"
+DEAD_LETTERS = "dead_letters"
+STATS = "stats"
+
+
+def _counter(name: str):
+    return Metrics.counter(NAMESPACE, name)
+
+
+class ReadChunksFn(beam.DoFn):
+    """(file_index, path) -> Chunk, streaming the file; file stats go to the STATS output."""
+
+    def __init__(self, config: PipelineConfig):
+        self._config = config
+        self._bytes = _counter("decompressed_bytes")
+        self._chunks = _counter("chunks")
+        self._files = _counter("files_read")
+
+    def process(self, element):
+        file_index, path = element
+        shown = read.redact_url(path)
+        lines = size = chunks = 0
+        start = time.monotonic()
+        LOG.info("reading %s", shown)
+        file_stats: dict = {}
+        try:
+            for chunk in read.iter_chunks(
+                path, file_index, self._config.chunk_bytes, self._config.max_line_bytes
+            ):
+                lines += len(chunk.lines)
+                size += chunk.num_bytes
+                chunks += 1
+                self._bytes.inc(chunk.num_bytes)
+                self._chunks.inc()
+                yield chunk
+        except read.CorruptInputError as e:
+            if self._config.on_corrupt_file == "fail":
+                raise read.CorruptInputError(
+                    f"{e} -- the job stops (pass --on_corrupt_file skip to keep the lines read before "
+                    "the damage and record the file as damaged)"
+                ) from None
+            LOG.error("damaged input, keeping the %d lines read before the damage: %s", lines, e)
+            _counter("files_damaged").inc()
+            file_stats["damaged"] = str(e)
+        self._files.inc()
+        elapsed = max(time.monotonic() - start, 1e-9)
+        LOG.info("read %s: %d lines, %.1f MB in %.1f s", shown, lines, size / 1e6, elapsed)
+        file_stats.update({"path": shown, "lines": lines, "decompressed_bytes": size, "chunks": chunks})
+        yield beam.pvalue.TaggedOutput(STATS, {"inputs": {f"{file_index:05d}": file_stats}})
+
+
+def copies_of(epochs: float, seed: int, file_index: int, line: int) -> int:
+    """How many times a document is used: floor(epochs), plus one more with probability frac(epochs).
+
+    The draw is a hash of (seed, file, line), so it is the same on every run and every worker.
+    """
+    whole = math.floor(epochs)
+    frac = epochs - whole
+    if frac <= 0:
+        return whole
+    digest = hashlib.blake2b(f"{seed}:{file_index}:{line}".encode(), digest_size=8).digest()
+    return whole + (int.from_bytes(digest, "little") / 2.0**64 < frac)
+
+
+def serialize_records(
+    tokens: np.ndarray,
+    starts: np.ndarray,
+    *,
+    dtype: np.dtype,
+    document_boundaries: bool,
+    valid_labels: int | None = None,
+) -> list[bytes]:
+    """Serialize packed records ([k, seq_len + 1] tokens, [k, seq_len] segment starts)."""
+    tokens = np.atleast_2d(tokens).astype(dtype)
+    seg = pos = None
+    if document_boundaries:
+        seg, pos = packing.segment_features(starts, valid_labels)
+        seg, pos = seg.astype(dtype), pos.astype(dtype)
+    return [
+        records.serialize_example(
+            tokens[i],
+            None if seg is None else seg[i],
+            None if pos is None else pos[i],
+            valid_labels,
+            dtype,
+        )
+        for i in range(len(tokens))
+    ]
+
+
+class ProcessChunkFn(beam.DoFn):
+    """Chunk -> validated, tokenized, packed and serialized records of each epoch copy."""
+
+    def __init__(self, config: PipelineConfig, special: SpecialIds):
+        self._config = config
+        self._special = special
+        self._selected = frozenset(config.subsets)
+        self._dtype = records.token_dtype_for(special.vocab_size)
+        self._docs = _counter("documents_kept")
+        self._tokens = _counter("tokens")
+        self._dead = _counter("dead_letters")
+        self._filtered = _counter("documents_filtered")
+        self._records = _counter("records_from_chunks")
+
+    def setup(self):
+        # Heavy state loads once per worker, from the model's path.
+        self._sp = load_processor(self._config.tokenizer_model)
+        self._last_log = time.monotonic()
+        self._done_chunks = 0
+
+    def _encode(self, texts: list[str]) -> list[list[int]]:
+        return self._sp.encode(texts) if texts else []
+
+    def process(self, chunk: read.Chunk):
+        cfg, special = self._config, self._special
+        subsets: dict = {}
+        dead: dict[str, int] = {}
+        kept_texts, kept_meta = [], []  # meta: (subset, line number)
+        for line in chunk.lines:
+            try:
+                text, subset = read.parse_line(line, cfg.max_line_bytes)
+            except read.BadRecord as bad:
+                dead[bad.reason] = dead.get(bad.reason, 0) + 1
+                self._dead.inc()
+                yield beam.pvalue.TaggedOutput(
+                    DEAD_LETTERS,
+                    (
+                        chunk.file_index,
+                        {
+                            "file": read.redact_url(chunk.path),
+                            "file_index": chunk.file_index,
+                            "line": line.number,
+                            "offset": line.offset,
+                            "reason": bad.reason,
+                            "detail": bad.detail[:200],
+                            "prefix": read.line_prefix(line),
+                        },
+                    ),
+                )
+                continue
+            s = subsets.setdefault(subset, {"documents": 0, "kept": 0, "filtered": {}, "text_bytes": 0})
+            s["documents"] += 1
+            reason = None
+            if subset not in self._selected:
+                reason = "subset_not_selected"
+            elif not text.strip():
+                reason = "empty_text"
+            if reason:
+                s["filtered"][reason] = s["filtered"].get(reason, 0) + 1
+                self._filtered.inc()
+                continue
+            s["kept"] += 1
+            s["text_bytes"] += len(line.data)
+            kept_texts.append(text)
+            kept_meta.append((subset, line.number))
+
+        docs = []
+        for ids, (subset, _) in zip(self._encode(kept_texts), kept_meta, strict=True):
+            parts = ([special.bos_id] if special.add_bos else []) + ids + ([special.eos_id] if special.add_eos else [])
+            docs.append(np.asarray(parts, np.int32))
+            stats = subsets[subset]
+            stats["tokens"] = stats.get("tokens", 0) + len(parts)
+        self._docs.inc(len(docs))
+
+        # Epoch copies are packed as separate streams, so repeats of a document land in different
+        # records (and, after the global shuffle, far apart).
+        copies = [copies_of(cfg.epochs_of(subset), cfg.seed, chunk.file_index, n) for subset, n in kept_meta]
+        for doc, (subset, _), count in zip(docs, kept_meta, copies, strict=True):
+            subsets[subset]["tokens_with_epochs"] = subsets[subset].get("tokens_with_epochs", 0) + count * len(doc)
+        for copy in range(max(copies, default=0)):
+            chosen = [doc for doc, count in zip(docs, copies, strict=True) if count > copy]
+            stream = packing.build_stream(chosen, special.separator_id)
+            tokens, starts, remainder = packing.pack(stream, cfg.seq_len)
+            self._tokens.inc(len(stream))
+            if len(tokens):
+                self._records.inc(len(tokens))
+                yield (0, copy, chunk.file_index, chunk.chunk_index), serialize_records(
+                    tokens, starts, dtype=self._dtype, document_boundaries=cfg.document_boundaries
+                )
+            if len(remainder):
+                yield beam.pvalue.TaggedOutput(TAILS, ((copy, chunk.file_index), (chunk.chunk_index, remainder)))
+
+        yield beam.pvalue.TaggedOutput(STATS, {"subsets": subsets, "dead_letters": dead, "lines": len(chunk.lines)})
+        self._done_chunks += 1
+        if time.monotonic() - self._last_log > 30:
+            LOG.info("worker progress: %d chunks tokenized and packed", self._done_chunks)
+            self._last_log = time.monotonic()
+
+
+class PackTailsFn(beam.DoFn):
+    """((copy, file), [(chunk_index, Piece)]) -> records of the joined tails, and their remainder."""
+
+    def __init__(self, config: PipelineConfig, special: SpecialIds):
+        self._config = config
+        self._special = special
+        self._dtype = records.token_dtype_for(special.vocab_size)
+
+    def process(self, element):
+        (copy, file_index), tails = element
+        pieces = [piece for _, piece in sorted(tails, key=lambda t: t[0])]
+        stream = packing.concat_pieces(pieces, self._special.separator_id)
+        tokens, starts, remainder = packing.pack(stream, self._config.seq_len)
+        if len(tokens):
+            _counter("records_from_tails").inc(len(tokens))
+            yield (1, copy, file_index, 0), serialize_records(
+                tokens, starts, dtype=self._dtype, document_boundaries=self._config.document_boundaries
+            )
+        if len(remainder):
+            yield beam.pvalue.TaggedOutput(TAILS, (None, ((copy, file_index), remainder)))
+        yield beam.pvalue.TaggedOutput(STATS, {"packing": {"records_from_tails": len(tokens)}})
+
+
+class PackFinalFn(beam.DoFn):
+    """(None, [((copy, file), Piece)]) -> the last records, and the job's one partial record."""
+
+    def __init__(self, config: PipelineConfig, special: SpecialIds):
+        self._config = config
+        self._special = special
+        self._dtype = records.token_dtype_for(special.vocab_size)
+
+    def process(self, element):
+        _, tails = element
+        cfg = self._config
+        pieces = [piece for _, piece in sorted(tails, key=lambda t: t[0])]
+        stream = packing.concat_pieces(pieces, self._special.separator_id)
+        tokens, starts, remainder = packing.pack(stream, cfg.seq_len)
+        out = serialize_records(tokens, starts, dtype=self._dtype, document_boundaries=cfg.document_boundaries)
+        stats = {"records_from_tails": len(tokens), "remainder_labels": len(remainder),
+                 "padding_labels": 0, "dropped_labels": 0}
+        if len(remainder) and cfg.remainder == "pad":
+            padded, pad_starts, valid = packing.pad_record(remainder, cfg.seq_len, self._special.padding_id)
+            out += serialize_records(
+                padded, pad_starts[None, :], dtype=self._dtype,
+                document_boundaries=cfg.document_boundaries, valid_labels=valid,
+            )
+            stats["padding_labels"] = cfg.seq_len - valid
+            stats["padded_records"] = 1
+        elif len(remainder):
+            stats["dropped_labels"] = len(remainder)
+            LOG.warning("--remainder drop: the job's last %d label tokens are dropped", len(remainder))
+        if out:
+            yield (2, 0, 0, 0), out
+        yield beam.pvalue.TaggedOutput(STATS, {"packing": stats})
+
+
+def make_layout(counts: list[tuple[tuple, int]], config: PipelineConfig, record_bytes: int) -> dict:
+    """Global offsets of each record source (in sorted order) and the shard plan."""
+    offsets = {}
+    total = 0
+    for source, count in sorted(counts):
+        offsets[source] = total
+        total += count
+    plan = ShardPlan.for_size(total, record_bytes, config.shard_bytes)
+    return {"offsets": offsets, "num_records": total, "num_shards": plan.num_shards}
+
+
+class AssignShardsFn(beam.DoFn):
+    """(source_id, [record]) + layout -> (shard, (permuted position, record))."""
+
+    def __init__(self, seed: int):
+        self._seed = seed
+
+    def process(self, element, layout):
+        source, recs = element
+        plan = ShardPlan(layout["num_records"], layout["num_shards"])
+        perm = Permutation(plan.num_records, self._seed)
+        positions = perm(layout["offsets"][source] + np.arange(len(recs)))
+        for shard, position, record in zip(plan.shard_of(positions), positions, recs, strict=True):
+            yield int(shard), (int(position), record)
+
+
+class WriteShardFn(beam.DoFn):
+    """(shard, [(position, record)]) -> shard info; records in permuted order, temp file + rename."""
+
+    def __init__(self, config: PipelineConfig):
+        self._config = config
+
+    def process(self, element, layout):
+        shard, items = element
+        ordered = [record for _, record in sorted(items, key=lambda item: item[0])]
+        name = writer.shard_name(self._config.split, shard, layout["num_shards"])
+        info = writer.write_file_atomically(self._config.output_dir, name, ordered)
+        _counter("shards_written").inc()
+        LOG.info("wrote %s: %d records, %.1f MB", name, info["records"], info["bytes"] / 1e6)
+        yield info
+
+
+class WriteDeadLettersFn(beam.DoFn):
+    """(file_index, [dead-letter dict]) -> info of dead_letters/<split>-<file_index>.jsonl."""
+
+    def __init__(self, config: PipelineConfig):
+        self._config = config
+
+    def process(self, element):
+        file_index, items = element
+        lines = writer.dead_letter_lines(list(items))
+        name = f"{writer.DEAD_LETTER_DIR}/{self._config.split}-{file_index:05d}.jsonl"
+        yield writer.write_file_atomically(self._config.output_dir, name, lines, framed=False)

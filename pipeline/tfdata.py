@@ -1,0 +1,795 @@
+"""tf.data reader: `manifest.json` -> per-data-parallel-rank, seeded, exactly resumable batches.
+
+Importable with only TensorFlow, NumPy and fsspec (no Apache Beam, no SentencePiece)::
+
+    from pipeline.tfdata import make_dataset, steps_per_epoch, dp_from_horovod
+
+    dp_rank, dp_size = dp_from_horovod()            # or dp_from_smp() under SageMaker model parallel
+    ds = make_dataset("s3://bucket/pile/train", batch_size=8, dp_rank=dp_rank, dp_size=dp_size,
+                      seed=1234, epoch=0, start_step=step_from_checkpoint, num_epochs=None)
+    for batch in ds:  # {"inputs", "labels": int32 [8, L], "loss_mask": float32 [8, L], ...}
+        ...
+
+How one epoch is laid out (everything below is a pure function of the manifest and the arguments,
+computed identically on every rank; nothing depends on timing, the clock or the number of threads):
+
+1. **Shard order.** With ``shuffle=True`` the shards are permuted by a hash of (seed, epoch); without
+   shuffling they keep the manifest's order. Concatenated in that order they form the epoch's
+   *stream* of N records (N = the sum of the manifest's record counts).
+2. **Equal slices.** ``steps = N // (dp_size * batch_size)`` and every rank gets ``P = steps *
+   batch_size`` records: rank r takes stream positions ``[r*P, (r+1)*P)``. The last
+   ``N - dp_size*P`` records of the stream (fewer than ``dp_size * batch_size``: the tail of the
+   epoch's last shard(s) in shard order, so a different tail each epoch when shuffling) are dropped
+   for that epoch. With at least as many shards as ranks this is file-level sharding: a rank reads
+   whole shards, and only the (at most two) shards on its slice's edges are split by record between
+   two ranks. With fewer shards than ranks it degrades to a record-level split: each rank reads a
+   record range inside one or two shards, never the whole dataset. Worked example, shards of
+   ``[5, 3, 4]`` records, shard order ``[2, 0, 1]``, ``dp_size=2``, ``batch_size=2``: N = 12, steps =
+   3, P = 6; rank 0 reads shard 2 records 0-3 and shard 0 records 0-1; rank 1 reads shard 0 records
+   2-4 and shard 1 records 0-2; nothing is dropped.
+3. **Windows and lanes.** A rank's slice is a list of *segments* (shard, first record, end record).
+   Each segment is cut into *windows* of ``shuffle_buffer`` consecutive records (the segment's last
+   window may be shorter). Segment k is read by lane ``k % num_parallel_reads``; the lanes read
+   their shards concurrently (one TFRecordDataset and one background thread each), and the rank's
+   order is round-robin over the lanes, one window at a time: lane 0's first window, lane 1's first
+   window, ..., lane 0's second window, ... (a lane that has run out is passed over).
+4. **Record shuffle.** Each window is parsed as one batch and its records are permuted by a hash of
+   (seed, epoch, dp_rank, window number). This replaces a tf.data shuffle buffer, whose order
+   depends on everything that went in before it: here every window's content and permutation are
+   known from the plan alone, which is what makes resumption exact and cheap.
+5. **Batches.** The permuted windows are re-cut into batches of ``batch_size``
+   (``drop_remainder=True``; P is a multiple of the batch size, so nothing is lost here). Every
+   rank yields exactly ``steps`` batches per epoch: no Horovod deadlock from uneven ranks.
+
+Resumption at ``(epoch, start_step)``: the plan gives the window holding record ``start_step *
+batch_size`` and, for every lane, the window it will read next; each lane opens its current shard
+and skips to that window's first record (at most one partial shard per lane, read concurrently;
+TFRecord skipping does not parse), the first window is permuted as in the uninterrupted run and its
+first records are dropped. The epoch is never replayed. ``start_step`` may exceed an epoch (pass
+the global step with ``epoch=0``); it is carried into later epochs. Resuming exactly requires the
+same manifest, ``batch_size``, ``dp_size``, ``seed``, ``shuffle``, ``shuffle_buffer`` and
+``num_parallel_reads``; changing the number of ranks is exact at an epoch boundary (resume with
+``epoch=e+1, start_step=0``), not in the middle of one. The iterator can also be saved with
+``tf.train.Checkpoint(iterator=it)`` (its buffered windows are then part of the checkpoint);
+storing the step and passing ``start_step`` is cheaper.
+
+Integrity: ``make_dataset`` checks, on every rank and before step 0, that every shard the manifest
+lists exists with its byte size (a file cut at a record boundary reads as clean TFRecord, so only
+this check catches it); ``verify=True`` also checks every shard's sha256 (every rank reads every
+shard once: costly on large outputs). While reading, a record that fails its CRC, a short read or a
+vanished file stops the rank at that record with an error naming the file (``ShardIntegrityError:
+<path>`` inside a ``tf.errors.OpError``); nothing is skipped silently. Shards on a filesystem that
+TensorFlow cannot open (``s3://`` without tensorflow-io, ``memory://``) are copied through fsspec
+into a small local cache, checked against the manifest's size and sha256 on the way, and read from
+there (at most ``2 * num_parallel_reads + 2`` cached shards at a time).
+
+Speed: concurrent lanes with large read buffers (sensible on EFS), window-sized parsing, parallel
+finishing of batches and AUTOTUNE prefetch; memory is bounded by a few windows per lane.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import concurrent.futures
+import dataclasses
+import hashlib
+import logging
+import os
+import posixpath
+import shutil
+import tempfile
+import threading
+
+import fsspec
+import numpy as np
+import tensorflow as tf
+
+from pipeline import manifest as manifest_lib
+from pipeline import records
+
+__all__ = [
+    "EpochPlan",
+    "ShardIntegrityError",
+    "dp_from_horovod",
+    "dp_from_smp",
+    "make_dataset",
+    "plan_epoch",
+    "steps_per_epoch",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SHUFFLE_BUFFER = 2048  # records per window: 8 MiB of uint16 tokens at seq_len 2048
+DEFAULT_PARALLEL_READS = 4  # lanes: shards read concurrently per rank
+DEFAULT_READ_BUFFER_BYTES = 8 << 20  # large sequential reads: few round trips on EFS / NFS
+
+_M32 = 0xFFFFFFFF
+_SHARD_ORDER_TAG = 0x5348  # domain separation: "SH"
+_WINDOW_TAG = 0x5749  # "WI"
+_DTYPES = {"uint16": (np.dtype("<u2"), tf.uint16), "int32": (np.dtype("<i4"), tf.int32)}
+_OPTIONAL_FEATURES = (records.SEGMENT_IDS, records.POSITIONS)
+
+
+class ShardIntegrityError(ValueError):
+    """A shard the manifest lists is missing, has the wrong size or checksum, or reads short.
+
+    Attributes:
+        path: the shard's location, as derived from the manifest.
+    """
+
+    def __init__(self, path: str, problem: str):
+        self.path = path
+        super().__init__(f"ShardIntegrityError: {path}: {problem}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Hashing: one 32-bit bijective mixer (Wellons' "lowbias32") used for every seeded decision, with
+# NumPy and TensorFlow implementations that agree bit for bit (tests check it). A hash rather than
+# a library RNG keeps the order identical across NumPy and TensorFlow versions.
+# ----------------------------------------------------------------------------------------------
+
+
+def _lowbias32(x: np.ndarray) -> np.ndarray:
+    """Mix 32-bit values (given in a uint64 array); a bijection on [0, 2**32)."""
+    x = np.asarray(x, dtype=np.uint64) & np.uint64(_M32)
+    x ^= x >> np.uint64(16)
+    x = (x * np.uint64(0x7FEB352D)) & np.uint64(_M32)
+    x ^= x >> np.uint64(15)
+    x = (x * np.uint64(0x846CA68B)) & np.uint64(_M32)
+    x ^= x >> np.uint64(16)
+    return x
+
+
+def _mix(*words: int) -> int:
+    """Fold non-negative integers (each < 2**64) into one 32-bit key."""
+    h = 0x9E3779B9
+    for word in words:
+        word = int(word)
+        for part in (word & _M32, (word >> 32) & _M32):
+            h = int(_lowbias32(np.array([h ^ part], np.uint64))[0])
+    return h
+
+
+def _keyed_permutation(key: int, n: int) -> np.ndarray:
+    """The permutation of range(n) that `key` selects (NumPy twin of `_keyed_permutation_tf`)."""
+    idx = np.arange(n, dtype=np.uint64)
+    sort_keys = _lowbias32(np.uint64(key) ^ _lowbias32(idx))  # distinct: a bijection of idx
+    return np.argsort(sort_keys, kind="stable")
+
+
+def _mul32_tf(x: tf.Tensor, m: int) -> tf.Tensor:
+    # (x * m) mod 2**32 for x in [0, 2**32) held in int64, without int64 overflow.
+    lo, hi = m & 0xFFFF, m >> 16
+    return tf.bitwise.bitwise_and(
+        x * lo + tf.bitwise.left_shift(tf.bitwise.bitwise_and(x * hi, 0xFFFF), 16), _M32
+    )
+
+
+def _lowbias32_tf(x: tf.Tensor) -> tf.Tensor:
+    x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, 16))
+    x = _mul32_tf(x, 0x7FEB352D)
+    x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, 15))
+    x = _mul32_tf(x, 0x846CA68B)
+    return tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, 16))
+
+
+def _keyed_permutation_tf(key: tf.Tensor, n: tf.Tensor) -> tf.Tensor:
+    idx = tf.range(n, dtype=tf.int64)
+    sort_keys = _lowbias32_tf(tf.bitwise.bitwise_xor(key, _lowbias32_tf(idx)))
+    return tf.argsort(sort_keys, stable=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# The plan: pure NumPy, one epoch of one rank.
+# ----------------------------------------------------------------------------------------------
+
+
+def _steps(total_records: int, batch_size: int, dp_size: int) -> int:
+    if batch_size < 1 or dp_size < 1:
+        raise ValueError(f"batch_size ({batch_size}) and dp_size ({dp_size}) must be >= 1")
+    return int(total_records) // (batch_size * dp_size)
+
+
+def shard_order(num_shards: int, seed: int | None, epoch: int, shuffle: bool) -> np.ndarray:
+    """The epoch's shard order: a permutation of range(num_shards) from (seed, epoch), or identity.
+
+    Args:
+        num_shards: how many shards the manifest lists.
+        seed: the base seed (required when shuffling).
+        epoch: the epoch number.
+        shuffle: False keeps the manifest's order.
+
+    Returns:
+        int64 array of shard indices.
+    """
+    if not shuffle:
+        return np.arange(num_shards, dtype=np.int64)
+    return _keyed_permutation(_mix(_SHARD_ORDER_TAG, seed, epoch), num_shards).astype(np.int64)
+
+
+@dataclasses.dataclass(frozen=True)
+class EpochPlan:
+    """What one rank reads in one epoch, from a resume point on.
+
+    Attributes:
+        steps: batches per epoch on every rank.
+        start_step: the first batch this plan yields (0 unless resuming).
+        segments: int64 [K, 3] (shard index, first record, end record) of the rank's whole slice, in
+            stream order; records not in any rank's segments are this epoch's dropped tail.
+        reads: int64 [R, 4] (lane, shard index, first record, record count): what each lane reads
+            from the resume point on, lane by lane, in order.
+        windows: int64 [G, 5] (lane, records, permutation key, records to drop, shard index) in
+            the order the rank consumes them, from the resume point on; only the first window can
+            have records to drop.
+    """
+
+    steps: int
+    start_step: int
+    segments: np.ndarray
+    reads: np.ndarray
+    windows: np.ndarray
+
+
+def plan_epoch(
+    counts,
+    batch_size: int,
+    *,
+    dp_rank: int = 0,
+    dp_size: int = 1,
+    seed: int | None = None,
+    epoch: int = 0,
+    shuffle: bool = True,
+    window: int = DEFAULT_SHUFFLE_BUFFER,
+    lanes: int = DEFAULT_PARALLEL_READS,
+    start_step: int = 0,
+) -> EpochPlan:
+    """Plan one epoch of one rank (see the module docstring for the algorithm).
+
+    Args:
+        counts: records per shard, in manifest order.
+        batch_size: per-rank batch size.
+        dp_rank: this rank's data-parallel index.
+        dp_size: number of data-parallel ranks.
+        seed: base seed; required when `shuffle`.
+        epoch: epoch number (changes the shard order and every window's permutation).
+        shuffle: permute shards and the records of each window.
+        window: records per window (the shuffle unit).
+        lanes: shards read concurrently (lane of segment k is k % lanes).
+        start_step: first batch to produce, in [0, steps].
+
+    Returns:
+        The plan.
+    """
+    counts = np.asarray(counts, dtype=np.int64)
+    steps = _steps(counts.sum(), batch_size, dp_size)
+    if not 0 <= start_step <= steps:
+        raise ValueError(f"start_step {start_step} outside [0, {steps}]")
+    per_rank = steps * batch_size
+
+    # 1-2: the epoch's stream and this rank's slice of it, as segments.
+    order = shard_order(len(counts), seed, epoch, shuffle)
+    sizes = counts[order]
+    ends = np.cumsum(sizes)
+    begins = ends - sizes
+    lo, hi = dp_rank * per_rank, (dp_rank + 1) * per_rank
+    first = np.clip(lo - begins, 0, sizes)
+    end = np.clip(hi - begins, 0, sizes)
+    keep = end > first
+    segments = np.stack([order[keep], first[keep], end[keep]], axis=1).reshape(-1, 3)
+
+    # 3: windows, in segment order, then in the rank's round-robin consumption order.
+    seg_len = segments[:, 2] - segments[:, 1]
+    per_seg = -(-seg_len // window)  # windows per segment
+    seg_lane = np.arange(len(segments), dtype=np.int64) % lanes
+    w_seg = np.repeat(np.arange(len(segments)), per_seg)
+    w_in_seg = np.arange(len(w_seg)) - np.repeat(np.cumsum(per_seg) - per_seg, per_seg)
+    w_first = segments[w_seg, 1] + w_in_seg * window
+    w_size = np.minimum(window, segments[w_seg, 2] - w_first)
+    w_lane = seg_lane[w_seg]
+    w_round = np.zeros(len(w_seg), dtype=np.int64)  # position of the window within its lane
+    for lane in range(lanes):
+        mine = w_lane == lane
+        w_round[mine] = np.arange(mine.sum())
+    stream = np.lexsort((w_lane, w_round))  # round-major, then lane
+
+    # 4: one permutation key per window, from (seed, epoch, dp_rank, window number).
+    keys = np.array(
+        [_mix(_WINDOW_TAG, seed or 0, epoch, dp_rank, g) for g in range(len(stream))], dtype=np.int64
+    )
+
+    # Resume: the window holding record start_step * batch_size, and what is left of each lane.
+    pos = start_step * batch_size
+    done = np.cumsum(w_size[stream])
+    q = int(np.searchsorted(done, pos, side="right"))
+    drop = pos - (int(done[q - 1]) if q > 0 else 0)
+    rest = stream[q:]
+    windows = np.stack(
+        [w_lane[rest], w_size[rest], keys[q:], np.zeros(len(rest), np.int64), segments[w_seg[rest], 0]],
+        axis=1,
+    ).reshape(-1, 5)
+    if len(rest):
+        windows[0, 3] = drop
+    # Each lane's remaining windows are a suffix of its windows, and a segment's a suffix of the
+    # segment's: one read per (lane, segment) from the first remaining window to the segment's end.
+    reads = []
+    for lane in range(lanes):
+        mine = np.sort(rest[w_lane[rest] == lane])  # segment order == lane order
+        for seg in np.unique(w_seg[mine]):
+            in_seg = mine[w_seg[mine] == seg]
+            reads.append((lane, segments[seg, 0], w_first[in_seg[0]], int(w_size[in_seg].sum())))
+    reads = np.array(reads, dtype=np.int64).reshape(-1, 4)
+    return EpochPlan(steps, start_step, segments, reads, windows)
+
+
+# ----------------------------------------------------------------------------------------------
+# The manifest and the shards on disk.
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Source:
+    manifest_file: str
+    seq_len: int
+    token_dtype: str
+    optional: tuple[str, ...]  # optional features the records hold
+    urls: tuple[str, ...]
+    counts: tuple[int, ...]
+    sizes: tuple[int, ...]
+    sha256: tuple[str | None, ...]
+
+
+def _manifest_file(manifest: str | os.PathLike) -> str:
+    path = os.fspath(manifest)
+    return path if path.endswith(".json") else manifest_lib.manifest_path(path)
+
+
+def _load_source(manifest: str | os.PathLike) -> _Source:
+    path = _manifest_file(manifest)
+    m = manifest_lib.load_manifest(path)
+    features = m.get("features") or {}
+    tokens = features.get(records.TOKENS) or {}
+    seq_len = int(m["seq_len"])
+    if tokens.get("dtype") not in _DTYPES or tokens.get("byte_order", "little") != "little":
+        raise manifest_lib.ManifestError(
+            f"{path}: tokens feature {tokens!r}: this reader reads little-endian uint16 or int32"
+        )
+    if list(tokens.get("shape", [seq_len + 1])) != [seq_len + 1]:
+        raise manifest_lib.ManifestError(
+            f"{path}: tokens shape {tokens.get('shape')} does not match seq_len {seq_len} (+1)"
+        )
+    shards = m["shards"]
+    if not shards:
+        raise manifest_lib.ManifestError(f"{path}: the manifest lists no shards")
+    return _Source(
+        manifest_file=path,
+        seq_len=seq_len,
+        token_dtype=tokens["dtype"],
+        optional=tuple(name for name in _OPTIONAL_FEATURES if name in features),
+        urls=tuple(manifest_lib.shard_url(path, s) for s in shards),
+        counts=tuple(int(s["records"]) for s in shards),
+        sizes=tuple(int(s["bytes"]) for s in shards),
+        sha256=tuple(s.get("sha256") for s in shards),
+    )
+
+
+def _check_sizes(source: _Source) -> None:
+    """Every listed shard exists with its byte size (one directory listing per directory)."""
+    fs, _ = fsspec.core.url_to_fs(source.manifest_file)
+    listings: dict[str, dict[str, int]] = {}
+    for url, expected in zip(source.urls, source.sizes, strict=True):
+        path = fs._strip_protocol(url)
+        parent = posixpath.dirname(path)
+        if parent not in listings:
+            try:
+                entries = fs.ls(parent, detail=True, refresh=True)
+            except FileNotFoundError:
+                entries = []
+            listings[parent] = {
+                fs._strip_protocol(e["name"]).rstrip("/"): e.get("size") for e in entries
+            }
+        size = listings[parent].get(path.rstrip("/"))
+        if size is None:
+            raise ShardIntegrityError(url, "missing (listed in the manifest, not on the filesystem)")
+        if int(size) != expected:
+            raise ShardIntegrityError(
+                url, f"{size} bytes on disk, the manifest says {expected} (truncated or replaced)"
+            )
+
+
+def _sha256_of(url: str) -> str:
+    digest = hashlib.sha256()
+    with fsspec.open(url, "rb") as f:
+        while chunk := f.read(8 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _check_checksums(source: _Source) -> None:
+    """Every listed shard's sha256 matches the manifest (shards hashed concurrently)."""
+    todo = [(u, h) for u, h in zip(source.urls, source.sha256, strict=True) if h]
+    workers = min(8, os.cpu_count() or 1, max(1, len(todo)))
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        for (url, expected), actual in zip(todo, pool.map(lambda t: _sha256_of(t[0]), todo), strict=True):
+            if actual != expected:
+                raise ShardIntegrityError(url, f"sha256 {actual}, the manifest says {expected} (corrupted)")
+
+
+def _tf_can_open(url: str) -> bool:
+    protocol, _ = fsspec.core.split_protocol(url)
+    if protocol in (None, "file", "local"):
+        return True
+    try:
+        tf.io.gfile.exists(url)
+    except (tf.errors.UnimplementedError, NotImplementedError):
+        return False
+    except tf.errors.OpError:
+        return True
+    return True
+
+
+def _tf_path(url: str) -> str:
+    protocol, path = fsspec.core.split_protocol(url)
+    return path if protocol in ("file", "local") else url
+
+
+class _ShardCache:
+    """Copies shards TensorFlow cannot open into a local directory, verifying size and sha256.
+
+    At most `keep` copies exist at once; the oldest is deleted when a new one arrives (a reader
+    still holding it open keeps reading on POSIX filesystems).
+    """
+
+    def __init__(self, source: _Source, cache_dir: str | None, keep: int):
+        self._source = source
+        self._dir = tempfile.mkdtemp(prefix="tfdata-shards-", dir=cache_dir)
+        self._keep = keep
+        self._held: collections.OrderedDict[int, str] = collections.OrderedDict()
+        self._lock = threading.Lock()
+        atexit.register(shutil.rmtree, self._dir, True)
+
+    def fetch(self, shard: np.ndarray) -> bytes:
+        index = int(shard)
+        url = self._source.urls[index]
+        local = os.path.join(self._dir, f"{index:06d}-{posixpath.basename(url)}")
+        digest, size = hashlib.sha256(), 0
+        tmp = local + ".partial"
+        try:
+            with fsspec.open(url, "rb") as src, open(tmp, "wb") as dst:
+                while chunk := src.read(8 << 20):
+                    digest.update(chunk)
+                    size += len(chunk)
+                    dst.write(chunk)
+        except FileNotFoundError as e:
+            raise ShardIntegrityError(url, "missing (listed in the manifest, not on the filesystem)") from e
+        if size != self._source.sizes[index]:
+            raise ShardIntegrityError(url, f"read {size} bytes, the manifest says {self._source.sizes[index]}")
+        expected = self._source.sha256[index]
+        if expected and digest.hexdigest() != expected:
+            raise ShardIntegrityError(url, f"sha256 {digest.hexdigest()}, the manifest says {expected}")
+        os.replace(tmp, local)
+        with self._lock:
+            self._held[index] = local
+            self._held.move_to_end(index)
+            while len(self._held) > self._keep:
+                _, old = self._held.popitem(last=False)
+                if old != local:
+                    try:
+                        os.remove(old)
+                    except FileNotFoundError:
+                        pass
+        return local.encode()
+
+
+# ----------------------------------------------------------------------------------------------
+# The tf.data graph.
+# ----------------------------------------------------------------------------------------------
+
+
+def _ignore_errors(ds: tf.data.Dataset) -> tf.data.Dataset:
+    # A read error ends this shard's records (TFRecordDataset moves past the file); the count check
+    # that follows turns the shortfall into an error naming the file. The original error is logged.
+    if hasattr(ds, "ignore_errors"):
+        return ds.ignore_errors(log_warning=True)
+    return ds.apply(tf.data.experimental.ignore_errors(log_warning=True))
+
+
+def _rebatch(ds: tf.data.Dataset, batch_size: int) -> tf.data.Dataset:
+    if hasattr(ds, "rebatch"):
+        return ds.rebatch(batch_size, drop_remainder=True)
+    return ds.unbatch().batch(batch_size, drop_remainder=True)  # TF < 2.12
+
+
+def _read_windows(path, first, count, *, window: int, read_buffer: int) -> tf.data.Dataset:
+    """Records [first, first + count) of one shard, in windows of `window`, each count checked."""
+    recs = tf.data.TFRecordDataset(path, buffer_size=read_buffer).skip(first).take(count)
+    wins = _ignore_errors(recs).batch(window)
+    n_windows = (count + window - 1) // window
+    # A size-0 sentinel after the last window: a shard that ends early shows the sentinel (or a
+    # short window) where a full one was due.
+    wins = wins.concatenate(tf.data.Dataset.from_tensors(tf.zeros([0], tf.string)))
+
+    def check(i, recs):
+        expected = tf.where(i < n_windows, tf.minimum(window, count - i * window), 0)
+        ok = tf.debugging.Assert(
+            tf.equal(tf.size(recs, out_type=tf.int64), expected),
+            [
+                "ShardIntegrityError:",
+                path,
+                ": a window starting at record",
+                first + i * window,
+                "holds",
+                tf.size(recs, out_type=tf.int64),
+                "records where the manifest promises",
+                expected,
+                "(the shard is truncated, corrupted or replaced; the read error is logged above)",
+            ],
+        )
+        with tf.control_dependencies([ok]):
+            return tf.identity(recs)
+
+    return (
+        tf.data.Dataset.zip((tf.data.Dataset.range(n_windows + 1), wins))
+        .map(check)
+        .filter(lambda recs: tf.size(recs) > 0)
+    )
+
+
+def _parse_spec(source: _Source, optional: tuple[str, ...]) -> dict:
+    spec = {
+        records.TOKENS: tf.io.FixedLenFeature([], tf.string),
+        records.VALID_LABELS: tf.io.FixedLenFeature([], tf.int64, default_value=source.seq_len),
+    }
+    for name in optional:
+        spec[name] = tf.io.FixedLenFeature([], tf.string)
+    return spec
+
+
+def make_dataset(
+    manifest: str | os.PathLike,
+    batch_size: int,
+    *,
+    dp_rank: int = 0,
+    dp_size: int = 1,
+    seed: int | None = None,
+    shuffle: bool = True,
+    epoch: int = 0,
+    start_step: int = 0,
+    num_epochs: int | None = 1,
+    shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
+    verify: bool = False,
+    features: tuple[str, ...] | list[str] | None = None,
+    num_parallel_reads: int = DEFAULT_PARALLEL_READS,
+    read_buffer_bytes: int = DEFAULT_READ_BUFFER_BYTES,
+    cache_dir: str | None = None,
+) -> tf.data.Dataset:
+    """Batches for one data-parallel rank, driven by the output's `manifest.json`.
+
+    Args:
+        manifest: the pipeline's output directory or its manifest.json (local path or fsspec URL).
+        batch_size: per-rank batch size B.
+        dp_rank: this rank's data-parallel index (`hvd.rank()`, or `smp.dp_rank()` under SMP:
+            model-parallel peers of one data-parallel group must pass the same value).
+        dp_size: number of data-parallel ranks.
+        seed: base seed for the shard order and record permutations; required when shuffling.
+        shuffle: False reads shards in manifest order and windows unpermuted (still sharded).
+        epoch: first epoch to produce (changes the order when shuffling).
+        start_step: batches of `epoch` already consumed (may exceed one epoch).
+        num_epochs: epochs to produce, counted from `epoch` (the first starting at `start_step`);
+            None repeats forever.
+        shuffle_buffer: records per shuffle window (the unit of reading, parsing and shuffling).
+        verify: also check every shard's sha256 before starting (reads every shard).
+        features: optional features to return besides inputs/labels/loss_mask: a subset of
+            ("segment_ids", "positions"); None returns those the manifest declares.
+        num_parallel_reads: shards each rank reads concurrently.
+        read_buffer_bytes: read size per shard reader.
+        cache_dir: where shards on filesystems TensorFlow cannot open are copied (default: the
+            system temporary directory).
+
+    Returns:
+        A `tf.data.Dataset` of dicts: "inputs", "labels" int32 [B, L]; "loss_mask" float32 [B, L]
+        (0 at label positions >= the record's valid_labels); "segment_ids", "positions" int32
+        [B, L] when requested. Every rank yields `steps_per_epoch(...)` batches per epoch.
+
+    Raises:
+        ValueError: on invalid arguments, including `shuffle=True` without a seed.
+        pipeline.manifest.ManifestError: no usable manifest.
+        ShardIntegrityError: a listed shard is missing, has another size or (with `verify`) another
+            checksum.
+    """
+    if shuffle and seed is None:
+        raise ValueError(
+            "shuffle=True needs a seed (the order must be the same on every rank and on resumption); "
+            "pass seed=<int>, or shuffle=False to read in manifest order."
+        )
+    if seed is not None and not 0 <= int(seed) < 2**64:
+        raise ValueError(f"seed {seed} must be an integer in [0, 2**64)")
+    if not 0 <= dp_rank < dp_size:
+        raise ValueError(f"dp_rank {dp_rank} must be in [0, dp_size={dp_size})")
+    if epoch < 0 or start_step < 0:
+        raise ValueError(f"epoch ({epoch}) and start_step ({start_step}) must be >= 0")
+    if num_epochs is not None and num_epochs < 1:
+        raise ValueError(f"num_epochs {num_epochs} must be >= 1, or None to repeat forever")
+    if shuffle_buffer < 1 or num_parallel_reads < 1:
+        raise ValueError("shuffle_buffer and num_parallel_reads must be >= 1")
+
+    source = _load_source(manifest)
+    if features is None:
+        optional = source.optional
+    else:
+        optional = tuple(features)
+        unknown = [f for f in optional if f not in _OPTIONAL_FEATURES]
+        absent = [f for f in optional if f not in source.optional]
+        if unknown or absent:
+            raise ValueError(
+                f"features {optional!r}: choose from {_OPTIONAL_FEATURES} among those the manifest "
+                f"declares ({source.optional}); write them with document boundaries enabled"
+            )
+    steps = _steps(sum(source.counts), batch_size, dp_size)
+    if steps == 0:
+        raise ValueError(
+            f"{source.manifest_file}: {sum(source.counts)} records cannot fill one batch of "
+            f"{batch_size} on each of {dp_size} ranks; lower batch_size or dp_size"
+        )
+    _check_sizes(source)
+    if verify:
+        _check_checksums(source)
+
+    first_epoch, first_step = epoch + start_step // steps, start_step % steps
+    end_epoch = None if num_epochs is None else epoch + num_epochs
+    lanes = num_parallel_reads
+    window = shuffle_buffer
+    np_dtype, tf_dtype = _DTYPES[source.token_dtype]
+    seq_len = source.seq_len
+    spec = _parse_spec(source, optional)
+    counts = np.array(source.counts, dtype=np.int64)
+
+    def plan_arrays(e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        e = int(e)
+        p = plan_epoch(
+            counts,
+            batch_size,
+            dp_rank=dp_rank,
+            dp_size=dp_size,
+            seed=seed,
+            epoch=e,
+            shuffle=shuffle,
+            window=window,
+            lanes=lanes,
+            start_step=first_step if e == first_epoch else 0,
+        )
+        return p.reads, p.windows
+
+    if all(_tf_can_open(u) for u in source.urls[:1]):
+        paths = tf.constant([_tf_path(u) for u in source.urls])
+
+        def shard_path(shard):
+            return tf.gather(paths, shard)
+
+    else:
+        cache = _ShardCache(source, cache_dir, keep=2 * lanes + 2)
+
+        def shard_path(shard):
+            path = tf.numpy_function(cache.fetch, [shard], tf.string, stateful=False)
+            path.set_shape([])
+            return path
+
+    def read(row):
+        # row: (lane, shard index, first record, record count) -> windows of serialized records
+        return _read_windows(shard_path(row[1]), row[2], row[3], window=window, read_buffer=read_buffer_bytes)
+
+    def parse_window(recs, meta):
+        # recs: string [n]; meta: (n, permutation key, records to drop, shard index)
+        parsed = tf.io.parse_example(recs, spec)
+        out = {records.TOKENS: tf.io.decode_raw(parsed[records.TOKENS], tf_dtype, little_endian=True)}
+        out[records.TOKENS] = tf.reshape(out[records.TOKENS], [-1, seq_len + 1])
+        out[records.VALID_LABELS] = parsed[records.VALID_LABELS]
+        for name in optional:
+            out[name] = tf.reshape(
+                tf.io.decode_raw(parsed[name], tf_dtype, little_endian=True), [-1, seq_len]
+            )
+        if shuffle:
+            perm = _keyed_permutation_tf(meta[1], tf.shape(recs, out_type=tf.int64)[0])
+            out = {k: tf.gather(v, perm) for k, v in out.items()}
+        return {k: v[meta[2] :] for k, v in out.items()}
+
+    def epoch_dataset(e):
+        reads, windows = tf.numpy_function(plan_arrays, [e], (tf.int64, tf.int64), stateful=False)
+        reads = tf.reshape(reads, [-1, 4])
+        windows = tf.reshape(windows, [-1, 5])
+        lane_datasets = [
+            tf.data.Dataset.from_tensor_slices(tf.boolean_mask(reads, tf.equal(reads[:, 0], lane)))
+            .flat_map(read)
+            .prefetch(2)  # one background reader per lane
+            for lane in range(lanes)
+        ]
+        chosen = tf.data.Dataset.choose_from_datasets(
+            lane_datasets, tf.data.Dataset.from_tensor_slices(windows[:, 0])
+        )
+        meta = tf.data.Dataset.from_tensor_slices(windows[:, 1:])
+        parsed = tf.data.Dataset.zip((chosen, meta)).map(
+            parse_window, num_parallel_calls=lanes, deterministic=True
+        )
+        return _rebatch(parsed, batch_size)
+
+    def finish(b):
+        tokens = tf.cast(b[records.TOKENS], tf.int32)
+        out = {
+            "inputs": tf.ensure_shape(tokens[:, :-1], [batch_size, seq_len]),
+            "labels": tf.ensure_shape(tokens[:, 1:], [batch_size, seq_len]),
+            "loss_mask": tf.ensure_shape(
+                tf.cast(
+                    tf.range(seq_len, dtype=tf.int64)[None, :] < b[records.VALID_LABELS][:, None],
+                    tf.float32,
+                ),
+                [batch_size, seq_len],
+            ),
+        }
+        for name in optional:
+            out[name] = tf.ensure_shape(tf.cast(b[name], tf.int32), [batch_size, seq_len])
+        return out
+
+    last = tf.int64.max if end_epoch is None else max(end_epoch, first_epoch)
+    ds = tf.data.Dataset.range(first_epoch, last).flat_map(epoch_dataset)
+    ds = ds.map(finish, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    if end_epoch is not None:
+        total = max(0, (end_epoch - first_epoch) * steps - first_step) if end_epoch > first_epoch else 0
+        ds = ds.apply(tf.data.experimental.assert_cardinality(total))
+    else:
+        ds = ds.apply(tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))
+    ds = ds.prefetch(tf.data.AUTOTUNE)
+    options = tf.data.Options()
+    options.deterministic = True
+    ds = ds.with_options(options)
+    log.info(
+        "tfdata: %s rank %d/%d: %d shards, %d steps/epoch of %d, from epoch %d step %d",
+        source.manifest_file, dp_rank, dp_size, len(source.urls), steps, batch_size, first_epoch,
+        first_step,
+    )
+    return ds
+
+
+def steps_per_epoch(manifest, batch_size: int, dp_size: int) -> int:
+    """Batches every rank yields per epoch: total records // (batch_size * dp_size).
+
+    Args:
+        manifest: output directory, manifest.json path, or an already loaded manifest dict.
+        batch_size: per-rank batch size.
+        dp_size: number of data-parallel ranks.
+
+    Returns:
+        The number of steps (0 when the data cannot fill one batch per rank).
+    """
+    if isinstance(manifest, dict):
+        total = sum(int(s["records"]) for s in manifest["shards"])
+    else:
+        total = sum(_load_source(manifest).counts)
+    return _steps(total, batch_size, dp_size)
+
+
+def dp_from_horovod() -> tuple[int, int]:
+    """(hvd.rank(), hvd.size()) from horovod.tensorflow; call after `hvd.init()`."""
+    try:
+        import horovod.tensorflow as hvd
+    except ImportError as e:
+        raise RuntimeError(
+            "dp_from_horovod: horovod.tensorflow is not importable; install Horovod with TensorFlow "
+            "support (HOROVOD_WITH_TENSORFLOW=1 pip install horovod) or pass dp_rank/dp_size"
+        ) from e
+    return int(hvd.rank()), int(hvd.size())
+
+
+def dp_from_smp() -> tuple[int, int]:
+    """(smp.dp_rank(), smp.dp_size()) from SageMaker model parallel; call after `smp.init()`.
+
+    Model-parallel peers share a data-parallel rank, so they get identical batches.
+    """
+    try:
+        import smdistributed.modelparallel.tensorflow as smp
+    except ImportError as e:
+        raise RuntimeError(
+            "dp_from_smp: smdistributed.modelparallel.tensorflow is not importable; it ships in "
+            "SageMaker's TensorFlow training containers with model parallelism enabled. Outside "
+            "SageMaker use dp_from_horovod() or pass dp_rank/dp_size"
+        ) from e
+    return int(smp.dp_rank()), int(smp.dp_size())
