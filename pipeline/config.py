@@ -10,7 +10,8 @@ from pipeline.subsets import EPOCH_PRESETS, PILE_SUBSETS, SUBSET_PRESETS, check_
 _SPLIT_NAME = re.compile(r"^[A-Za-z0-9_]+$")
 REMAINDER_POLICIES = ("pad", "drop")
 CORRUPT_FILE_POLICIES = ("fail", "skip")
-TOKENIZER_BACKENDS = ("sentencepiece", "kitoken", "auto")
+TOKENIZER_BACKENDS = ("sentencepiece", "gigatoken", "kitoken", "auto")  # pipeline/backends.py
+VERIFY_TOKENIZER_MODES = ("off", "dead_letter", "fail")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +37,7 @@ class PipelineConfig:
     max_line_mb: float = 64.0  # longer lines are dead-lettered without being held in memory
     on_corrupt_file: str = "fail"  # "fail" the job, or "skip" the rest of the file and record it
     tokenizer_backend: str = "sentencepiece"
+    verify_tokenizer: str = "off"  # also run SentencePiece on every document: "dead_letter" or "fail" on a mismatch
     overwrite: bool = False
 
     def __post_init__(self):
@@ -60,6 +62,8 @@ class PipelineConfig:
             raise ValueError(f"--on_corrupt_file must be one of {CORRUPT_FILE_POLICIES}")
         if self.tokenizer_backend not in TOKENIZER_BACKENDS:
             raise ValueError(f"--tokenizer_backend must be one of {TOKENIZER_BACKENDS}")
+        if self.verify_tokenizer not in VERIFY_TOKENIZER_MODES:
+            raise ValueError(f"--verify_tokenizer must be one of {VERIFY_TOKENIZER_MODES}")
         if self.chunk_mb <= 0 or self.max_line_mb <= 0:
             raise ValueError("--chunk_mb and --max_line_mb must be > 0")
 
@@ -83,9 +87,14 @@ class PipelineConfig:
         return dict(self.epochs).get(subset, 1.0)
 
     def to_json(self) -> dict:
-        """A JSON-ready form for the manifest."""
+        """A JSON-ready form for the manifest.
+
+        Where the output went and whether it replaced another are not recorded: the manifest lives in
+        the output and must stay byte-identical when the same job writes elsewhere or is copied.
+        """
         out = dataclasses.asdict(self)
         out["epochs"] = dict(self.epochs)
+        del out["output_dir"], out["overwrite"]
         return out
 
 

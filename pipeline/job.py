@@ -11,6 +11,7 @@ import numpy as np
 
 from pipeline import manifest as manifest_lib
 from pipeline import records, stages, writer
+from pipeline.backends import BackendChoice, choose_backend
 from pipeline.config import PipelineConfig
 from pipeline.stats import merge_stats, sorted_dict
 from pipeline.tokenizer import SpecialIds, file_sha256
@@ -26,6 +27,7 @@ class Job:
     input_files: tuple[str, ...]
     special: SpecialIds
     tokenizer_sha256: str
+    backend: BackendChoice
 
     @property
     def token_dtype(self) -> np.dtype:
@@ -45,8 +47,9 @@ class Job:
 
 
 def resolve_job(config: PipelineConfig, input_files: list[str], special: SpecialIds) -> Job:
-    """Bundle what the pipeline needs to know up front."""
-    return Job(config, tuple(input_files), special, file_sha256(config.tokenizer_model))
+    """Bundle what the pipeline needs to know up front (including the tokenizer backend check)."""
+    backend = choose_backend(config.tokenizer_backend, config.tokenizer_model, input_files)
+    return Job(config, tuple(input_files), special, file_sha256(config.tokenizer_model), backend)
 
 
 def _version() -> str:
@@ -88,7 +91,7 @@ def build_manifest(job: Job, shards: list[dict], stats: dict, dead_letters: list
                 "add_eos": special.add_eos,
                 "separator_id": special.separator_id,
                 "padding_id": special.padding_id,
-                "backend": cfg.tokenizer_backend,
+                "backend": job.backend.to_json(),
             },
             "shards": shards,
             "totals": {
@@ -131,7 +134,7 @@ def build_pipeline(p: beam.Pipeline, job: Job) -> None:
         # A .zst file cannot be split: fan its chunks out so that 30 files do not cap parallelism.
         | "FanOut" >> beam.Reshuffle()
         | "TokenizeAndPack"
-        >> beam.ParDo(stages.ProcessChunkFn(cfg, job.special)).with_outputs(
+        >> beam.ParDo(stages.ProcessChunkFn(cfg, job.special, job.backend.name)).with_outputs(
             stages.TAILS, stages.DEAD_LETTERS, stages.STATS, main="records"
         )
     )

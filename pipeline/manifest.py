@@ -19,6 +19,7 @@ Apache Beam. Top-level fields (format_version 1):
 from __future__ import annotations
 
 import json
+import os
 import posixpath
 import uuid
 
@@ -38,13 +39,38 @@ def manifest_path(output_dir: str) -> str:
     return posixpath.join(output_dir.rstrip("/"), MANIFEST_NAME)
 
 
+# Object stores make an object visible only once its one PUT is complete, and have no rename
+# (s3fs's mv is copy + delete): there the file is written in one request, with no temp object.
+_OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss"})
+
+
 def write_text_atomically(path: str, text: str) -> None:
-    """Write under a temporary name on the same filesystem, then move into place."""
+    """Publish `text` at `path` complete or not at all.
+
+    Local, EFS/NFS and other filesystems: a temporary name in the same directory (so the rename
+    stays within one filesystem and is atomic), flushed to disk, then renamed. Object stores: one PUT.
+    """
     fs, fs_path = fsspec.core.url_to_fs(path)
+    data = text.encode("utf-8")
+    protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
+    if _OBJECT_STORES.intersection(protocols):
+        fs.pipe_file(fs_path, data)
+        return
     parent = posixpath.dirname(fs_path)
     tmp = posixpath.join(parent, f".{posixpath.basename(fs_path)}.tmp-{uuid.uuid4().hex}")
-    with fs.open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
+    if "file" in protocols:
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, fs_path)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+        return
+    with fs.open(tmp, "wb") as f:
+        f.write(data)
     fs.mv(tmp, fs_path)
 
 
@@ -59,6 +85,8 @@ def load_manifest(path_or_dir: str) -> dict:
     """Read and check a manifest; accepts the output directory or the manifest file itself."""
     path = path_or_dir if path_or_dir.endswith(".json") else manifest_path(path_or_dir)
     fs, fs_path = fsspec.core.url_to_fs(path)
+    # A cached listing (s3fs keeps one per directory) may predate the job's last write.
+    fs.invalidate_cache(posixpath.dirname(fs_path))
     if not fs.exists(fs_path):
         raise ManifestError(
             f"No manifest at {path}: the output is incomplete (a job still running or one that "

@@ -17,10 +17,23 @@ import time
 import tomllib
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import (
+    DirectOptions,
+    PipelineOptions,
+    PortableOptions,
+    SetupOptions,
+    StandardOptions,
+    TestOptions,
+)
 
 from pipeline import manifest as manifest_lib
-from pipeline.config import PipelineConfig, parse_epochs, parse_subsets
+from pipeline.config import (
+    TOKENIZER_BACKENDS,
+    VERIFY_TOKENIZER_MODES,
+    PipelineConfig,
+    parse_epochs,
+    parse_subsets,
+)
 from pipeline.job import build_pipeline, resolve_job
 from pipeline.read import expand_inputs, redact_url
 from pipeline.summary import format_summary
@@ -68,7 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chunk_mb", type=float, default=4.0, help="unit of work after the fan-out")
     p.add_argument("--max_line_mb", type=float, default=64.0, help="longer lines are dead-lettered")
     p.add_argument("--on_corrupt_file", choices=("fail", "skip"), default="fail")
-    p.add_argument("--tokenizer_backend", choices=("sentencepiece", "kitoken", "auto"), default="sentencepiece")
+    p.add_argument("--tokenizer_backend", choices=TOKENIZER_BACKENDS, default="sentencepiece",
+                   help="auto: a fast engine when it passes a self-check against SentencePiece, else SentencePiece")
+    p.add_argument("--verify_tokenizer", choices=VERIFY_TOKENIZER_MODES, nargs="?", const="dead_letter", default="off",
+                   help="also run SentencePiece on every document; a mismatch is dead-lettered or fails the job")
     p.add_argument("--overwrite", type=_bool, nargs="?", const=True, default=False,
                    help="replace a previous output in --output_dir")
     return p
@@ -133,6 +149,7 @@ def parse_args(argv: list[str]) -> tuple[PipelineConfig, list[str]]:
         max_line_mb=args.max_line_mb,
         on_corrupt_file=args.on_corrupt_file,
         tokenizer_backend=args.tokenizer_backend,
+        verify_tokenizer=args.verify_tokenizer,
         overwrite=args.overwrite,
     )
     return config, beam_defaults + beam_args
@@ -141,6 +158,17 @@ def parse_args(argv: list[str]) -> tuple[PipelineConfig, list[str]]:
 def pipeline_options(beam_args: list[str]) -> PipelineOptions:
     """Beam options; DirectRunner defaults to multi-processing on all cores."""
     options = PipelineOptions(beam_args)
+    test = options.view_as(TestOptions)
+    if isinstance(test.dry_run, str):
+        # Beam keeps `--dry_run VALUE` as a string, so `--dry_run False` would count as true.
+        try:
+            test.dry_run = _bool(test.dry_run)
+        except argparse.ArgumentTypeError as e:
+            raise ValueError(f"--dry_run: {e}") from None
+    setup = options.view_as(SetupOptions)
+    if setup.setup_file == "":
+        # `--setup_file ''` unsets a config file's setup_file (e.g. when a worker image holds the package).
+        setup.setup_file = None
     standard = options.view_as(StandardOptions)
     if standard.runner in (None, "DirectRunner", "direct"):
         standard.runner = "DirectRunner"
@@ -152,24 +180,54 @@ def pipeline_options(beam_args: list[str]) -> PipelineOptions:
     return options
 
 
-def main(argv: list[str] | None = None) -> dict:
-    """Run the pipeline; returns the manifest it wrote."""
+def refuse_credentials_in_urls(config: PipelineConfig) -> None:
+    """Credentials come from the environment or the instance role, never from a URL.
+
+    A `scheme://user:secret@...` URL would otherwise reach error messages, logs and the manifest's
+    config; the error names the flag and shows the URL without its userinfo.
+    """
+    urls = [("--input", u) for u in config.inputs]
+    urls += [("--output_dir", config.output_dir), ("--tokenizer_model", config.tokenizer_model)]
+    for flag, url in urls:
+        if redact_url(url) != url:
+            raise ValueError(
+                f"{flag} {redact_url(url)!r}: credentials in URLs are refused. Give them through the "
+                "environment (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE, "
+                "GOOGLE_APPLICATION_CREDENTIALS) or the instance role."
+            )
+
+
+def main(argv: list[str] | None = None) -> dict | None:
+    """Run the pipeline; returns the manifest it wrote (None when the job was only translated).
+
+    With `--dry_run True` (DataflowRunner) or `--output_executable_path` (Flink/Spark jar) the job
+    is translated but not run here: the output directory is left untouched (dry run) or checked
+    and prepared (jar), and there is no manifest to return.
+    """
     argv = sys.argv[1:] if argv is None else argv
     config, beam_args = parse_args(argv)
+    refuse_credentials_in_urls(config)
     options = pipeline_options(beam_args)
+    dry_run = bool(options.view_as(TestOptions).dry_run)
+    executable = options.view_as(PortableOptions).output_executable_path
     # Fail fast, before any worker starts: inputs, tokenizer and output directory.
     input_files = expand_inputs(list(config.inputs))
     sp = load_processor(config.tokenizer_model)
     special = resolve_special_ids(
         sp, add_bos=config.add_bos, add_eos=config.add_eos, bos_id=config.bos_id, eos_id=config.eos_id
     )
-    prepare_output_dir(config.output_dir, config.overwrite)
+    if not dry_run:
+        prepare_output_dir(config.output_dir, config.overwrite)
     job = resolve_job(config, input_files, special)
-    LOG.info("%d input files -> %s (runner %s)", len(input_files), redact_url(config.output_dir),
-             options.view_as(StandardOptions).runner)
+    runner = options.view_as(StandardOptions).runner
+    LOG.info("%d input files -> %s (runner %s)", len(input_files), redact_url(config.output_dir), runner)
     start = time.monotonic()
     with beam.Pipeline(options=options) as p:
         build_pipeline(p, job)
+    if dry_run or executable:
+        LOG.info("%s: the job was translated for %s, not run%s", "dry run" if dry_run else "jar",
+                 runner, f"; wrote {executable}" if executable else "")
+        return None
     manifest = manifest_lib.load_manifest(config.output_dir)
     print(format_summary(manifest, time.monotonic() - start))
     return manifest

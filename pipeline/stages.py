@@ -25,9 +25,10 @@ import numpy as np
 from apache_beam.metrics import Metrics
 
 from pipeline import packing, read, records, writer
+from pipeline.backends import Encoder, TokenizerMismatch
 from pipeline.config import PipelineConfig
 from pipeline.shuffle import Permutation, ShardPlan
-from pipeline.tokenizer import SpecialIds, load_processor
+from pipeline.tokenizer import SpecialIds
 
 LOG = logging.getLogger(__name__)
 NAMESPACE = "pile"
@@ -124,9 +125,10 @@ def serialize_records(
 class ProcessChunkFn(beam.DoFn):
     """Chunk -> validated, tokenized, packed and serialized records of each epoch copy."""
 
-    def __init__(self, config: PipelineConfig, special: SpecialIds):
+    def __init__(self, config: PipelineConfig, special: SpecialIds, backend: str = "sentencepiece"):
         self._config = config
         self._special = special
+        self._encoder = Encoder(config.tokenizer_model, backend, verify=config.verify_tokenizer != "off")
         self._selected = frozenset(config.subsets)
         self._dtype = records.token_dtype_for(special.vocab_size)
         self._docs = _counter("documents_kept")
@@ -137,39 +139,39 @@ class ProcessChunkFn(beam.DoFn):
 
     def setup(self):
         # Heavy state loads once per worker, from the model's path.
-        self._sp = load_processor(self._config.tokenizer_model)
+        self._encoder.load()
         self._last_log = time.monotonic()
         self._done_chunks = 0
 
-    def _encode(self, texts: list[str]) -> list[list[int]]:
-        return self._sp.encode(texts) if texts else []
+    def _dead_letter(self, chunk: read.Chunk, line: read.Line, reason: str, detail: str, dead: dict):
+        dead[reason] = dead.get(reason, 0) + 1
+        self._dead.inc()
+        return beam.pvalue.TaggedOutput(
+            DEAD_LETTERS,
+            (
+                chunk.file_index,
+                {
+                    "file": read.redact_url(chunk.path),
+                    "file_index": chunk.file_index,
+                    "line": line.number,
+                    "offset": line.offset,
+                    "reason": reason,
+                    "detail": detail[:200],
+                    "prefix": read.line_prefix(line),
+                },
+            ),
+        )
 
     def process(self, chunk: read.Chunk):
         cfg, special = self._config, self._special
         subsets: dict = {}
         dead: dict[str, int] = {}
-        kept_texts, kept_meta = [], []  # meta: (subset, line number)
+        kept_texts, kept_meta, kept_lines = [], [], []  # meta: (subset, line number)
         for line in chunk.lines:
             try:
                 text, subset = read.parse_line(line, cfg.max_line_bytes)
             except read.BadRecord as bad:
-                dead[bad.reason] = dead.get(bad.reason, 0) + 1
-                self._dead.inc()
-                yield beam.pvalue.TaggedOutput(
-                    DEAD_LETTERS,
-                    (
-                        chunk.file_index,
-                        {
-                            "file": read.redact_url(chunk.path),
-                            "file_index": chunk.file_index,
-                            "line": line.number,
-                            "offset": line.offset,
-                            "reason": bad.reason,
-                            "detail": bad.detail[:200],
-                            "prefix": read.line_prefix(line),
-                        },
-                    ),
-                )
+                yield self._dead_letter(chunk, line, bad.reason, bad.detail, dead)
                 continue
             s = subsets.setdefault(subset, {"documents": 0, "kept": 0, "filtered": {}, "text_bytes": 0})
             s["documents"] += 1
@@ -186,9 +188,24 @@ class ProcessChunkFn(beam.DoFn):
             s["text_bytes"] += len(line.data)
             kept_texts.append(text)
             kept_meta.append((subset, line.number))
+            kept_lines.append(line)
+
+        all_ids, mismatches = self._encoder.encode_verified(kept_texts)
+        if mismatches:  # only with --verify_tokenizer: the fast backend disagreed with SentencePiece
+            for i, detail in mismatches:
+                if cfg.verify_tokenizer == "fail":
+                    raise TokenizerMismatch(f"{read.redact_url(chunk.path)} line {kept_lines[i].number}: {detail}")
+                s = subsets[kept_meta[i][0]]
+                s["documents"] -= 1
+                s["kept"] -= 1
+                s["text_bytes"] -= len(kept_lines[i].data)
+                yield self._dead_letter(chunk, kept_lines[i], "tokenizer_mismatch", detail, dead)
+            bad_ones = {i for i, _ in mismatches}
+            keep = [i for i in range(len(all_ids)) if i not in bad_ones]
+            all_ids, kept_meta = [all_ids[i] for i in keep], [kept_meta[i] for i in keep]
 
         docs = []
-        for ids, (subset, _) in zip(self._encode(kept_texts), kept_meta, strict=True):
+        for ids, (subset, _) in zip(all_ids, kept_meta, strict=True):
             parts = ([special.bos_id] if special.add_bos else []) + ids + ([special.eos_id] if special.add_eos else [])
             docs.append(np.asarray(parts, np.int32))
             stats = subsets[subset]

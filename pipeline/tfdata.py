@@ -141,14 +141,19 @@ def _lowbias32(x: np.ndarray) -> np.ndarray:
     return x
 
 
+def _fold(h: np.ndarray, words) -> np.ndarray:
+    """Mix non-negative integers (< 2**64, scalar or array) into 32-bit keys `h`, low half first."""
+    words = np.asarray(words, dtype=np.uint64)
+    h = _lowbias32(h ^ (words & np.uint64(_M32)))
+    return _lowbias32(h ^ (words >> np.uint64(32)))
+
+
 def _mix(*words: int) -> int:
     """Fold non-negative integers (each < 2**64) into one 32-bit key."""
-    h = 0x9E3779B9
+    h = np.uint64(0x9E3779B9)
     for word in words:
-        word = int(word)
-        for part in (word & _M32, (word >> 32) & _M32):
-            h = int(_lowbias32(np.array([h ^ part], np.uint64))[0])
-    return h
+        h = _fold(h, int(word))
+    return int(h)
 
 
 def _keyed_permutation(key: int, n: int) -> np.ndarray:
@@ -294,9 +299,8 @@ def plan_epoch(
     stream = np.lexsort((w_lane, w_round))  # round-major, then lane
 
     # 4: one permutation key per window, from (seed, epoch, dp_rank, window number).
-    keys = np.array(
-        [_mix(_WINDOW_TAG, seed or 0, epoch, dp_rank, g) for g in range(len(stream))], dtype=np.int64
-    )
+    base = _mix(_WINDOW_TAG, seed or 0, epoch, dp_rank)
+    keys = _fold(np.uint64(base), np.arange(len(stream), dtype=np.uint64)).astype(np.int64)
 
     # Resume: the window holding record start_step * batch_size, and what is left of each lane.
     pos = start_step * batch_size
@@ -311,14 +315,21 @@ def plan_epoch(
     if len(rest):
         windows[0, 3] = drop
     # Each lane's remaining windows are a suffix of its windows, and a segment's a suffix of the
-    # segment's: one read per (lane, segment) from the first remaining window to the segment's end.
-    reads = []
-    for lane in range(lanes):
-        mine = np.sort(rest[w_lane[rest] == lane])  # segment order == lane order
-        for seg in np.unique(w_seg[mine]):
-            in_seg = mine[w_seg[mine] == seg]
-            reads.append((lane, segments[seg, 0], w_first[in_seg[0]], int(w_size[in_seg].sum())))
-    reads = np.array(reads, dtype=np.int64).reshape(-1, 4)
+    # segment's: one read per segment, from its first remaining window to its end, lane by lane.
+    left = np.sort(rest)  # window numbers increase with the segment
+    seg_of = w_seg[left]
+    starts = np.flatnonzero(np.r_[True, seg_of[1:] != seg_of[:-1]]) if len(left) else np.zeros(0, int)
+    segs = seg_of[starts]
+    reads = np.stack(
+        [
+            seg_lane[segs],
+            segments[segs, 0],
+            w_first[left[starts]],
+            np.add.reduceat(w_size[left], starts) if len(left) else np.zeros(0, np.int64),
+        ],
+        axis=1,
+    ).reshape(-1, 4)
+    reads = reads[np.lexsort((segs, reads[:, 0]))].astype(np.int64)
     return EpochPlan(steps, start_step, segments, reads, windows)
 
 
@@ -500,17 +511,23 @@ def _rebatch(ds: tf.data.Dataset, batch_size: int) -> tf.data.Dataset:
     return ds.unbatch().batch(batch_size, drop_remainder=True)  # TF < 2.12
 
 
+_no_autograph = tf.autograph.experimental.do_not_convert
+
+
+@_no_autograph
 def _read_windows(path, first, count, *, window: int, read_buffer: int) -> tf.data.Dataset:
     """Records [first, first + count) of one shard, in windows of `window`, each count checked."""
     recs = tf.data.TFRecordDataset(path, buffer_size=read_buffer).skip(first).take(count)
     wins = _ignore_errors(recs).batch(window)
+    window = tf.constant(window, tf.int64)
     n_windows = (count + window - 1) // window
     # A size-0 sentinel after the last window: a shard that ends early shows the sentinel (or a
     # short window) where a full one was due.
     wins = wins.concatenate(tf.data.Dataset.from_tensors(tf.zeros([0], tf.string)))
 
+    @_no_autograph
     def check(i, recs):
-        expected = tf.where(i < n_windows, tf.minimum(window, count - i * window), 0)
+        expected = tf.where(i < n_windows, tf.minimum(window, count - i * window), tf.constant(0, tf.int64))
         ok = tf.debugging.Assert(
             tf.equal(tf.size(recs, out_type=tf.int64), expected),
             [
@@ -531,7 +548,7 @@ def _read_windows(path, first, count, *, window: int, read_buffer: int) -> tf.da
     return (
         tf.data.Dataset.zip((tf.data.Dataset.range(n_windows + 1), wins))
         .map(check)
-        .filter(lambda recs: tf.size(recs) > 0)
+        .filter(_no_autograph(lambda recs: tf.size(recs) > 0))
     )
 
 
@@ -674,10 +691,12 @@ def make_dataset(
             path.set_shape([])
             return path
 
+    @_no_autograph
     def read(row):
         # row: (lane, shard index, first record, record count) -> windows of serialized records
         return _read_windows(shard_path(row[1]), row[2], row[3], window=window, read_buffer=read_buffer_bytes)
 
+    @_no_autograph
     def parse_window(recs, meta):
         # recs: string [n]; meta: (n, permutation key, records to drop, shard index)
         parsed = tf.io.parse_example(recs, spec)
@@ -693,18 +712,19 @@ def make_dataset(
             out = {k: tf.gather(v, perm) for k, v in out.items()}
         return {k: v[meta[2] :] for k, v in out.items()}
 
+    @_no_autograph
     def epoch_dataset(e):
         reads, windows = tf.numpy_function(plan_arrays, [e], (tf.int64, tf.int64), stateful=False)
         reads = tf.reshape(reads, [-1, 4])
         windows = tf.reshape(windows, [-1, 5])
-        lane_datasets = [
-            tf.data.Dataset.from_tensor_slices(tf.boolean_mask(reads, tf.equal(reads[:, 0], lane)))
-            .flat_map(read)
-            .prefetch(2)  # one background reader per lane
-            for lane in range(lanes)
-        ]
-        chosen = tf.data.Dataset.choose_from_datasets(
-            lane_datasets, tf.data.Dataset.from_tensor_slices(windows[:, 0])
+        @_no_autograph
+        def lane_dataset(lane):
+            mine = tf.boolean_mask(reads, tf.equal(reads[:, 0], lane))
+            return tf.data.Dataset.from_tensor_slices(mine).flat_map(read)
+
+        # Round-robin over the lanes, one window each, lanes read concurrently: the plan's order.
+        chosen = tf.data.Dataset.range(lanes).interleave(
+            lane_dataset, cycle_length=lanes, block_length=1, num_parallel_calls=lanes, deterministic=True
         )
         meta = tf.data.Dataset.from_tensor_slices(windows[:, 1:])
         parsed = tf.data.Dataset.zip((chosen, meta)).map(
@@ -712,6 +732,7 @@ def make_dataset(
         )
         return _rebatch(parsed, batch_size)
 
+    @_no_autograph
     def finish(b):
         tokens = tf.cast(b[records.TOKENS], tf.int32)
         out = {

@@ -1,0 +1,156 @@
+"""Pipeline throughput vs a bare single-process loop over the same documents, in one run.
+
+    python scripts/bench_pipeline.py [--scale 8] [--train_files 8] [--memory_scales 2,8]
+
+1. Composes a corpus in the Pile layout (pipeline.sample_corpus) at --scale.
+2. Times the bare loop (one process: zstd stream-decompress, split lines, json.loads,
+   SentencePiece encode each document) and the pipeline (`python -m pipeline.run`, DirectRunner
+   multi_processing) on 1 and 2 workers, each as a subprocess, and prints docs/s, tokens/s, MB/s
+   and the ratios to the bare loop.
+3. Measures the peak RSS of the pipeline's whole process tree at the --memory_scales sizes.
+Prints a Markdown table for BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import psutil
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODEL = os.path.join(REPO, "tokenizers", "sample", "sample.model")
+
+
+def bare_loop(pattern: str, model: str) -> dict:
+    """The baseline: what one process does with no pipeline at all."""
+    import glob
+
+    import sentencepiece as spm
+    import zstandard
+
+    sp = spm.SentencePieceProcessor(model_file=model)
+    docs = tokens = size = 0
+    for path in sorted(glob.glob(pattern)):
+        with open(path, "rb") as f:
+            reader = zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True)
+            pending = b""
+            while block := reader.read(1 << 20):
+                lines = (pending + block).split(b"\n")
+                pending = lines.pop()
+                for line in lines + ([pending] if False else []):
+                    if line:
+                        text = json.loads(line)["text"]
+                        size += len(line)
+                        tokens += len(sp.encode(text)) + 1
+                        docs += 1
+            if pending:
+                tokens += len(sp.encode(json.loads(pending)["text"])) + 1
+                docs += 1
+    return {"docs": docs, "tokens": tokens, "bytes": size}
+
+
+def _tree_rss(proc: psutil.Process) -> int:
+    total = 0
+    for p in [proc, *proc.children(recursive=True)]:
+        try:
+            total += p.memory_info().rss
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def timed(cmd: list[str]) -> tuple[float, int, str]:
+    """Run a command; returns (seconds, peak RSS of its process tree, stdout)."""
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=REPO,
+                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    peak = 0
+    ps = psutil.Process(proc.pid)
+    done = threading.Event()
+
+    def sample():
+        nonlocal peak
+        while not done.is_set():
+            try:
+                peak = max(peak, _tree_rss(ps))
+            except psutil.NoSuchProcess:
+                return
+            time.sleep(0.05)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    out, _ = proc.communicate()
+    done.set()
+    sampler.join()
+    if proc.returncode:
+        raise SystemExit(f"{cmd} failed with {proc.returncode}")
+    return time.monotonic() - start, peak, out
+
+
+def pipeline_cmd(corpus: str, out: str, workers: int) -> list[str]:
+    """The pipeline as a user runs it."""
+    return [sys.executable, "-m", "pipeline.run", "--input", f"{corpus}/train/*.jsonl.zst", "--output_dir", out,
+            "--tokenizer_model", MODEL, "--overwrite", "--direct_num_workers", str(workers)]
+
+
+def make_corpus(root: str, scale: float, train_files: int) -> tuple[str, float]:
+    """Compose the corpus; returns its directory and its decompressed size in MB."""
+    corpus = os.path.join(root, f"corpus-{scale}")
+    if not os.path.exists(corpus):
+        subprocess.run([sys.executable, "-m", "pipeline.sample_corpus", corpus, "--scale", str(scale),
+                        "--train_files", str(train_files)], check=True, cwd=REPO, stdout=subprocess.DEVNULL)
+    return corpus, 0.0
+
+
+def main() -> None:
+    """Run the benchmark and print the tables."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--scale", type=float, default=8)
+    p.add_argument("--train_files", type=int, default=8)
+    p.add_argument("--memory_scales", default="2,8")
+    p.add_argument("--workdir", default=None)
+    p.add_argument("--bare", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.bare:
+        print(json.dumps(bare_loop(args.bare, MODEL)))
+        return
+    root = args.workdir or tempfile.mkdtemp(prefix="bench_pipeline_")
+    corpus, _ = make_corpus(root, args.scale, args.train_files)
+    seconds, peak, out = timed([sys.executable, __file__, "--bare", f"{corpus}/train/*.jsonl.zst"])
+    counts = json.loads(out)
+    rows = [("bare loop (1 process)", seconds, peak)]
+    for workers in (1, 2):
+        seconds_w, peak_w, _ = timed(pipeline_cmd(corpus, os.path.join(root, f"out-{workers}"), workers))
+        rows.append((f"pipeline, {workers} worker{'s' if workers > 1 else ''}", seconds_w, peak_w))
+    manifest = json.load(open(os.path.join(root, "out-2", "manifest.json")))
+    same = manifest["shards"] == json.load(open(os.path.join(root, "out-1", "manifest.json")))["shards"]
+    mb = counts["bytes"] / 1e6
+    print(f"corpus: scale {args.scale}, {args.train_files} train files, {counts['docs']} docs, "
+          f"{counts['tokens'] / 1e6:.1f} M tokens, {mb:.0f} MB of JSON lines; "
+          f"pipeline label tokens {manifest['totals']['label_tokens'] / 1e6:.1f} M; shards identical 1 vs 2 "
+          f"workers: {same}")
+    print("\n| run | seconds | docs/s | M tokens/s | MB/s | vs bare loop | peak RSS (MB) |")
+    print("|---|---|---|---|---|---|---|")
+    base = rows[0][1]
+    for name, secs, rss in rows:
+        print(f"| {name} | {secs:.1f} | {counts['docs'] / secs:,.0f} | {counts['tokens'] / secs / 1e6:.2f} | "
+              f"{mb / secs:.1f} | {base / secs:.2f}x | {rss / 1e6:,.0f} |")
+    print("\n| input (JSON lines) | pipeline 2 workers peak RSS (MB) | seconds |")
+    print("|---|---|---|")
+    for scale in [float(s) for s in args.memory_scales.split(",")]:
+        corpus_m, _ = make_corpus(root, scale, args.train_files)
+        size = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(corpus_m) for f in fs
+                   if "train" in dp)
+        secs, rss, _ = timed(pipeline_cmd(corpus_m, os.path.join(root, f"mem-{scale}"), 2))
+        print(f"| scale {scale}: {size / 1e6:.0f} MB compressed | {rss / 1e6:,.0f} | {secs:.1f} |")
+
+
+if __name__ == "__main__":
+    main()

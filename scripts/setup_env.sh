@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Create (or refresh) the project's virtual environment at .venv with the pipeline, the reader,
+# the fast tokenizer backend and the test tools. Idempotent; needs only Python 3.11 and PyPI.
+set -euo pipefail
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PYTHON="${PYTHON:-$(command -v python3.11 || command -v python3)}"
+"$PYTHON" -c 'import sys; assert sys.version_info[:2] == (3, 11), f"Python 3.11 needed, got {sys.version}"'
+if [[ ! -x "$REPO/.venv/bin/python" ]]; then
+  "$PYTHON" -m venv "$REPO/.venv"
+fi
+"$REPO/.venv/bin/pip" install --quiet --disable-pip-version-check --upgrade pip wheel
+"$REPO/.venv/bin/pip" install --quiet --disable-pip-version-check -e "$REPO[dev]"

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Build the Horovod training environment: a separate virtualenv (default: <repo>/.venv-hvd) with
+# Python 3.11, tensorflow-cpu 2.15.1 and Horovod 0.28.1 built from source with Gloo (no MPI).
+#
+# Why a separate environment: Horovod 0.28.1 (its last release) does not build against
+# TensorFlow 2.21 (missing XLA/highwayhash/farmhash headers); it does build against 2.15.1. The
+# reader (pipeline.tfdata) and the trainers (trainers/) work on both; the main .venv keeps TF 2.21.
+#
+# Idempotent: if the environment already imports horovod.tensorflow with the pinned versions it
+# only refreshes the editable install of this repo (cheap) and exits. The first build takes several
+# minutes on 2 cores; pip's wheel cache (~/.cache/pip) makes later builds take seconds.
+#
+# Usage: bash scripts/setup_horovod_env.sh [VENV_DIR]        (or HVD_VENV=... bash ...)
+# Env:   PYTHON (default python3.11), HVD_FORCE=1 to rebuild from scratch.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${1:-${HVD_VENV:-$REPO/.venv-hvd}}"
+PYTHON="${PYTHON:-python3.11}"
+TF_PIN="tensorflow-cpu==2.15.1"
+HVD_PIN="horovod==0.28.1"
+# The few pure dependencies the reader and the trainers need at run time (no Beam, no zstd):
+# pipeline.manifest uses fsspec; TF 2.15 needs numpy < 2.
+RUNTIME_DEPS=("numpy>=1.26,<2" "fsspec>=2025.1.0")
+# Build requirements of Horovod under --no-build-isolation (cmake >= 3.13 from PyPI, so the build
+# does not depend on the machine's cmake).
+BUILD_DEPS=("pip>=24" "setuptools>=69,<81" "wheel" "cmake>=3.13,<4" "packaging")
+
+log() { printf '[setup_horovod_env] %s\n' "$*" >&2; }
+
+check_env() {
+  # Succeeds only when the venv has the pinned TF and a Horovod that was built with TF + Gloo.
+  [[ -x "$VENV/bin/python" ]] || return 1
+  "$VENV/bin/python" - <<'EOF' >/dev/null 2>&1
+import os
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import tensorflow as tf
+assert tf.__version__ == "2.15.1", tf.__version__
+import horovod
+assert horovod.__version__ == "0.28.1", horovod.__version__
+import horovod.tensorflow as hvd
+assert hvd.gloo_built(), "horovod was built without gloo"
+EOF
+}
+
+install_repo() {
+  # The repo itself, without its heavy dependencies (Beam, TF 2.21, ...): only its import path.
+  log "installing this repo (editable, --no-deps) into $VENV"
+  "$VENV/bin/pip" install --quiet --no-deps -e "$REPO"
+}
+
+if [[ "${HVD_FORCE:-0}" != "1" ]] && check_env; then
+  log "horovod environment at $VENV is ready (tensorflow-cpu 2.15.1, horovod 0.28.1, gloo); skipping build"
+  install_repo
+  exit 0
+fi
+
+command -v "$PYTHON" >/dev/null || { log "ERROR: $PYTHON not found (Python 3.11 is required)"; exit 1; }
+command -v g++ >/dev/null || { log "ERROR: g++ not found: Horovod builds from source (apt-get install g++)"; exit 1; }
+
+if [[ "${HVD_FORCE:-0}" == "1" && -d "$VENV" ]]; then
+  log "HVD_FORCE=1: removing $VENV"
+  rm -rf "$VENV"
+fi
+if [[ ! -x "$VENV/bin/python" ]]; then
+  log "creating virtualenv $VENV with $PYTHON"
+  "$PYTHON" -m venv "$VENV"
+fi
+
+log "installing build requirements and $TF_PIN"
+"$VENV/bin/pip" install --quiet "${BUILD_DEPS[@]}"
+"$VENV/bin/pip" install --quiet "$TF_PIN" "${RUNTIME_DEPS[@]}"
+
+log "building $HVD_PIN against $TF_PIN with Gloo (several minutes on 2 cores the first time)"
+# cmake from the venv comes first on PATH; the TF headers come from the installed tensorflow-cpu.
+BUILD_LOG="$VENV/horovod-build.log"
+# cmake from the venv comes first on PATH; the TF headers come from the installed tensorflow-cpu.
+if ! PATH="$VENV/bin:$PATH" \
+  HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
+  HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
+  "$VENV/bin/pip" install --no-build-isolation "$HVD_PIN" >"$BUILD_LOG" 2>&1; then
+  log "ERROR: building $HVD_PIN failed; last lines of $BUILD_LOG:"
+  tail -n 40 "$BUILD_LOG" >&2
+  exit 1
+fi
+
+install_repo
+
+if ! check_env; then
+  log "ERROR: horovod did not import after the build; details:"
+  "$VENV/bin/python" -c "import horovod.tensorflow as hvd; print(hvd.gloo_built())" || true
+  exit 1
+fi
+"$VENV/bin/horovodrun" --check-build >&2
+log "done: $VENV (run trainers with $VENV/bin/horovodrun -np 2 -H localhost:2 --gloo ...)"

@@ -1,0 +1,51 @@
+"""Shared fixtures: a tiny SentencePiece model and Pile-format corpora written by the tests."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import sentencepiece as spm
+from corpus_helpers import FAST_BEAM  # noqa: F401  (re-exported for tests)
+
+from pipeline.sample_corpus import compose_lines
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> str:
+    """A 600-piece BPE model with identity normalization, so decode(encode(text)) == text."""
+    out = tmp_path_factory.mktemp("spm")
+    rng = random.Random(7)
+    texts = [json.loads(line)["text"] for line in compose_lines(rng, 300)]
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(texts),
+        model_prefix=str(out / "tiny"),
+        vocab_size=600,
+        model_type="bpe",
+        byte_fallback=True,
+        split_digits=True,
+        normalization_rule_name="identity",
+        remove_extra_whitespaces=False,
+        character_coverage=0.9995,
+        max_sentence_length=1 << 20,
+        unk_id=0,
+        bos_id=1,
+        eos_id=2,
+        pad_id=-1,
+        num_threads=1,
+        minloglevel=2,
+    )
+    return str(out / "tiny.model")
+
+
+@pytest.fixture(scope="session")
+def no_eos_model(tmp_path_factory) -> str:
+    """A model without an EOS piece (to check the clear error)."""
+    out = tmp_path_factory.mktemp("spm_noeos")
+    texts = [json.loads(line)["text"] for line in compose_lines(random.Random(3), 80)]
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(texts), model_prefix=str(out / "noeos"), vocab_size=600, model_type="bpe",
+        byte_fallback=True, unk_id=0, bos_id=-1, eos_id=-1, pad_id=-1, minloglevel=2, num_threads=1,
+    )
+    return str(out / "noeos.model")

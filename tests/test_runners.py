@@ -1,0 +1,208 @@
+"""Runners: every beam_configs/ file, Dataflow's offline dry run, and the portable job-service path.
+
+The same code must run on DirectRunner, Dataflow, Flink and Spark. What can be checked on one
+machine without a network: each config parses into the options its runner reads; Dataflow
+translates and builds the whole job (the package's sdist included) with `--dry_run True`; and
+PortableRunner (the path Flink and Spark take) writes the same bytes as DirectRunner.
+"""
+
+import glob
+import hashlib
+import os
+import socket
+import tarfile
+import tomllib
+from pathlib import Path
+
+import apache_beam as beam
+import pytest
+from apache_beam.options.pipeline_options import (
+    DirectOptions,
+    FlinkRunnerOptions,
+    GoogleCloudOptions,
+    PortableOptions,
+    SetupOptions,
+    SparkRunnerOptions,
+    StandardOptions,
+    WorkerOptions,
+)
+from apache_beam.portability.api import beam_runner_api_pb2
+from apache_beam.runners.portability import portable_runner
+
+from pipeline import run
+from pipeline.job import build_pipeline, resolve_job
+from pipeline.read import expand_inputs
+from pipeline.sample_corpus import write_sample_corpus
+from pipeline.tokenizer import load_processor, resolve_special_ids
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = sorted(glob.glob(str(REPO / "beam_configs" / "*.toml")))
+STAGES = {"ListInputs", "ReadChunks", "FanOut", "TokenizeAndPack", "GroupTailsByFile", "PackTails",
+          "GroupLastTails", "PackFinal", "AssignShards", "GroupByShard", "WriteShards", "GroupDeadLetters",
+          "WriteDeadLetters", "SumStats", "WriteManifest"}
+REQUIRED = ["--input", "in/*.jsonl.zst", "--output_dir", "/tmp/out", "--tokenizer_model", "m.model"]
+DATAFLOW = ["--runner", "DataflowRunner", "--project", "my-project", "--region", "us-central1",
+            "--temp_location", "gs://my-bucket/tmp", "--staging_location", "gs://my-bucket/staging",
+            "--dry_run", "True"]
+
+
+def _digests(out: Path) -> dict:
+    return {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """A small corpus in the Pile's layout: train/00..02.jsonl.zst, val, test."""
+    root = tmp_path_factory.mktemp("pile")
+    write_sample_corpus(str(root), train_files=3, docs_per_file=40)
+    return root
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Any attempt to open a network connection in this process fails the test."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"network access attempted: {args[1:] if len(args) > 1 else args}")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+
+
+def test_there_is_a_config_per_runner():
+    names = {Path(c).stem for c in CONFIGS}
+    assert {"direct", "dataflow", "flink", "spark_emr", "portable_embed"} <= names
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: Path(p).stem)
+def test_every_config_parses_and_every_beam_key_is_a_beam_flag(path):
+    table = tomllib.loads(Path(path).read_text())
+    assert set(table) <= {"pipeline", "beam"}
+    config, beam_args = run.parse_args(["--config", path, *REQUIRED])
+    options = run.pipeline_options(beam_args)
+    known = options.get_all_options(drop_default=False)
+    unknown = [key for key in table["beam"] if key not in known]
+    assert not unknown, f"{path}: not Beam flags: {unknown}"
+    for key, value in table["beam"].items():
+        if not isinstance(value, bool):
+            assert str(known[key]) == str(value), key
+    for key, value in table.get("pipeline", {}).items():
+        assert getattr(config, key) == value, key
+
+
+def test_config_values_are_overridden_by_the_command_line():
+    config, beam_args = run.parse_args(
+        ["--config", str(REPO / "beam_configs" / "dataflow.toml"), *REQUIRED, "--seq_len", "512",
+         "--region", "europe-west4", "--machine_type", "n2-standard-8", "--max_num_workers", "7"]
+    )
+    options = run.pipeline_options(beam_args)
+    assert config.seq_len == 512
+    assert options.view_as(GoogleCloudOptions).region == "europe-west4"
+    assert options.view_as(GoogleCloudOptions).project == "my-project"  # from the file
+    assert options.view_as(WorkerOptions).machine_type == "n2-standard-8"
+    assert options.view_as(WorkerOptions).max_num_workers == 7
+
+    _, beam_args = run.parse_args(["--config", str(REPO / "beam_configs" / "flink.toml"), *REQUIRED,
+                                   "--flink_master", "10.0.0.5:8081", "--parallelism", "8"])
+    flink = run.pipeline_options(beam_args).view_as(FlinkRunnerOptions)
+    assert (flink.flink_master, flink.parallelism, flink.flink_version) == ("10.0.0.5:8081", 8, "1.19")
+
+    _, beam_args = run.parse_args(["--config", str(REPO / "beam_configs" / "spark_emr.toml"), *REQUIRED,
+                                   "--environment_config", "img:2"])
+    options = run.pipeline_options(beam_args)
+    assert options.view_as(StandardOptions).runner == "SparkRunner"
+    assert options.view_as(SparkRunnerOptions).spark_version == "3"
+    assert options.view_as(PortableOptions).environment_config == "img:2"
+
+    _, beam_args = run.parse_args(["--config", str(REPO / "beam_configs" / "direct.toml"), *REQUIRED,
+                                   "--direct_num_workers", "3"])
+    assert run.pipeline_options(beam_args).view_as(DirectOptions).direct_num_workers == 3
+
+    _, beam_args = run.parse_args(["--config", str(REPO / "beam_configs" / "dataflow.toml"), *REQUIRED,
+                                   "--setup_file", ""])
+    assert run.pipeline_options(beam_args).view_as(SetupOptions).setup_file is None
+
+
+def test_dry_run_false_means_false():
+    options = run.pipeline_options(DATAFLOW[:-1] + ["False"])
+    assert options.view_as(beam.options.pipeline_options.TestOptions).dry_run is False
+    with pytest.raises(ValueError, match="--dry_run"):
+        run.pipeline_options(DATAFLOW[:-1] + ["maybe"])
+
+
+def test_dataflow_dry_run_translates_the_whole_job_offline(corpus, tiny_model, no_network):
+    """The real pipeline, translated for Dataflow Runner v2 and built with the package's sdist."""
+    argv = ["--input", str(corpus / "train" / "*.jsonl.zst"), "--output_dir", "gs://my-bucket/pile/train",
+            "--tokenizer_model", tiny_model, *DATAFLOW, "--setup_file", str(REPO / "setup.py"),
+            "--no_save_main_session"]
+    config, beam_args = run.parse_args(argv)
+    options = run.pipeline_options(beam_args)
+    files = expand_inputs(list(config.inputs))
+    special = resolve_special_ids(load_processor(config.tokenizer_model), add_bos=False, add_eos=True)
+    p = beam.Pipeline(options=options)
+    build_pipeline(p, resolve_job(config, files, special))
+    result = p.run()
+    result.wait_until_finish()
+    assert result.state == "DONE"
+
+    proto = result.job.proto_pipeline
+    labels = {t.unique_name.split("/")[0] for t in proto.components.transforms.values()}
+    assert STAGES <= labels
+    (env,) = proto.components.environments.values()
+    assert env.urn == "beam:env:docker:v1"
+    image = beam_runner_api_pb2.DockerPayload.FromString(env.payload).container_image
+    assert f"beam_python3.11_sdk:{beam.__version__}" in image
+    staged = {beam_runner_api_pb2.ArtifactStagingToRolePayload.FromString(d.role_payload).staged_name:
+              beam_runner_api_pb2.ArtifactFilePayload.FromString(d.type_payload).path
+              for d in env.dependencies}
+    # The sdist of this package is how the code reaches the workers; they pip-install it at start.
+    with tarfile.open(staged["workflow.tar.gz"]) as sdist:
+        names = sdist.getnames()
+        assert any(n.endswith("/pipeline/stages.py") for n in names)
+        assert any(n.endswith("/pyproject.toml") for n in names)
+        requires = sdist.extractfile(next(n for n in names if n.endswith(".egg-info/requires.txt")))
+        requires = requires.read().decode().split()
+    assert any(r.startswith("s3fs") for r in requires) and any(r.startswith("zstandard") for r in requires)
+    assert result.job.proto.type_.name == "JOB_TYPE_BATCH"
+    assert result.job.google_cloud_options.temp_location.startswith("gs://my-bucket/tmp/")
+
+
+def test_dataflow_dry_run_from_the_config_file_with_a_worker_image(corpus, tiny_model, tmp_path, no_network):
+    """`python -m pipeline.run --config beam_configs/dataflow.toml --dry_run True` touches no output."""
+    out = tmp_path / "untouched"
+    manifest = run.main(["--config", str(REPO / "beam_configs" / "dataflow.toml"), "--dry_run", "True",
+                         "--setup_file", "", "--no_save_main_session",
+                         "--sdk_container_image", "us-docker.pkg.dev/my-project/beam/pile-pipeline:0.1.0",
+                         "--input", str(corpus / "val.jsonl.zst"), "--output_dir", str(out),
+                         "--tokenizer_model", tiny_model])
+    assert manifest is None
+    assert not out.exists()
+
+
+def test_portable_runner_writes_the_same_bytes_as_direct_runner(corpus, tiny_model, tmp_path, monkeypatch):
+    """PortableRunner (embedded job service, LOOPBACK worker) == DirectRunner, every file, manifest included."""
+    submitted = []
+    original = portable_runner.JobServiceHandle.submit
+
+    def spy(self, *args, **kwargs):
+        submitted.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(portable_runner.JobServiceHandle, "submit", spy)
+    out = tmp_path / "out"
+    common = ["--input", str(corpus / "train" / "*.jsonl.zst"), "--output_dir", str(out),
+              "--tokenizer_model", tiny_model, "--seq_len", "128", "--chunk_mb", "0.05",
+              "--shard_size_mb", "0.1", "--document_boundaries", "--overwrite"]
+    # The manifest records the config, output_dir and overwrite included: same directory, same flags.
+    direct = run.main(common + ["--runner", "DirectRunner", "--direct_running_mode", "in_memory",
+                                "--direct_num_workers", "1"])
+    direct_files = _digests(out)
+    assert not submitted
+    portable = run.main(common + ["--config", str(REPO / "beam_configs" / "portable_embed.toml")])
+    assert submitted, "PortableRunner did not go through the job service"
+    assert len(direct["shards"]) > 2 and direct["packing"]["records_from_tails"] > 0
+    assert _digests(out) == direct_files
+    assert portable == direct
+    assert not [f for f in os.listdir(out) if ".tmp-" in f]

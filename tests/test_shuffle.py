@@ -1,0 +1,37 @@
+import numpy as np
+import pytest
+
+from pipeline.shuffle import Permutation, ShardPlan
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 5, 64, 65, 1000, 4097])
+@pytest.mark.parametrize("seed", [0, 1, 12345])
+def test_permutation_is_a_bijection(n, seed):
+    out = Permutation(n, seed)(np.arange(n))
+    assert sorted(out.tolist()) == list(range(n))
+
+
+def test_permutation_depends_on_seed_and_is_stable():
+    a = Permutation(1000, 0)(np.arange(1000))
+    assert np.array_equal(a, Permutation(1000, 0)(np.arange(1000)))
+    assert not np.array_equal(a, Permutation(1000, 1)(np.arange(1000)))
+    # Piecewise evaluation (as workers do, per source) equals evaluating everything at once.
+    parts = np.concatenate([Permutation(1000, 0)(np.arange(i, i + 100)) for i in range(0, 1000, 100)])
+    assert np.array_equal(a, parts)
+    # It actually shuffles: few fixed points, far from the identity.
+    assert (a == np.arange(1000)).sum() < 20
+
+
+@pytest.mark.parametrize("num_records,record_bytes,shard_bytes", [(0, 10, 100), (1, 10, 100), (10, 10, 100),
+                                                                 (11, 10, 100), (1000, 4137, 1 << 20),
+                                                                 (5, 500, 100)])
+def test_shard_plan_respects_the_size_bound(num_records, record_bytes, shard_bytes):
+    plan = ShardPlan.for_size(num_records, record_bytes, shard_bytes)
+    counts = np.bincount(plan.shard_of(np.arange(num_records)), minlength=plan.num_shards)
+    assert counts.sum() == num_records
+    per_shard = max(1, shard_bytes // record_bytes)
+    assert (counts <= per_shard).all()
+    if num_records:
+        assert counts.max() - counts.min() <= 1
+        # The fewest shards that respect the bound.
+        assert plan.num_shards == -(-num_records // per_shard)
