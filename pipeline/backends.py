@@ -30,12 +30,14 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.metadata
+import itertools
 import json
 import logging
 import time
 from collections.abc import Iterator
 
 import fsspec
+import numpy as np
 import sentencepiece as spm
 
 from pipeline import read
@@ -48,7 +50,7 @@ AUTO = "auto"
 BACKENDS = (SENTENCEPIECE, *FAST_BACKENDS, AUTO)
 _PACKAGES = {SENTENCEPIECE: "sentencepiece", "gigatoken": "gigatoken", "kitoken": "kitoken"}
 
-SAMPLE_BYTES = 4 << 20  # input text the self-check encodes with both engines (~2 s of SentencePiece)
+SAMPLE_BYTES = 2 << 20  # input text the self-check encodes with both engines (~1-2 s of SentencePiece)
 SAMPLE_FILES = 8  # spread over at most this many input files (evenly spaced in the sorted list)
 GIGATOKEN_RELOAD_BYTES = 256 << 20  # rebuild gigatoken's encoder after this much text (bounds its cache)
 
@@ -110,6 +112,8 @@ def _fields(buf: bytes) -> Iterator[tuple[int, int | bytes]]:
             value, i = buf[i : i + 8], i + 8
         elif wire == 2:
             length, i = _varint(buf, i)
+            if i + length > len(buf):
+                raise ValueError(f"not a SentencePiece model (field {field} runs past the end)")
             value, i = buf[i : i + length], i + length
         elif wire == 5:
             value, i = buf[i : i + 4], i + 4
@@ -138,17 +142,20 @@ class ModelFacts:
     @classmethod
     def from_proto(cls, proto: bytes) -> ModelFacts:
         """Read the facts from a serialized ModelProto."""
-        pieces: list[tuple[str, int]] = []
+        pieces: list[tuple[bytes, int]] = []
         trainer: dict = {}
         norm: dict = {}
-        for field, value in _fields(proto):
-            if field == 1:  # SentencePiece
-                piece = dict(_fields(value))
-                pieces.append((piece.get(1, b"").decode("utf-8"), piece.get(3, _NORMAL)))
-            elif field == 2:
-                trainer = dict(_fields(value))
-            elif field == 3:
-                norm = dict(_fields(value))
+        try:
+            for field, value in _fields(proto):
+                if field == 1:
+                    pieces.append(_piece(value))
+                elif field == 2:
+                    trainer = dict(_fields(value))
+                elif field == 3:
+                    norm = dict(_fields(value))
+            spm.SentencePieceProcessor().LoadFromSerializedProto(proto)  # SentencePiece must accept it too
+        except (IndexError, UnicodeDecodeError, AttributeError, RuntimeError, OSError) as e:
+            raise ValueError(f"not a SentencePiece model ({e})") from None
         if not pieces:
             raise ValueError("not a SentencePiece model (no pieces)")
         return cls(
@@ -161,10 +168,32 @@ class ModelFacts:
             add_dummy_prefix=bool(norm.get(3, 1)),
             remove_extra_whitespaces=bool(norm.get(4, 1)),
             escape_whitespaces=bool(norm.get(5, 1)),
-            control_pieces=tuple(p for p, t in pieces if t == _CONTROL),
-            user_defined_pieces=tuple(p for p, t in pieces if t == _USER_DEFINED),
+            control_pieces=tuple(p.decode("utf-8") for p, t in pieces if t == _CONTROL),
+            user_defined_pieces=tuple(p.decode("utf-8") for p, t in pieces if t == _USER_DEFINED),
             piece_types=tuple(t for _, t in pieces),
         )
+
+
+def _piece(msg: bytes) -> tuple[bytes, int]:
+    """(piece, type) of a SentencePiece message (1: piece, 2: score, 3: type), without a generator."""
+    i, n, piece, kind = 0, len(msg), b"", _NORMAL
+    while i < n:
+        key, i = _varint(msg, i)
+        wire = key & 7
+        if wire == 2:
+            length, i = _varint(msg, i)
+            if key >> 3 == 1:
+                piece = msg[i : i + length]
+            i += length
+        elif wire == 0:
+            value, i = _varint(msg, i)
+            if key >> 3 == 3:
+                kind = value
+        else:
+            i += 4 if wire == 5 else 8
+    if i != n:
+        raise ValueError("not a SentencePiece model (a piece runs past its end)")
+    return piece, kind
 
 
 def model_problems(backend: str, facts: ModelFacts) -> list[str]:
@@ -194,7 +223,8 @@ def model_problems(backend: str, facts: ModelFacts) -> list[str]:
     return problems
 
 
-# --- Engines: encode(texts) -> list[list[int]], without BOS/EOS.
+# --- Engines: encode(texts) -> (ids, offsets): one flat int32 array of every text's ids (no BOS/EOS) and
+# int64 offsets, text i being ids[offsets[i]:offsets[i + 1]]. Flat arrays spare a Python int per token.
 
 
 def read_model(model_path: str) -> bytes:
@@ -203,17 +233,25 @@ def read_model(model_path: str) -> bytes:
         return f.read()
 
 
+def flatten(lists: list) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, offsets) of a list of id lists."""
+    offsets = np.zeros(len(lists) + 1, np.int64)
+    np.cumsum([len(x) for x in lists], out=offsets[1:])
+    ids = np.fromiter(itertools.chain.from_iterable(lists), np.int32, int(offsets[-1]))
+    return ids, offsets
+
+
 class _SentencePieceEngine:
-    def __init__(self, proto: bytes):
+    def __init__(self, proto: bytes, facts: ModelFacts | None = None):
         self._sp = spm.SentencePieceProcessor()
         self._sp.LoadFromSerializedProto(proto)
 
-    def encode(self, texts: list[str]) -> list[list[int]]:
-        return self._sp.encode(texts) if texts else []
+    def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        return flatten(self._sp.encode(texts) if texts else [])
 
 
 class _KitokenEngine:
-    def __init__(self, proto: bytes):
+    def __init__(self, proto: bytes, facts: ModelFacts):
         try:
             import kitoken
         except ImportError as e:
@@ -223,9 +261,9 @@ class _KitokenEngine:
         except Exception as e:  # kitoken raises its own error types
             raise BackendUnavailable(f"kitoken cannot load the model: {e}") from None
 
-    def encode(self, texts: list[str]) -> list[list[int]]:
+    def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         # encode_specials=False: a literal "<s>" in a document is text, as in SentencePiece.
-        return [self._kt.encode(text, False) for text in texts]
+        return flatten([self._kt.encode(text, False) for text in texts])
 
 
 def gigatoken_json(proto: bytes, facts: ModelFacts) -> str:
@@ -247,16 +285,16 @@ def gigatoken_json(proto: bytes, facts: ModelFacts) -> str:
 
 
 class _GigatokenEngine:
-    def __init__(self, proto: bytes):
+    def __init__(self, proto: bytes, facts: ModelFacts):
         try:
+            import awkward
             import gigatoken
         except ImportError as e:
-            raise BackendUnavailable(
-                f"gigatoken is not installed ({e}); pip install 'pile-pipeline[fast]'"
-            ) from None
+            raise BackendUnavailable(f"gigatoken is not installed ({e}); pip install 'pile-pipeline[fast]'") from None
+        self._ak = awkward
         self._tokenizer_cls = gigatoken.Tokenizer
         try:
-            self._json = gigatoken_json(proto, ModelFacts.from_proto(proto))
+            self._json = gigatoken_json(proto, facts)
             self._load()
         except Exception as e:  # the converter raises ValueError; the Rust loader its own errors
             raise BackendUnavailable(f"gigatoken cannot load the model: {e}") from None
@@ -265,30 +303,37 @@ class _GigatokenEngine:
         self._tok = self._tokenizer_cls.from_json(self._json)
         self._since_load = 0
 
-    def encode(self, texts: list[str]) -> list[list[int]]:
+    def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         if not texts:
-            return []
+            return flatten([])
         # gigatoken keeps a pretoken cache that grows with the distinct words it has seen; a fresh
         # encoder (~0.1 s) every few hundred MB keeps a worker's memory flat on any corpus.
         if self._since_load > GIGATOKEN_RELOAD_BYTES:
             self._load()
         self._since_load += sum(len(t) for t in texts)
-        # parallel=False: one engine per Beam worker process, each on one core.
-        return self._tok.encode_batch_list(texts, parallel=False)
+        # parallel=False: one engine per Beam worker process, each on one core. encode_batch returns
+        # an awkward array (flat ids + counts), half the cost of building Python lists.
+        ak = self._ak
+        out = self._tok.encode_batch(texts, parallel=False)
+        offsets = np.zeros(len(texts) + 1, np.int64)
+        np.cumsum(ak.to_numpy(ak.num(out)), out=offsets[1:])
+        return ak.to_numpy(ak.flatten(out)).astype(np.int32), offsets
 
 
 _ENGINES = {SENTENCEPIECE: _SentencePieceEngine, "gigatoken": _GigatokenEngine, "kitoken": _KitokenEngine}
 
 
-def load_engine(backend: str, proto: bytes):
+def load_engine(backend: str, proto: bytes, facts: ModelFacts | None = None):
     """An engine for `backend` from the model bytes; raises BackendUnavailable with the reason."""
     if backend not in _ENGINES:
         raise ValueError(f"unknown tokenizer backend {backend!r}; choose one of {BACKENDS}")
-    if backend != SENTENCEPIECE:
-        problems = model_problems(backend, ModelFacts.from_proto(proto))
-        if problems:
-            raise BackendUnavailable("; ".join(problems))
-    return _ENGINES[backend](proto)
+    if backend == SENTENCEPIECE:
+        return _SentencePieceEngine(proto)
+    facts = facts or ModelFacts.from_proto(proto)
+    problems = model_problems(backend, facts)
+    if problems:
+        raise BackendUnavailable("; ".join(problems))
+    return _ENGINES[backend](proto, facts)
 
 
 # --- The self-check.
@@ -368,35 +413,45 @@ def sample_documents(input_files: list[str], total_bytes: int = SAMPLE_BYTES,
     return texts, len(chosen)
 
 
-def compare(reference, engine, texts: list[str]) -> list[int]:
-    """Indices of the texts whose ids differ between two engines."""
-    expected = reference.encode(texts)
-    got = engine.encode(texts)
-    return [i for i, (a, b) in enumerate(zip(expected, got, strict=True)) if list(a) != list(b)]
+def mismatched(expected: tuple[np.ndarray, np.ndarray], got: tuple[np.ndarray, np.ndarray]) -> list[int]:
+    """Indices of the texts whose ids differ between two (ids, offsets) encodings of the same texts."""
+    (a, a_off), (b, b_off) = expected, got
+    if np.array_equal(a_off, b_off) and np.array_equal(a, b):
+        return []
+    return [i for i in range(len(a_off) - 1)
+            if not np.array_equal(a[a_off[i] : a_off[i + 1]], b[b_off[i] : b_off[i + 1]])]
 
 
-def self_check(backend: str, proto: bytes, reference, texts: list[str], adversarial: list[str]) -> dict:
-    """Load `backend` and compare its ids with SentencePiece's; a dict for the manifest.
+def first_difference(expected: np.ndarray, got: np.ndarray) -> int:
+    """Position of the first differing id of two id arrays (the shorter length when one is a prefix)."""
+    n = min(len(expected), len(got))
+    diff = np.flatnonzero(expected[:n] != got[:n])
+    return int(diff[0]) if len(diff) else n
 
+
+def self_check(backend: str, proto: bytes, facts: ModelFacts, expected: dict, texts: list[str],
+               adversarial: list[str]) -> dict:
+    """Load `backend` and compare its ids with SentencePiece's; returns a dict for the manifest.
+
+    `expected` holds SentencePiece's encodings of the "documents" and the "adversarial" strings.
     `result` is "passed", "mismatch" or "unavailable" (with a `reason`).
     """
     out: dict = {"backend": backend, "version": package_version(backend)}
     start = time.monotonic()
     try:
-        engine = load_engine(backend, proto)
+        engine = load_engine(backend, proto, facts)
     except BackendUnavailable as e:
         return {**out, "result": "unavailable", "reason": str(e)}
-    bad_docs = compare(reference, engine, texts)
-    bad_adv = compare(reference, engine, adversarial)
+    bad_docs = mismatched(expected["documents"], engine.encode(texts))
+    bad_adv = mismatched(expected["adversarial"], engine.encode(adversarial))
     out.update({
         "documents": len(texts),
-        "text_bytes": sum(len(t.encode("utf-8", "surrogatepass")) for t in texts),
         "adversarial_strings": len(adversarial),
         "mismatches": len(bad_docs) + len(bad_adv),
         "seconds": round(time.monotonic() - start, 2),
     })
     if bad_docs or bad_adv:
-        shown = [repr(texts[i][:40]) for i in bad_docs[:3]] + [repr(adversarial[i][:40]) for i in bad_adv[:3]]
+        shown = [ascii(texts[i][:40]) for i in bad_docs[:3]] + [ascii(adversarial[i][:40]) for i in bad_adv[:3]]
         out.update({
             "result": "mismatch",
             "reason": f"{len(bad_docs)} of {len(texts)} sampled documents and {len(bad_adv)} of "
@@ -415,39 +470,46 @@ def choose_backend(requested: str, model_path: str, input_files: list[str], *,
     `auto` tries the fast engines in order and uses the first that loads and passes the self-check
     on this model and a sample of `input_files`; otherwise SentencePiece, with the reasons logged
     and recorded. A named fast engine that fails raises ValueError (nothing silently changes).
+    The manifest's `parity`: requested, result ("passed" or "fallback"), documents and text bytes
+    sampled, adversarial strings, mismatches and reason of the chosen check, and every check made.
     """
     if requested not in BACKENDS:
         raise ValueError(f"--tokenizer_backend must be one of {BACKENDS}, got {requested!r}")
     sp_version = package_version(SENTENCEPIECE) or spm.__version__
     if requested == SENTENCEPIECE:
         return BackendChoice(SENTENCEPIECE, sp_version, {})
+    start = time.monotonic()
     proto = read_model(model_path)
     facts = ModelFacts.from_proto(proto)
-    reference = _SentencePieceEngine(proto)
     texts, files = sample_documents(input_files, sample_bytes)
     adversarial = adversarial_texts(facts)
-    candidates = FAST_BACKENDS if requested == AUTO else (requested,)
-    attempts = []
-    for backend in candidates:
-        attempt = self_check(backend, proto, reference, texts, adversarial)
-        attempt["files_sampled"] = files
-        attempts.append(attempt)
-        if attempt["result"] == "passed":
-            LOG.info("tokenizer backend %s %s: ids identical to SentencePiece on %d sampled documents "
-                     "(%.1f MB) and %d adversarial strings", backend, attempt["version"],
-                     attempt["documents"], attempt["text_bytes"] / 1e6, attempt["adversarial_strings"])
-            return BackendChoice(backend, attempt["version"], {"requested": requested, **attempt,
-                                                               "attempts": attempts})
+    sample = {"files_sampled": files, "documents": len(texts),
+              "text_bytes": sum(len(t.encode("utf-8")) for t in texts), "adversarial_strings": len(adversarial)}
+    expected: dict = {}
+    checks = []
+    for backend in FAST_BACKENDS if requested == AUTO else (requested,):
+        if not expected and not model_problems(backend, facts) and package_version(backend):
+            # SentencePiece's ids, computed once and only when some engine can be checked.
+            reference = _SentencePieceEngine(proto)
+            expected = {"documents": reference.encode(texts), "adversarial": reference.encode(adversarial)}
+        check = self_check(backend, proto, facts, expected, texts, adversarial)
+        checks.append(check)
+        if check["result"] == "passed":
+            LOG.info("tokenizer backend %s %s: ids identical to SentencePiece's on %d sampled documents "
+                     "(%.1f MB) and %d adversarial strings (%.1f s)", backend, check["version"],
+                     len(texts), sample["text_bytes"] / 1e6, len(adversarial), time.monotonic() - start)
+            return BackendChoice(backend, check["version"], {"requested": requested, "result": "passed",
+                                                             **sample, "mismatches": 0, "checks": checks})
         if requested != AUTO:
             raise ValueError(
-                f"--tokenizer_backend {backend}: {attempt['reason']}. Use --tokenizer_backend "
+                f"--tokenizer_backend {backend}: {check['reason']}. Use --tokenizer_backend "
                 "sentencepiece (or auto, which falls back to it)."
             )
-        LOG.warning("tokenizer backend %s not used (%s): %s", backend, attempt["result"], attempt["reason"])
-    reason = "; ".join(f"{a['backend']}: {a['reason']}" for a in attempts)
+        LOG.warning("tokenizer backend %s not used (%s): %s", backend, check["result"], check["reason"])
+    reason = "; ".join(f"{c['backend']}: {c['reason']}" for c in checks)
     LOG.warning("tokenizer backend: falling back to SentencePiece %s", sp_version)
     return BackendChoice(SENTENCEPIECE, sp_version, {"requested": requested, "result": "fallback",
-                                                     "reason": reason, "attempts": attempts})
+                                                     "reason": reason, **sample, "checks": checks})
 
 
 class Encoder:
@@ -472,34 +534,40 @@ class Encoder:
             self._engine = load_engine(self._backend, proto)
         except BackendUnavailable as e:
             # The driver checked this backend; a worker without it must not quietly use another.
-            raise RuntimeError(f"tokenizer backend {self._backend} chosen by the driver fails on this "
+            raise RuntimeError(f"tokenizer backend {self._backend}, chosen by the driver, fails on this "
                                f"worker: {e}") from None
         if self._verify:
             self._reference = _SentencePieceEngine(proto)
 
-    def encode(self, texts: list[str]) -> list[list[int]]:
-        """Token ids of each text, without BOS/EOS."""
+    def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Every text's ids (without BOS/EOS) in one int32 array, and offsets.
+
+        Returns (ids, offsets): text i's ids are ids[offsets[i]:offsets[i + 1]].
+        """
         if self._engine is None:
             self.load()
-        return self._engine.encode(texts) if texts else []
+        return self._engine.encode(texts)
 
-    def encode_verified(self, texts: list[str]) -> tuple[list[list[int]], list[tuple[int, str]]]:
-        """(ids of each text, [(index, what differs)] for the texts whose ids differ from SentencePiece's).
+    def encode(self, texts: list[str]) -> list[list[int]]:
+        """Token ids of each text, without BOS/EOS."""
+        ids, offsets = self.encode_flat(texts)
+        return [ids[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
 
-        Without verification the second list is always empty.
+    def encode_verified(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, list[tuple[int, str]]]:
+        """`encode_flat`, plus [(index, what differs)] for the texts whose ids differ from SentencePiece's.
+
+        Without verification (or with SentencePiece itself) the list is always empty.
         """
-        ids = self.encode(texts)
+        ids, offsets = self.encode_flat(texts)
         if not self._verify or not texts:
-            return ids, []
+            return ids, offsets, []
+        want, want_off = self._reference.encode(texts)
         mismatches = []
-        for i, (want, got) in enumerate(zip(self._reference.encode(texts), ids, strict=True)):
-            got = list(got)
-            if want != got:
-                pairs = enumerate(zip(want, got, strict=False))
-                at = next((k for k, (a, b) in pairs if a != b), min(len(want), len(got)))
-                mismatches.append((i, f"{self._backend} ids differ from SentencePiece's at token {at} "
-                                      f"({len(got)} vs {len(want)} tokens)"))
-        return ids, mismatches
+        for i in mismatched((want, want_off), (ids, offsets)):
+            a, b = want[want_off[i] : want_off[i + 1]], ids[offsets[i] : offsets[i + 1]]
+            mismatches.append((i, f"{self._backend} ids differ from SentencePiece's from token "
+                                  f"{first_difference(a, b)} ({len(b)} vs {len(a)} tokens)"))
+        return ids, offsets, mismatches
 
     def __getstate__(self):
         return {**self.__dict__, "_engine": None, "_reference": None}

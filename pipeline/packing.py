@@ -54,6 +54,42 @@ def build_stream(docs: list[np.ndarray], separator_id: int) -> Piece:
     return Piece(separator_id, labels, starts)
 
 
+def build_stream_flat(
+    ids: np.ndarray,
+    offsets: np.ndarray,
+    chosen: np.ndarray,
+    *,
+    bos_id: int | None,
+    eos_id: int | None,
+    separator_id: int,
+) -> Piece:
+    """`build_stream` from one flat array of ids, without a Python object per token.
+
+    Document i is ids[offsets[i]:offsets[i + 1]]; the chosen ones get BOS/EOS (None: not added).
+
+    >>> build_stream_flat(np.array([5, 6, 7]), np.array([0, 2, 2, 3]), np.array([True, True, False]),
+    ...                   bos_id=None, eos_id=9, separator_id=9).labels
+    array([5, 6, 9, 9], dtype=int32)
+    """
+    chosen = np.asarray(chosen, bool)
+    first, length = np.asarray(offsets[:-1])[chosen], np.diff(offsets)[chosen]
+    extra = (bos_id is not None) + (eos_id is not None)
+    out_start = np.zeros(len(length) + 1, np.int64)
+    np.cumsum(length + extra, out=out_start[1:])
+    labels = np.empty(int(out_start[-1]), np.int32)
+    # Output position of each kept id: its index within its document + where the document lands.
+    shift = np.repeat(out_start[:-1] + (bos_id is not None) - first, length)
+    source = np.repeat(first, length) + np.arange(int(length.sum())) - np.repeat(np.cumsum(length) - length, length)
+    labels[source + shift] = ids[source]
+    if bos_id is not None:
+        labels[out_start[:-1]] = bos_id
+    if eos_id is not None:
+        labels[out_start[1:] - 1] = eos_id
+    starts = np.zeros(len(labels), bool)
+    starts[out_start[:-1][length + extra > 0]] = True
+    return Piece(separator_id, labels, starts)
+
+
 def concat_pieces(pieces: list[Piece], separator_id: int) -> Piece:
     """Join remainders into one stream; each piece's first label starts a new segment."""
     pieces = [p for p in pieces if len(p)]

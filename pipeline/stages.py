@@ -190,36 +190,34 @@ class ProcessChunkFn(beam.DoFn):
             kept_meta.append((subset, line.number))
             kept_lines.append(line)
 
-        all_ids, mismatches = self._encoder.encode_verified(kept_texts)
-        if mismatches:  # only with --verify_tokenizer: the fast backend disagreed with SentencePiece
-            for i, detail in mismatches:
-                if cfg.verify_tokenizer == "fail":
-                    raise TokenizerMismatch(f"{read.redact_url(chunk.path)} line {kept_lines[i].number}: {detail}")
-                s = subsets[kept_meta[i][0]]
-                s["documents"] -= 1
-                s["kept"] -= 1
-                s["text_bytes"] -= len(kept_lines[i].data)
-                yield self._dead_letter(chunk, kept_lines[i], "tokenizer_mismatch", detail, dead)
-            bad_ones = {i for i, _ in mismatches}
-            keep = [i for i in range(len(all_ids)) if i not in bad_ones]
-            all_ids, kept_meta = [all_ids[i] for i in keep], [kept_meta[i] for i in keep]
-
-        docs = []
-        for ids, (subset, _) in zip(all_ids, kept_meta, strict=True):
-            parts = ([special.bos_id] if special.add_bos else []) + ids + ([special.eos_id] if special.add_eos else [])
-            docs.append(np.asarray(parts, np.int32))
-            stats = subsets[subset]
-            stats["tokens"] = stats.get("tokens", 0) + len(parts)
-        self._docs.inc(len(docs))
-
+        # (ids, offsets): every kept document's ids in one flat array; document i is ids[offsets[i]:offsets[i + 1]].
+        ids, offsets, mismatches = self._encoder.encode_verified(kept_texts)
         # Epoch copies are packed as separate streams, so repeats of a document land in different
         # records (and, after the global shuffle, far apart).
-        copies = [copies_of(cfg.epochs_of(subset), cfg.seed, chunk.file_index, n) for subset, n in kept_meta]
-        for doc, (subset, _), count in zip(docs, kept_meta, copies, strict=True):
-            subsets[subset]["tokens_with_epochs"] = subsets[subset].get("tokens_with_epochs", 0) + count * len(doc)
-        for copy in range(max(copies, default=0)):
-            chosen = [doc for doc, count in zip(docs, copies, strict=True) if count > copy]
-            stream = packing.build_stream(chosen, special.separator_id)
+        copies = np.array([copies_of(cfg.epochs_of(subset), cfg.seed, chunk.file_index, n) for subset, n in kept_meta],
+                          np.int64)
+        for i, detail in mismatches:  # only with --verify_tokenizer: the fast backend disagreed with SentencePiece
+            if cfg.verify_tokenizer == "fail":
+                raise TokenizerMismatch(f"{read.redact_url(chunk.path)} line {kept_lines[i].number}: {detail}")
+            s = subsets[kept_meta[i][0]]
+            s["documents"] -= 1
+            s["kept"] -= 1
+            s["text_bytes"] -= len(kept_lines[i].data)
+            copies[i] = -1  # never packed
+            yield self._dead_letter(chunk, kept_lines[i], "tokenizer_mismatch", detail, dead)
+        lengths = np.diff(offsets) + special.add_bos + special.add_eos  # with BOS/EOS
+        for (subset, _), length, count in zip(kept_meta, lengths.tolist(), copies.tolist(), strict=True):
+            if count >= 0:
+                stats = subsets[subset]
+                stats["tokens"] = stats.get("tokens", 0) + length
+                stats["tokens_with_epochs"] = stats.get("tokens_with_epochs", 0) + count * length
+        self._docs.inc(int((copies >= 0).sum()))
+
+        for copy in range(int(copies.max(initial=0))):
+            stream = packing.build_stream_flat(
+                ids, offsets, copies > copy, bos_id=special.bos_id if special.add_bos else None,
+                eos_id=special.eos_id if special.add_eos else None, separator_id=special.separator_id,
+            )
             tokens, starts, remainder = packing.pack(stream, cfg.seq_len)
             self._tokens.inc(len(stream))
             if len(tokens):

@@ -8,10 +8,11 @@ For tf.data input functions and serving graphs that must tokenize the way the pi
 The same `.model` file gives the same ids as Python SentencePiece on every input we tested (code,
 CJK, emoji, NUL characters, 1 MB lines without spaces, literal "<s>"/"</s>" text: a literal
 "<s>" is text, never the BOS id): `tests/test_tf_text_parity.py` checks it, and `parity_mismatches`
-lets a job re-check it on its own model and inputs. Detokenization differs in one place:
-tensorflow_text drops *every* leading space of the decoded text, SentencePiece 0.2 only the dummy
-prefix, so for a text that starts with spaces `detokenize` returns it without them (and
-`sp.decode` with them). This module imports TensorFlow but never Apache Beam.
+lets a job re-check it on its own model and inputs. Detokenization differs in one place: for a
+text that starts with several spaces, tensorflow_text's decoder (an older SentencePiece) may drop
+some of them, because it strips the dummy prefix from every leading lone "▁" piece where
+SentencePiece 0.2 strips it once. Everything else decodes identically. This module imports
+TensorFlow but never Apache Beam.
 """
 
 from __future__ import annotations

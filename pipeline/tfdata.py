@@ -124,9 +124,9 @@ class ShardIntegrityError(ValueError):
 
 
 # ----------------------------------------------------------------------------------------------
-# Hashing: one 32-bit bijective mixer (Wellons' "lowbias32") used for every seeded decision, with
-# NumPy and TensorFlow implementations that agree bit for bit (tests check it). A hash rather than
-# a library RNG keeps the order identical across NumPy and TensorFlow versions.
+# Hashing: one 32-bit bijective mixer (Wellons' "lowbias32") behind every seeded decision, in NumPy
+# (window permutations run through tf.numpy_function, once per window). A fixed hash rather than a
+# library RNG keeps the order identical across NumPy and TensorFlow versions.
 # ----------------------------------------------------------------------------------------------
 
 
@@ -157,32 +157,10 @@ def _mix(*words: int) -> int:
 
 
 def _keyed_permutation(key: int, n: int) -> np.ndarray:
-    """The permutation of range(n) that `key` selects (NumPy twin of `_keyed_permutation_tf`)."""
-    idx = np.arange(n, dtype=np.uint64)
+    """The permutation of range(n) that the 32-bit `key` selects (int64 indices)."""
+    idx = np.arange(int(n), dtype=np.uint64)
     sort_keys = _lowbias32(np.uint64(key) ^ _lowbias32(idx))  # distinct: a bijection of idx
-    return np.argsort(sort_keys, kind="stable")
-
-
-def _mul32_tf(x: tf.Tensor, m: int) -> tf.Tensor:
-    # (x * m) mod 2**32 for x in [0, 2**32) held in int64, without int64 overflow.
-    lo, hi = m & 0xFFFF, m >> 16
-    return tf.bitwise.bitwise_and(
-        x * lo + tf.bitwise.left_shift(tf.bitwise.bitwise_and(x * hi, 0xFFFF), 16), _M32
-    )
-
-
-def _lowbias32_tf(x: tf.Tensor) -> tf.Tensor:
-    x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, 16))
-    x = _mul32_tf(x, 0x7FEB352D)
-    x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, 15))
-    x = _mul32_tf(x, 0x846CA68B)
-    return tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, 16))
-
-
-def _keyed_permutation_tf(key: tf.Tensor, n: tf.Tensor) -> tf.Tensor:
-    idx = tf.range(n, dtype=tf.int64)
-    sort_keys = _lowbias32_tf(tf.bitwise.bitwise_xor(key, _lowbias32_tf(idx)))
-    return tf.argsort(sort_keys, stable=True)
+    return np.argsort(sort_keys, kind="stable").astype(np.int64)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -285,12 +263,12 @@ def plan_epoch(
 
     # 3: windows, in segment order, then in the rank's round-robin consumption order.
     seg_len = segments[:, 2] - segments[:, 1]
-    per_seg = -(-seg_len // window)  # windows per segment
+    per_seg = -(-seg_len // window) + 1  # windows per segment, plus its end-of-segment marker
     seg_lane = np.arange(len(segments), dtype=np.int64) % lanes
     w_seg = np.repeat(np.arange(len(segments)), per_seg)
     w_in_seg = np.arange(len(w_seg)) - np.repeat(np.cumsum(per_seg) - per_seg, per_seg)
-    w_first = segments[w_seg, 1] + w_in_seg * window
-    w_size = np.minimum(window, segments[w_seg, 2] - w_first)
+    w_first = np.minimum(segments[w_seg, 1] + w_in_seg * window, segments[w_seg, 2])
+    w_size = np.minimum(window, segments[w_seg, 2] - w_first)  # 0 for the marker
     w_lane = seg_lane[w_seg]
     w_round = np.zeros(len(w_seg), dtype=np.int64)  # position of the window within its lane
     for lane in range(lanes):
@@ -315,7 +293,8 @@ def plan_epoch(
     if len(rest):
         windows[0, 3] = drop
     # Each lane's remaining windows are a suffix of its windows, and a segment's a suffix of the
-    # segment's: one read per segment, from its first remaining window to its end, lane by lane.
+    # segment's: one read per segment, from its first remaining window to its end, lane by lane (a
+    # segment with only its marker left reads 0 records and yields the marker).
     left = np.sort(rest)  # window numbers increase with the segment
     seg_of = w_seg[left]
     starts = np.flatnonzero(np.r_[True, seg_of[1:] != seg_of[:-1]]) if len(left) else np.zeros(0, int)
@@ -516,40 +495,15 @@ _no_autograph = tf.autograph.experimental.do_not_convert
 
 @_no_autograph
 def _read_windows(path, first, count, *, window: int, read_buffer: int) -> tf.data.Dataset:
-    """Records [first, first + count) of one shard, in windows of `window`, each count checked."""
+    """Records [first, first + count) of one shard in windows of `window`, then an empty marker.
+
+    A read error ends the shard's records early (`_ignore_errors`); the marker then arrives where
+    the plan expects a full window (or a window arrives short), and the window check in
+    `make_dataset` names the file.
+    """
     recs = tf.data.TFRecordDataset(path, buffer_size=read_buffer).skip(first).take(count)
-    wins = _ignore_errors(recs).batch(window)
-    window = tf.constant(window, tf.int64)
-    n_windows = (count + window - 1) // window
-    # A size-0 sentinel after the last window: a shard that ends early shows the sentinel (or a
-    # short window) where a full one was due.
-    wins = wins.concatenate(tf.data.Dataset.from_tensors(tf.zeros([0], tf.string)))
-
-    @_no_autograph
-    def check(i, recs):
-        expected = tf.where(i < n_windows, tf.minimum(window, count - i * window), tf.constant(0, tf.int64))
-        ok = tf.debugging.Assert(
-            tf.equal(tf.size(recs, out_type=tf.int64), expected),
-            [
-                "ShardIntegrityError:",
-                path,
-                ": a window starting at record",
-                first + i * window,
-                "holds",
-                tf.size(recs, out_type=tf.int64),
-                "records where the manifest promises",
-                expected,
-                "(the shard is truncated, corrupted or replaced; the read error is logged above)",
-            ],
-        )
-        with tf.control_dependencies([ok]):
-            return tf.identity(recs)
-
-    return (
-        tf.data.Dataset.zip((tf.data.Dataset.range(n_windows + 1), wins))
-        .map(check)
-        .filter(_no_autograph(lambda recs: tf.size(recs) > 0))
-    )
+    marker = tf.data.Dataset.from_tensors(tf.zeros([0], tf.string))
+    return _ignore_errors(recs).batch(window).concatenate(marker)
 
 
 def _parse_spec(source: _Source, optional: tuple[str, ...]) -> dict:
@@ -677,6 +631,7 @@ def make_dataset(
         )
         return p.reads, p.windows
 
+    urls = tf.constant(list(source.urls))  # for error messages
     if all(_tf_can_open(u) for u in source.urls[:1]):
         paths = tf.constant([_tf_path(u) for u in source.urls])
 
@@ -697,62 +652,73 @@ def make_dataset(
         return _read_windows(shard_path(row[1]), row[2], row[3], window=window, read_buffer=read_buffer_bytes)
 
     @_no_autograph
-    def parse_window(recs, meta):
-        # recs: string [n]; meta: (n, permutation key, records to drop, shard index)
-        parsed = tf.io.parse_example(recs, spec)
-        out = {records.TOKENS: tf.io.decode_raw(parsed[records.TOKENS], tf_dtype, little_endian=True)}
-        out[records.TOKENS] = tf.reshape(out[records.TOKENS], [-1, seq_len + 1])
-        out[records.VALID_LABELS] = parsed[records.VALID_LABELS]
-        for name in optional:
-            out[name] = tf.reshape(
-                tf.io.decode_raw(parsed[name], tf_dtype, little_endian=True), [-1, seq_len]
-            )
-        if shuffle:
-            perm = _keyed_permutation_tf(meta[1], tf.shape(recs, out_type=tf.int64)[0])
-            out = {k: tf.gather(v, perm) for k, v in out.items()}
-        return {k: v[meta[2] :] for k, v in out.items()}
+    def check_and_permute(recs, meta):
+        # recs: serialized records [n]; meta: (n, permutation key, records to drop, shard index)
+        n = tf.size(recs, out_type=tf.int64)
+        ok = tf.debugging.Assert(
+            tf.equal(n, meta[0]),
+            [
+                "ShardIntegrityError:",
+                tf.gather(urls, meta[3]),
+                ": read",
+                n,
+                "records where the manifest promises",
+                meta[0],
+                "(the shard is truncated, corrupted or replaced; the read error is logged above)",
+            ],
+        )
+        with tf.control_dependencies([ok]):
+            if shuffle:
+                perm = tf.numpy_function(_keyed_permutation, [meta[1], n], tf.int64, stateful=False)
+                perm.set_shape([None])
+                recs = tf.gather(recs, perm)
+            else:
+                recs = tf.identity(recs)
+        return recs[meta[2] :]
 
     @_no_autograph
     def epoch_dataset(e):
         reads, windows = tf.numpy_function(plan_arrays, [e], (tf.int64, tf.int64), stateful=False)
         reads = tf.reshape(reads, [-1, 4])
         windows = tf.reshape(windows, [-1, 5])
+
         @_no_autograph
         def lane_dataset(lane):
             mine = tf.boolean_mask(reads, tf.equal(reads[:, 0], lane))
             return tf.data.Dataset.from_tensor_slices(mine).flat_map(read)
 
         # Round-robin over the lanes, one window each, lanes read concurrently: the plan's order.
-        chosen = tf.data.Dataset.range(lanes).interleave(
+        # A resumed epoch starts at the lane of its first window, so the lanes are rotated.
+        first_lane = tf.concat([windows[:1, 0], tf.zeros([1], tf.int64)], 0)[0]
+        lane_order = tf.math.floormod(tf.range(lanes, dtype=tf.int64) + first_lane, lanes)
+        chosen = tf.data.Dataset.from_tensor_slices(lane_order).interleave(
             lane_dataset, cycle_length=lanes, block_length=1, num_parallel_calls=lanes, deterministic=True
         )
         meta = tf.data.Dataset.from_tensor_slices(windows[:, 1:])
-        parsed = tf.data.Dataset.zip((chosen, meta)).map(
-            parse_window, num_parallel_calls=lanes, deterministic=True
-        )
-        return _rebatch(parsed, batch_size)
+        permuted = tf.data.Dataset.zip((chosen, meta)).map(check_and_permute)
+        return _rebatch(permuted, batch_size)  # serialized records [batch_size]
 
     @_no_autograph
-    def finish(b):
-        tokens = tf.cast(b[records.TOKENS], tf.int32)
+    def parse_batch(recs):
+        parsed = tf.io.parse_example(tf.reshape(recs, [batch_size]), spec)
+        tokens = tf.io.decode_raw(parsed[records.TOKENS], tf_dtype, little_endian=True)
+        tokens = tf.reshape(tf.cast(tokens, tf.int32), [batch_size, seq_len + 1])
+        valid = parsed[records.VALID_LABELS]
         out = {
-            "inputs": tf.ensure_shape(tokens[:, :-1], [batch_size, seq_len]),
-            "labels": tf.ensure_shape(tokens[:, 1:], [batch_size, seq_len]),
-            "loss_mask": tf.ensure_shape(
-                tf.cast(
-                    tf.range(seq_len, dtype=tf.int64)[None, :] < b[records.VALID_LABELS][:, None],
-                    tf.float32,
-                ),
-                [batch_size, seq_len],
+            "inputs": tokens[:, :-1],
+            "labels": tokens[:, 1:],
+            "loss_mask": tf.cast(
+                tf.range(seq_len, dtype=tf.int64)[None, :] < tf.reshape(valid, [batch_size, 1]), tf.float32
             ),
         }
         for name in optional:
-            out[name] = tf.ensure_shape(tf.cast(b[name], tf.int32), [batch_size, seq_len])
+            values = tf.io.decode_raw(parsed[name], tf_dtype, little_endian=True)
+            out[name] = tf.reshape(tf.cast(values, tf.int32), [batch_size, seq_len])
         return out
 
     last = tf.int64.max if end_epoch is None else max(end_epoch, first_epoch)
     ds = tf.data.Dataset.range(first_epoch, last).flat_map(epoch_dataset)
-    ds = ds.map(finish, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = ds.map(parse_batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     if end_epoch is not None:
         total = max(0, (end_epoch - first_epoch) * steps - first_step) if end_epoch > first_epoch else 0
         ds = ds.apply(tf.data.experimental.assert_cardinality(total))

@@ -218,7 +218,7 @@ def plot(results: dict[str, dict[str, dict]], out_path: str, title: str) -> None
 
 def build_parser() -> argparse.ArgumentParser:
     """Our flags (unknown ones go to Beam's PipelineOptions for the sampler)."""
-    p = argparse.ArgumentParser(prog="python -m pipeline.tokenizer_report", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m pipeline.tokenizer_report", description=__doc__, allow_abbrev=False,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--input", action="append", default=None,
                    help="glob or fsspec URL of .jsonl.zst/.jsonl.gz/.jsonl files; repeatable (use held-out data)")
@@ -294,8 +294,9 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("apache_beam").setLevel(logging.WARNING)
+    from pipeline.run import configure_logging
+
+    configure_logging()
     try:
         main()
     except (ValueError, FileNotFoundError) as e:

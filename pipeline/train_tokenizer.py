@@ -218,11 +218,11 @@ class SampleConfig:
         return parse_weights(self.weights, self.subsets)
 
     def budgets(self) -> dict[str, int]:
-        """Byte budget of each stratum with a positive weight."""
+        """Byte budget of each stratum with a positive weight (at least 1: one document or more)."""
         weights = self.normalized_weights()
         if weights is None:
             return {NATURAL_STRATUM: self.sample_bytes}
-        return {name: int(round(self.sample_bytes * w)) for name, w in weights.items() if w > 0}
+        return {name: max(1, round(self.sample_bytes * w)) for name, w in weights.items() if w > 0}
 
     @property
     def is_natural(self) -> bool:
@@ -604,10 +604,12 @@ class TrainerConfig:
             raise ValueError("--character_coverage must be in (0, 1]")
         if self.num_threads < 1:
             raise ValueError("--num_threads must be >= 1")
-        reserved = {f.name for f in dataclasses.fields(self)} | {"input", "model_prefix", "model_writer"}
+        reserved = {f.name for f in dataclasses.fields(self)} - {"extra"}
         for key, _ in self.extra:
-            if key in reserved or key in _FIXED_TRAINER_ARGS:
-                raise ValueError(f"--spm_arg {key}=...: set it with its own flag (or it is fixed here)")
+            if key in reserved:
+                raise ValueError(f"--spm_arg {key}=...: set it with its own flag, --{key}")
+            if key in _NOT_PASSABLE:
+                raise ValueError(f"--spm_arg {key}=...: the command sets it (the sample is the input)")
 
     def trainer_kwargs(self) -> dict:
         """Arguments for SentencePieceTrainer.train (without input/model_prefix)."""
@@ -624,7 +626,7 @@ class TrainerConfig:
             "max_sentence_length": self.max_sentence_length,
             "max_sentencepiece_length": self.max_sentencepiece_length,
             "num_threads": self.num_threads,
-            **_FIXED_TRAINER_ARGS,
+            **_DEFAULT_TRAINER_ARGS,
         }
         kwargs.update(dict(self.extra))
         return kwargs
@@ -632,7 +634,8 @@ class TrainerConfig:
 
 # Llama-2's settings that have no flag here: identity normalization (text is kept as is), a dummy
 # prefix space, whitespace runs kept (and learnable as pieces), all sentences used in file order.
-_FIXED_TRAINER_ARGS = {
+# `--spm_arg KEY=VALUE` overrides any of them (e.g. normalization_rule_name=nmt_nfkc).
+_DEFAULT_TRAINER_ARGS = {
     "normalization_rule_name": "identity",
     "add_dummy_prefix": True,
     "remove_extra_whitespaces": False,
@@ -644,6 +647,8 @@ _FIXED_TRAINER_ARGS = {
     "shuffle_input_sentence": False,
     "hard_vocab_limit": True,
 }
+_NOT_PASSABLE = frozenset({"input", "model_prefix", "model_writer", "sentence_iterator", "minloglevel",
+                           "input_format"})
 
 
 def _read_sentences(path: str) -> Iterator[str]:
@@ -668,8 +673,10 @@ def train_model(sentences_path: str, config: TrainerConfig) -> bytes:
         )
     except RuntimeError as e:
         hint = ""
-        if "Vocabulary size" in str(e) or "vocab_size" in str(e):
+        if "too high" in str(e):
             hint = " (the sample is too small for this --vocab_size: lower it or draw a larger sample)"
+        elif "required_chars" in str(e):
+            hint = " (the characters to cover need more ids: raise --vocab_size or lower --character_coverage)"
         raise ValueError(f"SentencePiece training failed: {e}{hint}") from e
     return out.getvalue()
 
@@ -732,7 +739,7 @@ def _bool(value: str) -> bool:
 
 def build_parser() -> argparse.ArgumentParser:
     """Our flags (Beam's are left for PipelineOptions)."""
-    p = argparse.ArgumentParser(prog="python -m pipeline.train_tokenizer", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m pipeline.train_tokenizer", description=__doc__, allow_abbrev=False,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("sample")
     g.add_argument("--input", action="append", default=None,
@@ -929,8 +936,9 @@ def _print_sample(stats: dict) -> None:
 
 
 if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("apache_beam").setLevel(logging.WARNING)
+    from pipeline.run import configure_logging
+
+    configure_logging()
     try:
         main()
     except (ValueError, FileNotFoundError, FileExistsError) as e:

@@ -83,8 +83,8 @@ def shards(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("hvd_data")
     rng = random.Random(7)
-    train_docs = [_document(rng) for _ in range(24)]
-    val_docs = [_document(rng) for _ in range(12)]
+    train_docs = [_document(rng) for _ in range(6)]
+    val_docs = [_document(rng) for _ in range(4)]
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter([_document(rng) for _ in range(300)]), model_prefix=str(root / "sp"),
         vocab_size=48, model_type="bpe", bos_id=1, eos_id=2, pad_id=0, unk_id=3,

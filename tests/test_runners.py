@@ -9,8 +9,12 @@ PortableRunner (the path Flink and Spark take) writes the same bytes as DirectRu
 import glob
 import hashlib
 import os
+import signal
 import socket
+import subprocess
+import sys
 import tarfile
+import time
 import tomllib
 from pathlib import Path
 
@@ -181,8 +185,23 @@ def test_dataflow_dry_run_from_the_config_file_with_a_worker_image(corpus, tiny_
     assert not out.exists()
 
 
-def test_portable_runner_writes_the_same_bytes_as_direct_runner(corpus, tiny_model, tmp_path, monkeypatch):
-    """PortableRunner (embedded job service, LOOPBACK worker) == DirectRunner, every file, manifest included."""
+@pytest.fixture(scope="module")
+def direct_run(corpus, tiny_model, tmp_path_factory):
+    """(argv, output directory, manifest, file digests) of a DirectRunner run; later runs reuse the directory."""
+    out = tmp_path_factory.mktemp("runners") / "out"
+    # The manifest records the config: the same directory and flags for every runner compared.
+    argv = ["--input", str(corpus / "train" / "*.jsonl.zst"), "--output_dir", str(out),
+            "--tokenizer_model", tiny_model, "--seq_len", "128", "--chunk_mb", "0.05",
+            "--shard_size_mb", "0.1", "--document_boundaries", "--overwrite"]
+    manifest = run.main(argv + ["--runner", "DirectRunner", "--direct_running_mode", "in_memory",
+                                "--direct_num_workers", "1"])
+    assert len(manifest["shards"]) > 2 and manifest["packing"]["records_from_tails"] > 0
+    return argv, out, manifest, _digests(out)
+
+
+@pytest.fixture
+def job_service_spy(monkeypatch):
+    """Counts pipelines submitted through a portable job service."""
     submitted = []
     original = portable_runner.JobServiceHandle.submit
 
@@ -191,18 +210,42 @@ def test_portable_runner_writes_the_same_bytes_as_direct_runner(corpus, tiny_mod
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(portable_runner.JobServiceHandle, "submit", spy)
-    out = tmp_path / "out"
-    common = ["--input", str(corpus / "train" / "*.jsonl.zst"), "--output_dir", str(out),
-              "--tokenizer_model", tiny_model, "--seq_len", "128", "--chunk_mb", "0.05",
-              "--shard_size_mb", "0.1", "--document_boundaries", "--overwrite"]
-    # The manifest records the config, output_dir and overwrite included: same directory, same flags.
-    direct = run.main(common + ["--runner", "DirectRunner", "--direct_running_mode", "in_memory",
-                                "--direct_num_workers", "1"])
-    direct_files = _digests(out)
-    assert not submitted
-    portable = run.main(common + ["--config", str(REPO / "beam_configs" / "portable_embed.toml")])
-    assert submitted, "PortableRunner did not go through the job service"
-    assert len(direct["shards"]) > 2 and direct["packing"]["records_from_tails"] > 0
-    assert _digests(out) == direct_files
-    assert portable == direct
+    return submitted
+
+
+def test_portable_runner_writes_the_same_bytes_as_direct_runner(direct_run, job_service_spy):
+    """PortableRunner (embedded job service, LOOPBACK worker) == DirectRunner, every file, manifest included."""
+    argv, out, manifest, digests = direct_run
+    portable = run.main(argv + ["--config", str(REPO / "beam_configs" / "portable_embed.toml")])
+    assert job_service_spy, "PortableRunner did not go through the job service"
+    assert _digests(out) == digests
+    assert portable == manifest
     assert not [f for f in os.listdir(out) if ".tmp-" in f]
+
+
+def test_external_worker_pool_writes_the_same_bytes(direct_run, job_service_spy):
+    """SDK workers from a separate worker pool (EXTERNAL environment: how EMR nodes run them) == DirectRunner."""
+    argv, out, manifest, digests = direct_run
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    pool = subprocess.Popen([sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main",
+                             "--service_port", str(port)], env=env, cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:  # the pool is ready once it accepts connections
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert pool.poll() is None and time.monotonic() < deadline, "the worker pool did not start"
+            time.sleep(0.2)
+        external = run.main(argv + ["--runner", "PortableRunner", "--job_endpoint", "embed",
+                                    "--environment_type", "EXTERNAL", "--environment_config", f"localhost:{port}"])
+    finally:
+        os.killpg(pool.pid, signal.SIGTERM)
+        pool.wait(timeout=30)
+    assert job_service_spy
+    assert _digests(out) == digests
+    assert external == manifest

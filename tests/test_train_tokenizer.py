@@ -163,7 +163,7 @@ def test_document_sentences_drop_blank_lines():
 def test_vocab_file_matches_sentencepieces_own(model_type, tmp_path):
     texts = [json.loads(line)["text"] for line in compose_lines(random.Random(2), 60)]
     (tmp_path / "s.txt").write_text("\n".join(t.replace("\n", " ") for t in texts) + "\n", encoding="utf-8")
-    config = tt.TrainerConfig(model_type=model_type, vocab_size=300, num_threads=1)
+    config = tt.TrainerConfig(model_type=model_type, vocab_size=500, num_threads=1)
     proto = tt.train_model(str(tmp_path / "s.txt"), config)
     spm.SentencePieceTrainer.train(input=str(tmp_path / "s.txt"), model_prefix=str(tmp_path / "ref"),
                                    minloglevel=2, **config.trainer_kwargs())
@@ -176,8 +176,12 @@ def test_trainer_config_validation():
         tt.TrainerConfig(vocab_size=200)
     with pytest.raises(ValueError, match="must differ"):
         tt.TrainerConfig(eos_id=1)
-    with pytest.raises(ValueError, match="own flag"):
+    with pytest.raises(ValueError, match="own flag, --vocab_size"):
         tt.TrainerConfig(extra=(("vocab_size", "10"),))
+    with pytest.raises(ValueError, match="the command sets it"):
+        tt.TrainerConfig(extra=(("input", "x.txt"),))
+    nfkc = tt.TrainerConfig(extra=(("normalization_rule_name", "nmt_nfkc"), ("remove_extra_whitespaces", "true")))
+    assert nfkc.trainer_kwargs()["normalization_rule_name"] == "nmt_nfkc"
     kwargs = tt.TrainerConfig().trainer_kwargs()
     # Llama-2's layout and settings by default.
     assert (kwargs["unk_id"], kwargs["bos_id"], kwargs["eos_id"], kwargs["pad_id"]) == (0, 1, 2, -1)
@@ -354,3 +358,25 @@ def test_the_trained_model_drives_the_pipeline(trained, corpus, tmp_path):
     assert (tok["vocab_size"], tok["bos_id"], tok["eos_id"], tok["unk_id"], tok["pad_id"]) == (400, 1, 2, 0, -1)
     assert manifest["totals"]["records"] > 0
     assert manifest["dead_letters"]["by_reason"] == EXPECTED_DEAD
+
+
+def test_only_bad_lines_give_a_clear_error(tmp_path):
+    write_lines(str(tmp_path / "c" / "a.jsonl.zst"), BAD_LINES)
+    with pytest.raises(ValueError, match="The sample is empty"):
+        tt.main(["--input", str(tmp_path / "c" / "*.jsonl.zst"), "--model_prefix", str(tmp_path / "m"),
+                 "--vocab_size", "400", *FAST_BEAM])
+    assert not os.path.exists(tmp_path / "m.model")
+
+
+def test_a_corrupt_file_fails_unless_skipped(tmp_path):
+    good = write_lines(str(tmp_path / "c" / "a.jsonl.zst"), compose_lines(random.Random(1), 30))
+    data = open(good, "rb").read()
+    with open(tmp_path / "c" / "b.jsonl.zst", "wb") as f:
+        f.write(data[: len(data) // 2])  # cut mid-frame
+    args = ["--input", str(tmp_path / "c" / "*.jsonl.zst"), "--sample_only", "--sample_mb", "1", *FAST_BEAM]
+    with pytest.raises(Exception, match="truncated"):
+        tt.main([*args, "--work_dir", str(tmp_path / "w1")])
+    tt.main([*args, "--work_dir", str(tmp_path / "w2"), "--on_corrupt_file", "skip"])
+    stats = tt.load_sample_stats(str(tmp_path / "w2"))
+    assert stats["damaged_files"] == [str(tmp_path / "c" / "b.jsonl.zst")]
+    assert stats["documents"] > 0

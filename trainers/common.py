@@ -182,6 +182,7 @@ def add_train_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="validation output of the pipeline; default $SM_CHANNEL_VAL")
     p.add_argument("--output_dir", default=_env("SM_MODEL_DIR", "out/train"),
                    help="metrics, TensorBoard, configs; default $SM_MODEL_DIR or out/train")
+    p.add_argument("--model_dir", default=None, help=argparse.SUPPRESS)  # SageMaker's TF estimator may pass it
     p.add_argument("--checkpoint_dir", default="/opt/ml/checkpoints" if _env("SM_MODEL_DIR") else None,
                    help="default <output_dir>/checkpoints (/opt/ml/checkpoints on SageMaker)")
     p.add_argument("--tensorboard_dir",

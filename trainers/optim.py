@@ -61,16 +61,17 @@ class AdamW(tf.Module):
         self._built_for: int | None = None
 
     def build(self, var_list) -> None:
-        """Create the moment slots (zeros) for `var_list`, in order; call once, eagerly."""
+        """Create the moment slots (zeros) for `var_list`, in order (once; later calls check it)."""
         var_list = list(var_list)
         if self._built_for is not None:
             if self._built_for != len(var_list):
                 raise ValueError("AdamW was built for a different variable list")
             return
-        for i, var in enumerate(var_list):
-            shape, dtype = tuple(int(d) for d in var.shape), tf.as_dtype(var.dtype)
-            self.m.append(tf.Variable(tf.zeros(shape, dtype), trainable=False, name=f"m_{i}"))
-            self.v.append(tf.Variable(tf.zeros(shape, dtype), trainable=False, name=f"v_{i}"))
+        with tf.init_scope():  # eager even when first called inside a tf.function (SMP's first step)
+            for i, var in enumerate(var_list):
+                shape, dtype = tuple(int(d) for d in var.shape), tf.as_dtype(var.dtype)
+                self.m.append(tf.Variable(tf.zeros(shape, dtype), trainable=False, name=f"m_{i}"))
+                self.v.append(tf.Variable(tf.zeros(shape, dtype), trainable=False, name=f"v_{i}"))
         self._built_for = len(var_list)
 
     def current_learning_rate(self):
@@ -81,7 +82,9 @@ class AdamW(tf.Module):
         """One update; returns the global gradient norm before clipping (float32 scalar)."""
         grads, var_list = zip(*list(grads_and_vars))
         if self._built_for is None:
-            raise RuntimeError("call AdamW.build(model.trainable_variables) before the first step")
+            # Variables that exist only after the first step (SageMaker model parallelism builds the
+            # partitioned model then) get their slots now; the data-parallel trainer builds first.
+            self.build(var_list)
         if any(g is None for g in grads):
             missing = [getattr(v, "path", getattr(v, "name", "?")) for g, v in zip(grads, var_list) if g is None]
             raise ValueError(f"no gradient for {missing}: they do not influence the loss")

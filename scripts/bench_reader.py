@@ -1,0 +1,157 @@
+"""Benchmark: tokens/s of pipeline.tfdata.make_dataset against raw TFRecordDataset + batched parse.
+
+Both paths read the same shards in the same process, alternately (raw, reader, raw, reader, ...), so
+the page cache and the machine's load treat them alike; the shards are read once first to warm the
+cache. Reported: median tokens/s (label positions delivered) per path, their ratio, and the
+reader's time to first batch (from the make_dataset call, manifest checks included).
+
+    python scripts/bench_reader.py                       # synthetic shards written to --workdir
+    python scripts/bench_reader.py --manifest /data/out  # an existing pipeline output
+
+Target (issue 3): reader >= 0.8x raw, first batch < 2 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+import tensorflow as tf
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+
+from pipeline import manifest as manifest_lib  # noqa: E402
+from pipeline import records, tfdata  # noqa: E402
+
+
+def write_synthetic(out_dir: str, shards: int, records_per_shard: int, seq_len: int) -> str:
+    """Shards of random uint16 records plus a manifest (tests/reader_fixtures.py does the writing)."""
+    from reader_fixtures import write_output
+
+    if os.path.exists(manifest_lib.manifest_path(out_dir)):
+        m = manifest_lib.load_manifest(out_dir)
+        if m["seq_len"] == seq_len and [s["records"] for s in m["shards"]] == [records_per_shard] * shards:
+            return out_dir
+    write_output(out_dir, [records_per_shard] * shards, seq_len=seq_len, document_boundaries=False)
+    return out_dir
+
+
+def raw_dataset(manifest_dir: str, batch_size: int, read_buffer: int, parallel_reads: int | None):
+    """The baseline: TFRecordDataset over the shards -> batch -> parse_example + decode_raw -> int32."""
+    m = manifest_lib.load_manifest(manifest_dir)
+    mf = manifest_lib.manifest_path(manifest_dir)
+    files = [manifest_lib.shard_url(mf, s) for s in m["shards"]]
+    seq_len = m["seq_len"]
+    dtype = {"uint16": tf.uint16, "int32": tf.int32}[m["features"]["tokens"]["dtype"]]
+    spec = {
+        records.TOKENS: tf.io.FixedLenFeature([], tf.string),
+        records.VALID_LABELS: tf.io.FixedLenFeature([], tf.int64, default_value=seq_len),
+    }
+
+    def parse(batch):
+        parsed = tf.io.parse_example(batch, spec)
+        tokens = tf.cast(tf.io.decode_raw(parsed[records.TOKENS], dtype), tf.int32)
+        tokens = tf.reshape(tokens, [batch_size, seq_len + 1])
+        mask = tf.cast(tf.range(seq_len, dtype=tf.int64)[None] < parsed[records.VALID_LABELS][:, None], tf.float32)
+        return {"inputs": tokens[:, :-1], "labels": tokens[:, 1:], "loss_mask": mask}
+
+    ds = tf.data.TFRecordDataset(files, buffer_size=read_buffer, num_parallel_reads=parallel_reads).repeat()
+    return ds.batch(batch_size, drop_remainder=True).map(parse, num_parallel_calls=tf.data.AUTOTUNE).prefetch(
+        tf.data.AUTOTUNE
+    )
+
+
+def drain(ds, max_batches: int) -> tuple[int, float, float]:
+    """(tokens delivered, seconds, seconds to the first batch) for up to max_batches batches."""
+    start = time.perf_counter()
+    first = None
+    tokens = 0
+    for i, batch in enumerate(ds):
+        tokens += int(np.prod(batch["labels"].shape))
+        if first is None:
+            first = time.perf_counter() - start
+        if i + 1 >= max_batches:
+            break
+    return tokens, time.perf_counter() - start, first
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--manifest", help="existing output dir (default: write synthetic shards)")
+    p.add_argument("--workdir", default="/tmp/bench_reader")
+    p.add_argument("--shards", type=int, default=8)
+    p.add_argument("--records_per_shard", type=int, default=2500)
+    p.add_argument("--seq_len", type=int, default=2048)
+    p.add_argument("--batch_size", type=int, default=8)
+    p.add_argument("--max_batches", type=int, default=6000, help="batches per timed run (epochs repeat)")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--shuffle_buffer", type=int, default=tfdata.DEFAULT_SHUFFLE_BUFFER)
+    p.add_argument("--num_parallel_reads", type=int, default=tfdata.DEFAULT_PARALLEL_READS)
+    p.add_argument("--json", help="also write the results here")
+    args = p.parse_args(argv)
+
+    out = args.manifest or write_synthetic(
+        os.path.join(args.workdir, f"L{args.seq_len}"), args.shards, args.records_per_shard, args.seq_len
+    )
+    m = manifest_lib.load_manifest(out)
+    total_bytes = sum(s["bytes"] for s in m["shards"])
+    print(
+        f"shards: {len(m['shards'])} x ~{m['shards'][0]['records']} records, seq_len {m['seq_len']}, "
+        f"{total_bytes / 2**20:.0f} MiB; batch {args.batch_size}; cpus {os.cpu_count()}; TF {tf.__version__}"
+    )
+    epoch_batches = sum(s["records"] for s in m["shards"]) // args.batch_size
+    drain(raw_dataset(out, args.batch_size, tfdata.DEFAULT_READ_BUFFER_BYTES, None), epoch_batches)  # warm cache
+
+    results: dict[str, list[float]] = {"raw": [], "raw_parallel": [], "reader": [], "reader_noshuffle": []}
+    cpu: dict[str, list[float]] = {name: [] for name in results}
+    first_batch: list[float] = []
+
+    def timed(name, ds):
+        c = time.process_time()
+        t, s, first = drain(ds, args.max_batches)
+        results[name].append(t / s)
+        cpu[name].append((time.process_time() - c) / t * 1e9)  # CPU microseconds per 1000 tokens
+        return s, first
+
+    for _ in range(args.repeats):
+        # Time to first batch: a fresh reader, manifest checks and graph building included.
+        start = time.perf_counter()
+        ds = tfdata.make_dataset(out, args.batch_size, seed=1, shuffle_buffer=args.shuffle_buffer,
+                                 num_parallel_reads=args.num_parallel_reads)
+        next(iter(ds))
+        first_batch.append(time.perf_counter() - start)
+        timed("raw", raw_dataset(out, args.batch_size, tfdata.DEFAULT_READ_BUFFER_BYTES, None))
+        timed("raw_parallel", raw_dataset(
+            out, args.batch_size, tfdata.DEFAULT_READ_BUFFER_BYTES, args.num_parallel_reads))
+        timed("reader", tfdata.make_dataset(
+            out, args.batch_size, seed=1, shuffle_buffer=args.shuffle_buffer,
+            num_parallel_reads=args.num_parallel_reads, num_epochs=None))
+        timed("reader_noshuffle", tfdata.make_dataset(
+            out, args.batch_size, shuffle=False, shuffle_buffer=args.shuffle_buffer,
+            num_parallel_reads=args.num_parallel_reads, num_epochs=None))
+
+    summary = {name: statistics.median(v) for name, v in results.items()}
+    summary["ratio_reader_vs_raw"] = summary["reader"] / summary["raw"]
+    summary["ratio_reader_vs_raw_parallel"] = summary["reader"] / summary["raw_parallel"]
+    summary["first_batch_s"] = statistics.median(first_batch)
+    summary["first_batch_max_s"] = max(first_batch)
+    for name in results:
+        summary[f"{name}_cpu_us_per_ktok"] = statistics.median(cpu[name])
+        print(f"{name:18s} {summary[name] / 1e6:8.1f} M tokens/s   {summary[name + '_cpu_us_per_ktok']:6.1f} "
+              "CPU-us per 1k tokens   runs (M tokens/s): " + ", ".join(f"{v / 1e6:.1f}" for v in results[name]))
+    print(f"reader / raw: {summary['ratio_reader_vs_raw']:.2f}x; reader / raw (parallel reads): "
+          f"{summary['ratio_reader_vs_raw_parallel']:.2f}x")
+    print(f"time to first batch: median {summary['first_batch_s']:.2f} s, max {summary['first_batch_max_s']:.2f} s")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "results": results, "cpu": cpu, "summary": summary}, f, indent=1)
+    return summary
+
+
+if __name__ == "__main__":
+    main()

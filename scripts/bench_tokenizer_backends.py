@@ -1,0 +1,206 @@
+"""Tokenizer backends in the whole pipeline vs the bare single-process SentencePiece loop, in one run.
+
+    python scripts/bench_tokenizer_backends.py [--scale 8] [--corpus DIR] [--model M.model]
+        [--backends sentencepiece,gigatoken,kitoken] [--workers 1,2] [--out BENCH.md]
+
+1. Corpus: --corpus (a directory in the Pile layout, train/*.jsonl.zst) or one composed by
+   pipeline.sample_corpus at --scale (scale 8: ~100 MB of text, ~19 M tokens).
+2. Model: --model, by default the repository's tokenizers/sample/sample.model (Llama-2-style BPE:
+   identity normalization, whitespace kept, byte fallback, split digits; vocab 8000).
+3. The bare loop: one process, zstd stream-decompress, split lines, json.loads, sp.encode per document.
+4. The pipeline (`python -m pipeline.run`, DirectRunner multi_processing) with each backend on each
+   worker count, each in a fresh subprocess; wall time, CPU time of the process tree, tokens/s and
+   the ratio to the bare loop. A run on a one-document input gives each worker count's fixed cost
+   (interpreter and Beam start-up), and the fast backends' self-check is timed alone; the
+   steady-state rate leaves both out (they do not grow with the input).
+5. Byte-identical output: every run's shard sha256s (from its manifest) must equal SentencePiece's.
+Prints a Markdown report (and writes it to --out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _cpu_children() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def compose_corpus(out: str, scale: float) -> str:
+    subprocess.run([sys.executable, "-m", "pipeline.sample_corpus", out, "--scale", str(scale)], cwd=REPO,
+                   check=True, stdout=subprocess.DEVNULL)
+    return out
+
+
+def bare_loop(pattern: str, model: str) -> dict:
+    """The baseline: what one process does with no pipeline at all (one sp.encode per document)."""
+    import sentencepiece as spm
+    import zstandard
+
+    sp = spm.SentencePieceProcessor(model_file=model)
+    docs = tokens = size = 0
+    wall, cpu = time.perf_counter(), time.process_time()
+    for path in sorted(glob.glob(pattern)):
+        with open(path, "rb") as f:
+            reader = zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True)
+            pending = b""
+            while block := reader.read(1 << 20):
+                lines = (pending + block).split(b"\n")
+                pending = lines.pop()
+                for line in lines:
+                    if line:
+                        tokens += len(sp.encode(json.loads(line)["text"])) + 1
+                        size += len(line)
+                        docs += 1
+            if pending:
+                tokens += len(sp.encode(json.loads(pending)["text"])) + 1
+                size += len(pending)
+                docs += 1
+    return {"docs": docs, "tokens": tokens, "bytes": size, "wall": time.perf_counter() - wall,
+            "cpu": time.process_time() - cpu}
+
+
+def run_pipeline(pattern: str, model: str, backend: str, workers: int, out: str) -> dict:
+    """One pipeline run in a fresh process; wall time, CPU of the reaped process tree, the manifest."""
+    cmd = [sys.executable, "-m", "pipeline.run", "--input", pattern, "--output_dir", out, "--tokenizer_model", model,
+           "--tokenizer_backend", backend, "--overwrite", "--runner", "DirectRunner",
+           "--direct_running_mode", "multi_processing", "--direct_num_workers", str(workers)]
+    load = os.getloadavg()[0]
+    cpu = _cpu_children()
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if proc.returncode:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+    with open(os.path.join(out, "manifest.json"), encoding="utf-8") as f:
+        manifest = json.load(f)
+    return {"wall": wall, "cpu": _cpu_children() - cpu, "load": load, "manifest": manifest,
+            "tokens": sum(s.get("tokens_with_epochs", 0) for s in manifest["subsets"].values()),
+            "shards": [(s["path"], s["sha256"]) for s in manifest["shards"]],
+            "backend": manifest["tokenizer"]["backend"], "cmd": " ".join(cmd[1:])}
+
+
+def main(argv=None) -> str:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--corpus", help="a directory in the Pile layout (train/*.jsonl.zst); default: compose one")
+    p.add_argument("--scale", type=float, default=8.0, help="pipeline.sample_corpus --scale when composing")
+    p.add_argument("--model", default=os.path.join(REPO, "tokenizers", "sample", "sample.model"))
+    p.add_argument("--backends", default="sentencepiece,gigatoken,kitoken")
+    p.add_argument("--workers", default="1,2")
+    p.add_argument("--workdir", help="default: a temporary directory")
+    p.add_argument("--out", help="also write the Markdown report here")
+    args = p.parse_args(argv)
+    work = args.workdir or tempfile.mkdtemp(prefix="bench_backends_")
+    os.makedirs(work, exist_ok=True)
+    backends = args.backends.split(",")
+    workers = [int(w) for w in args.workers.split(",")]
+    started = time.perf_counter()
+
+    corpus = args.corpus or compose_corpus(os.path.join(work, "corpus"), args.scale)
+    pattern = os.path.join(corpus, "train", "*.jsonl.zst")
+    print(f"corpus {pattern} ({time.perf_counter() - started:.0f} s)", flush=True)
+    model = args.model
+    from pipeline.backends import ModelFacts
+
+    with open(model, "rb") as f:
+        facts = ModelFacts.from_proto(f.read())
+    model_note = (f"{os.path.basename(model)}: {facts.model_type}, vocab {len(facts.piece_types)}, normalization "
+                  f"{facts.normalizer}, byte_fallback {facts.byte_fallback}, remove_extra_whitespaces "
+                  f"{facts.remove_extra_whitespaces}")
+
+    bare = bare_loop(pattern, model)
+    bare_rate = bare["tokens"] / bare["wall"]
+    print(f"bare loop: {bare['tokens']:,} tokens in {bare['wall']:.1f} s", flush=True)
+
+    # Fixed cost per worker count: the same job on a one-document input (Beam start-up, driver checks).
+    tiny = os.path.join(work, "tiny", "train")
+    os.makedirs(tiny, exist_ok=True)
+    import zstandard
+
+    with open(os.path.join(tiny, "00.jsonl.zst"), "wb") as f:
+        f.write(zstandard.ZstdCompressor().compress(
+            json.dumps({"text": "one small document", "meta": {"pile_set_name": "Pile-CC"}}).encode() + b"\n"))
+    fixed = {w: run_pipeline(os.path.join(tiny, "*.jsonl.zst"), model, "sentencepiece", w,
+                             os.path.join(work, f"tiny_out_{w}"))["wall"] for w in workers}
+    print(f"fixed cost (one-document job): {fixed}", flush=True)
+    # The driver's self-check of each fast backend on this input, timed alone (part of each run's wall time).
+    from pipeline.backends import choose_backend
+
+    files = sorted(glob.glob(pattern))
+    check = {}
+    for backend in backends:
+        start = time.perf_counter()
+        choose_backend(backend, model, files)
+        check[backend] = time.perf_counter() - start if backend != "sentencepiece" else 0.0
+    print(f"self-check: {check}", flush=True)
+
+    runs = {}
+    for backend in backends:
+        for w in workers:
+            r = run_pipeline(pattern, model, backend, w, os.path.join(work, f"out_{backend}_{w}"))
+            runs[(backend, w)] = r
+            print(f"{backend} x{w}: {r['wall']:.1f} s, {r['tokens'] / r['wall'] / 1e6:.2f} M tokens/s "
+                  f"({r['tokens'] / r['wall'] / bare_rate:.2f}x bare), load {r['load']:.1f}", flush=True)
+
+    reference = runs.get(("sentencepiece", workers[0]), next(iter(runs.values())))
+    lines = [
+        f"Machine: {os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), Python "
+        f"{platform.python_version()}; corpus {pattern}: {bare['docs']:,} documents, {bare['bytes'] / 1e6:.0f} MB "
+        f"of JSON lines, {bare['tokens']:,} tokens (with EOS); model {model_note}.",
+        "",
+        "| run | wall s | tokens/s | x bare loop | steady-state x bare | CPU s (tree) | load avg "
+        "| shards = SentencePiece's |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+        f"| bare loop (1 process, sp.encode per document) | {bare['wall']:.1f} | {bare_rate / 1e6:.2f} M | 1.00 | "
+        f"1.00 | {bare['cpu']:.1f} | | |",
+    ]
+    for (backend, w), r in runs.items():
+        rate = r["tokens"] / r["wall"]
+        busy = r["wall"] - fixed[w] - check[backend]
+        steady = f"{r['tokens'] / busy / bare_rate:.2f}" if busy > 0.2 * r["wall"] else "n/a"
+        used = r["backend"]["name"]
+        name = backend if used == backend else f"{backend} (ran {used})"
+        same = "yes" if r["shards"] == reference["shards"] else "**NO**"
+        lines.append(f"| pipeline, {name}, {w} worker{'s' if w > 1 else ''} | {r['wall']:.1f} | {rate / 1e6:.2f} M | "
+                     f"{rate / bare_rate:.2f} | {steady} | {r['cpu']:.1f} | {r['load']:.1f} | {same} |")
+    identical = all(r["shards"] == reference["shards"] for r in runs.values())
+    lines += [
+        "",
+        "Fixed cost of a run (one-document input): "
+        + ", ".join(f"{w} worker{'s' if w > 1 else ''} {s:.1f} s" for w, s in fixed.items())
+        + "; the fast backends' self-check: "
+        + ", ".join(f"{b} {t:.1f} s" for b, t in check.items() if b != "sentencepiece")
+        + ". Steady state = tokens / (wall - fixed cost - self-check).",
+        f"Shards byte-identical across all runs: {'yes' if identical else 'NO'} "
+        f"({len(reference['shards'])} shard(s), sha256 {reference['shards'][0][1][:16]}...).",
+        "Backends recorded in the manifests: "
+        + "; ".join(f"{b} x{w}: {r['backend']['name']} {r['backend']['version']} "
+                    f"(self-check {r['backend']['parity'].get('result', 'n/a')}, "
+                    f"{r['backend']['parity'].get('documents', 0)} documents)" for (b, w), r in runs.items()),
+        f"Benchmark wall time: {time.perf_counter() - started:.0f} s. Command: "
+        + " ".join(["python scripts/bench_tokenizer_backends.py", *(argv if argv is not None else sys.argv[1:])]),
+    ]
+    report = "\n".join(lines)
+    print("\n" + report)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.write(report + "\n")
+    if not identical:
+        raise SystemExit("shards differ between backends")
+    return report
+
+
+if __name__ == "__main__":
+    main()

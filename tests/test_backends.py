@@ -1,0 +1,298 @@
+"""Tokenizer backends: parity with SentencePiece, the self-check and its fallback, static model checks."""
+
+import json
+import pickle
+import random
+import sys
+
+import numpy as np
+import pytest
+import sentencepiece as spm
+from corpus_helpers import pile_line, write_lines
+
+from pipeline import backends, packing
+from pipeline.sample_corpus import compose_lines
+
+FAST = [pytest.param(name, marks=pytest.mark.skipif(backends.package_version(name) is None,
+                                                    reason=f"{name} not installed"))
+        for name in backends.FAST_BACKENDS]
+
+# Characters that part engines from SentencePiece on some models (whitespace of every kind, controls,
+# combining marks, normalization-sensitive forms, byte-fallback characters, specials as text).
+_POOL = list("abcdefghijklmnopqrstuvwxyzABCXYZ0123456789 .,;:!?'\"()[]{}<>/\\|@#$%^&*-_=+~`") + [
+    " ", "  ", "\t", "\n", "\r\n", "\x00", "\x01", "\x7f", "\u00a0", "\u3000", "\u2028", "\u0085", "\u200b",
+    "\ufeff", "\u0301", "\u0308", "é", "ß", "İ", "ﬁ", "①", "Ａ", "数", "据", "日本", "한", "\u1100\u1161", "𠀀",
+    "\ue000", "\ufffd", "😀", "👩‍👩‍👧", "🇺🇸", "\U0010fffd", "мир", "العالم", "नमस्ते", "<s>", "</s>", "<unk>",
+    "<0x41>", "▁", "⁇", "１２３", "١٢٣",
+]
+
+
+def _fuzz(seed: int, n: int) -> list[str]:
+    rng = random.Random(seed)
+    return ["".join(rng.choice(_POOL) for _ in range(rng.choice((1, 2, 5, 20, 100, 600)))) for _ in range(n)]
+
+
+def _train(path, **overrides) -> str:
+    """A small Llama-2-style model (identity normalization, byte fallback, split digits), with overrides."""
+    texts = [json.loads(line)["text"] for line in compose_lines(random.Random(11), 120)]
+    args = dict(model_type="bpe", vocab_size=400, byte_fallback=True, split_digits=True,
+                normalization_rule_name="identity", remove_extra_whitespaces=False,
+                allow_whitespace_only_pieces=True, max_sentence_length=1 << 20, num_threads=1, minloglevel=2)
+    args.update(overrides)
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(texts), model_prefix=str(path), **args)
+    return f"{path}.model"
+
+
+def _sp_ids(model: str, texts: list[str]) -> list[list[int]]:
+    return spm.SentencePieceProcessor(model_file=model).encode(texts)
+
+
+@pytest.fixture(scope="module")
+def nfkc_model(tmp_path_factory) -> str:
+    """SentencePiece's default normalization (nmt_nfkc, extra whitespace removed): no fast backend may be used."""
+    return _train(tmp_path_factory.mktemp("nfkc") / "nfkc", normalization_rule_name="nmt_nfkc",
+                  remove_extra_whitespaces=True)
+
+
+@pytest.fixture
+def no_fast_backends(monkeypatch):
+    """Every fast backend's package fails to import, as when it is not installed."""
+    for name in ("gigatoken", "kitoken", "awkward"):
+        monkeypatch.setitem(sys.modules, name, None)  # `import name` raises ImportError
+
+
+# --- Parity on adversarial text (the Llama-2-style settings the fast backends are for).
+
+
+@pytest.mark.parametrize("backend", FAST)
+def test_parity_on_adversarial_text(backend, tiny_model):
+    """Literal specials, byte fallback, NULs, lone combining marks, 1 MB lines, digits, mixed scripts."""
+    facts = backends.ModelFacts.from_proto(open(tiny_model, "rb").read())
+    assert backends.model_problems(backend, facts) == []
+    texts = backends.adversarial_texts(facts, long_line=1 << 20)
+    assert max(len(t) for t in texts) >= 1 << 20
+    encoder = backends.Encoder(tiny_model, backend)
+    got = encoder.encode(texts)
+    want = _sp_ids(tiny_model, texts)
+    assert [i for i, (a, b) in enumerate(zip(want, got, strict=True)) if a != b] == []
+
+
+@pytest.mark.parametrize("backend", FAST)
+def test_parity_on_fuzzed_text(backend, tiny_model):
+    texts = _fuzz(0, 3000)
+    assert backends.Encoder(tiny_model, backend).encode(texts) == _sp_ids(tiny_model, texts)
+
+
+@pytest.mark.parametrize("backend", FAST)
+def test_literal_special_tokens_are_text(backend, tiny_model):
+    sp = spm.SentencePieceProcessor(model_file=tiny_model)
+    encoder = backends.Encoder(tiny_model, backend)
+    for text in ["<s>", "</s>", "<unk>", "a <s> b </s> c", "<s><s></s>"]:
+        ids = encoder.encode([text])[0]
+        assert ids == sp.encode(text)
+        assert sp.bos_id() not in ids and sp.eos_id() not in ids and sp.unk_id() not in ids
+
+
+@pytest.mark.parametrize("backend", FAST)
+def test_flat_encoding_matches_lists(backend, tiny_model):
+    texts = ["", "a", "hello world", "", "数据 123"]
+    ids, offsets = backends.Encoder(tiny_model, backend).encode_flat(texts)
+    assert ids.dtype == np.int32 and offsets.dtype == np.int64 and offsets[0] == 0
+    want = _sp_ids(tiny_model, texts)
+    assert [ids[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:], strict=True)] == want
+    assert backends.Encoder(tiny_model, backend).encode_flat([])[1].tolist() == [0]
+
+
+def test_gigatoken_is_rebuilt_to_bound_its_cache(tiny_model, monkeypatch):
+    pytest.importorskip("gigatoken")
+    monkeypatch.setattr(backends, "GIGATOKEN_RELOAD_BYTES", 1000)
+    encoder = backends.Encoder(tiny_model, "gigatoken")
+    encoder.load()
+    engine = encoder._engine
+    loads = []
+    original = engine._load
+    monkeypatch.setattr(engine, "_load", lambda: (loads.append(1), original()))
+    texts = _fuzz(1, 200)
+    assert encoder.encode(texts) == _sp_ids(tiny_model, texts)
+    assert encoder.encode(texts) == _sp_ids(tiny_model, texts)
+    assert loads  # rebuilt, same ids
+
+
+# --- What each engine is known to get wrong is refused before any text is encoded.
+
+
+def test_model_facts(tiny_model, nfkc_model):
+    tiny = backends.ModelFacts.from_proto(open(tiny_model, "rb").read())
+    assert (tiny.model_type, tiny.byte_fallback, tiny.normalizer, tiny.has_charsmap) == ("bpe", True, "identity", False)
+    assert not tiny.remove_extra_whitespaces and tiny.add_dummy_prefix and tiny.control_pieces == ("<s>", "</s>")
+    nfkc = backends.ModelFacts.from_proto(open(nfkc_model, "rb").read())
+    assert nfkc.normalizer == "nmt_nfkc" and nfkc.has_charsmap and nfkc.remove_extra_whitespaces
+    for garbage in (b"", b"\xff\xff", b"\x0a\x05ab"):
+        with pytest.raises(ValueError, match="not a SentencePiece model"):
+            backends.ModelFacts.from_proto(garbage)
+
+
+@pytest.mark.parametrize("settings", [
+    {"normalization_rule_name": "nmt_nfkc"},
+    {"normalization_rule_name": "nfkc"},
+    {"remove_extra_whitespaces": True},
+    {"split_by_whitespace": False},
+    {"user_defined_symbols": ["<|im_start|>", "@@"]},
+    {"byte_fallback": False},
+    {"model_type": "unigram"},
+    {"add_dummy_prefix": False},
+    {},
+])
+def test_static_checks_cover_every_measured_mismatch(settings, tmp_path):
+    """For each model setting: an engine either is refused up front or gives SentencePiece's ids."""
+    model = _train(tmp_path / "m", **settings)
+    proto = open(model, "rb").read()
+    facts = backends.ModelFacts.from_proto(proto)
+    texts = backends.adversarial_texts(facts, long_line=1 << 12) + _fuzz(2, 400)
+    want = backends._SentencePieceEngine(proto).encode(texts)
+    for backend in backends.FAST_BACKENDS:
+        if backends.package_version(backend) is None or backends.model_problems(backend, facts):
+            continue
+        got = backends.load_engine(backend, proto).encode(texts)
+        assert backends.mismatched(want, got) == [], (backend, settings)
+
+
+def test_unsupported_model_is_refused_with_the_reason(nfkc_model):
+    proto = open(nfkc_model, "rb").read()
+    for backend in backends.FAST_BACKENDS:
+        with pytest.raises(backends.BackendUnavailable, match="normalization 'nmt_nfkc'"):
+            backends.load_engine(backend, proto)
+
+
+# --- choose_backend: the self-check in the driver.
+
+
+def _corpus(tmp_path, n_files=3) -> list[str]:
+    texts = _fuzz(3, 60) + ["literal <s> and </s> in text", "x" * 100_000, "1234567890" * 100]
+    files = []
+    for f in range(n_files):
+        lines = [pile_line(t) for t in texts[f::n_files]] + [b"{bad json"]
+        files.append(write_lines(str(tmp_path / "in" / f"{f:02d}.jsonl.zst"), lines))
+    return files
+
+
+@pytest.mark.parametrize("backend", FAST)
+def test_auto_picks_a_fast_backend_after_the_self_check(backend, tiny_model, tmp_path, monkeypatch):
+    monkeypatch.setattr(backends, "FAST_BACKENDS", (backend,))
+    choice = backends.choose_backend("auto", tiny_model, _corpus(tmp_path))
+    assert choice.name == backend and choice.version == backends.package_version(backend)
+    parity = choice.parity
+    assert parity["requested"] == "auto" and parity["result"] == "passed" and parity["mismatches"] == 0
+    assert parity["documents"] == 63 and parity["files_sampled"] == 3 and parity["adversarial_strings"] > 100
+    assert [c["backend"] for c in parity["checks"]] == [backend]
+    json.dumps(choice.to_json())  # goes into the manifest
+
+
+def test_sentencepiece_needs_no_check(tiny_model):
+    choice = backends.choose_backend("sentencepiece", tiny_model, [])
+    assert (choice.name, choice.version, choice.parity) == ("sentencepiece", spm.__version__, {})
+
+
+def test_auto_falls_back_when_the_model_is_unsupported(nfkc_model, tmp_path):
+    choice = backends.choose_backend("auto", nfkc_model, _corpus(tmp_path))
+    assert choice.name == "sentencepiece"
+    assert choice.parity["result"] == "fallback" and "nmt_nfkc" in choice.parity["reason"]
+    assert {c["result"] for c in choice.parity["checks"]} == {"unavailable"}
+
+
+def test_auto_falls_back_when_no_fast_backend_is_installed(no_fast_backends, tiny_model, tmp_path):
+    choice = backends.choose_backend("auto", tiny_model, _corpus(tmp_path))
+    assert choice.name == "sentencepiece" and choice.parity["result"] == "fallback"
+    for check in choice.parity["checks"]:
+        assert check["result"] == "unavailable" and "not installed" in check["reason"]
+
+
+def test_a_named_backend_that_is_missing_is_an_error(no_fast_backends, tiny_model, tmp_path):
+    for backend in backends.FAST_BACKENDS:
+        with pytest.raises(ValueError, match=f"--tokenizer_backend {backend}: .*not installed"):
+            backends.choose_backend(backend, tiny_model, _corpus(tmp_path))
+
+
+class _WrongOnDigits:
+    """An engine that gets one kind of text wrong: what a buggy fast backend looks like."""
+
+    def __init__(self, proto, facts=None):
+        self._sp = backends._SentencePieceEngine(proto)
+
+    def encode(self, texts):
+        ids, offsets = self._sp.encode(texts)
+        ids = ids.copy()
+        for i, text in enumerate(texts):
+            if "123" in text and offsets[i + 1] > offsets[i]:
+                ids[offsets[i]] += 1
+        return ids, offsets
+
+
+def test_auto_falls_back_on_a_mismatch(tiny_model, tmp_path, monkeypatch):
+    monkeypatch.setitem(backends._ENGINES, "kitoken", _WrongOnDigits)
+    monkeypatch.setattr(backends, "FAST_BACKENDS", ("kitoken",))
+    monkeypatch.setattr(backends, "package_version", lambda name: "test")
+    choice = backends.choose_backend("auto", tiny_model, _corpus(tmp_path))
+    assert choice.name == "sentencepiece" and choice.parity["result"] == "fallback"
+    (check,) = choice.parity["checks"]
+    assert check["result"] == "mismatch" and check["mismatches"] > 0 and "1234567890" in check["reason"]
+    with pytest.raises(ValueError, match="different from SentencePiece"):
+        backends.choose_backend("kitoken", tiny_model, _corpus(tmp_path))
+
+
+def test_sample_documents_spreads_over_files_within_budget(tmp_path):
+    files = []
+    for f in range(20):
+        lines = [pile_line(f"file {f} doc {i} " + "w" * 500) for i in range(50)] + [b"not json"]
+        files.append(write_lines(str(tmp_path / f"{f:02d}.jsonl.zst"), lines))
+    texts, n = backends.sample_documents(files, total_bytes=40_000, max_files=8)
+    assert n == 8
+    assert len({t.split(" doc ")[0] for t in texts}) == 8
+    assert 35_000 < sum(len(t) for t in texts) < 40_000 + 8 * 600  # the budget counts JSON lines, not text
+    assert backends.sample_documents([], 1000) == ([], 0)
+
+
+# --- Workers: the Encoder, and the verification mode.
+
+
+def test_encoder_pickles_as_its_settings(tiny_model):
+    encoder = backends.Encoder(tiny_model, "sentencepiece", verify=True)
+    encoder.encode(["warm"])
+    clone = pickle.loads(pickle.dumps(encoder))
+    assert clone._engine is None and clone.backend == "sentencepiece"
+    assert len(pickle.dumps(encoder)) < 1000
+    assert clone.encode(["hello"]) == _sp_ids(tiny_model, ["hello"])
+
+
+def test_verification_reports_each_mismatch(tiny_model, monkeypatch):
+    monkeypatch.setitem(backends._ENGINES, "kitoken", _WrongOnDigits)
+    monkeypatch.setattr(backends, "model_problems", lambda backend, facts: [])
+    encoder = backends.Encoder(tiny_model, "kitoken", verify=True)
+    ids, offsets, mismatches = encoder.encode_verified(["abc", "x 123", "def", "123"])
+    assert [i for i, _ in mismatches] == [1, 3]
+    assert "from token 0" in mismatches[0][1]
+    unverified = backends.Encoder(tiny_model, "kitoken")
+    assert unverified.encode_verified(["x 123"])[2] == []
+
+
+def test_a_worker_without_the_chosen_backend_fails_loudly(no_fast_backends, tiny_model):
+    with pytest.raises(RuntimeError, match="chosen by the driver"):
+        backends.Encoder(tiny_model, "gigatoken").load()
+
+
+def test_build_stream_flat_matches_build_stream():
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        docs = [rng.integers(3, 100, rng.integers(0, 6)).astype(np.int32) for _ in range(rng.integers(0, 8))]
+        ids = np.concatenate(docs) if docs else np.zeros(0, np.int32)
+        offsets = np.concatenate([[0], np.cumsum([len(d) for d in docs])]).astype(np.int64)
+        chosen = rng.random(len(docs)) < 0.7
+        for bos, eos in ((None, 2), (1, None), (1, 2)):
+            sep = 2 if eos else 1
+            want = packing.build_stream(
+                [np.array(([bos] if bos else []) + d.tolist() + ([eos] if eos else []), np.int32)
+                 for d, c in zip(docs, chosen, strict=True) if c], sep)
+            got = packing.build_stream_flat(ids, offsets, chosen, bos_id=bos, eos_id=eos, separator_id=sep)
+            assert got.context == want.context and got.labels.dtype == np.int32
+            np.testing.assert_array_equal(got.labels, want.labels)
+            np.testing.assert_array_equal(got.starts, want.starts)

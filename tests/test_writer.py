@@ -1,0 +1,59 @@
+import hashlib
+import os
+import threading
+
+import pytest
+import tensorflow as tf
+
+from pipeline import writer
+from pipeline.config import PipelineConfig
+
+
+def test_shard_is_published_complete_and_framed_as_tfrecord(tmp_path):
+    records = [f"record {i}".encode() * 10 for i in range(100)]
+    info = writer.write_file_atomically(str(tmp_path), "train-00000-of-00001.tfrecord", records)
+    path = tmp_path / info["path"]
+    assert info["records"] == 100 and info["bytes"] == os.path.getsize(path)
+    assert info["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert [r.numpy() for r in tf.data.TFRecordDataset(str(path))] == records
+    assert os.listdir(tmp_path) == ["train-00000-of-00001.tfrecord"]
+
+
+def test_a_retried_or_duplicated_write_gives_the_same_bytes(tmp_path):
+    # Dataflow may run the same bundle twice, even at the same time: both attempts must be harmless.
+    records = [os.urandom(1000) for _ in range(300)]
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(
+        writer.write_file_atomically(str(tmp_path), "s.tfrecord", records))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({r["sha256"] for r in results}) == 1
+    assert hashlib.sha256((tmp_path / "s.tfrecord").read_bytes()).hexdigest() == results[0]["sha256"]
+    assert os.listdir(tmp_path) == ["s.tfrecord"]  # no temp leftovers
+
+
+def test_overwrite_removes_only_our_files(tmp_path):
+    for name in ("manifest.json", "train-00000-of-00002.tfrecord", "val-00001-of-00002.tfrecord",
+                 ".train-00000-of-00002.tfrecord.tmp-" + "a" * 32):
+        (tmp_path / name).write_bytes(b"x")
+    (tmp_path / "dead_letters").mkdir()
+    (tmp_path / "dead_letters" / "train-00000.jsonl").write_bytes(b"{}")
+    with pytest.raises(FileExistsError, match="finished output"):
+        writer.prepare_output_dir(str(tmp_path), overwrite=False)
+    writer.prepare_output_dir(str(tmp_path), overwrite=True)
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("split", ["../evil", "a/b", "", "train.tfrecord"])
+def test_split_names_cannot_escape_the_output_directory(split):
+    with pytest.raises(ValueError, match="--split"):
+        PipelineConfig(inputs=("x",), output_dir="o", tokenizer_model="m", split=split)
+
+
+def test_dead_letter_lines_are_sorted_and_deterministic():
+    recs = [{"file_index": 1, "line": 5}, {"file_index": 0, "line": 9}, {"file_index": 1, "line": 2}]
+    lines = writer.dead_letter_lines(recs)
+    assert lines == writer.dead_letter_lines(list(reversed(recs)))
+    assert lines[0].startswith(b'{"file_index": 0')
