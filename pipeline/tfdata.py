@@ -28,43 +28,55 @@ computed identically on every rank; nothing depends on timing, the clock or the 
    3, P = 6; rank 0 reads shard 2 records 0-3 and shard 0 records 0-1; rank 1 reads shard 0 records
    2-4 and shard 1 records 0-2; nothing is dropped.
 3. **Windows and lanes.** A rank's slice is a list of *segments* (shard, first record, end record).
-   Each segment is cut into *windows* of ``shuffle_buffer`` consecutive records (the segment's last
-   window may be shorter). Segment k is read by lane ``k % num_parallel_reads``; the lanes read
-   their shards concurrently (one TFRecordDataset and one background thread each), and the rank's
-   order is round-robin over the lanes, one window at a time: lane 0's first window, lane 1's first
-   window, ..., lane 0's second window, ... (a lane that has run out is passed over).
-4. **Record shuffle.** Each window is parsed as one batch and its records are permuted by a hash of
-   (seed, epoch, dp_rank, window number). This replaces a tf.data shuffle buffer, whose order
-   depends on everything that went in before it: here every window's content and permutation are
-   known from the plan alone, which is what makes resumption exact and cheap.
+   Each segment is cut into *windows* of ``shuffle_buffer`` consecutive records (the last one may
+   be shorter), followed by an empty end-of-segment marker. Segment k is read by lane
+   ``k % num_parallel_reads``; the lanes read their shards concurrently (a parallel interleave, one
+   TFRecordDataset and one thread per lane), and the rank's order is round-robin over the lanes,
+   one window (or marker) at a time: lane 0's first window, lane 1's first window, ..., lane 0's
+   second window, ... (a lane that has run out is passed over). Every window is checked against the
+   record count the plan expects, the marker included: a shard that reads short is named at once.
+4. **Record shuffle.** Each window's records are permuted by a hash of (seed, epoch, dp_rank,
+   window number). This replaces a tf.data shuffle buffer, whose order depends on everything that
+   went in before it: here every window's content and permutation follow from the plan alone,
+   which is what makes resumption exact and cheap. The shards themselves were already shuffled
+   globally by the pipeline (records assigned to shards by a hashed key), so windows mix records
+   from all over the corpus; the window shuffle changes their order every epoch.
 5. **Batches.** The permuted windows are re-cut into batches of ``batch_size``
-   (``drop_remainder=True``; P is a multiple of the batch size, so nothing is lost here). Every
-   rank yields exactly ``steps`` batches per epoch: no Horovod deadlock from uneven ranks.
+   (``drop_remainder=True``; P is a multiple of the batch size, so nothing is lost here), and each
+   batch is parsed in one ``parse_example`` call. Every rank yields exactly ``steps`` batches per
+   epoch: no Horovod deadlock from uneven ranks. Epochs follow one another (``num_epochs``, or
+   forever with ``None``); each epoch's plan is computed when the epoch starts.
 
 Resumption at ``(epoch, start_step)``: the plan gives the window holding record ``start_step *
-batch_size`` and, for every lane, the window it will read next; each lane opens its current shard
-and skips to that window's first record (at most one partial shard per lane, read concurrently;
-TFRecord skipping does not parse), the first window is permuted as in the uninterrupted run and its
-first records are dropped. The epoch is never replayed. ``start_step`` may exceed an epoch (pass
-the global step with ``epoch=0``); it is carried into later epochs. Resuming exactly requires the
-same manifest, ``batch_size``, ``dp_size``, ``seed``, ``shuffle``, ``shuffle_buffer`` and
-``num_parallel_reads``; changing the number of ranks is exact at an epoch boundary (resume with
-``epoch=e+1, start_step=0``), not in the middle of one. The iterator can also be saved with
-``tf.train.Checkpoint(iterator=it)`` (its buffered windows are then part of the checkpoint);
+batch_size`` and, for every lane, the window it reads next; each lane opens its current shard and
+skips to that window's first record (TFRecord skipping does not parse; at most one partial shard
+per lane, the lanes skipping concurrently), the first window is permuted as in the uninterrupted
+run and its leading records dropped (at most one window re-read). The epoch is never replayed.
+``start_step`` may exceed an epoch (pass the global step with ``epoch=0``); it carries into later
+epochs. Resuming exactly requires the same manifest, ``batch_size``, ``dp_size``, ``seed``,
+``shuffle``, ``shuffle_buffer`` and ``num_parallel_reads``; a different number of ranks is exact
+at an epoch boundary (``epoch=e+1, start_step=0``), not inside one. The iterator can also be saved
+with ``tf.train.Checkpoint(iterator=it)`` (its buffered windows then go into the checkpoint);
 storing the step and passing ``start_step`` is cheaper.
 
 Integrity: ``make_dataset`` checks, on every rank and before step 0, that every shard the manifest
 lists exists with its byte size (a file cut at a record boundary reads as clean TFRecord, so only
-this check catches it); ``verify=True`` also checks every shard's sha256 (every rank reads every
-shard once: costly on large outputs). While reading, a record that fails its CRC, a short read or a
-vanished file stops the rank at that record with an error naming the file (``ShardIntegrityError:
-<path>`` inside a ``tf.errors.OpError``); nothing is skipped silently. Shards on a filesystem that
+this check catches it); ``verify=True`` also checks every shard's sha256 (every rank then reads
+every shard once: costly on large outputs). While reading, a record that fails its CRC or a shard
+that reads short or has vanished stops the rank at that window with an error naming the file
+(``ShardIntegrityError: <path>`` inside a ``tf.errors.OpError``; the TFRecord error itself is
+logged); nothing is skipped silently. Other ranks then wait in their next collective until the
+launcher (mpirun, horovodrun, SageMaker) ends the job on the failed rank's exit; pass
+``verify=True`` to catch corruption on every rank before step 0 instead. Shards on a filesystem
 TensorFlow cannot open (``s3://`` without tensorflow-io, ``memory://``) are copied through fsspec
-into a small local cache, checked against the manifest's size and sha256 on the way, and read from
-there (at most ``2 * num_parallel_reads + 2`` cached shards at a time).
+into a local cache, checked against the manifest's size and sha256 on the way (so corruption is
+caught before any of the shard's records is used), and read from there; at most ``2 *
+num_parallel_reads + 2`` copies exist at a time.
 
-Speed: concurrent lanes with large read buffers (sensible on EFS), window-sized parsing, parallel
-finishing of batches and AUTOTUNE prefetch; memory is bounded by a few windows per lane.
+Speed: lanes read concurrently with 8 MiB reads (few round trips on EFS / NFS), batches are parsed
+in parallel (AUTOTUNE) and prefetched (AUTOTUNE); memory is bounded by a few windows per lane plus
+the prefetched batches. Python (``tf.numpy_function``) runs once per epoch (the plan) and once per
+window (its permutation), never per record.
 """
 
 from __future__ import annotations
@@ -107,7 +119,7 @@ DEFAULT_READ_BUFFER_BYTES = 8 << 20  # large sequential reads: few round trips o
 _M32 = 0xFFFFFFFF
 _SHARD_ORDER_TAG = 0x5348  # domain separation: "SH"
 _WINDOW_TAG = 0x5749  # "WI"
-_DTYPES = {"uint16": (np.dtype("<u2"), tf.uint16), "int32": (np.dtype("<i4"), tf.int32)}
+_DTYPES = {"uint16": tf.uint16, "int32": tf.int32}
 _OPTIONAL_FEATURES = (records.SEGMENT_IDS, records.POSITIONS)
 
 
@@ -120,7 +132,11 @@ class ShardIntegrityError(ValueError):
 
     def __init__(self, path: str, problem: str):
         self.path = path
+        self.problem = problem
         super().__init__(f"ShardIntegrityError: {path}: {problem}")
+
+    def __reduce__(self):
+        return type(self), (self.path, self.problem)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -203,8 +219,8 @@ class EpochPlan:
         reads: int64 [R, 4] (lane, shard index, first record, record count): what each lane reads
             from the resume point on, lane by lane, in order.
         windows: int64 [G, 5] (lane, records, permutation key, records to drop, shard index) in
-            the order the rank consumes them, from the resume point on; only the first window can
-            have records to drop.
+            the order the rank consumes them, from the resume point on; end-of-segment markers are
+            entries of 0 records; only the first entry can have records to drop.
     """
 
     steps: int
@@ -436,12 +452,17 @@ class _ShardCache:
         self._keep = keep
         self._held: collections.OrderedDict[int, str] = collections.OrderedDict()
         self._lock = threading.Lock()
+        self._empty = os.path.join(self._dir, "empty.tfrecord")  # for reads of 0 records
+        open(self._empty, "wb").close()
         atexit.register(shutil.rmtree, self._dir, True)
 
-    def fetch(self, shard: np.ndarray) -> bytes:
+    def fetch(self, shard: np.ndarray, count: np.ndarray) -> bytes:
+        """Local path of shard `shard` (copied and verified now), or of an empty file if `count` is 0."""
+        if int(count) == 0:
+            return self._empty.encode()
         index = int(shard)
         url = self._source.urls[index]
-        local = os.path.join(self._dir, f"{index:06d}-{posixpath.basename(url)}")
+        local = os.path.join(self._dir, f"{index:06d}.tfrecord")
         digest, size = hashlib.sha256(), 0
         tmp = local + ".partial"
         try:
@@ -494,14 +515,17 @@ _no_autograph = tf.autograph.experimental.do_not_convert
 
 
 @_no_autograph
-def _read_windows(path, first, count, *, window: int, read_buffer: int) -> tf.data.Dataset:
+def _read_windows(path, first, count, *, window: int, read_buffer: int, literal: bool) -> tf.data.Dataset:
     """Records [first, first + count) of one shard in windows of `window`, then an empty marker.
 
-    A read error ends the shard's records early (`_ignore_errors`); the marker then arrives where
-    the plan expects a full window (or a window arrives short), and the window check in
-    `make_dataset` names the file.
+    A read error ends the shard's records early (`_ignore_errors` logs it); the marker then arrives
+    where the plan expects a full window (or a window arrives short), and the window check in
+    `make_dataset` raises an error naming the file. `ignore_errors` would retry a file that cannot
+    be opened forever, so a file that has vanished since the start check is looked up first
+    (`matching_files` of the literal path: no glob characters) and read as an empty list instead.
     """
-    recs = tf.data.TFRecordDataset(path, buffer_size=read_buffer).skip(first).take(count)
+    files = tf.io.matching_files(path) if literal else path
+    recs = tf.data.TFRecordDataset(files, buffer_size=read_buffer).skip(first).take(count)
     marker = tf.data.Dataset.from_tensors(tf.zeros([0], tf.string))
     return _ignore_errors(recs).batch(window).concatenate(marker)
 
@@ -610,9 +634,10 @@ def make_dataset(
     end_epoch = None if num_epochs is None else epoch + num_epochs
     lanes = num_parallel_reads
     window = shuffle_buffer
-    np_dtype, tf_dtype = _DTYPES[source.token_dtype]
+    tf_dtype = _DTYPES[source.token_dtype]
     seq_len = source.seq_len
     spec = _parse_spec(source, optional)
+    TOKENS, VALID = records.TOKENS, records.VALID_LABELS  # noqa: N806
     counts = np.array(source.counts, dtype=np.int64)
 
     def plan_arrays(e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -632,27 +657,32 @@ def make_dataset(
         return p.reads, p.windows
 
     urls = tf.constant(list(source.urls))  # for error messages
-    if all(_tf_can_open(u) for u in source.urls[:1]):
-        paths = tf.constant([_tf_path(u) for u in source.urls])
+    if _tf_can_open(source.urls[0]):
+        local_paths = [_tf_path(u) for u in source.urls]
+        literal = not any(c in p for p in local_paths for c in "*?[]{}\\")
+        paths = tf.constant(local_paths)
 
-        def shard_path(shard):
+        def shard_path(shard, count):
             return tf.gather(paths, shard)
 
     else:
         cache = _ShardCache(source, cache_dir, keep=2 * lanes + 2)
+        literal = True
 
-        def shard_path(shard):
-            path = tf.numpy_function(cache.fetch, [shard], tf.string, stateful=False)
+        def shard_path(shard, count):
+            path = tf.numpy_function(cache.fetch, [shard, count], tf.string, stateful=False)
             path.set_shape([])
             return path
 
     @_no_autograph
     def read(row):
         # row: (lane, shard index, first record, record count) -> windows of serialized records
-        return _read_windows(shard_path(row[1]), row[2], row[3], window=window, read_buffer=read_buffer_bytes)
+        return _read_windows(
+            shard_path(row[1], row[3]), row[2], row[3], window=window, read_buffer=read_buffer_bytes, literal=literal
+        )
 
     @_no_autograph
-    def check_and_permute(recs, meta):
+    def parse_window(recs, meta):
         # recs: serialized records [n]; meta: (n, permutation key, records to drop, shard index)
         n = tf.size(recs, out_type=tf.int64)
         ok = tf.debugging.Assert(
@@ -668,13 +698,15 @@ def make_dataset(
             ],
         )
         with tf.control_dependencies([ok]):
-            if shuffle:
-                perm = tf.numpy_function(_keyed_permutation, [meta[1], n], tf.int64, stateful=False)
-                perm.set_shape([None])
-                recs = tf.gather(recs, perm)
-            else:
-                recs = tf.identity(recs)
-        return recs[meta[2] :]
+            parsed = tf.io.parse_example(recs, spec)
+        # The window parsed in one call; token arrays stay in the shard's dtype until `finish`.
+        out = {name: tf.io.decode_raw(parsed[name], tf_dtype, little_endian=True) for name in (TOKENS, *optional)}
+        out[VALID] = parsed[VALID]
+        if shuffle:
+            perm = tf.numpy_function(_keyed_permutation, [meta[1], n], tf.int64, stateful=False)
+            perm.set_shape([None])
+            out = {name: tf.gather(value, perm) for name, value in out.items()}
+        return {name: value[meta[2] :] for name, value in out.items()}
 
     @_no_autograph
     def epoch_dataset(e):
@@ -695,30 +727,27 @@ def make_dataset(
             lane_dataset, cycle_length=lanes, block_length=1, num_parallel_calls=lanes, deterministic=True
         )
         meta = tf.data.Dataset.from_tensor_slices(windows[:, 1:])
-        permuted = tf.data.Dataset.zip((chosen, meta)).map(check_and_permute)
-        return _rebatch(permuted, batch_size)  # serialized records [batch_size]
+        parsed = tf.data.Dataset.zip((chosen, meta)).map(
+            parse_window, num_parallel_calls=lanes, deterministic=True
+        )
+        return _rebatch(parsed, batch_size)
 
     @_no_autograph
-    def parse_batch(recs):
-        parsed = tf.io.parse_example(tf.reshape(recs, [batch_size]), spec)
-        tokens = tf.io.decode_raw(parsed[records.TOKENS], tf_dtype, little_endian=True)
-        tokens = tf.reshape(tf.cast(tokens, tf.int32), [batch_size, seq_len + 1])
-        valid = parsed[records.VALID_LABELS]
+    def finish(b):
+        tokens = tf.reshape(tf.cast(b[TOKENS], tf.int32), [batch_size, seq_len + 1])
+        valid = tf.reshape(b[VALID], [batch_size, 1])
         out = {
             "inputs": tokens[:, :-1],
             "labels": tokens[:, 1:],
-            "loss_mask": tf.cast(
-                tf.range(seq_len, dtype=tf.int64)[None, :] < tf.reshape(valid, [batch_size, 1]), tf.float32
-            ),
+            "loss_mask": tf.cast(tf.range(seq_len, dtype=tf.int64)[None, :] < valid, tf.float32),
         }
         for name in optional:
-            values = tf.io.decode_raw(parsed[name], tf_dtype, little_endian=True)
-            out[name] = tf.reshape(tf.cast(values, tf.int32), [batch_size, seq_len])
+            out[name] = tf.reshape(tf.cast(b[name], tf.int32), [batch_size, seq_len])
         return out
 
     last = tf.int64.max if end_epoch is None else max(end_epoch, first_epoch)
     ds = tf.data.Dataset.range(first_epoch, last).flat_map(epoch_dataset)
-    ds = ds.map(parse_batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = ds.map(finish, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     if end_epoch is not None:
         total = max(0, (end_epoch - first_epoch) * steps - first_step) if end_epoch > first_epoch else 0
         ds = ds.apply(tf.data.experimental.assert_cardinality(total))

@@ -1,6 +1,6 @@
 """Peak memory of a DirectRunner job against input size: when to move to a distributed runner.
 
-    python scripts/bench_memory.py --scales 1 3 9 --out BENCHMARKS_memory.md
+    python scripts/bench_memory.py --scales 1 4 16 --out BENCHMARKS_memory.md
 
 For each scale it writes a Pile-layout corpus (`python -m pipeline.sample_corpus DIR --scale S`;
 scale 1 is ~15 MB of decompressed train text in 4 files), runs `python -m pipeline.run` on it in
@@ -91,14 +91,25 @@ def fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--scales", type=float, nargs="+", default=[1, 3, 9])
+    p.add_argument("--scales", type=float, nargs="+", default=[1, 4, 16])
     p.add_argument("--workers", type=int, default=2, help="--direct_num_workers (default 2)")
     p.add_argument("--mode", default="multi_processing", choices=("multi_processing", "in_memory"))
     p.add_argument("--tokenizer_model", default=os.path.join(REPO, "tokenizers/sample/sample.model"))
     p.add_argument("--work_dir", default=None, help="where corpora and outputs go (default: a temp dir)")
     p.add_argument("--out", default=None, help="write the Markdown report here")
     p.add_argument("--json", default=None, help="also write the raw rows here")
+    p.add_argument("--render", default=None, help="only re-render the report from rows saved with --json")
     args = p.parse_args(argv)
+    if args.render:
+        with open(args.render) as f:
+            rows = json.load(f)
+        args.scales = [r["scale"] for r in rows]
+        report = render(rows, args)
+        print(report)
+        if args.out:
+            with open(args.out, "w") as f:
+                f.write(report)
+        return
 
     work = args.work_dir or tempfile.mkdtemp(prefix="bench-memory-")
     rows = []
@@ -164,11 +175,14 @@ def render(rows: list[dict], args) -> str:
     if len(rows) < 2:
         return "\n".join(lines) + "\n"
     a, b = fit([r["decompressed_mb"] for r in rows], [r["peak_tree_mb"] for r in rows])
-    lines += ["", f"Linear fit: peak RSS of the tree ≈ {a:.0f} MB + {b:.2f} × decompressed input MB."]
+    da, db = fit([r["decompressed_mb"] for r in rows], [r["peak_driver_mb"] for r in rows])
+    lines += ["", f"Linear fit: peak RSS of the tree ≈ {a:.0f} MB + {b:.2f} × decompressed input MB; "
+              f"of the driver alone ≈ {da:.0f} MB + {db:.2f} × decompressed input MB."]
     if b > 0:
         for ram_gib in (16, 64, 256):
             limit = (ram_gib * 1024 * 0.8 - a) / b
-            lines.append(f"- {ram_gib} GiB machine (80% usable): about {limit / 1024:.1f} GiB of decompressed input.")
+            lines.append(f"- {ram_gib} GiB machine (80% usable): about {limit / 1024:.1f} GiB of decompressed input "
+                         "(fit of the tree).")
     return "\n".join(lines) + "\n"
 
 

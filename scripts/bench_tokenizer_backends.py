@@ -13,7 +13,8 @@
    the ratio to the bare loop. A run on a one-document input gives each worker count's fixed cost
    (interpreter and Beam start-up), and the fast backends' self-check is timed alone; the
    steady-state rate leaves both out (they do not grow with the input).
-5. Byte-identical output: every run's shard sha256s (from its manifest) must equal SentencePiece's.
+5. The per-step CPU cost of the tokenize-and-pack work on one file, in one process (no Beam).
+6. Byte-identical output: every run's shard sha256s (from its manifest) must equal SentencePiece's.
 Prints a Markdown report (and writes it to --out).
 """
 
@@ -70,6 +71,46 @@ def bare_loop(pattern: str, model: str) -> dict:
                 docs += 1
     return {"docs": docs, "tokens": tokens, "bytes": size, "wall": time.perf_counter() - wall,
             "cpu": time.process_time() - cpu}
+
+
+def stage_costs(path: str, model: str, backends: list[str]) -> dict:
+    """CPU seconds of each step of the tokenize-and-pack work on one file, in one process, without Beam."""
+    import numpy as np
+
+    from pipeline import packing, read, records, stages
+    from pipeline.backends import Encoder
+
+    cost: dict = {}
+
+    def timed(name, fn):
+        start = time.process_time()
+        out = fn()
+        cost[name] = cost.get(name, 0.0) + time.process_time() - start
+        return out
+
+    chunks = timed("read: decompress, split lines", lambda: list(read.iter_chunks(path, 0, 4 << 20, 64 << 20)))
+    texts = timed("parse: json + validation", lambda: [[read.parse_line(x, 64 << 20)[0] for x in c.lines]
+                                                       for c in chunks])
+    flat = None
+    for backend in backends:
+        encoder = Encoder(model, backend)
+        encoder.load()
+        flat = timed(f"encode: {backend}", lambda e=encoder: [e.encode_flat(t) for t in texts])
+    dtype = records.token_dtype_for(8000)
+
+    def pack():
+        out = []
+        for ids, offsets in flat:
+            piece = packing.build_stream_flat(ids, offsets, np.ones(len(offsets) - 1, bool), bos_id=None, eos_id=2,
+                                              separator_id=2)
+            out.append(packing.pack(piece, 2048)[:2])
+        return out
+
+    packed = timed("pack: BOS/EOS, stream, records", pack)
+    timed("serialize: tf.train.Example bytes", lambda: [stages.serialize_records(
+        tokens, starts, dtype=dtype, document_boundaries=False) for tokens, starts in packed])
+    cost["tokens"] = sum(int(offsets[-1]) + len(offsets) - 1 for _, offsets in flat)
+    return cost
 
 
 def run_pipeline(pattern: str, model: str, backend: str, workers: int, out: str) -> dict:
@@ -133,17 +174,19 @@ def main(argv=None) -> str:
         f.write(zstandard.ZstdCompressor().compress(
             json.dumps({"text": "one small document", "meta": {"pile_set_name": "Pile-CC"}}).encode() + b"\n"))
     fixed = {w: run_pipeline(os.path.join(tiny, "*.jsonl.zst"), model, "sentencepiece", w,
-                             os.path.join(work, f"tiny_out_{w}"))["wall"] for w in workers}
-    print(f"fixed cost (one-document job): {fixed}", flush=True)
+                             os.path.join(work, f"tiny_out_{w}")) for w in workers}
+    print("fixed cost (one-document job): " + ", ".join(f"x{w} {r['wall']:.1f} s" for w, r in fixed.items()),
+          flush=True)
     # The driver's self-check of each fast backend on this input, timed alone (part of each run's wall time).
     from pipeline.backends import choose_backend
 
     files = sorted(glob.glob(pattern))
-    check = {}
+    check, check_cpu = {}, {}
     for backend in backends:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         choose_backend(backend, model, files)
         check[backend] = time.perf_counter() - start if backend != "sentencepiece" else 0.0
+        check_cpu[backend] = time.process_time() - cpu if backend != "sentencepiece" else 0.0
     print(f"self-check: {check}", flush=True)
 
     runs = {}
@@ -154,35 +197,43 @@ def main(argv=None) -> str:
             print(f"{backend} x{w}: {r['wall']:.1f} s, {r['tokens'] / r['wall'] / 1e6:.2f} M tokens/s "
                   f"({r['tokens'] / r['wall'] / bare_rate:.2f}x bare), load {r['load']:.1f}", flush=True)
 
+    stage = stage_costs(sorted(glob.glob(pattern))[0], model, backends)
+    print(f"stage costs: {stage}", flush=True)
+
     reference = runs.get(("sentencepiece", workers[0]), next(iter(runs.values())))
     lines = [
         f"Machine: {os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), Python "
         f"{platform.python_version()}; corpus {pattern}: {bare['docs']:,} documents, {bare['bytes'] / 1e6:.0f} MB "
         f"of JSON lines, {bare['tokens']:,} tokens (with EOS); model {model_note}.",
         "",
-        "| run | wall s | tokens/s | x bare loop | steady-state x bare | CPU s (tree) | load avg "
-        "| shards = SentencePiece's |",
-        "|---|---:|---:|---:|---:|---:|---:|---|",
+        "| run | wall s | tokens/s | x bare loop | steady-state x bare | CPU s (all processes) "
+        "| tokens per CPU-s beyond fixed costs, x bare | load avg | shards = SentencePiece's |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
         f"| bare loop (1 process, sp.encode per document) | {bare['wall']:.1f} | {bare_rate / 1e6:.2f} M | 1.00 | "
-        f"1.00 | {bare['cpu']:.1f} | | |",
+        f"1.00 | {bare['cpu']:.1f} | 1.00 | | |",
     ]
     for (backend, w), r in runs.items():
         rate = r["tokens"] / r["wall"]
-        busy = r["wall"] - fixed[w] - check[backend]
+        busy = r["wall"] - fixed[w]["wall"] - check[backend]
         steady = f"{r['tokens'] / busy / bare_rate:.2f}" if busy > 0.2 * r["wall"] else "n/a"
+        busy_cpu = r["cpu"] - fixed[w]["cpu"] - check_cpu[backend]
+        per_cpu = f"{bare['cpu'] / busy_cpu:.2f}" if busy_cpu > 0.2 * r["cpu"] else "n/a"
         used = r["backend"]["name"]
         name = backend if used == backend else f"{backend} (ran {used})"
         same = "yes" if r["shards"] == reference["shards"] else "**NO**"
         lines.append(f"| pipeline, {name}, {w} worker{'s' if w > 1 else ''} | {r['wall']:.1f} | {rate / 1e6:.2f} M | "
-                     f"{rate / bare_rate:.2f} | {steady} | {r['cpu']:.1f} | {r['load']:.1f} | {same} |")
+                     f"{rate / bare_rate:.2f} | {steady} | {r['cpu']:.1f} | {per_cpu} | {r['load']:.1f} | {same} |")
     identical = all(r["shards"] == reference["shards"] for r in runs.values())
     lines += [
         "",
         "Fixed cost of a run (one-document input): "
-        + ", ".join(f"{w} worker{'s' if w > 1 else ''} {s:.1f} s" for w, s in fixed.items())
-        + "; the fast backends' self-check: "
+        + ", ".join(f"{w} worker{'s' if w > 1 else ''} {r['wall']:.1f} s ({r['cpu']:.1f} CPU s)"
+                    for w, r in fixed.items())
+        + "; the fast backends' self-check in the driver: "
         + ", ".join(f"{b} {t:.1f} s" for b, t in check.items() if b != "sentencepiece")
-        + ". Steady state = tokens / (wall - fixed cost - self-check).",
+        + ". Steady state = tokens / (wall - fixed cost - self-check): the rate a job reaches once it is "
+        "large enough for start-up not to count (the Pile is ~1000x this corpus). CPU s (all processes): "
+        "user + system time of the launcher and every worker process it reaped.",
         f"Shards byte-identical across all runs: {'yes' if identical else 'NO'} "
         f"({len(reference['shards'])} shard(s), sha256 {reference['shards'][0][1][:16]}...).",
         "Backends recorded in the manifests: "
@@ -192,6 +243,16 @@ def main(argv=None) -> str:
         f"Benchmark wall time: {time.perf_counter() - started:.0f} s. Command: "
         + " ".join(["python scripts/bench_tokenizer_backends.py", *(argv if argv is not None else sys.argv[1:])]),
     ]
+    lines += [
+        "",
+        f"Per-step CPU of the tokenize-and-pack work on {os.path.basename(sorted(glob.glob(pattern))[0])} "
+        f"({stage['tokens']:,} tokens), one process, no Beam (`stage_costs`):",
+        "",
+        "| step | CPU s | M tokens per CPU-s |",
+        "|---|---:|---:|",
+    ]
+    lines += [f"| {name} | {sec:.2f} | {stage['tokens'] / sec / 1e6:.1f} |" for name, sec in stage.items()
+              if name != "tokens"]
     report = "\n".join(lines)
     print("\n" + report)
     if args.out:

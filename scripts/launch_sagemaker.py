@@ -319,7 +319,7 @@ def launch(argv=None) -> dict:
     args = build_parser().parse_args(argv)
     if not args.dry_run and not (args.role and args.bucket):
         raise SystemExit("--role and --bucket are required to submit (or use --dry_run)")
-    job_name = args.job_name or f"pile-{args.trainer}-{dt.datetime.now(dt.timezone.utc):%Y%m%d-%H%M%S}"
+    job_name = args.job_name or f"pile-{args.trainer}-{dt.datetime.now(dt.UTC):%Y%m%d-%H%M%S}"
     capture: dict = {}
     out = sys.stdout
     saved_env = {k: os.environ.get(k) for k in ("AWS_EC2_METADATA_DISABLED", "SAGEMAKER_SUPPRESS_V2_WARNING")}

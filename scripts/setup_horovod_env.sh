@@ -13,6 +13,7 @@
 # Usage: bash scripts/setup_horovod_env.sh [VENV_DIR]        (or HVD_VENV=... bash ...)
 # Env:   PYTHON (default python3.11), HVD_FORCE=1 to rebuild from scratch.
 set -euo pipefail
+export PIP_DISABLE_PIP_VERSION_CHECK=1
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${1:-${HVD_VENV:-$REPO/.venv-hvd}}"
@@ -20,8 +21,9 @@ PYTHON="${PYTHON:-python3.11}"
 TF_PIN="tensorflow-cpu==2.15.1"
 HVD_PIN="horovod==0.28.1"
 # The few pure dependencies the reader and the trainers need at run time (no Beam, no zstd):
-# pipeline.manifest uses fsspec; TF 2.15 needs numpy < 2.
-RUNTIME_DEPS=("numpy>=1.26,<2" "fsspec>=2025.1.0")
+# pipeline.manifest uses fsspec; TF 2.15 needs numpy < 2. pytest lets the trainer unit tests run on
+# TF 2.15 / Keras 2 too: .venv-hvd/bin/python -m pytest --noconftest tests/test_model.py
+RUNTIME_DEPS=("numpy>=1.26,<2" "fsspec>=2025.1.0" "pytest>=8" "pytest-timeout>=2.3")
 # Build requirements of Horovod under --no-build-isolation (cmake >= 3.13 from PyPI, so the build
 # does not depend on the machine's cmake).
 BUILD_DEPS=("pip>=24" "setuptools>=69,<81" "wheel" "cmake>=3.13,<4" "packaging")
@@ -46,11 +48,15 @@ EOF
 install_repo() {
   # The repo itself, without its heavy dependencies (Beam, TF 2.21, ...): only its import path.
   log "installing this repo (editable, --no-deps) into $VENV"
-  "$VENV/bin/pip" install --quiet --no-deps -e "$REPO"
+  if ! "$VENV/bin/pip" install --quiet --no-deps --no-build-isolation -e "$REPO" >"$VENV/repo-install.log" 2>&1; then
+    cat "$VENV/repo-install.log" >&2
+    exit 1
+  fi
 }
 
 if [[ "${HVD_FORCE:-0}" != "1" ]] && check_env; then
   log "horovod environment at $VENV is ready (tensorflow-cpu 2.15.1, horovod 0.28.1, gloo); skipping build"
+  "$VENV/bin/pip" install --quiet "${RUNTIME_DEPS[@]}"
   install_repo
   exit 0
 fi
@@ -72,7 +78,6 @@ log "installing build requirements and $TF_PIN"
 "$VENV/bin/pip" install --quiet "$TF_PIN" "${RUNTIME_DEPS[@]}"
 
 log "building $HVD_PIN against $TF_PIN with Gloo (several minutes on 2 cores the first time)"
-# cmake from the venv comes first on PATH; the TF headers come from the installed tensorflow-cpu.
 BUILD_LOG="$VENV/horovod-build.log"
 # cmake from the venv comes first on PATH; the TF headers come from the installed tensorflow-cpu.
 if ! PATH="$VENV/bin:$PATH" \
@@ -91,5 +96,5 @@ if ! check_env; then
   "$VENV/bin/python" -c "import horovod.tensorflow as hvd; print(hvd.gloo_built())" || true
   exit 1
 fi
-"$VENV/bin/horovodrun" --check-build >&2
+TF_CPP_MIN_LOG_LEVEL=3 "$VENV/bin/horovodrun" --check-build >&2
 log "done: $VENV (run trainers with $VENV/bin/horovodrun -np 2 -H localhost:2 --gloo ...)"

@@ -17,6 +17,7 @@ from pipeline import records
 
 VOCAB_SIZE = 65536
 PAD_ID = 0
+UINT16 = np.dtype("<u2")
 
 
 def record_tokens(record_id: int, seq_len: int, dtype: np.dtype) -> np.ndarray:
@@ -30,7 +31,7 @@ def record_tokens(record_id: int, seq_len: int, dtype: np.dtype) -> np.ndarray:
     return tokens
 
 
-def record_ids(inputs: np.ndarray, dtype: np.dtype = np.dtype("<u2")) -> np.ndarray:
+def record_ids(inputs: np.ndarray, dtype: np.dtype = UINT16) -> np.ndarray:
     """Global record ids of a batch, from its "inputs" ([B, L] int32)."""
     inputs = np.asarray(inputs, dtype=np.int64)
     if np.dtype(dtype) == np.dtype("<u2"):
@@ -43,7 +44,7 @@ def write_output(
     shard_records: list[int],
     *,
     seq_len: int = 8,
-    dtype: np.dtype = np.dtype("<u2"),
+    dtype: np.dtype = UINT16,
     document_boundaries: bool = True,
     padded_record: int | None = None,
     padded_valid: int | None = None,

@@ -158,8 +158,8 @@ def test_adamw_matches_a_numpy_reference():
     m = {k: 0.0 for k in ref}
     v = {k: 0.0 for k in ref}
     for t in (1, 2):
-        opt.apply_gradients(zip([tf.constant(g) for g in grads], [w, b]))
-        for (k, g) in zip(("w", "b"), grads, strict=True):
+        opt.apply_gradients(zip([tf.constant(g) for g in grads], [w, b], strict=True))
+        for k, g in zip(("w", "b"), grads, strict=True):
             m[k] = 0.9 * m[k] + 0.1 * g
             v[k] = 0.95 * v[k] + 0.05 * g * g
             update = (m[k] / (1 - 0.9**t)) / (np.sqrt(v[k] / (1 - 0.95**t)) + 1e-8)

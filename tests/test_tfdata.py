@@ -347,3 +347,14 @@ def test_imports_without_beam_or_sentencepiece():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().endswith("ok")
+
+
+def test_plan_worked_example_from_the_docstring():
+    # Shards in stream order of 4, 5 and 3 records (the docstring's [5, 3, 4] in order [2, 0, 1]).
+    rank0 = tfdata.plan_epoch([4, 5, 3], 2, dp_rank=0, dp_size=2, shuffle=False, window=4, lanes=1)
+    rank1 = tfdata.plan_epoch([4, 5, 3], 2, dp_rank=1, dp_size=2, shuffle=False, window=4, lanes=1)
+    assert rank0.steps == rank1.steps == 3
+    assert rank0.segments.tolist() == [[0, 0, 4], [1, 0, 2]]
+    assert rank1.segments.tolist() == [[1, 2, 5], [2, 0, 3]]
+    # Windows of 4 records, each segment closed by a 0-record marker.
+    assert rank1.windows[:, 1].tolist() == [3, 0, 3, 0]

@@ -155,7 +155,7 @@ def test_stop_and_resume_is_exact(data, full_run, tmp_path):
 
 def test_resume_with_another_data_order_is_refused(data, tmp_path):
     common.train(_cfg(data, tmp_path, max_steps=2, eval_steps=0), LocalBackend())
-    with pytest.raises(SystemExit, match="refusing to resume"):
+    with pytest.raises(SystemExit, match="refusing to resume.*another data order.*batch_size"):
         common.train(_cfg(data, tmp_path, max_steps=4, eval_steps=0, batch_size=2), LocalBackend())
 
 
@@ -255,6 +255,19 @@ def test_accumulated_microbatch_gradients_equal_the_full_batch_gradient():
     for g_micro, g_full in zip(micro, full, strict=True):
         np.testing.assert_allclose(tf.convert_to_tensor(g_micro.accumulate()).numpy(),
                                    tf.convert_to_tensor(g_full).numpy(), rtol=1e-4, atol=1e-6)
+
+
+def test_microbatches_come_from_the_jobs_modelparallel_parameters(monkeypatch):
+    from trainers import train_smp
+
+    class Library:  # a library without num_microbatches()
+        pass
+
+    assert train_smp.num_microbatches(Library(), 1, '{"partitions": 2, "microbatches": 4}') == 4
+    monkeypatch.setenv("SM_HP_MP_PARAMETERS", '{"microbatches": 8}')
+    assert train_smp.num_microbatches(Library(), 1) == 8
+    args = train_smp.build_parser().parse_args(["--train_data", "x", "--mp_parameters", "{}", "--model_dir", "/m"])
+    assert args.mp_parameters == "{}"
 
 
 def test_smp_script_fails_clearly_without_the_library(data, tmp_path):

@@ -392,7 +392,7 @@ def make_train_step(model, optimizer: AdamW, backend, use_document_boundaries: b
             loss = masked_lm_loss(logits, batch["labels"], batch["loss_mask"], denominator=tokens)
         tape = backend.wrap_tape(tape)  # Horovod (step 4): gradients averaged over ranks
         grads = tape.gradient(loss, model.trainable_variables)
-        grad_norm = optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        grad_norm = optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         return backend.allreduce_mean(loss), grad_norm
 
     return train_step
@@ -519,7 +519,7 @@ def train(cfg: TrainConfig, backend) -> dict:
                         model=model, optimizer=optimizer, progress=progress)
     signature = data_signature(cfg, manifest, size)
 
-    restored_from = None
+    restored_from, problem = None, None
     if chief:
         LOG.info("model %s: %s parameters (%s)", cfg.model, f"{mcfg.num_params():,}",
                  json.dumps(mcfg.to_dict(), sort_keys=True))
@@ -541,8 +541,8 @@ def train(cfg: TrainConfig, backend) -> dict:
     backend.broadcast([*model.variables, *optimizer.slot_variables, *progress.numeric,
                        progress.resume_error])
     if int(progress.resume_error.numpy()):
-        raise SystemExit(f"rank {rank}: refusing to resume from {cfg.resolved_checkpoint_dir} "
-                         "(rank 0's log says why)")
+        why = problem or "rank 0's log says why"
+        raise SystemExit(f"rank {rank}: refusing to resume from {cfg.resolved_checkpoint_dir}: {why}")
     progress.signature.assign(json.dumps(signature, sort_keys=True))
 
     start_step, epoch, step_in_epoch = progress.position()
@@ -601,6 +601,8 @@ def train(cfg: TrainConfig, backend) -> dict:
                     LOG.info("checkpoint %s", path)
                 timer.reset()
         profiler.close()
+        import sys as _s, time as _t
+        _t0 = _t.time(); del iterator; print(f"DEL iterator {_t.time()-_t0:.2f}", file=_s.stderr, flush=True)
     elif chief:
         LOG.info("checkpoint is at step %d, the run ends at %d: nothing to train", start_step, end_step)
 

@@ -125,8 +125,11 @@ class HorovodBackend(LocalBackend):
         self.hvd.allreduce(tf.constant(0.0), op=self.hvd.Sum, name="barrier")
 
     def shutdown(self) -> None:
-        """Stop Horovod's background thread."""
-        self.hvd.shutdown()
+        """Nothing: Horovod shuts itself down at exit.
+
+        An explicit hvd.shutdown() after training took ~20 s on rank 0 with Gloo on CPU; the
+        shutdown at exit takes none.
+        """
 
 
 class SMDataParallelBackend(LocalBackend):
@@ -182,8 +185,10 @@ class SMDataParallelBackend(LocalBackend):
 
 
 def make_backend(name: str, hvd_num_groups: int = 0) -> LocalBackend:
-    """`horovod`, `smddp`, `local`, or `auto` (smddp inside SageMaker when importable, else horovod
-    when importable, else local)."""
+    """The backend called `name`: horovod, smddp, local, or auto.
+
+    auto: smddp inside SageMaker when importable, else horovod when importable, else local.
+    """
     if name == "auto":
         import importlib.util
 

@@ -30,8 +30,9 @@ import math
 import tensorflow as tf
 
 # GPT-3 paper (Brown et al. 2020, Table 2.1) shapes; "tiny" is for tests. With the Llama-2
-# vocabulary (32,000) and 2,048 positions: small 0.12B, medium 0.35B, large 0.73B, xl 1.28B
-# (ModelConfig.num_params gives the exact number; tests check it against the built model).
+# vocabulary (32,000), 2,048 positions and a tied head: small 111M, medium 337M, large 732M, xl 1.28B
+# (with GPT-2's 50,257: 125M, 356M, 760M, 1.32B). ModelConfig.num_params gives the exact number;
+# tests check it against the built model.
 PRESETS: dict[str, dict[str, int]] = {
     "tiny": {"d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64},
     "small": {"d_model": 768, "n_layers": 12, "n_heads": 12, "d_ff": 3072},
@@ -109,8 +110,10 @@ def model_config(preset: str, vocab_size: int, max_seq_len: int, **overrides) ->
 
 
 def attention_mask(seq_len, segment_ids=None):
-    """Boolean [B or 1, L, L]: query i may attend to key j iff j <= i (and, given segment ids, both
-    lie in the same packed document; padding has segment 0 and attends only to padding).
+    """Boolean [B or 1, L, L]: may query i attend to key j.
+
+    Yes iff j <= i and, given segment ids, both lie in the same packed document (padding has
+    segment 0 and attends only to padding).
 
     Example, L=4, segment_ids [[1, 1, 2, 2]] -> row i lists the keys query i sees:
         [[1 0 0 0]
@@ -169,7 +172,7 @@ class CausalSelfAttention(tf.keras.layers.Layer):
         self.built = True
 
     def call(self, x, attention_mask, training=False, dropout_seed=None):
-        """x [B, L, D], attention_mask bool [B or 1, L, L] -> [B, L, D]."""
+        """Attend: x [B, L, D], attention_mask bool [B or 1, L, L] -> [B, L, D]."""
         cfg = self._cfg
         batch, length = tf.shape(x)[0], tf.shape(x)[1]
         qkv = tf.reshape(self.qkv(x), [batch, length, 3, cfg.n_heads, cfg.head_dim])
@@ -211,7 +214,7 @@ class DecoderBlock(tf.keras.layers.Layer):
         self.built = True
 
     def call(self, x, attention_mask, training=False, dropout_seed=None):
-        """x [B, L, D] -> [B, L, D]."""
+        """One block: x [B, L, D] -> [B, L, D]."""
         rate = self._cfg.dropout
         h = self.attn(self.ln_1(x), attention_mask=attention_mask, training=training,
                       dropout_seed=_fold(dropout_seed, 0))

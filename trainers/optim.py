@@ -80,13 +80,14 @@ class AdamW(tf.Module):
 
     def apply_gradients(self, grads_and_vars):
         """One update; returns the global gradient norm before clipping (float32 scalar)."""
-        grads, var_list = zip(*list(grads_and_vars))
+        grads, var_list = zip(*list(grads_and_vars), strict=True)
         if self._built_for is None:
             # Variables that exist only after the first step (SageMaker model parallelism builds the
             # partitioned model then) get their slots now; the data-parallel trainer builds first.
             self.build(var_list)
         if any(g is None for g in grads):
-            missing = [getattr(v, "path", getattr(v, "name", "?")) for g, v in zip(grads, var_list) if g is None]
+            missing = [getattr(v, "path", getattr(v, "name", "?"))
+                       for g, v in zip(grads, var_list, strict=True) if g is None]
             raise ValueError(f"no gradient for {missing}: they do not influence the loss")
         grads = [tf.convert_to_tensor(g) for g in grads]
         norm = tf.linalg.global_norm(grads)
@@ -96,7 +97,7 @@ class AdamW(tf.Module):
         t = tf.cast(self.iterations + 1, tf.float32)
         bias_1 = 1.0 - tf.pow(self.beta_1, t)
         bias_2 = 1.0 - tf.pow(self.beta_2, t)
-        for grad, var, m, v in zip(grads, var_list, self.m, self.v):
+        for grad, var, m, v in zip(grads, var_list, self.m, self.v, strict=True):
             grad = tf.cast(grad, m.dtype)
             m.assign(self.beta_1 * m + (1.0 - self.beta_1) * grad)
             v.assign(self.beta_2 * v + (1.0 - self.beta_2) * tf.square(grad))

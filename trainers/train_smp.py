@@ -88,12 +88,16 @@ def load_smp(emulate: bool, microbatches: int):
     return smp
 
 
-def num_microbatches(smp, default: int) -> int:
-    """Microbatches per step: the library's value, else SageMaker's parameters, else `default`."""
+def num_microbatches(smp, default: int, mp_parameters: str | None = None) -> int:
+    """Microbatches per step.
+
+    The library's value, else the job's modelparallel parameters (the `--mp_parameters` SageMaker
+    passes, or $SM_HP_MP_PARAMETERS), else `default`.
+    """
     fn = getattr(smp, "num_microbatches", None)
     if callable(fn):
         return int(fn())
-    params = json.loads(os.environ.get("SM_HP_MP_PARAMETERS", "{}") or "{}")
+    params = json.loads(mp_parameters or os.environ.get("SM_HP_MP_PARAMETERS", "") or "{}")
     return int(params.get("microbatches", default))
 
 
@@ -130,7 +134,7 @@ def make_step_functions(smp, model, optimizer: AdamW, hvd, use_document_boundari
         grads = [g.accumulate() for g in grads]  # SMP: mean over microbatches
         if hvd is not None:  # Horovod: average over the model replicas (the data-parallel group)
             grads = [hvd.allreduce(g) for g in grads]
-        grad_norm = optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        grad_norm = optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         loss = loss.reduce_mean()  # SMP: mean over microbatches
         if hvd is not None:
             loss = hvd.allreduce(loss)
@@ -161,7 +165,7 @@ def _dummy_batch(batch_size: int, seq_len: int, use_document_boundaries: bool, m
     return batch
 
 
-def train(cfg: TrainConfig, smp, microbatches_default: int = 1) -> dict:
+def train(cfg: TrainConfig, smp, microbatches_default: int = 1, mp_parameters: str | None = None) -> dict:
     """Train with the library's API (or its emulation); returns this process's summary."""
     from pipeline import tfdata
 
@@ -180,7 +184,7 @@ def train(cfg: TrainConfig, smp, microbatches_default: int = 1) -> dict:
         # Horovod over the data-parallel group (AWS's TF examples call no hvd.init()).
         import horovod.tensorflow as hvd
 
-    microbatches = num_microbatches(smp, microbatches_default)
+    microbatches = num_microbatches(smp, microbatches_default, mp_parameters)
     check_microbatches(cfg.batch_size, microbatches)
     manifest = manifest_lib.load_manifest(cfg.train_data)
     mcfg = resolve_model_config(cfg, manifest)
@@ -320,6 +324,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--microbatches", type=int, default=1,
                    help="microbatches per step under --smp_emulation (SageMaker passes the real value "
                         "in the job's modelparallel parameters)")
+    # SageMaker passes the modelparallel parameters to the script as this hyperparameter.
+    p.add_argument("--mp_parameters", default=None, help=argparse.SUPPRESS)
     return add_train_args(p)
 
 
@@ -328,7 +334,7 @@ def main(argv=None) -> dict:
     args = build_parser().parse_args(argv)
     cfg = config_from_args(args)
     smp = load_smp(args.smp_emulation, args.microbatches)
-    return train(cfg, smp, microbatches_default=args.microbatches)
+    return train(cfg, smp, microbatches_default=args.microbatches, mp_parameters=args.mp_parameters)
 
 
 if __name__ == "__main__":
