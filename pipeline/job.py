@@ -168,7 +168,7 @@ def build_pipeline(p: beam.Pipeline, job: Job) -> None:
     )
     dead = (
         processed[stages.DEAD_LETTERS]
-        | "GroupDeadLetters" >> beam.GroupByKey()  # (file_index, [dict])
+        | "GroupDeadLetters" >> beam.GroupByKey()  # ((file_index, chunk_index), [dict])
         | "WriteDeadLetters" >> beam.ParDo(stages.WriteDeadLettersFn(cfg))
     )
     stats = (

@@ -25,6 +25,7 @@ from pipeline.subsets import PILE_SUBSETS
 
 READ_BLOCK = 1 << 20  # compressed bytes read per call
 PREFIX_CHARS = 120  # characters of a bad line kept in its dead-letter record
+MAX_CHUNK_LINES = 1 << 16  # a chunk of tiny (or blank) lines stays small too
 _KNOWN_SUBSETS = frozenset(PILE_SUBSETS)
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _USERINFO = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@]*@")
@@ -192,7 +193,7 @@ def iter_chunks(path: str, file_index: int, chunk_bytes: int, max_line_bytes: in
     for line in iter_lines(path, max_line_bytes):
         lines.append(line)
         size += len(line.data) + 1
-        if size >= chunk_bytes:
+        if size >= chunk_bytes or len(lines) >= MAX_CHUNK_LINES:
             yield Chunk(file_index, chunk_index, path, tuple(lines))
             chunk_index += 1
             lines, size = [], 0

@@ -149,7 +149,7 @@ class ProcessChunkFn(beam.DoFn):
         return beam.pvalue.TaggedOutput(
             DEAD_LETTERS,
             (
-                chunk.file_index,
+                (chunk.file_index, chunk.chunk_index),  # a chunk's worth at most: no hot key
                 {
                     "file": read.redact_url(chunk.path),
                     "file_index": chunk.file_index,
@@ -334,13 +334,13 @@ class WriteShardFn(beam.DoFn):
 
 
 class WriteDeadLettersFn(beam.DoFn):
-    """(file_index, [dead-letter dict]) -> info of dead_letters/<split>-<file_index>.jsonl."""
+    """((file, chunk), [dead-letter dict]) -> info of dead_letters/<split>-<file>-<chunk>.jsonl."""
 
     def __init__(self, config: PipelineConfig):
         self._config = config
 
     def process(self, element):
-        file_index, items = element
+        (file_index, chunk_index), items = element
         lines = writer.dead_letter_lines(list(items))
-        name = f"{writer.DEAD_LETTER_DIR}/{self._config.split}-{file_index:05d}.jsonl"
+        name = f"{writer.DEAD_LETTER_DIR}/{self._config.split}-{file_index:05d}-{chunk_index:05d}.jsonl"
         yield writer.write_file_atomically(self._config.output_dir, name, lines, framed=False)

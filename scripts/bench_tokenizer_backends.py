@@ -10,9 +10,9 @@
 3. The bare loop: one process, zstd stream-decompress, split lines, json.loads, sp.encode per document.
 4. The pipeline (`python -m pipeline.run`, DirectRunner multi_processing) with each backend on each
    worker count, each in a fresh subprocess; wall time, CPU time of the process tree, tokens/s and
-   the ratio to the bare loop. A run on a one-document input gives each worker count's fixed cost
-   (interpreter and Beam start-up), and the fast backends' self-check is timed alone; the
-   steady-state rate leaves both out (they do not grow with the input).
+   the ratio to the bare loop; also the processing phase alone (first input file opened -> manifest
+   written, from the log), and CPU per token beyond a one-document job's (interpreter and Beam
+   start-up) and the self-check's, both of which do not grow with the input.
 5. The per-step CPU cost of the tokenize-and-pack work on one file, in one process (no Beam).
 6. Byte-identical output: every run's shard sha256s (from its manifest) must equal SentencePiece's.
 Prints a Markdown report (and writes it to --out).
@@ -21,6 +21,7 @@ Prints a Markdown report (and writes it to --out).
 from __future__ import annotations
 
 import argparse
+import datetime
 import glob
 import json
 import os
@@ -125,9 +126,17 @@ def run_pipeline(pattern: str, model: str, backend: str, workers: int, out: str)
     wall = time.perf_counter() - start
     if proc.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+    # The processing phase, from the log: the first file opened -> the manifest written (leaves out the
+    # interpreter and Beam start-up and the driver's checks, which do not grow with the input).
+    stamps = {}
+    for line in proc.stderr.splitlines():
+        for key, marker in (("first_read", "worker: reading "), ("manifest", "manifest.json: ")):
+            if marker in line and (key == "manifest" or key not in stamps):
+                stamps[key] = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+    processing = (stamps["manifest"] - stamps["first_read"]).total_seconds() if len(stamps) == 2 else float("nan")
     with open(os.path.join(out, "manifest.json"), encoding="utf-8") as f:
         manifest = json.load(f)
-    return {"wall": wall, "cpu": _cpu_children() - cpu, "load": load, "manifest": manifest,
+    return {"wall": wall, "cpu": _cpu_children() - cpu, "load": load, "manifest": manifest, "processing": processing,
             "tokens": sum(s.get("tokens_with_epochs", 0) for s in manifest["subsets"].values()),
             "shards": [(s["path"], s["sha256"]) for s in manifest["shards"]],
             "backend": manifest["tokenizer"]["backend"], "cmd": " ".join(cmd[1:])}
@@ -206,23 +215,24 @@ def main(argv=None) -> str:
         f"{platform.python_version()}; corpus {pattern}: {bare['docs']:,} documents, {bare['bytes'] / 1e6:.0f} MB "
         f"of JSON lines, {bare['tokens']:,} tokens (with EOS); model {model_note}.",
         "",
-        "| run | wall s | tokens/s | x bare loop | steady-state x bare | CPU s (all processes) "
-        "| tokens per CPU-s beyond fixed costs, x bare | load avg | shards = SentencePiece's |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| run | wall s | tokens/s | x bare loop | processing s | processing x bare | CPU s (all processes) "
+        "| tokens per CPU-s, x bare | load avg | shards = SentencePiece's |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
         f"| bare loop (1 process, sp.encode per document) | {bare['wall']:.1f} | {bare_rate / 1e6:.2f} M | 1.00 | "
-        f"1.00 | {bare['cpu']:.1f} | 1.00 | | |",
+        f"{bare['wall']:.1f} | 1.00 | {bare['cpu']:.1f} | 1.00 | | |",
     ]
     for (backend, w), r in runs.items():
         rate = r["tokens"] / r["wall"]
-        busy = r["wall"] - fixed[w]["wall"] - check[backend]
-        steady = f"{r['tokens'] / busy / bare_rate:.2f}" if busy > 0.2 * r["wall"] else "n/a"
+        steady = r["tokens"] / r["processing"] / bare_rate
+        # CPU beyond what a one-document job of the same shape costs (interpreters, Beam) and the self-check.
         busy_cpu = r["cpu"] - fixed[w]["cpu"] - check_cpu[backend]
         per_cpu = f"{bare['cpu'] / busy_cpu:.2f}" if busy_cpu > 0.2 * r["cpu"] else "n/a"
         used = r["backend"]["name"]
         name = backend if used == backend else f"{backend} (ran {used})"
         same = "yes" if r["shards"] == reference["shards"] else "**NO**"
         lines.append(f"| pipeline, {name}, {w} worker{'s' if w > 1 else ''} | {r['wall']:.1f} | {rate / 1e6:.2f} M | "
-                     f"{rate / bare_rate:.2f} | {steady} | {r['cpu']:.1f} | {per_cpu} | {r['load']:.1f} | {same} |")
+                     f"{rate / bare_rate:.2f} | {r['processing']:.1f} | {steady:.2f} | {r['cpu']:.1f} | {per_cpu} | "
+                     f"{r['load']:.1f} | {same} |")
     identical = all(r["shards"] == reference["shards"] for r in runs.values())
     lines += [
         "",
@@ -231,9 +241,10 @@ def main(argv=None) -> str:
                     for w, r in fixed.items())
         + "; the fast backends' self-check in the driver: "
         + ", ".join(f"{b} {t:.1f} s" for b, t in check.items() if b != "sentencepiece")
-        + ". Steady state = tokens / (wall - fixed cost - self-check): the rate a job reaches once it is "
-        "large enough for start-up not to count (the Pile is ~1000x this corpus). CPU s (all processes): "
-        "user + system time of the launcher and every worker process it reaped.",
+        + ". Processing s: from the first input file opened to the manifest written (the log's timestamps), "
+        "i.e. without start-up, which does not grow with the input (the Pile is ~1000x this corpus). "
+        "CPU s (all processes): user + system time of the launcher and every worker process it reaped; "
+        "tokens per CPU-s leaves out the one-document job's CPU and the self-check's.",
         f"Shards byte-identical across all runs: {'yes' if identical else 'NO'} "
         f"({len(reference['shards'])} shard(s), sha256 {reference['shards'][0][1][:16]}...).",
         "Backends recorded in the manifests: "

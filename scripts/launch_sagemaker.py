@@ -38,6 +38,8 @@ import tarfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+# v2's framework estimators (the ones with `distribution`) warn that v2 is being phased out.
+os.environ.setdefault("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
 # What the trainers import at run time: the reader needs only these modules of pipeline/.
 SOURCE_FILES = ["pipeline/__init__.py", "pipeline/manifest.py", "pipeline/records.py", "pipeline/tfdata.py"]
 SOURCE_DIRS = ["trainers"]
@@ -322,8 +324,7 @@ def launch(argv=None) -> dict:
     job_name = args.job_name or f"pile-{args.trainer}-{dt.datetime.now(dt.UTC):%Y%m%d-%H%M%S}"
     capture: dict = {}
     out = sys.stdout
-    saved_env = {k: os.environ.get(k) for k in ("AWS_EC2_METADATA_DISABLED", "SAGEMAKER_SUPPRESS_V2_WARNING")}
-    os.environ["SAGEMAKER_SUPPRESS_V2_WARNING"] = "1"  # v2's estimators are the ones with `distribution`
+    saved_env = {k: os.environ.get(k) for k in ("AWS_EC2_METADATA_DISABLED",)}
     if args.dry_run:
         # Importing the SDK builds a default boto3 session, whose credential lookup would query the
         # EC2 instance metadata service; a dry run needs no credentials.

@@ -447,6 +447,19 @@ def _dropout_seed(seed: int, rank: int, step: int):
     return tf.constant([seed, (rank << 40) + step], tf.int64)
 
 
+def seed_everything(seed: int) -> None:
+    """Python, NumPy and TensorFlow seeds (tf.keras.utils.set_random_seed where it exists)."""
+    set_seed = getattr(tf.keras.utils, "set_random_seed", None)  # TF >= 2.7
+    if set_seed is not None:
+        set_seed(seed)
+        return
+    import random
+
+    random.seed(seed)
+    np.random.seed(seed)
+    tf.random.set_seed(seed)
+
+
 def configure_tensorflow(cfg: TrainConfig) -> None:
     """Threads and determinism; call before TensorFlow runs anything."""
     if cfg.threads:
@@ -505,7 +518,7 @@ def train(cfg: TrainConfig, backend) -> dict:
             f"of {cfg.batch_size} on each of {size} ranks; lower --batch_size"
         )
 
-    tf.keras.utils.set_random_seed(cfg.seed)  # same initial weights everywhere (broadcast anyway)
+    seed_everything(cfg.seed)  # same initial weights everywhere (broadcast anyway)
     model = build_model(mcfg)
     # Horovod (step 3): scale the learning rate by the number of workers.
     peak_lr = cfg.learning_rate * (size if cfg.scale_lr else 1)
@@ -601,8 +614,6 @@ def train(cfg: TrainConfig, backend) -> dict:
                     LOG.info("checkpoint %s", path)
                 timer.reset()
         profiler.close()
-        import sys as _s, time as _t
-        _t0 = _t.time(); del iterator; print(f"DEL iterator {_t.time()-_t0:.2f}", file=_s.stderr, flush=True)
     elif chief:
         LOG.info("checkpoint is at step %d, the run ends at %d: nothing to train", start_step, end_step)
 

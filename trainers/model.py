@@ -136,14 +136,23 @@ def _dropout(x, rate: float, training, seed):
         return x
     if seed is None:
         return tf.nn.dropout(x, rate=rate)
-    return tf.nn.experimental.stateless_dropout(x, rate=rate, seed=seed)
+    stateless = getattr(tf.nn.experimental, "stateless_dropout", None)  # TF >= 2.7
+    if stateless is not None:
+        return stateless(x, rate=rate, seed=seed)
+    keep = tf.random.stateless_uniform(tf.shape(x), seed=seed, dtype=tf.float32) >= rate
+    return tf.where(keep, x / tf.cast(1.0 - rate, x.dtype), tf.zeros_like(x))
 
 
 def _fold(seed, index: int):
     """A distinct seed for each dropout site, derived from the step seed."""
     if seed is None:
         return None
-    return tf.random.experimental.stateless_fold_in(seed, index)
+    fold_in = getattr(tf.random.experimental, "stateless_fold_in", None)  # TF >= 2.7
+    if fold_in is not None:
+        return fold_in(seed, index)
+    # Older TF: hash (seed, index) into a new seed with the stateless generator itself.
+    salted = tf.cast(seed, tf.int64) + tf.constant([0, 1], tf.int64) * (index + 1)
+    return tf.random.stateless_uniform([2], seed=salted, minval=None, maxval=None, dtype=tf.int64)
 
 
 def _normal(stddev: float):

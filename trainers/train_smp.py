@@ -56,6 +56,7 @@ from trainers.common import (  # noqa: E402
     reader_kwargs,
     resolve_model_config,
     resume_problem,
+    seed_everything,
     token_losses,
     weights_digest,
 )
@@ -193,7 +194,7 @@ def train(cfg: TrainConfig, smp, microbatches_default: int = 1, mp_parameters: s
     if spe == 0:
         raise SystemExit(f"{cfg.train_data}: too few records for one batch of {cfg.batch_size} per replica")
 
-    tf.keras.utils.set_random_seed(cfg.seed)
+    seed_everything(cfg.seed)
     model = make_smp_model(smp, mcfg)  # SMP: partitioned on the first smp.step call
     peak_lr = cfg.learning_rate * (dp_size if cfg.scale_lr else 1)
     optimizer = AdamW(WarmupCosine(peak_lr, cfg.warmup_steps, cfg.max_steps, cfg.min_lr_ratio),
