@@ -700,7 +700,10 @@ def make_dataset(
         with tf.control_dependencies([ok]):
             parsed = tf.io.parse_example(recs, spec)
         # The window parsed in one call; token arrays stay in the shard's dtype until `finish`.
-        out = {name: tf.io.decode_raw(parsed[name], tf_dtype, little_endian=True) for name in (TOKENS, *optional)}
+        out = {
+            name: tf.reshape(tf.io.decode_raw(parsed[name], tf_dtype, little_endian=True), [-1, width])
+            for name, width in ((TOKENS, seq_len + 1), *((name, seq_len) for name in optional))
+        }
         out[VALID] = parsed[VALID]
         if shuffle:
             perm = tf.numpy_function(_keyed_permutation, [meta[1], n], tf.int64, stateful=False)
