@@ -12,7 +12,7 @@ COPY pyproject.toml setup.py ./
 COPY pipeline ./pipeline
 COPY trainers ./trainers
 # gcsfs only matters on Dataflow (gs:// paths); s3fs comes with the package.
-RUN pip install --no-cache-dir . gcsfs
+RUN pip install --no-cache-dir ".[fast]"
 
 # Keep Beam's entrypoint: the runner starts the SDK harness through /opt/apache/beam/boot.
 ENTRYPOINT ["/opt/apache/beam/boot"]

