@@ -28,8 +28,9 @@ computed identically on every rank; nothing depends on timing, the clock or the 
    3, P = 6; rank 0 reads shard 2 records 0-3 and shard 0 records 0-1; rank 1 reads shard 0 records
    2-4 and shard 1 records 0-2; nothing is dropped.
 3. **Windows and lanes.** A rank's slice is a list of *segments* (shard, first record, end record).
-   Each segment is cut into *windows* of ``shuffle_buffer`` consecutive records (the last one may
-   be shorter), followed by an empty end-of-segment marker. Segment k is read by lane
+   Each segment is cut into *windows* of ``shuffle_buffer`` consecutive records (by default about
+   8 MiB of token ids: 2048 records at seq_len 2048; the last window may be shorter), followed by
+   an empty end-of-segment marker. Segment k is read by lane
    ``k % num_parallel_reads``; the lanes read their shards concurrently (a parallel interleave, one
    TFRecordDataset and one thread per lane), and the rank's order is round-robin over the lanes,
    one window (or marker) at a time: lane 0's first window, lane 1's first window, ..., lane 0's
@@ -41,22 +42,23 @@ computed identically on every rank; nothing depends on timing, the clock or the 
    which is what makes resumption exact and cheap. The shards themselves were already shuffled
    globally by the pipeline (records assigned to shards by a hashed key), so windows mix records
    from all over the corpus; the window shuffle changes their order every epoch.
-5. **Batches.** The permuted windows are re-cut into batches of ``batch_size``
-   (``drop_remainder=True``; P is a multiple of the batch size, so nothing is lost here), and each
-   batch is parsed in one ``parse_example`` call. Every rank yields exactly ``steps`` batches per
-   epoch: no Horovod deadlock from uneven ranks. Epochs follow one another (``num_epochs``, or
-   forever with ``None``); each epoch's plan is computed when the epoch starts.
+5. **Batches.** Each window is parsed in one ``parse_example`` call (token ids stay in the shard's
+   dtype until the end), permuted, and the windows are re-cut into batches of ``batch_size``
+   (``drop_remainder=True``; P is a multiple of the batch size, so nothing is lost here), which
+   become int32 ``inputs``/``labels`` and a float ``loss_mask``. Every rank yields exactly ``steps``
+   batches per epoch: no Horovod deadlock from uneven ranks. Epochs follow one another
+   (``num_epochs``, or forever with ``None``); each epoch's plan is computed when the epoch starts.
 
 Resumption at ``(epoch, start_step)``: the plan gives the window holding record ``start_step *
 batch_size`` and, for every lane, the window it reads next; each lane opens its current shard and
-skips to that window's first record (TFRecord skipping does not parse; at most one partial shard
-per lane, the lanes skipping concurrently), the first window is permuted as in the uninterrupted
-run and its leading records dropped (at most one window re-read). The epoch is never replayed.
-``start_step`` may exceed an epoch (pass the global step with ``epoch=0``); it carries into later
-epochs. Resuming exactly requires the same manifest, ``batch_size``, ``dp_size``, ``seed``,
-``shuffle``, ``shuffle_buffer`` and ``num_parallel_reads``; a different number of ranks is exact
-at an epoch boundary (``epoch=e+1, start_step=0``), not inside one. The iterator can also be saved
-with ``tf.train.Checkpoint(iterator=it)`` (its buffered windows then go into the checkpoint);
+skips to that window's first record (TFRecord skipping reads but does not parse; at most one partial
+shard per lane, the lanes skipping concurrently), the first window is permuted as in the
+uninterrupted run and its leading records dropped (at most one window re-read). The epoch is never
+replayed. ``start_step`` may exceed an epoch (pass the global step with ``epoch=0``); it carries
+into later epochs. Resuming exactly requires the same manifest, ``batch_size``, ``dp_size``,
+``seed``, ``shuffle``, ``shuffle_buffer`` and ``num_parallel_reads``; a different number of ranks is
+exact at an epoch boundary (``epoch=e+1, start_step=0``), not inside one. The iterator can also be
+saved with ``tf.train.Checkpoint(iterator=it)`` (its buffered windows then go into the checkpoint);
 storing the step and passing ``start_step`` is cheaper.
 
 Integrity: ``make_dataset`` checks, on every rank and before step 0, that every shard the manifest
@@ -73,10 +75,11 @@ into a local cache, checked against the manifest's size and sha256 on the way (s
 caught before any of the shard's records is used), and read from there; at most ``2 *
 num_parallel_reads + 2`` copies exist at a time.
 
-Speed: lanes read concurrently with 8 MiB reads (few round trips on EFS / NFS), batches are parsed
-in parallel (AUTOTUNE) and prefetched (AUTOTUNE); memory is bounded by a few windows per lane plus
-the prefetched batches. Python (``tf.numpy_function``) runs once per epoch (the plan) and once per
-window (its permutation), never per record.
+Speed: lanes read concurrently with 8 MiB reads (few round trips on EFS / NFS), windows are parsed
+in parallel (one call per window), batches are finished in parallel and prefetched (AUTOTUNE); see
+BENCHMARKS.md (reader section) for rates against raw TFRecordDataset. Memory is bounded by a few
+windows per lane plus the prefetched batches. Python (``tf.numpy_function``) runs once per epoch
+(the plan) and once per window (its permutation), never per record.
 """
 
 from __future__ import annotations
@@ -102,6 +105,8 @@ from pipeline import records
 
 __all__ = [
     "EpochPlan",
+    "default_window",
+    "shard_order",
     "ShardIntegrityError",
     "dp_from_horovod",
     "dp_from_smp",
@@ -112,7 +117,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DEFAULT_SHUFFLE_BUFFER = 2048  # records per window: 8 MiB of uint16 tokens at seq_len 2048
+WINDOW_BYTES = 8 << 20  # default window: ~8 MiB of token ids (2048 records at seq_len 2048, uint16)
+MIN_WINDOW, MAX_WINDOW = 256, 8192  # default window bounds, in records
 DEFAULT_PARALLEL_READS = 4  # lanes: shards read concurrently per rank
 DEFAULT_READ_BUFFER_BYTES = 8 << 20  # large sequential reads: few round trips on EFS / NFS
 
@@ -184,6 +190,19 @@ def _keyed_permutation(key: int, n: int) -> np.ndarray:
 # ----------------------------------------------------------------------------------------------
 
 
+def default_window(seq_len: int, token_bytes: int) -> int:
+    """Records per shuffle window when `shuffle_buffer` is not given: ~WINDOW_BYTES of token ids.
+
+    Args:
+        seq_len: the manifest's seq_len.
+        token_bytes: bytes per token id (2 for uint16, 4 for int32).
+
+    Returns:
+        Records per window, within [MIN_WINDOW, MAX_WINDOW].
+    """
+    return int(min(MAX_WINDOW, max(MIN_WINDOW, WINDOW_BYTES // (max(1, seq_len) * token_bytes))))
+
+
 def _steps(total_records: int, batch_size: int, dp_size: int) -> int:
     if batch_size < 1 or dp_size < 1:
         raise ValueError(f"batch_size ({batch_size}) and dp_size ({dp_size}) must be >= 1")
@@ -239,7 +258,7 @@ def plan_epoch(
     seed: int | None = None,
     epoch: int = 0,
     shuffle: bool = True,
-    window: int = DEFAULT_SHUFFLE_BUFFER,
+    window: int = 2048,
     lanes: int = DEFAULT_PARALLEL_READS,
     start_step: int = 0,
 ) -> EpochPlan:
@@ -260,6 +279,8 @@ def plan_epoch(
     Returns:
         The plan.
     """
+    if shuffle and seed is None:
+        raise ValueError("shuffling needs a seed (pass seed=<int>, or shuffle=False)")
     counts = np.asarray(counts, dtype=np.int64)
     steps = _steps(counts.sum(), batch_size, dp_size)
     if not 0 <= start_step <= steps:
@@ -391,9 +412,7 @@ def _check_sizes(source: _Source) -> None:
                 entries = fs.ls(parent, detail=True, refresh=True)
             except FileNotFoundError:
                 entries = []
-            listings[parent] = {
-                fs._strip_protocol(e["name"]).rstrip("/"): e.get("size") for e in entries
-            }
+            listings[parent] = {fs._strip_protocol(e["name"]).rstrip("/"): e.get("size") for e in entries}
         size = listings[parent].get(path.rstrip("/"))
         if size is None:
             raise ShardIntegrityError(url, "missing (listed in the manifest, not on the filesystem)")
@@ -551,7 +570,7 @@ def make_dataset(
     epoch: int = 0,
     start_step: int = 0,
     num_epochs: int | None = 1,
-    shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
+    shuffle_buffer: int | None = None,
     verify: bool = False,
     features: tuple[str, ...] | list[str] | None = None,
     num_parallel_reads: int = DEFAULT_PARALLEL_READS,
@@ -572,7 +591,8 @@ def make_dataset(
         start_step: batches of `epoch` already consumed (may exceed one epoch).
         num_epochs: epochs to produce, counted from `epoch` (the first starting at `start_step`);
             None repeats forever.
-        shuffle_buffer: records per shuffle window (the unit of reading, parsing and shuffling).
+        shuffle_buffer: records per shuffle window (the unit of reading, parsing and shuffling);
+            None: `default_window(seq_len, token bytes)`, about 8 MiB of token ids per window.
         verify: also check every shard's sha256 before starting (reads every shard).
         features: optional features to return besides inputs/labels/loss_mask: a subset of
             ("segment_ids", "positions"); None returns those the manifest declares.
@@ -590,7 +610,8 @@ def make_dataset(
         ValueError: on invalid arguments, including `shuffle=True` without a seed.
         pipeline.manifest.ManifestError: no usable manifest.
         ShardIntegrityError: a listed shard is missing, has another size or (with `verify`) another
-            checksum.
+            checksum. While iterating, a shard that reads short or fails its CRC raises a
+            `tf.errors.OpError` whose message starts with "ShardIntegrityError:" and the shard's path.
     """
     if shuffle and seed is None:
         raise ValueError(
@@ -605,7 +626,7 @@ def make_dataset(
         raise ValueError(f"epoch ({epoch}) and start_step ({start_step}) must be >= 0")
     if num_epochs is not None and num_epochs < 1:
         raise ValueError(f"num_epochs {num_epochs} must be >= 1, or None to repeat forever")
-    if shuffle_buffer < 1 or num_parallel_reads < 1:
+    if (shuffle_buffer is not None and shuffle_buffer < 1) or num_parallel_reads < 1:
         raise ValueError("shuffle_buffer and num_parallel_reads must be >= 1")
 
     source = _load_source(manifest)
@@ -633,11 +654,11 @@ def make_dataset(
     first_epoch, first_step = epoch + start_step // steps, start_step % steps
     end_epoch = None if num_epochs is None else epoch + num_epochs
     lanes = num_parallel_reads
-    window = shuffle_buffer
+    token_bytes = 2 if source.token_dtype == "uint16" else 4
+    window = shuffle_buffer or default_window(source.seq_len, token_bytes)
     tf_dtype = _DTYPES[source.token_dtype]
     seq_len = source.seq_len
     spec = _parse_spec(source, optional)
-    TOKENS, VALID = records.TOKENS, records.VALID_LABELS  # noqa: N806
     counts = np.array(source.counts, dtype=np.int64)
 
     def plan_arrays(e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -702,9 +723,9 @@ def make_dataset(
         # The window parsed in one call; token arrays stay in the shard's dtype until `finish`.
         out = {
             name: tf.reshape(tf.io.decode_raw(parsed[name], tf_dtype, little_endian=True), [-1, width])
-            for name, width in ((TOKENS, seq_len + 1), *((name, seq_len) for name in optional))
+            for name, width in ((records.TOKENS, seq_len + 1), *((name, seq_len) for name in optional))
         }
-        out[VALID] = parsed[VALID]
+        out[records.VALID_LABELS] = parsed[records.VALID_LABELS]
         if shuffle:
             perm = tf.numpy_function(_keyed_permutation, [meta[1], n], tf.int64, stateful=False)
             perm.set_shape([None])
@@ -730,15 +751,13 @@ def make_dataset(
             lane_dataset, cycle_length=lanes, block_length=1, num_parallel_calls=lanes, deterministic=True
         )
         meta = tf.data.Dataset.from_tensor_slices(windows[:, 1:])
-        parsed = tf.data.Dataset.zip((chosen, meta)).map(
-            parse_window, num_parallel_calls=lanes, deterministic=True
-        )
+        parsed = tf.data.Dataset.zip((chosen, meta)).map(parse_window, num_parallel_calls=lanes, deterministic=True)
         return _rebatch(parsed, batch_size)
 
     @_no_autograph
     def finish(b):
-        tokens = tf.reshape(tf.cast(b[TOKENS], tf.int32), [batch_size, seq_len + 1])
-        valid = tf.reshape(b[VALID], [batch_size, 1])
+        tokens = tf.reshape(tf.cast(b[records.TOKENS], tf.int32), [batch_size, seq_len + 1])
+        valid = tf.reshape(b[records.VALID_LABELS], [batch_size, 1])
         out = {
             "inputs": tokens[:, :-1],
             "labels": tokens[:, 1:],
@@ -762,7 +781,13 @@ def make_dataset(
     ds = ds.with_options(options)
     log.info(
         "tfdata: %s rank %d/%d: %d shards, %d steps/epoch of %d, from epoch %d step %d",
-        source.manifest_file, dp_rank, dp_size, len(source.urls), steps, batch_size, first_epoch,
+        source.manifest_file,
+        dp_rank,
+        dp_size,
+        len(source.urls),
+        steps,
+        batch_size,
+        first_epoch,
         first_step,
     )
     return ds

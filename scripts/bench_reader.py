@@ -20,7 +20,6 @@ import statistics
 import sys
 import time
 
-import numpy as np
 import tensorflow as tf
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
@@ -61,9 +60,23 @@ def raw_dataset(manifest_dir: str, batch_size: int, read_buffer: int, parallel_r
         return {"inputs": tokens[:, :-1], "labels": tokens[:, 1:], "loss_mask": mask}
 
     ds = tf.data.TFRecordDataset(files, buffer_size=read_buffer, num_parallel_reads=parallel_reads).repeat()
-    return ds.batch(batch_size, drop_remainder=True).map(parse, num_parallel_calls=tf.data.AUTOTUNE).prefetch(
-        tf.data.AUTOTUNE
+    return (
+        ds.batch(batch_size, drop_remainder=True)
+        .map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+        .prefetch(tf.data.AUTOTUNE)
     )
+
+
+def rss_mib() -> float:
+    """Resident memory of this process now (Linux), MiB."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
 
 
 def drain(ds, max_batches: int) -> tuple[int, float]:
@@ -89,7 +102,7 @@ def main(argv=None) -> dict:
     p.add_argument("--batch_size", type=int, default=8)
     p.add_argument("--max_batches", type=int, default=6000, help="batches per timed run (epochs repeat)")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--shuffle_buffer", type=int, default=tfdata.DEFAULT_SHUFFLE_BUFFER)
+    p.add_argument("--shuffle_buffer", type=int, default=None, help="records per window (default: the reader's)")
     p.add_argument("--num_parallel_reads", type=int, default=tfdata.DEFAULT_PARALLEL_READS)
     p.add_argument("--json", help="also write the results here")
     args = p.parse_args(argv)
@@ -110,28 +123,49 @@ def main(argv=None) -> dict:
     cpu: dict[str, list[float]] = {name: [] for name in results}
     first_batch: list[float] = []
 
+    rss: dict[str, list[float]] = {name: [] for name in results}
+
     def timed(name, ds):
         c = time.process_time()
         t, s = drain(ds, args.max_batches)
         results[name].append(t / s)
         cpu[name].append((time.process_time() - c) / t * 1e9)  # CPU microseconds per 1000 tokens
+        rss[name].append(rss_mib())
 
     for _ in range(args.repeats):
         # Time to first batch: a fresh reader, manifest checks and graph building included.
         start = time.perf_counter()
-        ds = tfdata.make_dataset(out, args.batch_size, seed=1, shuffle_buffer=args.shuffle_buffer,
-                                 num_parallel_reads=args.num_parallel_reads)
+        ds = tfdata.make_dataset(
+            out, args.batch_size, seed=1, shuffle_buffer=args.shuffle_buffer, num_parallel_reads=args.num_parallel_reads
+        )
         next(iter(ds))
         first_batch.append(time.perf_counter() - start)
         timed("raw", raw_dataset(out, args.batch_size, tfdata.DEFAULT_READ_BUFFER_BYTES, None))
-        timed("raw_parallel", raw_dataset(
-            out, args.batch_size, tfdata.DEFAULT_READ_BUFFER_BYTES, args.num_parallel_reads))
-        timed("reader", tfdata.make_dataset(
-            out, args.batch_size, seed=1, shuffle_buffer=args.shuffle_buffer,
-            num_parallel_reads=args.num_parallel_reads, num_epochs=None))
-        timed("reader_noshuffle", tfdata.make_dataset(
-            out, args.batch_size, shuffle=False, shuffle_buffer=args.shuffle_buffer,
-            num_parallel_reads=args.num_parallel_reads, num_epochs=None))
+        timed(
+            "raw_parallel", raw_dataset(out, args.batch_size, tfdata.DEFAULT_READ_BUFFER_BYTES, args.num_parallel_reads)
+        )
+        timed(
+            "reader",
+            tfdata.make_dataset(
+                out,
+                args.batch_size,
+                seed=1,
+                shuffle_buffer=args.shuffle_buffer,
+                num_parallel_reads=args.num_parallel_reads,
+                num_epochs=None,
+            ),
+        )
+        timed(
+            "reader_noshuffle",
+            tfdata.make_dataset(
+                out,
+                args.batch_size,
+                shuffle=False,
+                shuffle_buffer=args.shuffle_buffer,
+                num_parallel_reads=args.num_parallel_reads,
+                num_epochs=None,
+            ),
+        )
 
     summary = {name: statistics.median(v) for name, v in results.items()}
     summary["ratio_reader_vs_raw"] = summary["reader"] / summary["raw"]
@@ -140,14 +174,23 @@ def main(argv=None) -> dict:
     summary["first_batch_max_s"] = max(first_batch)
     for name in results:
         summary[f"{name}_cpu_us_per_ktok"] = statistics.median(cpu[name])
-        print(f"{name:18s} {summary[name] / 1e6:8.1f} M tokens/s   {summary[name + '_cpu_us_per_ktok']:6.1f} "
-              "CPU-us per 1k tokens   runs (M tokens/s): " + ", ".join(f"{v / 1e6:.1f}" for v in results[name]))
-    print(f"reader / raw: {summary['ratio_reader_vs_raw']:.2f}x; reader / raw (parallel reads): "
-          f"{summary['ratio_reader_vs_raw_parallel']:.2f}x")
+        summary[f"{name}_rss_mib_max"] = max(rss[name])
+        print(
+            f"{name:18s} {summary[name] / 1e6:8.1f} M tokens/s   {summary[name + '_cpu_us_per_ktok']:6.1f} "
+            "CPU-us per 1k tokens   runs (M tokens/s): " + ", ".join(f"{v / 1e6:.1f}" for v in results[name])
+        )
+    print(
+        f"reader / raw: {summary['ratio_reader_vs_raw']:.2f}x; reader / raw (parallel reads): "
+        f"{summary['ratio_reader_vs_raw_parallel']:.2f}x"
+    )
     print(f"time to first batch: median {summary['first_batch_s']:.2f} s, max {summary['first_batch_max_s']:.2f} s")
+    print(
+        "process RSS after each path's runs (MiB, max): "
+        + ", ".join(f"{name} {summary[name + '_rss_mib_max']:.0f}" for name in results)
+    )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "results": results, "cpu": cpu, "summary": summary}, f, indent=1)
+            json.dump({"args": vars(args), "results": results, "cpu": cpu, "rss": rss, "summary": summary}, f, indent=1)
     return summary
 
 

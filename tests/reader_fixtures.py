@@ -87,14 +87,10 @@ def write_output(
                     if document_boundaries:
                         segment_ids[valid:] = 0
                         positions[valid:] = 0
-                writer.write(
-                    records.serialize_example(tokens, segment_ids, positions, valid, dtype=dtype)
-                )
+                writer.write(records.serialize_example(tokens, segment_ids, positions, valid, dtype=dtype))
         data = open(path, "rb").read()
         total_bytes += len(data)
-        shards.append(
-            {"path": name, "records": count, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-        )
+        shards.append({"path": name, "records": count, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
     manifest = {
         "format": manifest_lib.FORMAT,
         "format_version": manifest_lib.FORMAT_VERSION,

@@ -63,8 +63,14 @@ def test_ranks_equal_steps_disjoint_and_covering(layout, dp_size, request):
     for rank in range(dp_size):
         batches = ids_of(
             tfdata.make_dataset(
-                out, batch, dp_rank=rank, dp_size=dp_size, seed=seed, epoch=epoch,
-                shuffle_buffer=4, num_parallel_reads=3,
+                out,
+                batch,
+                dp_rank=rank,
+                dp_size=dp_size,
+                seed=seed,
+                epoch=epoch,
+                shuffle_buffer=4,
+                num_parallel_reads=3,
             )
         )
         assert len(batches) == steps  # same number of steps on every rank: no Horovod deadlock
@@ -358,3 +364,10 @@ def test_plan_worked_example_from_the_docstring():
     assert rank1.segments.tolist() == [[1, 2, 5], [2, 0, 3]]
     # Windows of 4 records, each segment closed by a 0-record marker.
     assert rank1.windows[:, 1].tolist() == [3, 0, 3, 0]
+
+
+def test_default_window_is_about_8_mib_of_tokens():
+    assert tfdata.default_window(2048, 2) == 2048
+    assert tfdata.default_window(4096, 4) == 512
+    assert tfdata.default_window(8, 2) == tfdata.MAX_WINDOW
+    assert tfdata.default_window(10**6, 4) == tfdata.MIN_WINDOW

@@ -37,17 +37,25 @@ def written(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("pipeline")
     texts = _corpus(str(tmp / "in.jsonl"))
     out = str(tmp / "out")
-    manifest = run.main([
-        "--input", str(tmp / "in.jsonl"),
-        "--output_dir", out,
-        "--tokenizer_model", MODEL,
-        "--seq_len", str(SEQ_LEN),
-        "--runner", "DirectRunner",
-        "--direct_running_mode=in_memory",
-        "--direct_num_workers=1",
-        "--document_boundaries",
-        "--shard_size_mb", "0.01",
-    ])
+    manifest = run.main(
+        [
+            "--input",
+            str(tmp / "in.jsonl"),
+            "--output_dir",
+            out,
+            "--tokenizer_model",
+            MODEL,
+            "--seq_len",
+            str(SEQ_LEN),
+            "--runner",
+            "DirectRunner",
+            "--direct_running_mode=in_memory",
+            "--direct_num_workers=1",
+            "--document_boundaries",
+            "--shard_size_mb",
+            "0.01",
+        ]
+    )
     return out, manifest, texts
 
 
