@@ -1,6 +1,6 @@
 """Peak memory of a DirectRunner job against input size: when to move to a distributed runner.
 
-    python scripts/bench_memory.py --scales 1 4 16 --out BENCHMARKS_memory.md
+    python scripts/bench_memory.py --scales 1 4 16 --out /tmp/memory.md
 
 For each scale it writes a Pile-layout corpus (`python -m pipeline.sample_corpus DIR --scale S`;
 scale 1 is ~15 MB of decompressed train text in 4 files), runs `python -m pipeline.run` on it in

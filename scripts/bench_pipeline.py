@@ -28,8 +28,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = os.path.join(REPO, "tokenizers", "sample", "sample.model")
 
 
-def bare_loop(pattern: str, model: str) -> dict:
-    """The baseline: what one process does with no pipeline at all."""
+def bare_loop(pattern: str, model: str, part: str = "0/1") -> dict:
+    """The baseline: what one process does with no pipeline at all (on every `part` of the files)."""
     import glob
 
     import sentencepiece as spm
@@ -37,14 +37,15 @@ def bare_loop(pattern: str, model: str) -> dict:
 
     sp = spm.SentencePieceProcessor(model_file=model)
     docs = tokens = size = 0
-    for path in sorted(glob.glob(pattern)):
+    index, count = (int(x) for x in part.split("/"))
+    for path in sorted(glob.glob(pattern))[index::count]:
         with open(path, "rb") as f:
             reader = zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True)
             pending = b""
             while block := reader.read(1 << 20):
                 lines = (pending + block).split(b"\n")
                 pending = lines.pop()
-                for line in lines + ([pending] if False else []):
+                for line in lines:
                     if line:
                         text = json.loads(line)["text"]
                         size += len(line)
@@ -117,15 +118,20 @@ def main() -> None:
     p.add_argument("--memory_scales", default="2,8")
     p.add_argument("--workdir", default=None)
     p.add_argument("--bare", help=argparse.SUPPRESS)
+    p.add_argument("--part", default="0/1", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.bare:
-        print(json.dumps(bare_loop(args.bare, MODEL)))
+        print(json.dumps(bare_loop(args.bare, MODEL, args.part)))
         return
     root = args.workdir or tempfile.mkdtemp(prefix="bench_pipeline_")
     corpus, _ = make_corpus(root, args.scale, args.train_files)
     seconds, peak, out = timed([sys.executable, __file__, "--bare", f"{corpus}/train/*.jsonl.zst"])
     counts = json.loads(out)
     rows = [("bare loop (1 process)", seconds, peak)]
+    # The machine's own ceiling for two processes: two bare loops side by side, half the files each.
+    pair = f"{sys.executable} {__file__} --bare '{corpus}/train/*.jsonl.zst'"
+    seconds_2, peak_2, _ = timed(["bash", "-c", f"{pair} --part 0/2 & {pair} --part 1/2 & wait"])
+    rows.append(("2 bare loops side by side (half the files each)", seconds_2, peak_2))
     for workers in (1, 2):
         seconds_w, peak_w, _ = timed(pipeline_cmd(corpus, os.path.join(root, f"out-{workers}"), workers))
         rows.append((f"pipeline, {workers} worker{'s' if workers > 1 else ''}", seconds_w, peak_w))
@@ -142,6 +148,7 @@ def main() -> None:
     for name, secs, rss in rows:
         print(f"| {name} | {secs:.1f} | {counts['docs'] / secs:,.0f} | {counts['tokens'] / secs / 1e6:.2f} | "
               f"{mb / secs:.1f} | {base / secs:.2f}x | {rss / 1e6:,.0f} |")
+    print(f"\npipeline 2 workers vs 2 bare loops side by side: {rows[1][1] / rows[3][1]:.2f}x")
     print("\n| input (JSON lines) | pipeline 2 workers peak RSS (MB) | seconds |")
     print("|---|---|---|")
     for scale in [float(s) for s in args.memory_scales.split(",")]:
