@@ -1,6 +1,6 @@
 """Stream Pile-format JSON-lines files (zstd, gzip or plain; local, EFS or s3://) with bounded memory.
 
-A file becomes a sequence of `Chunk`s: consecutive raw lines, split on b"\\n" (never
+A file becomes a sequence of `Chunk`s: consecutive raw lines, split on newline bytes (never
 `str.splitlines()`, which also splits on U+2028/U+0085 inside JSON strings), cut every
 `chunk_bytes` of decompressed data. Chunks are the unit that is fanned out to workers, so the
 30 unsplittable Pile files do not cap parallelism; their boundaries depend only on the bytes, so

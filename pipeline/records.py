@@ -26,6 +26,7 @@ TOKENS = "tokens"
 SEGMENT_IDS = "segment_ids"
 POSITIONS = "positions"
 VALID_LABELS = "valid_labels"
+UINT16 = np.dtype("<u2")
 
 
 def token_dtype_for(vocab_size: int) -> np.dtype:
@@ -69,7 +70,7 @@ def serialize_example(
     segment_ids: np.ndarray | None = None,
     positions: np.ndarray | None = None,
     valid_labels: int | None = None,
-    dtype: np.dtype = np.dtype("<u2"),
+    dtype: np.dtype = UINT16,
 ) -> bytes:
     """Serialize one record exactly as `tf.train.Example.SerializeToString(deterministic=True)`."""
     features: dict[str, bytes] = {TOKENS: _bytes_feature(np.asarray(tokens, dtype).tobytes())}

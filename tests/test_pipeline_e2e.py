@@ -58,8 +58,8 @@ def test_single_file_round_trips_to_the_original_text(tmp_path, tiny_model):
     rng = np.random.default_rng(0)
     texts = _texts(120, rng) + ["x" * 5000]  # a document spanning many records
     subsets = [PILE_SUBSETS[i % 22] for i in range(len(texts))]
-    path = write_lines(str(tmp_path / "in" / "00.jsonl.zst"), [pile_line(t, s) for t, s in zip(texts, subsets)])
-    manifest, rows = _read_records(tmp_path / "out") if False else (None, None)
+    lines = [pile_line(t, s) for t, s in zip(texts, subsets, strict=True)]
+    path = write_lines(str(tmp_path / "in" / "00.jsonl.zst"), lines)
     manifest = _run([path], tmp_path / "out", tiny_model, "--shard_size_mb", "0.01", "--seed", "5")
     manifest, rows = _read_records(tmp_path / "out")
     assert len(manifest["shards"]) > 3
