@@ -117,6 +117,7 @@ def main() -> None:
     p.add_argument("--train_files", type=int, default=8)
     p.add_argument("--memory_scales", default="2,8")
     p.add_argument("--workdir", default=None)
+    p.add_argument("--repeats", type=int, default=3, help="interleaved rounds; medians are reported")
     p.add_argument("--bare", help=argparse.SUPPRESS)
     p.add_argument("--part", default="0/1", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -125,16 +126,31 @@ def main() -> None:
         return
     root = args.workdir or tempfile.mkdtemp(prefix="bench_pipeline_")
     corpus, _ = make_corpus(root, args.scale, args.train_files)
-    seconds, peak, out = timed([sys.executable, __file__, "--bare", f"{corpus}/train/*.jsonl.zst"])
-    counts = json.loads(out)
-    rows = [("bare loop (1 process)", seconds, peak)]
-    # The machine's own ceiling for two processes: two bare loops side by side, half the files each.
+    # The runs are interleaved round by round and the median of each is reported: on a shared VM the
+    # CPU capacity drifts over minutes, and interleaving exposes every configuration to the same drift.
     pair = f"{sys.executable} {__file__} --bare '{corpus}/train/*.jsonl.zst'"
-    seconds_2, peak_2, _ = timed(["bash", "-c", f"{pair} --part 0/2 & {pair} --part 1/2 & wait"])
-    rows.append(("2 bare loops side by side (half the files each)", seconds_2, peak_2))
-    for workers in (1, 2):
-        seconds_w, peak_w, _ = timed(pipeline_cmd(corpus, os.path.join(root, f"out-{workers}"), workers))
-        rows.append((f"pipeline, {workers} worker{'s' if workers > 1 else ''}", seconds_w, peak_w))
+    configs = [
+        ("bare loop (1 process)", [sys.executable, __file__, "--bare", f"{corpus}/train/*.jsonl.zst"]),
+        # The machine's own ceiling for two processes: two bare loops side by side, half the files each.
+        ("2 bare loops side by side (half the files each)",
+         ["bash", "-c", f"{pair} --part 0/2 & {pair} --part 1/2 & wait"]),
+        ("pipeline, 1 worker", pipeline_cmd(corpus, os.path.join(root, "out-1"), 1)),
+        ("pipeline, 2 workers", pipeline_cmd(corpus, os.path.join(root, "out-2"), 2)),
+    ]
+    samples: dict[str, list[tuple[float, int]]] = {name: [] for name, _ in configs}
+    out = ""
+    for round_ in range(args.repeats):
+        for name, cmd in configs:
+            seconds, peak, stdout = timed(cmd)
+            samples[name].append((seconds, peak))
+            if name.startswith("bare loop"):
+                out = stdout
+            print(f"round {round_ + 1}: {name}: {seconds:.1f} s", file=sys.stderr)
+    counts = json.loads(out)
+    rows = []
+    for name, _ in configs:
+        times = sorted(t for t, _ in samples[name])
+        rows.append((name, times[len(times) // 2], max(p for _, p in samples[name]), times))
     manifest = json.load(open(os.path.join(root, "out-2", "manifest.json")))
     same = manifest["shards"] == json.load(open(os.path.join(root, "out-1", "manifest.json")))["shards"]
     mb = counts["bytes"] / 1e6
@@ -142,12 +158,13 @@ def main() -> None:
           f"{counts['tokens'] / 1e6:.1f} M tokens, {mb:.0f} MB of JSON lines; "
           f"pipeline label tokens {manifest['totals']['label_tokens'] / 1e6:.1f} M; shards identical 1 vs 2 "
           f"workers: {same}")
-    print("\n| run | seconds | docs/s | M tokens/s | MB/s | vs bare loop | peak RSS (MB) |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"\n| run (median of {args.repeats} interleaved rounds) | seconds | all rounds | docs/s | M tokens/s | MB/s "
+          "| vs bare loop | peak RSS (MB) |")
+    print("|---|---|---|---|---|---|---|---|")
     base = rows[0][1]
-    for name, secs, rss in rows:
-        print(f"| {name} | {secs:.1f} | {counts['docs'] / secs:,.0f} | {counts['tokens'] / secs / 1e6:.2f} | "
-              f"{mb / secs:.1f} | {base / secs:.2f}x | {rss / 1e6:,.0f} |")
+    for name, secs, rss, times in rows:
+        print(f"| {name} | {secs:.1f} | {', '.join(f'{t:.1f}' for t in times)} | {counts['docs'] / secs:,.0f} | "
+              f"{counts['tokens'] / secs / 1e6:.2f} | {mb / secs:.1f} | {base / secs:.2f}x | {rss / 1e6:,.0f} |")
     print(f"\npipeline 2 workers vs 2 bare loops side by side: {rows[1][1] / rows[3][1]:.2f}x")
     print("\n| input (JSON lines) | pipeline 2 workers peak RSS (MB) | seconds |")
     print("|---|---|---|")
