@@ -43,7 +43,8 @@ from pipeline.writer import prepare_output_dir
 LOG = logging.getLogger("pipeline")
 
 
-def _bool(value: str) -> bool:
+def parse_bool(value: str) -> bool:
+    """The argparse type of true/false flags (`--flag`, `--flag true`, `--flag 0`)."""
     if value.lower() in ("1", "true", "yes", "on"):
         return True
     if value.lower() in ("0", "false", "no", "off"):
@@ -69,14 +70,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", default=None,
                    help="per-subset epochs: 'pile_paper' (Gao et al. Table 1) or 'Name=2,Other=1.5'")
     p.add_argument("--seed", type=int, default=0, help="shuffle and fractional-epoch seed")
-    p.add_argument("--add_bos", type=_bool, nargs="?", const=True, default=False)
-    p.add_argument("--add_eos", type=_bool, nargs="?", const=True, default=True,
+    p.add_argument("--add_bos", type=parse_bool, nargs="?", const=True, default=False)
+    p.add_argument("--add_eos", type=parse_bool, nargs="?", const=True, default=True,
                    help="EOS after every document (default true, the model's id)")
     p.add_argument("--bos_id", type=int, default=None, help="override the model's BOS id")
     p.add_argument("--eos_id", type=int, default=None, help="override the model's EOS id")
     p.add_argument("--remainder", choices=("pad", "drop"), default="pad",
                    help="the job's last partial record: pad (marked by valid_labels) or drop")
-    p.add_argument("--document_boundaries", type=_bool, nargs="?", const=True, default=False,
+    p.add_argument("--document_boundaries", type=parse_bool, nargs="?", const=True, default=False,
                    help="also write seqio-style segment_ids and positions")
     p.add_argument("--chunk_mb", type=float, default=4.0, help="unit of work after the fan-out")
     p.add_argument("--max_line_mb", type=float, default=64.0, help="longer lines are dead-lettered")
@@ -85,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="auto: a fast engine when it passes a self-check against SentencePiece, else SentencePiece")
     p.add_argument("--verify_tokenizer", choices=VERIFY_TOKENIZER_MODES, nargs="?", const="dead_letter", default="off",
                    help="also run SentencePiece on every document; a mismatch is dead-lettered or fails the job")
-    p.add_argument("--overwrite", type=_bool, nargs="?", const=True, default=False,
+    p.add_argument("--overwrite", type=parse_bool, nargs="?", const=True, default=False,
                    help="replace a previous output in --output_dir")
     return p
 
@@ -162,7 +163,7 @@ def pipeline_options(beam_args: list[str]) -> PipelineOptions:
     if isinstance(test.dry_run, str):
         # Beam keeps `--dry_run VALUE` as a string, so `--dry_run False` would count as true.
         try:
-            test.dry_run = _bool(test.dry_run)
+            test.dry_run = parse_bool(test.dry_run)
         except argparse.ArgumentTypeError as e:
             raise ValueError(f"--dry_run: {e}") from None
     setup = options.view_as(SetupOptions)

@@ -59,7 +59,7 @@ from apache_beam.metrics import Metrics
 
 from pipeline import read
 from pipeline.config import parse_subsets
-from pipeline.run import pipeline_options
+from pipeline.run import parse_bool, pipeline_options
 from pipeline.stats import merge_stats, sorted_dict
 from pipeline.subsets import PILE_PAPER_EPOCHS, PILE_SUBSETS, check_subset_names
 
@@ -729,14 +729,6 @@ def _copy_atomically(local_path: str, dest: str) -> None:
     fs.mv(tmp, fs_path)
 
 
-def _bool(value: str) -> bool:
-    if value.lower() in ("1", "true", "yes", "on"):
-        return True
-    if value.lower() in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true/false, got {value!r}")
-
-
 def build_parser() -> argparse.ArgumentParser:
     """Our flags (Beam's are left for PipelineOptions)."""
     p = argparse.ArgumentParser(prog="python -m pipeline.train_tokenizer", description=__doc__, allow_abbrev=False,
@@ -760,7 +752,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--work_dir", default=None,
                    help="where sample.jsonl and sample_stats.json go (local or s3://; a remote runner "
                         "needs a shared location). Default: a temporary directory, removed at the end")
-    g.add_argument("--sample_only", type=_bool, nargs="?", const=True, default=False,
+    g.add_argument("--sample_only", type=parse_bool, nargs="?", const=True, default=False,
                    help="stop after drawing the sample into --work_dir")
     g.add_argument("--from_sample", default=None,
                    help="train from the sample already in this work dir instead of drawing one")
@@ -770,8 +762,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--model_type", choices=("bpe", "unigram"), default="bpe")
     t.add_argument("--vocab_size", type=int, default=32000)
     t.add_argument("--character_coverage", type=float, default=0.99995)
-    t.add_argument("--byte_fallback", type=_bool, nargs="?", const=True, default=True)
-    t.add_argument("--split_digits", type=_bool, nargs="?", const=True, default=True)
+    t.add_argument("--byte_fallback", type=parse_bool, nargs="?", const=True, default=True)
+    t.add_argument("--split_digits", type=parse_bool, nargs="?", const=True, default=True)
     t.add_argument("--unk_id", type=int, default=0)
     t.add_argument("--bos_id", type=int, default=1)
     t.add_argument("--eos_id", type=int, default=2)
@@ -782,7 +774,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="trainer threads (default 16; the model's bytes depend on it)")
     t.add_argument("--spm_arg", action="append", default=[], metavar="KEY=VALUE",
                    help="any other SentencePieceTrainer option, e.g. train_extremely_large_corpus=true")
-    t.add_argument("--overwrite", type=_bool, nargs="?", const=True, default=False,
+    t.add_argument("--overwrite", type=parse_bool, nargs="?", const=True, default=False,
                    help="replace existing PREFIX.model/.vocab/.card.json")
     return p
 
