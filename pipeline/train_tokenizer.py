@@ -62,6 +62,7 @@ from pipeline.config import parse_subsets
 from pipeline.run import parse_bool, pipeline_options
 from pipeline.stats import merge_stats, sorted_dict
 from pipeline.subsets import PILE_PAPER_EPOCHS, PILE_SUBSETS, check_subset_names
+from pipeline.tokenizer import file_sha256
 
 LOG = logging.getLogger("pipeline.train_tokenizer")
 NAMESPACE = "tokenizer_sample"
@@ -489,7 +490,7 @@ def load_sample_stats(work_dir: str) -> dict:
         raise FileNotFoundError(f"No {SAMPLE_STATS_FILE} in {work_dir}: draw the sample first (--sample_only)")
     with fs.open(fs_path, "r", encoding="utf-8") as f:
         stats = json.load(f)
-    actual = _sha256_file(sample_path)
+    actual = file_sha256(sample_path)
     if actual != stats["sha256"]:
         raise ValueError(
             f"{sample_path}: sha256 {actual} does not match {SAMPLE_STATS_FILE} ({stats['sha256']}); "
@@ -504,14 +505,6 @@ def iter_sample(work_dir: str) -> Iterator[tuple[str, str]]:
         for line in f:
             obj = json.loads(line)
             yield obj["subset"], obj["text"]
-
-
-def _sha256_file(path: str) -> str:
-    digest = hashlib.sha256()
-    with fsspec.open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -865,9 +858,9 @@ def train_from_sample(work_dir: str, model_prefix: str, trainer: TrainerConfig, 
             f.write(vocab_text(proto))
         model = {
             "file": name + ".model",
-            "sha256": _sha256_file(model_path),
+            "sha256": file_sha256(model_path),
             "vocab_file": name + ".vocab",
-            "vocab_sha256": _sha256_file(vocab_path),
+            "vocab_sha256": file_sha256(vocab_path),
             "model_type": trainer.model_type,
             **model_facts(model_path),
         }

@@ -476,6 +476,19 @@ def _write_json(path: str, obj) -> None:
         f.write("\n")
 
 
+def finish_summary(cfg, rank: int, model, progress, summary: dict) -> None:
+    """Record where a run ended (step, data position, weights digest); optionally dump the weights."""
+    summary["final_step"] = int(progress.global_step.numpy())
+    summary["position"] = list(progress.position())
+    summary["weights_sha256"] = weights_digest(model.trainable_variables)
+    if cfg.debug_dump:
+        debug = os.path.join(cfg.output_dir, "debug")
+        os.makedirs(debug, exist_ok=True)
+        np.savez(os.path.join(debug, f"rank{rank}.npz"),
+                 **{f"w{i:04d}": v.numpy() for i, v in enumerate(model.trainable_variables)})
+        _write_json(os.path.join(debug, f"rank{rank}.json"), summary)
+
+
 def weights_digest(variables) -> str:
     """sha256 over the bytes of `variables`, in order (equal weights <=> equal digests)."""
     h = hashlib.sha256()
@@ -619,15 +632,7 @@ def train(cfg: TrainConfig, backend) -> dict:
 
     _run_eval(eval_step, backend, eval_ds, logger, summary, int(progress.global_step.numpy()))
     logger.close()
-    summary["final_step"] = int(progress.global_step.numpy())
-    summary["position"] = list(progress.position())
-    summary["weights_sha256"] = weights_digest(model.trainable_variables)
-    if cfg.debug_dump:
-        debug = os.path.join(cfg.output_dir, "debug")
-        os.makedirs(debug, exist_ok=True)
-        np.savez(os.path.join(debug, f"rank{rank}.npz"),
-                 **{f"w{i:04d}": v.numpy() for i, v in enumerate(model.trainable_variables)})
-        _write_json(os.path.join(debug, f"rank{rank}.json"), summary)
+    finish_summary(cfg, rank, model, progress, summary)
     backend.barrier()
     return summary
 

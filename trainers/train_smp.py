@@ -51,6 +51,7 @@ from trainers.common import (  # noqa: E402
     config_from_args,
     configure_tensorflow,
     data_signature,
+    finish_summary,
     masked_lm_loss,
     model_inputs,
     reader_kwargs,
@@ -58,7 +59,6 @@ from trainers.common import (  # noqa: E402
     resume_problem,
     seed_everything,
     token_losses,
-    weights_digest,
 )
 from trainers.microbatch import check_microbatches  # noqa: E402
 from trainers.model import DecoderStack, ModelConfig  # noqa: E402
@@ -303,15 +303,7 @@ def train(cfg: TrainConfig, smp, microbatches_default: int = 1, mp_parameters: s
             logger.log(result["step"], {"loss": result["loss"], "perplexity": result["perplexity"]},
                        prefix="val")
     logger.close()
-    summary["final_step"] = int(progress.global_step.numpy())
-    summary["position"] = list(progress.position())
-    summary["weights_sha256"] = weights_digest(model.trainable_variables)
-    if cfg.debug_dump:
-        debug = os.path.join(cfg.output_dir, "debug")
-        os.makedirs(debug, exist_ok=True)
-        np.savez(os.path.join(debug, f"rank{rank}.npz"),
-                 **{f"w{i:04d}": v.numpy() for i, v in enumerate(model.trainable_variables)})
-        _write_json(os.path.join(debug, f"rank{rank}.json"), summary)
+    finish_summary(cfg, rank, model, progress, summary)
     smp.barrier()
     return summary
 
