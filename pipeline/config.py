@@ -12,6 +12,7 @@ REMAINDER_POLICIES = ("pad", "drop")
 CORRUPT_FILE_POLICIES = ("fail", "skip")
 TOKENIZER_BACKENDS = ("sentencepiece", "gigatoken", "kitoken", "auto")  # pipeline/backends.py
 VERIFY_TOKENIZER_MODES = ("off", "dead_letter", "fail")
+FAN_OUT_CHOICES = ("auto", "yes", "no")  # pipeline/execution.py
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +40,9 @@ class PipelineConfig:
     tokenizer_backend: str = "sentencepiece"
     verify_tokenizer: str = "off"  # also run SentencePiece on every document: "dead_letter" or "fail" on a mismatch
     overwrite: bool = False
+    # How the work spreads (pipeline/execution.py); output bytes do not depend on these.
+    fan_out: str = "auto"  # fan chunks out to workers: "auto", "yes", "no"
+    tokenizer_threads: int | None = None  # threads per tokenizer batch; None: per runner and workers
 
     def __post_init__(self):
         if not self.inputs:
@@ -64,6 +68,10 @@ class PipelineConfig:
             raise ValueError(f"--tokenizer_backend must be one of {TOKENIZER_BACKENDS}")
         if self.verify_tokenizer not in VERIFY_TOKENIZER_MODES:
             raise ValueError(f"--verify_tokenizer must be one of {VERIFY_TOKENIZER_MODES}")
+        if self.fan_out not in FAN_OUT_CHOICES:
+            raise ValueError(f"--fan_out must be one of {FAN_OUT_CHOICES}")
+        if self.tokenizer_threads is not None and self.tokenizer_threads < 1:
+            raise ValueError("--tokenizer_threads must be at least 1")
         if self.chunk_mb <= 0 or self.max_line_mb <= 0:
             raise ValueError("--chunk_mb and --max_line_mb must be > 0")
 
@@ -89,12 +97,13 @@ class PipelineConfig:
     def to_json(self) -> dict:
         """A JSON-ready form for the manifest.
 
-        Where the output went and whether it replaced another are not recorded: the manifest lives in
-        the output and must stay byte-identical when the same job writes elsewhere or is copied.
+        Where the output went, whether it replaced another and how the work was spread are not
+        recorded: the manifest lives in the output and must stay byte-identical when the same job
+        writes elsewhere, on other machines, or is copied.
         """
         out = dataclasses.asdict(self)
         out["epochs"] = dict(self.epochs)
-        del out["output_dir"], out["overwrite"]
+        del out["output_dir"], out["overwrite"], out["fan_out"], out["tokenizer_threads"]
         return out
 
 

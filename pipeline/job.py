@@ -10,9 +10,10 @@ import apache_beam as beam
 import numpy as np
 
 from pipeline import manifest as manifest_lib
-from pipeline import records, stages, writer
+from pipeline import records, stages
 from pipeline.backends import BackendChoice, choose_backend
 from pipeline.config import PipelineConfig
+from pipeline.execution import Execution, balance, file_sizes
 from pipeline.stats import merge_stats, sorted_dict
 from pipeline.tokenizer import SpecialIds, file_sha256
 
@@ -28,6 +29,7 @@ class Job:
     special: SpecialIds
     tokenizer_sha256: str
     backend: BackendChoice
+    execution: Execution = Execution()
 
     @property
     def token_dtype(self) -> np.dtype:
@@ -42,14 +44,16 @@ class Job:
             np.ones((1, self.config.seq_len), bool),
             dtype=self.token_dtype,
             document_boundaries=self.config.document_boundaries,
-        )[0]
-        return writer.framed_size(probe)
+        )
+        return len(probe.data)
 
 
-def resolve_job(config: PipelineConfig, input_files: list[str], special: SpecialIds) -> Job:
+def resolve_job(config: PipelineConfig, input_files: list[str], special: SpecialIds,
+                execution: Execution | None = None) -> Job:
     """Bundle what the pipeline needs to know up front (including the tokenizer backend check)."""
     backend = choose_backend(config.tokenizer_backend, config.tokenizer_model, input_files)
-    return Job(config, tuple(input_files), special, file_sha256(config.tokenizer_model), backend)
+    return Job(config, tuple(input_files), special, file_sha256(config.tokenizer_model), backend,
+               execution or Execution())
 
 
 def _version() -> str:
@@ -122,40 +126,59 @@ def build_manifest(job: Job, shards: list[dict], stats: dict, dead_letters: list
     )
 
 
+def _chunks(p: beam.Pipeline, job: Job):
+    """Read the inputs into chunks on the workers: (chunks, read stats).
+
+    Fanned out (the default), any worker tokenizes any chunk. Otherwise (DirectRunner with enough
+    files, see pipeline.execution) each worker reads and tokenizes its own files, balanced by size.
+    """
+    cfg, execution = job.config, job.execution
+    files = list(enumerate(job.input_files))  # (file_index, path)
+    if execution.fan_out:
+        read_out = p | "ListInputs" >> beam.Create(files) | "ReadChunks" >> beam.ParDo(
+            stages.ReadChunksFn(cfg)).with_outputs(stages.STATS, main="chunks")
+        # A .zst file cannot be split: fan its chunks out so that 30 files do not cap parallelism.
+        return read_out.chunks | "FanOut" >> beam.Reshuffle(), read_out[stages.STATS]
+    slot_of = balance(file_sizes(list(job.input_files)), execution.workers)
+    by_slot = sorted((slot, f) for f, slot in zip(files, slot_of, strict=True))
+    read_out = (
+        p
+        | "ListInputs" >> beam.Create(by_slot, reshuffle=False)
+        # One group per worker: DirectRunner hands each worker whole groups.
+        | "GroupFilesByWorker" >> beam.GroupByKey()
+        | "FilesOfWorker" >> beam.FlatMap(lambda kv: sorted(kv[1]))
+        | "ReadChunks" >> beam.ParDo(stages.ReadChunksFn(cfg)).with_outputs(stages.STATS, main="chunks")
+    )
+    return read_out.chunks, read_out[stages.STATS]
+
+
 def build_pipeline(p: beam.Pipeline, job: Job) -> None:
     """Add the whole job to `p`: read -> fan out -> tokenize/pack -> shuffle into shards -> manifest."""
     cfg = job.config
-    files = p | "ListInputs" >> beam.Create(list(enumerate(job.input_files)))  # (file_index, path)
-    read_out = files | "ReadChunks" >> beam.ParDo(stages.ReadChunksFn(cfg)).with_outputs(
-        stages.STATS, main="chunks"
-    )
-    processed = (
-        read_out.chunks
-        # A .zst file cannot be split: fan its chunks out so that 30 files do not cap parallelism.
-        | "FanOut" >> beam.Reshuffle()
-        | "TokenizeAndPack"
-        >> beam.ParDo(stages.ProcessChunkFn(cfg, job.special, job.backend.name)).with_outputs(
-            stages.TAILS, stages.DEAD_LETTERS, stages.STATS, main="records"
-        )
-    )
+    chunks, read_stats = _chunks(p, job)
+    processed = chunks | "TokenizeAndPack" >> beam.ParDo(
+        stages.ProcessChunkFn(cfg, job.special, job.backend.name, job.execution.encode_threads)
+    ).with_outputs(stages.TAILS, stages.DEAD_LETTERS, stages.STATS, stages.COUNTS, main="records")
     file_tails = (
         processed[stages.TAILS]
         | "GroupTailsByFile" >> beam.GroupByKey()  # ((copy, file), [(chunk, Piece)])
         | "PackTails" >> beam.ParDo(stages.PackTailsFn(cfg, job.special)).with_outputs(
-            stages.TAILS, stages.STATS, main="records"
+            stages.TAILS, stages.STATS, stages.COUNTS, main="records"
         )
     )
     final = (
         file_tails[stages.TAILS]
         | "GroupLastTails" >> beam.GroupByKey()  # (None, [((copy, file), Piece)]): one small group
         | "PackFinal" >> beam.ParDo(stages.PackFinalFn(cfg, job.special)).with_outputs(
-            stages.STATS, main="records"
+            stages.STATS, stages.COUNTS, main="records"
         )
     )
     all_records = (processed.records, file_tails.records, final.records) | "AllRecords" >> beam.Flatten()
+    # Record counts come from the producers themselves: counting `all_records` would be one more
+    # pass of every record through the driver on DirectRunner.
     layout = (
-        all_records
-        | "CountPerSource" >> beam.Map(lambda kv: (kv[0], len(kv[1])))
+        (processed[stages.COUNTS], file_tails[stages.COUNTS], final[stages.COUNTS])
+        | "AllCounts" >> beam.Flatten()
         | "CollectCounts" >> beam.combiners.ToList()
         | "PlanShards" >> beam.Map(stages.make_layout, cfg, job.record_bytes)
     )
@@ -163,7 +186,7 @@ def build_pipeline(p: beam.Pipeline, job: Job) -> None:
     shards = (
         all_records
         | "AssignShards" >> beam.ParDo(stages.AssignShardsFn(cfg.seed), layout_side)
-        | "GroupByShard" >> beam.GroupByKey()  # (shard, [(position, record)])
+        | "GroupByShard" >> beam.GroupByKey()  # (shard, [(positions, [record])])
         | "WriteShards" >> beam.ParDo(stages.WriteShardFn(cfg), layout_side)
     )
     dead = (
@@ -172,7 +195,7 @@ def build_pipeline(p: beam.Pipeline, job: Job) -> None:
         | "WriteDeadLetters" >> beam.ParDo(stages.WriteDeadLettersFn(cfg))
     )
     stats = (
-        (read_out[stages.STATS], processed[stages.STATS], file_tails[stages.STATS], final[stages.STATS])
+        (read_stats, processed[stages.STATS], file_tails[stages.STATS], final[stages.STATS])
         | "AllStats" >> beam.Flatten()
         | "SumStats" >> beam.CombineGlobally(merge_stats)
     )

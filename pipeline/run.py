@@ -28,12 +28,14 @@ from apache_beam.options.pipeline_options import (
 
 from pipeline import manifest as manifest_lib
 from pipeline.config import (
+    FAN_OUT_CHOICES,
     TOKENIZER_BACKENDS,
     VERIFY_TOKENIZER_MODES,
     PipelineConfig,
     parse_epochs,
     parse_subsets,
 )
+from pipeline.execution import plan_execution
 from pipeline.job import build_pipeline, resolve_job
 from pipeline.read import expand_inputs, redact_url
 from pipeline.summary import format_summary
@@ -88,6 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also run SentencePiece on every document; a mismatch is dead-lettered or fails the job")
     p.add_argument("--overwrite", type=parse_bool, nargs="?", const=True, default=False,
                    help="replace a previous output in --output_dir")
+    p.add_argument("--fan_out", choices=FAN_OUT_CHOICES, default="auto",
+                   help="shuffle chunks to workers (yes), give each worker whole files (no), or auto: no "
+                   "on DirectRunner with at least 2 files per worker, yes elsewhere; output is the same")
+    p.add_argument("--tokenizer_threads", type=int, default=None,
+                   help="threads per tokenizer batch (default: cores / workers on DirectRunner, else 1)")
     return p
 
 
@@ -152,6 +159,8 @@ def parse_args(argv: list[str]) -> tuple[PipelineConfig, list[str]]:
         tokenizer_backend=args.tokenizer_backend,
         verify_tokenizer=args.verify_tokenizer,
         overwrite=args.overwrite,
+        fan_out=args.fan_out,
+        tokenizer_threads=args.tokenizer_threads,
     )
     return config, beam_defaults + beam_args
 
@@ -219,8 +228,10 @@ def main(argv: list[str] | None = None) -> dict | None:
     )
     if not dry_run:
         prepare_output_dir(config.output_dir, config.overwrite)
-    job = resolve_job(config, input_files, special)
     runner = options.view_as(StandardOptions).runner
+    execution = plan_execution(runner, options.view_as(DirectOptions).direct_num_workers, input_files,
+                               config.fan_out, config.tokenizer_threads)
+    job = resolve_job(config, input_files, special, execution)
     LOG.info("%d input files -> %s (runner %s)", len(input_files), redact_url(config.output_dir), runner)
     start = time.monotonic()
     with beam.Pipeline(options=options) as p:

@@ -2,15 +2,17 @@
 
 Element shapes are noted at each stage:
   (file_index, path)                       -> ReadChunksFn      -> Chunk
-  Chunk                                    -> ProcessChunkFn    -> (source_id, [record bytes])
+  Chunk                                    -> ProcessChunkFn    -> (source_id, FramedRecords)
                                                                  + tails ((copy, file), (chunk, Piece))
                                                                  + dead letters (file_index, dict)
-                                                                 + stats dict
-  ((copy, file), [(chunk, Piece)])         -> PackTailsFn       -> (source_id, [record bytes]) + Piece
-  (None, [((copy, file), Piece)])          -> PackFinalFn       -> (source_id, [record bytes]) + stats
-  (source_id, [record bytes]) + layout     -> AssignShardsFn    -> (shard, (position, record bytes))
-  (shard, [(position, record bytes)])      -> WriteShardFn      -> shard info dict
+                                                                 + stats dict + counts (source_id, n)
+  ((copy, file), [(chunk, Piece)])         -> PackTailsFn       -> (source_id, FramedRecords) + Piece
+  (None, [((copy, file), Piece)])          -> PackFinalFn       -> (source_id, FramedRecords) + stats
+  (source_id, FramedRecords) + layout      -> AssignShardsFn    -> (shard, (positions, FramedRecords))
+  (shard, [(positions, FramedRecords)])    -> WriteShardFn      -> shard info dict
 source_id = (kind, copy, file_index, chunk_index): kind 0 chunk records, 1 per-file tails, 2 final.
+positions: the permuted global positions of those records in that shard, as little-endian int64 bytes.
+FramedRecords (pipeline/framing.py): a block of TFRecord-framed records, one element for many records.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from apache_beam.metrics import Metrics
 from pipeline import packing, read, records, writer
 from pipeline.backends import Encoder, TokenizerMismatch
 from pipeline.config import PipelineConfig
+from pipeline.framing import FramedRecords
 from pipeline.shuffle import Permutation, ShardPlan
 from pipeline.tokenizer import SpecialIds
 
@@ -35,6 +38,7 @@ NAMESPACE = "pile"
 TAILS = "tails"
 DEAD_LETTERS = "dead_letters"
 STATS = "stats"
+COUNTS = "counts"  # (source_id, number of records): what the shard plan needs, without the records
 
 
 def _counter(name: str):
@@ -103,14 +107,14 @@ def serialize_records(
     dtype: np.dtype,
     document_boundaries: bool,
     valid_labels: int | None = None,
-) -> list[bytes]:
-    """Serialize packed records ([k, seq_len + 1] tokens, [k, seq_len] segment starts)."""
+) -> FramedRecords:
+    """Serialize and frame packed records ([k, seq_len + 1] tokens, [k, seq_len] segment starts)."""
     tokens = np.atleast_2d(tokens).astype(dtype)
     seg = pos = None
     if document_boundaries:
         seg, pos = packing.segment_features(starts, valid_labels)
         seg, pos = seg.astype(dtype), pos.astype(dtype)
-    return [
+    return FramedRecords.of(
         records.serialize_example(
             tokens[i],
             None if seg is None else seg[i],
@@ -119,16 +123,18 @@ def serialize_records(
             dtype,
         )
         for i in range(len(tokens))
-    ]
+    )
 
 
 class ProcessChunkFn(beam.DoFn):
     """Chunk -> validated, tokenized, packed and serialized records of each epoch copy."""
 
-    def __init__(self, config: PipelineConfig, special: SpecialIds, backend: str = "sentencepiece"):
+    def __init__(self, config: PipelineConfig, special: SpecialIds, backend: str = "sentencepiece",
+                 encode_threads: int | None = None):
         self._config = config
         self._special = special
-        self._encoder = Encoder(config.tokenizer_model, backend, verify=config.verify_tokenizer != "off")
+        self._encoder = Encoder(config.tokenizer_model, backend, verify=config.verify_tokenizer != "off",
+                                threads=encode_threads)
         self._selected = frozenset(config.subsets)
         self._dtype = records.token_dtype_for(special.vocab_size)
         self._docs = _counter("documents_kept")
@@ -222,9 +228,11 @@ class ProcessChunkFn(beam.DoFn):
             self._tokens.inc(len(stream))
             if len(tokens):
                 self._records.inc(len(tokens))
-                yield (0, copy, chunk.file_index, chunk.chunk_index), serialize_records(
+                source = (0, copy, chunk.file_index, chunk.chunk_index)
+                yield source, serialize_records(
                     tokens, starts, dtype=self._dtype, document_boundaries=cfg.document_boundaries
                 )
+                yield beam.pvalue.TaggedOutput(COUNTS, (source, len(tokens)))
             if len(remainder):
                 yield beam.pvalue.TaggedOutput(TAILS, ((copy, chunk.file_index), (chunk.chunk_index, remainder)))
 
@@ -253,6 +261,7 @@ class PackTailsFn(beam.DoFn):
             yield (1, copy, file_index, 0), serialize_records(
                 tokens, starts, dtype=self._dtype, document_boundaries=self._config.document_boundaries
             )
+            yield beam.pvalue.TaggedOutput(COUNTS, ((1, copy, file_index, 0), len(tokens)))
         if len(remainder):
             yield beam.pvalue.TaggedOutput(TAILS, (None, ((copy, file_index), remainder)))
         yield beam.pvalue.TaggedOutput(STATS, {"packing": {"records_from_tails": len(tokens)}})
@@ -277,17 +286,18 @@ class PackFinalFn(beam.DoFn):
                  "padding_labels": 0, "dropped_labels": 0}
         if len(remainder) and cfg.remainder == "pad":
             padded, pad_starts, valid = packing.pad_record(remainder, cfg.seq_len, self._special.padding_id)
-            out += serialize_records(
+            out = FramedRecords.concat([out, serialize_records(
                 padded, pad_starts[None, :], dtype=self._dtype,
                 document_boundaries=cfg.document_boundaries, valid_labels=valid,
-            )
+            )])
             stats["padding_labels"] = cfg.seq_len - valid
             stats["padded_records"] = 1
         elif len(remainder):
             stats["dropped_labels"] = len(remainder)
             LOG.warning("--remainder drop: the job's last %d label tokens are dropped", len(remainder))
-        if out:
+        if len(out):
             yield (2, 0, 0, 0), out
+            yield beam.pvalue.TaggedOutput(COUNTS, ((2, 0, 0, 0), len(out)))
         yield beam.pvalue.TaggedOutput(STATS, {"packing": stats})
 
 
@@ -303,7 +313,10 @@ def make_layout(counts: list[tuple[tuple, int]], config: PipelineConfig, record_
 
 
 class AssignShardsFn(beam.DoFn):
-    """(source_id, [record]) + layout -> (shard, (permuted position, record))."""
+    """(source_id, FramedRecords) + layout -> (shard, (positions, FramedRecords)), one per shard touched.
+
+    One element per (source, shard) rather than per record: far fewer elements through the shuffle.
+    """
 
     def __init__(self, seed: int):
         self._seed = seed
@@ -312,22 +325,32 @@ class AssignShardsFn(beam.DoFn):
         source, recs = element
         plan = ShardPlan(layout["num_records"], layout["num_shards"])
         perm = Permutation(plan.num_records, self._seed)
-        positions = perm(layout["offsets"][source] + np.arange(len(recs)))
-        for shard, position, record in zip(plan.shard_of(positions), positions, recs, strict=True):
-            yield int(shard), (int(position), record)
+        positions = perm(layout["offsets"][source] + np.arange(len(recs))).astype("<i8")
+        shards = plan.shard_of(positions)
+        for shard in np.unique(shards).tolist():
+            members = np.flatnonzero(shards == shard)
+            yield shard, (positions[members].tobytes(), recs.take(members.tolist()))
+
+
+def order_records(groups) -> tuple[FramedRecords, list[int]]:
+    """A shard's records and the order to write them in (by permuted position), from its groups."""
+    groups = list(groups)
+    positions = np.concatenate([np.frombuffer(p, "<i8") for p, _ in groups]) if groups else np.zeros(0, "<i8")
+    block = FramedRecords.concat(recs for _, recs in groups)
+    return block, np.argsort(positions, kind="stable").tolist()
 
 
 class WriteShardFn(beam.DoFn):
-    """(shard, [(position, record)]) -> shard info; records in permuted order, temp file + rename."""
+    """(shard, [(positions, FramedRecords)]) -> shard info; records in permuted order, temp file + rename."""
 
     def __init__(self, config: PipelineConfig):
         self._config = config
 
     def process(self, element, layout):
-        shard, items = element
-        ordered = [record for _, record in sorted(items, key=lambda item: item[0])]
+        shard, groups = element
+        block, order = order_records(groups)
         name = writer.shard_name(self._config.split, shard, layout["num_shards"])
-        info = writer.write_file_atomically(self._config.output_dir, name, ordered)
+        info = writer.write_file_atomically(self._config.output_dir, name, block.parts(order), len(order))
         _counter("shards_written").inc()
         LOG.info("wrote %s: %d records, %.1f MB", name, info["records"], info["bytes"] / 1e6)
         yield info
@@ -343,4 +366,4 @@ class WriteDeadLettersFn(beam.DoFn):
         (file_index, chunk_index), items = element
         lines = writer.dead_letter_lines(list(items))
         name = f"{writer.DEAD_LETTER_DIR}/{self._config.split}-{file_index:05d}-{chunk_index:05d}.jsonl"
-        yield writer.write_file_atomically(self._config.output_dir, name, lines, framed=False)
+        yield writer.write_file_atomically(self._config.output_dir, name, lines, len(lines))

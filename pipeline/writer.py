@@ -17,9 +17,9 @@ import posixpath
 import re
 import tempfile
 import uuid
+from collections.abc import Iterable
 
 import fsspec
-from apache_beam.io.tfrecordio import _TFRecordUtil
 
 from pipeline.manifest import MANIFEST_NAME
 from pipeline.read import redact_url
@@ -35,11 +35,6 @@ _OURS = re.compile(
 def shard_name(split: str, index: int, count: int) -> str:
     """`train-00000-of-00042.tfrecord`."""
     return f"{split}-{index:05d}-of-{count:05d}.tfrecord"
-
-
-def framed_size(record: bytes) -> int:
-    """Bytes a record takes in a TFRecord file (length, two CRCs, data)."""
-    return _TFRecordUtil.encoded_num_bytes(record)
 
 
 def _is_local(fs) -> bool:
@@ -81,32 +76,17 @@ def prepare_output_dir(output_dir: str, overwrite: bool) -> None:
             fs.rm(posixpath.join(root, entry), recursive=True)
 
 
-def _write_local(path: str, records) -> tuple[int, str]:
+def _write_local(path: str, parts) -> tuple[int, str]:
     digest = hashlib.sha256()
     size = 0
     with open(path, "wb") as f:
-        for record in records:
-            framed = _frame(record)
-            f.write(framed)
-            digest.update(framed)
-            size += len(framed)
+        for part in parts:
+            f.write(part)
+            digest.update(part)
+            size += len(part)
         f.flush()
         os.fsync(f.fileno())
     return size, digest.hexdigest()
-
-
-class _Collect:
-    def __init__(self):
-        self.parts = []
-
-    def write(self, data):
-        self.parts.append(data)
-
-
-def _frame(record: bytes) -> bytes:
-    out = _Collect()
-    _TFRecordUtil.write_record(out, record)
-    return b"".join(out.parts)
 
 
 def _sha256_of(fs, path: str) -> str:
@@ -117,24 +97,20 @@ def _sha256_of(fs, path: str) -> str:
     return digest.hexdigest()
 
 
-def write_file_atomically(output_dir: str, name: str, records, framed: bool = True) -> dict:
-    """Write records (TFRecord-framed, or raw lines if not `framed`) and publish them as `name`.
+def write_file_atomically(output_dir: str, name: str, parts: Iterable[bytes], num_records: int) -> dict:
+    """Write `parts` (bytes-like: framed records of a shard, or lines) back to back and publish them as `name`.
 
-    Returns {"path", "records", "bytes", "sha256"}. Safe to run twice at once (Dataflow may retry a
-    bundle while the first attempt still runs): each attempt has its own temp file, and both
-    produce the same bytes.
+    Returns {"path", "records": num_records, "bytes", "sha256"}. Safe to run twice at once (Dataflow
+    may retry a bundle while the first attempt still runs): each attempt has its own temp file, and
+    both produce the same bytes. `parts` may be iterated once only.
     """
     fs, root = fsspec.core.url_to_fs(output_dir)
     final = posixpath.join(root, name)
-    records = list(records) if not isinstance(records, list) else records
-    if not framed:
-        records = [r if r.endswith(b"\n") else r + b"\n" for r in records]
-    writer = _write_local if framed else _write_raw_local
     if _is_local(fs):
         fs.makedirs(posixpath.dirname(final), exist_ok=True)
         tmp = posixpath.join(posixpath.dirname(final), f".{posixpath.basename(name)}.tmp-{uuid.uuid4().hex}")
         try:
-            size, sha = writer(tmp, records)
+            size, sha = _write_local(tmp, parts)
             if os.path.getsize(tmp) != size or _sha256_of(fs, tmp) != sha:
                 raise OSError(f"verification of {tmp} failed after writing")
             os.replace(tmp, final)
@@ -144,27 +120,14 @@ def write_file_atomically(output_dir: str, name: str, records, framed: bool = Tr
     else:
         with tempfile.TemporaryDirectory() as local_dir:
             tmp = os.path.join(local_dir, "part")
-            size, sha = writer(tmp, records)
+            size, sha = _write_local(tmp, parts)
             fs.put_file(tmp, final)
         if fs.size(final) != size:
             raise OSError(f"upload of {redact_url(output_dir)}/{name} is incomplete")
-    return {"path": name, "records": len(records), "bytes": size, "sha256": sha}
-
-
-def _write_raw_local(path: str, lines) -> tuple[int, str]:
-    digest = hashlib.sha256()
-    size = 0
-    with open(path, "wb") as f:
-        for line in lines:
-            f.write(line)
-            digest.update(line)
-            size += len(line)
-        f.flush()
-        os.fsync(f.fileno())
-    return size, digest.hexdigest()
+    return {"path": name, "records": num_records, "bytes": size, "sha256": sha}
 
 
 def dead_letter_lines(records: list[dict]) -> list[bytes]:
-    """JSON lines of dead-letter records, sorted by (file, line) for byte-identical reruns."""
+    """JSON lines (ending in a newline) of dead-letter records, sorted by (file, line) for byte-identical reruns."""
     records = sorted(records, key=lambda r: (r["file_index"], r["line"]))
     return [json.dumps(r, sort_keys=True, ensure_ascii=False).encode() + b"\n" for r in records]

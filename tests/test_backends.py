@@ -219,7 +219,7 @@ def test_a_named_backend_that_is_missing_is_an_error(no_fast_backends, tiny_mode
 class _WrongOnDigits:
     """An engine that gets one kind of text wrong: what a buggy fast backend looks like."""
 
-    def __init__(self, proto, facts=None):
+    def __init__(self, proto, facts=None, threads=None):
         self._sp = backends._SentencePieceEngine(proto)
 
     def encode(self, texts):

@@ -154,7 +154,7 @@ def _record_groups(monkeypatch) -> dict:
     pack_final, write_dead = stages.PackFinalFn.process, stages.WriteDeadLettersFn.process
 
     def shard(self, element, layout):
-        groups["GroupByShard"].append(sum(len(record) for _, record in element[1]))
+        groups["GroupByShard"].append(sum(len(recs.data) for _, recs in element[1]))
         return write_shard(self, element, layout)
 
     def tails(self, element):

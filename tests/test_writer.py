@@ -7,11 +7,13 @@ import tensorflow as tf
 
 from pipeline import writer
 from pipeline.config import PipelineConfig
+from pipeline.framing import FramedRecords
 
 
 def test_shard_is_published_complete_and_framed_as_tfrecord(tmp_path):
     records = [f"record {i}".encode() * 10 for i in range(100)]
-    info = writer.write_file_atomically(str(tmp_path), "train-00000-of-00001.tfrecord", records)
+    block = FramedRecords.of(records)
+    info = writer.write_file_atomically(str(tmp_path), "train-00000-of-00001.tfrecord", block.parts(), len(block))
     path = tmp_path / info["path"]
     assert info["records"] == 100 and info["bytes"] == os.path.getsize(path)
     assert info["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
@@ -24,7 +26,8 @@ def test_a_retried_or_duplicated_write_gives_the_same_bytes(tmp_path):
     records = [os.urandom(1000) for _ in range(300)]
     results = []
     threads = [threading.Thread(target=lambda: results.append(
-        writer.write_file_atomically(str(tmp_path), "s.tfrecord", records))) for _ in range(4)]
+        writer.write_file_atomically(str(tmp_path), "s.tfrecord", FramedRecords.of(records).parts(), len(records))))
+        for _ in range(4)]
     for t in threads:
         t.start()
     for t in threads:
