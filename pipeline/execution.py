@@ -45,7 +45,9 @@ def plan_execution(runner: str, direct_workers: int | None, input_files: list[st
     if fan_out not in FAN_OUT_CHOICES:
         raise ValueError(f"--fan_out must be one of {FAN_OUT_CHOICES}, got {fan_out!r}")
     direct = runner in ("DirectRunner", "direct")
-    workers = max(1, direct_workers or 1) if direct else 1
+    # --direct_num_workers 0 means one per core (as in Beam's FnApiRunner).
+    workers = (direct_workers if direct_workers != 0 else os.cpu_count() or 1) if direct else 1
+    workers = max(1, workers or 1)
     if encode_threads is None:
         # One worker process per core wants one thread each; fewer workers share out the cores.
         # Distributed runners start one SDK process per vCPU (Dataflow's default), hence 1.

@@ -95,10 +95,10 @@ def timed(cmd: list[str]) -> tuple[float, int, str]:
     return time.monotonic() - start, peak, out
 
 
-def pipeline_cmd(corpus: str, out: str, workers: int) -> list[str]:
+def pipeline_cmd(corpus: str, out: str, workers: int, *extra: str) -> list[str]:
     """The pipeline as a user runs it."""
     return [sys.executable, "-m", "pipeline.run", "--input", f"{corpus}/train/*.jsonl.zst", "--output_dir", out,
-            "--tokenizer_model", MODEL, "--overwrite", "--direct_num_workers", str(workers)]
+            "--tokenizer_model", MODEL, "--overwrite", "--direct_num_workers", str(workers), *extra]
 
 
 def make_corpus(root: str, scale: float, train_files: int) -> tuple[str, float]:
@@ -134,7 +134,12 @@ def main() -> None:
         # The machine's own ceiling for two processes: two bare loops side by side, half the files each.
         ("2 bare loops side by side (half the files each)",
          ["bash", "-c", f"{pair} --part 0/2 & {pair} --part 1/2 & wait"]),
-        ("pipeline, 1 worker", pipeline_cmd(corpus, os.path.join(root, "out-1"), 1)),
+        # One worker process on one core: the pipeline's own overhead against the bare loop.
+        ("pipeline, 1 worker, 1 tokenizer thread (one core)",
+         pipeline_cmd(corpus, os.path.join(root, "out-1t"), 1, "--tokenizer_threads", "1")),
+        # The default for one worker: SentencePiece spreads each batch over the cores.
+        ("pipeline, 1 worker (default: tokenizer threads on all cores)",
+         pipeline_cmd(corpus, os.path.join(root, "out-1"), 1)),
         ("pipeline, 2 workers", pipeline_cmd(corpus, os.path.join(root, "out-2"), 2)),
     ]
     samples: dict[str, list[tuple[float, int]]] = {name: [] for name, _ in configs}
@@ -152,12 +157,13 @@ def main() -> None:
         times = sorted(t for t, _ in samples[name])
         rows.append((name, times[len(times) // 2], max(p for _, p in samples[name]), times))
     manifest = json.load(open(os.path.join(root, "out-2", "manifest.json")))
-    same = manifest["shards"] == json.load(open(os.path.join(root, "out-1", "manifest.json")))["shards"]
+    same = all(manifest["shards"] == json.load(open(os.path.join(root, name, "manifest.json")))["shards"]
+               for name in ("out-1", "out-1t"))
     mb = counts["bytes"] / 1e6
     print(f"corpus: scale {args.scale}, {args.train_files} train files, {counts['docs']} docs, "
           f"{counts['tokens'] / 1e6:.1f} M tokens, {mb:.0f} MB of JSON lines; "
-          f"pipeline label tokens {manifest['totals']['label_tokens'] / 1e6:.1f} M; shards identical 1 vs 2 "
-          f"workers: {same}")
+          f"pipeline label tokens {manifest['totals']['label_tokens'] / 1e6:.1f} M; shards identical across the "
+          f"pipeline runs: {same}")
     print(f"\n| run (median of {args.repeats} interleaved rounds) | seconds | all rounds | docs/s | M tokens/s | MB/s "
           "| vs bare loop | peak RSS (MB) |")
     print("|---|---|---|---|---|---|---|---|")
@@ -165,7 +171,7 @@ def main() -> None:
     for name, secs, rss, times in rows:
         print(f"| {name} | {secs:.1f} | {', '.join(f'{t:.1f}' for t in times)} | {counts['docs'] / secs:,.0f} | "
               f"{counts['tokens'] / secs / 1e6:.2f} | {mb / secs:.1f} | {base / secs:.2f}x | {rss / 1e6:,.0f} |")
-    print(f"\npipeline 2 workers vs 2 bare loops side by side: {rows[1][1] / rows[3][1]:.2f}x")
+    print(f"\npipeline 2 workers vs 2 bare loops side by side: {rows[1][1] / rows[-1][1]:.2f}x")
     print("\n| input (JSON lines) | pipeline 2 workers peak RSS (MB) | seconds |")
     print("|---|---|---|")
     for scale in [float(s) for s in args.memory_scales.split(",")]:

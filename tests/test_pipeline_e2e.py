@@ -159,20 +159,27 @@ def test_corrupt_file_fails_the_job_by_default_and_is_recorded_with_skip(tmp_pat
     assert good
 
 
-def test_determinism_across_one_and_two_workers(tmp_path, tiny_model):
+def test_determinism_across_workers_and_fan_out(tmp_path, tiny_model):
+    """Same bytes on 1 and 2 worker processes, with chunks fanned out or whole files per worker.
+
+    3 files: on 1 worker `auto` gives each worker whole files, on 2 workers it fans chunks out.
+    """
     rng = np.random.default_rng(2)
     for f in range(3):
-        write_lines(str(tmp_path / "in" / f"{f:02d}.jsonl.zst"), [pile_line(t) for t in _texts(150, rng)])
+        lines = [pile_line(t) for t in _texts(150, rng)]
+        lines[7] = b'{"text": "no meta"}'  # dead letters are part of the output too
+        write_lines(str(tmp_path / "in" / f"{f:02d}.jsonl.zst"), lines)
     digests = []
-    for workers in ("1", "2"):
-        out = tmp_path / f"out{workers}"
+    for workers, fan_out in (("1", "auto"), ("2", "auto"), ("2", "no")):
+        out = tmp_path / f"out{workers}-{fan_out}"
         _run([str(tmp_path / "in" / "*.zst")], out, tiny_model, "--chunk_mb", "0.01", "--shard_size_mb", "0.02",
+             "--fan_out", fan_out,
              beam=["--runner", "DirectRunner", "--direct_running_mode", "multi_processing",
                    "--direct_num_workers", workers])
-        files = sorted(os.listdir(out))
-        digests.append({f: hashlib.sha256((out / f).read_bytes()).hexdigest() for f in files})
-    assert len(digests[0]) > 3
-    assert digests[0] == digests[1]
+        files = sorted(p for p in out.rglob("*") if p.is_file())
+        digests.append({str(f.relative_to(out)): hashlib.sha256(f.read_bytes()).hexdigest() for f in files})
+    assert len(digests[0]) > 3 and any(name.startswith("dead_letters/") for name in digests[0])
+    assert digests[0] == digests[1] == digests[2]
 
 
 def test_shards_respect_the_size_bound(tmp_path, tiny_model):
