@@ -186,7 +186,7 @@ def build_pipeline(p: beam.Pipeline, job: Job) -> None:
     shards = (
         all_records
         | "AssignShards" >> beam.ParDo(stages.AssignShardsFn(cfg.seed), layout_side)
-        | "GroupByShard" >> beam.GroupByKey()  # (shard, [(positions, [record])])
+        | "GroupByShard" >> beam.GroupByKey()  # (shard, [(positions, FramedRecords)])
         | "WriteShards" >> beam.ParDo(stages.WriteShardFn(cfg), layout_side)
     )
     dead = (
