@@ -25,38 +25,10 @@ import threading
 import time
 
 import psutil
+from baseline import bare_loop  # scripts/baseline.py (scripts/ is on sys.path when run as a script)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = os.path.join(REPO, "tokenizers", "sample", "sample.model")
-
-
-def bare_loop(pattern: str, model: str, part: str = "0/1") -> dict:
-    """The baseline: what one process does with no pipeline at all (on every `part` of the files)."""
-    import glob
-
-    import sentencepiece as spm
-    import zstandard
-
-    sp = spm.SentencePieceProcessor(model_file=model)
-    docs = tokens = size = 0
-    index, count = (int(x) for x in part.split("/"))
-    for path in sorted(glob.glob(pattern))[index::count]:
-        with open(path, "rb") as f:
-            reader = zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True)
-            pending = b""
-            while block := reader.read(1 << 20):
-                lines = (pending + block).split(b"\n")
-                pending = lines.pop()
-                for line in lines:
-                    if line:
-                        text = json.loads(line)["text"]
-                        size += len(line)
-                        tokens += len(sp.encode(text)) + 1
-                        docs += 1
-            if pending:
-                tokens += len(sp.encode(json.loads(pending)["text"])) + 1
-                docs += 1
-    return {"docs": docs, "tokens": tokens, "bytes": size}
 
 
 def _tree_rss(proc: psutil.Process) -> int:

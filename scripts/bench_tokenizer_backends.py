@@ -32,6 +32,8 @@ import sys
 import tempfile
 import time
 
+from baseline import bare_loop  # scripts/baseline.py (scripts/ is on sys.path when run as a script)
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -44,34 +46,6 @@ def compose_corpus(out: str, scale: float) -> str:
     subprocess.run([sys.executable, "-m", "pipeline.sample_corpus", out, "--scale", str(scale)], cwd=REPO,
                    check=True, stdout=subprocess.DEVNULL)
     return out
-
-
-def bare_loop(pattern: str, model: str) -> dict:
-    """The baseline: what one process does with no pipeline at all (one sp.encode per document)."""
-    import sentencepiece as spm
-    import zstandard
-
-    sp = spm.SentencePieceProcessor(model_file=model)
-    docs = tokens = size = 0
-    wall, cpu = time.perf_counter(), time.process_time()
-    for path in sorted(glob.glob(pattern)):
-        with open(path, "rb") as f:
-            reader = zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True)
-            pending = b""
-            while block := reader.read(1 << 20):
-                lines = (pending + block).split(b"\n")
-                pending = lines.pop()
-                for line in lines:
-                    if line:
-                        tokens += len(sp.encode(json.loads(line)["text"])) + 1
-                        size += len(line)
-                        docs += 1
-            if pending:
-                tokens += len(sp.encode(json.loads(pending)["text"])) + 1
-                size += len(pending)
-                docs += 1
-    return {"docs": docs, "tokens": tokens, "bytes": size, "wall": time.perf_counter() - wall,
-            "cpu": time.process_time() - cpu}
 
 
 def stage_costs(path: str, model: str, backends: list[str]) -> dict:
