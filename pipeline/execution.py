@@ -31,12 +31,16 @@ class Execution:
     """How one job runs.
 
     fan_out: shuffle chunks to workers; workers: slots files are balanced over when not fanning out;
-    encode_threads: threads per tokenizer batch (None: the library's default, all cores).
+    encode_threads: threads per tokenizer batch (None: the library's default, all cores);
+    spill: records cross the shuffle as local files (all workers on this machine, pipeline/spill.py);
+    spill_dir: where, once the job has made it.
     """
 
     fan_out: bool = True
     workers: int = 1
     encode_threads: int | None = None
+    spill: bool = False
+    spill_dir: str | None = None
 
 
 def plan_execution(runner: str, direct_workers: int | None, input_files: list[str], fan_out: str = "auto",
@@ -58,9 +62,10 @@ def plan_execution(runner: str, direct_workers: int | None, input_files: list[st
         chosen = fan_out == "yes"
     if not chosen and not direct:
         LOG.warning("--fan_out no on %s: each input file is read and tokenized by one worker", runner)
-    LOG.info("execution: %s, %d tokenizer thread(s) per worker", "chunks fanned out to workers" if chosen else
-             f"whole files on {workers} worker(s), balanced by size", encode_threads)
-    return Execution(fan_out=chosen, workers=workers, encode_threads=encode_threads)
+    LOG.info("execution: %s, %d tokenizer thread(s) per worker%s", "chunks fanned out to workers" if chosen else
+             f"whole files on {workers} worker(s), balanced by size", encode_threads,
+             ", records to the shard writers through local spill files" if direct else "")
+    return Execution(fan_out=chosen, workers=workers, encode_threads=encode_threads, spill=direct)
 
 
 def file_sizes(paths: list[str]) -> list[int]:

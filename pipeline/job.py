@@ -154,22 +154,22 @@ def _chunks(p: beam.Pipeline, job: Job):
 
 def build_pipeline(p: beam.Pipeline, job: Job) -> None:
     """Add the whole job to `p`: read -> fan out -> tokenize/pack -> shuffle into shards -> manifest."""
-    cfg = job.config
+    cfg, spill_dir = job.config, job.execution.spill_dir
     chunks, read_stats = _chunks(p, job)
     processed = chunks | "TokenizeAndPack" >> beam.ParDo(
-        stages.ProcessChunkFn(cfg, job.special, job.backend.name, job.execution.encode_threads)
+        stages.ProcessChunkFn(cfg, job.special, job.backend.name, job.execution.encode_threads, spill_dir)
     ).with_outputs(stages.TAILS, stages.DEAD_LETTERS, stages.STATS, stages.COUNTS, main="records")
     file_tails = (
         processed[stages.TAILS]
         | "GroupTailsByFile" >> beam.GroupByKey()  # ((copy, file), [(chunk, Piece)])
-        | "PackTails" >> beam.ParDo(stages.PackTailsFn(cfg, job.special)).with_outputs(
+        | "PackTails" >> beam.ParDo(stages.PackTailsFn(cfg, job.special, spill_dir)).with_outputs(
             stages.TAILS, stages.STATS, stages.COUNTS, main="records"
         )
     )
     final = (
         file_tails[stages.TAILS]
         | "GroupLastTails" >> beam.GroupByKey()  # (None, [((copy, file), Piece)]): one small group
-        | "PackFinal" >> beam.ParDo(stages.PackFinalFn(cfg, job.special)).with_outputs(
+        | "PackFinal" >> beam.ParDo(stages.PackFinalFn(cfg, job.special, spill_dir)).with_outputs(
             stages.STATS, stages.COUNTS, main="records"
         )
     )
@@ -186,7 +186,7 @@ def build_pipeline(p: beam.Pipeline, job: Job) -> None:
     shards = (
         all_records
         | "AssignShards" >> beam.ParDo(stages.AssignShardsFn(cfg.seed), layout_side)
-        | "GroupByShard" >> beam.GroupByKey()  # (shard, [(positions, FramedRecords)])
+        | "GroupByShard" >> beam.GroupByKey()  # (shard, [(positions, records)]): references only, with a spill_dir
         | "WriteShards" >> beam.ParDo(stages.WriteShardFn(cfg), layout_side)
     )
     dead = (

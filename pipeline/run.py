@@ -9,6 +9,7 @@ line overrides.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import re
@@ -38,6 +39,7 @@ from pipeline.config import (
 from pipeline.execution import plan_execution
 from pipeline.job import build_pipeline, resolve_job
 from pipeline.read import expand_inputs, redact_url
+from pipeline.spill import make_spill_dir, remove_spill_dir
 from pipeline.summary import format_summary
 from pipeline.tokenizer import load_processor, resolve_special_ids
 from pipeline.writer import prepare_output_dir
@@ -231,11 +233,16 @@ def main(argv: list[str] | None = None) -> dict | None:
     runner = options.view_as(StandardOptions).runner
     execution = plan_execution(runner, options.view_as(DirectOptions).direct_num_workers, input_files,
                                config.fan_out, config.tokenizer_threads)
+    if execution.spill and not (dry_run or executable):
+        execution = dataclasses.replace(execution, spill_dir=make_spill_dir(config.output_dir))
     job = resolve_job(config, input_files, special, execution)
     LOG.info("%d input files -> %s (runner %s)", len(input_files), redact_url(config.output_dir), runner)
     start = time.monotonic()
-    with beam.Pipeline(options=options) as p:
-        build_pipeline(p, job)
+    try:
+        with beam.Pipeline(options=options) as p:
+            build_pipeline(p, job)
+    finally:
+        remove_spill_dir(execution.spill_dir)
     if dry_run or executable:
         LOG.info("%s: the job was translated for %s, not run%s", "dry run" if dry_run else "jar",
                  runner, f"; wrote {executable}" if executable else "")

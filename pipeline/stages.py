@@ -2,17 +2,19 @@
 
 Element shapes are noted at each stage:
   (file_index, path)                       -> ReadChunksFn      -> Chunk
-  Chunk                                    -> ProcessChunkFn    -> (source_id, FramedRecords)
+  Chunk                                    -> ProcessChunkFn    -> (source_id, Records)
                                                                  + tails ((copy, file), (chunk, Piece))
                                                                  + dead letters (file_index, dict)
                                                                  + stats dict + counts (source_id, n)
-  ((copy, file), [(chunk, Piece)])         -> PackTailsFn       -> (source_id, FramedRecords) + Piece
-  (None, [((copy, file), Piece)])          -> PackFinalFn       -> (source_id, FramedRecords) + stats
-  (source_id, FramedRecords) + layout      -> AssignShardsFn    -> (shard, (positions, FramedRecords))
-  (shard, [(positions, FramedRecords)])    -> WriteShardFn      -> shard info dict
+  ((copy, file), [(chunk, Piece)])         -> PackTailsFn       -> (source_id, Records) + Piece
+  (None, [((copy, file), Piece)])          -> PackFinalFn       -> (source_id, Records) + stats
+  (source_id, Records) + layout            -> AssignShardsFn    -> (shard, (positions, Records))
+  (shard, [(positions, Records)])          -> WriteShardFn      -> shard info dict
 source_id = (kind, copy, file_index, chunk_index): kind 0 chunk records, 1 per-file tails, 2 final.
 positions: the permuted global positions of those records in that shard, as little-endian int64 bytes.
-FramedRecords (pipeline/framing.py): a block of TFRecord-framed records, one element for many records.
+Records: a block of TFRecord-framed records, one element for many records: a FramedRecords
+(pipeline/framing.py) or, with a spill directory (one machine), a SpilledRecords reference to the
+same bytes in a local file (pipeline/spill.py).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from pipeline.backends import Encoder, TokenizerMismatch
 from pipeline.config import PipelineConfig
 from pipeline.framing import FramedRecords
 from pipeline.shuffle import Permutation, ShardPlan
+from pipeline.spill import SpillWriter, load
 from pipeline.tokenizer import SpecialIds
 
 LOG = logging.getLogger(__name__)
@@ -87,6 +90,25 @@ class ReadChunksFn(beam.DoFn):
         yield beam.pvalue.TaggedOutput(STATS, {"inputs": {f"{file_index:05d}": file_stats}})
 
 
+class _EmitsRecords(beam.DoFn):
+    """A DoFn whose record blocks go out as they are, or through a spill file (see pipeline/spill.py)."""
+
+    def __init__(self, spill_dir: str | None):
+        self._spill_dir = spill_dir
+        self._spill = None
+
+    def _emit(self, block: FramedRecords):
+        if self._spill_dir is None:
+            return block
+        if self._spill is None:
+            self._spill = SpillWriter(self._spill_dir)
+        return self._spill.write(block)
+
+    def teardown(self):
+        if self._spill is not None:
+            self._spill.close()
+
+
 def copies_of(epochs: float, seed: int, file_index: int, line: int) -> int:
     """How many times a document is used: floor(epochs), plus one more with probability frac(epochs).
 
@@ -126,11 +148,12 @@ def serialize_records(
     )
 
 
-class ProcessChunkFn(beam.DoFn):
+class ProcessChunkFn(_EmitsRecords):
     """Chunk -> validated, tokenized, packed and serialized records of each epoch copy."""
 
     def __init__(self, config: PipelineConfig, special: SpecialIds, backend: str = "sentencepiece",
-                 encode_threads: int | None = None):
+                 encode_threads: int | None = None, spill_dir: str | None = None):
+        super().__init__(spill_dir)
         self._config = config
         self._special = special
         self._encoder = Encoder(config.tokenizer_model, backend, verify=config.verify_tokenizer != "off",
@@ -229,9 +252,9 @@ class ProcessChunkFn(beam.DoFn):
             if len(tokens):
                 self._records.inc(len(tokens))
                 source = (0, copy, chunk.file_index, chunk.chunk_index)
-                yield source, serialize_records(
+                yield source, self._emit(serialize_records(
                     tokens, starts, dtype=self._dtype, document_boundaries=cfg.document_boundaries
-                )
+                ))
                 yield beam.pvalue.TaggedOutput(COUNTS, (source, len(tokens)))
             if len(remainder):
                 yield beam.pvalue.TaggedOutput(TAILS, ((copy, chunk.file_index), (chunk.chunk_index, remainder)))
@@ -243,10 +266,11 @@ class ProcessChunkFn(beam.DoFn):
             self._last_log = time.monotonic()
 
 
-class PackTailsFn(beam.DoFn):
+class PackTailsFn(_EmitsRecords):
     """((copy, file), [(chunk_index, Piece)]) -> records of the joined tails, and their remainder."""
 
-    def __init__(self, config: PipelineConfig, special: SpecialIds):
+    def __init__(self, config: PipelineConfig, special: SpecialIds, spill_dir: str | None = None):
+        super().__init__(spill_dir)
         self._config = config
         self._special = special
         self._dtype = records.token_dtype_for(special.vocab_size)
@@ -258,19 +282,20 @@ class PackTailsFn(beam.DoFn):
         tokens, starts, remainder = packing.pack(stream, self._config.seq_len)
         if len(tokens):
             _counter("records_from_tails").inc(len(tokens))
-            yield (1, copy, file_index, 0), serialize_records(
+            yield (1, copy, file_index, 0), self._emit(serialize_records(
                 tokens, starts, dtype=self._dtype, document_boundaries=self._config.document_boundaries
-            )
+            ))
             yield beam.pvalue.TaggedOutput(COUNTS, ((1, copy, file_index, 0), len(tokens)))
         if len(remainder):
             yield beam.pvalue.TaggedOutput(TAILS, (None, ((copy, file_index), remainder)))
         yield beam.pvalue.TaggedOutput(STATS, {"packing": {"records_from_tails": len(tokens)}})
 
 
-class PackFinalFn(beam.DoFn):
+class PackFinalFn(_EmitsRecords):
     """(None, [((copy, file), Piece)]) -> the last records, and the job's one partial record."""
 
-    def __init__(self, config: PipelineConfig, special: SpecialIds):
+    def __init__(self, config: PipelineConfig, special: SpecialIds, spill_dir: str | None = None):
+        super().__init__(spill_dir)
         self._config = config
         self._special = special
         self._dtype = records.token_dtype_for(special.vocab_size)
@@ -296,7 +321,7 @@ class PackFinalFn(beam.DoFn):
             stats["dropped_labels"] = len(remainder)
             LOG.warning("--remainder drop: the job's last %d label tokens are dropped", len(remainder))
         if len(out):
-            yield (2, 0, 0, 0), out
+            yield (2, 0, 0, 0), self._emit(out)
             yield beam.pvalue.TaggedOutput(COUNTS, ((2, 0, 0, 0), len(out)))
         yield beam.pvalue.TaggedOutput(STATS, {"packing": stats})
 
@@ -313,7 +338,7 @@ def make_layout(counts: list[tuple[tuple, int]], config: PipelineConfig, record_
 
 
 class AssignShardsFn(beam.DoFn):
-    """(source_id, FramedRecords) + layout -> (shard, (positions, FramedRecords)), one per shard touched.
+    """(source_id, Records) + layout -> (shard, (positions, Records)), one per shard touched.
 
     One element per (source, shard) rather than per record: far fewer elements through the shuffle.
     """
@@ -336,12 +361,12 @@ def order_records(groups) -> tuple[FramedRecords, list[int]]:
     """A shard's records and the order to write them in (by permuted position), from its groups."""
     groups = list(groups)
     positions = np.concatenate([np.frombuffer(p, "<i8") for p, _ in groups]) if groups else np.zeros(0, "<i8")
-    block = FramedRecords.concat(recs for _, recs in groups)
+    block = FramedRecords.concat(load(recs) for _, recs in groups)
     return block, np.argsort(positions, kind="stable").tolist()
 
 
 class WriteShardFn(beam.DoFn):
-    """(shard, [(positions, FramedRecords)]) -> shard info; records in permuted order, temp file + rename."""
+    """(shard, [(positions, Records)]) -> shard info; records in permuted order, temp file + rename."""
 
     def __init__(self, config: PipelineConfig):
         self._config = config

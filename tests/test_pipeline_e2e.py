@@ -151,6 +151,7 @@ def test_corrupt_file_fails_the_job_by_default_and_is_recorded_with_skip(tmp_pat
     with pytest.raises(Exception, match=r"01\.jsonl\.zst.*truncated"):
         _run([str(tmp_path / "in" / "*.zst")], tmp_path / "out", tiny_model)
     assert not (tmp_path / "out" / "manifest.json").exists()
+    assert not [f for f in os.listdir(tmp_path / "out") if f.startswith(".spill")]  # removed on failure too
     manifest = _run([str(tmp_path / "in" / "*.zst")], tmp_path / "out", tiny_model, "--on_corrupt_file", "skip",
                     "--overwrite")
     damaged = [i for i in manifest["inputs"] if "damaged" in i]

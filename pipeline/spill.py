@@ -1,0 +1,118 @@
+"""On one machine, records go from the tokenizing workers to the shard writers through local files.
+
+DirectRunner keeps every shuffle in its driver process: each record block that goes to
+GroupByShard is sent from a worker to the driver, held there, and sent back to the worker that
+writes the shard (measured: ~5 s and ~2.3 bytes of driver memory per input byte at 75 M tokens).
+When all workers share a filesystem with the driver, the producers append their framed blocks to
+a spill file of their own instead and emit a small `SpilledRecords` reference; only references go
+through the shuffle, and the shard writer reads the bytes back (from the page cache, mostly).
+The bytes written to the shards are the same either way.
+
+The spill directory is hidden inside a local output directory (so it needs no other disk, and an
+`--overwrite` run removes what a killed run left) and removed when the job ends. On a remote output
+(s3://) it is a local temporary directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterable
+
+import fsspec
+import numpy as np
+
+from pipeline.framing import FramedRecords
+
+LOG = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SpilledRecords:
+    """Framed records in a spill file: record i is the file's bytes [starts[i], ends[i])."""
+
+    path: str
+    starts: np.ndarray
+    ends: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def take(self, indices: Iterable[int]) -> SpilledRecords:
+        """A reference to the records at `indices`, in that order."""
+        indices = np.asarray(list(indices), np.int64)
+        return SpilledRecords(self.path, self.starts[indices], self.ends[indices])
+
+    def load(self) -> FramedRecords:
+        """Read the records back as one block (runs of adjacent records in one read each)."""
+        if not len(self):
+            return FramedRecords(b"", np.zeros(0, np.int64))
+        # A run ends where the next record does not start right after it.
+        breaks = np.flatnonzero(self.starts[1:] != self.ends[:-1]) + 1
+        run_starts = self.starts[np.concatenate([[0], breaks])]
+        run_ends = self.ends[np.concatenate([breaks - 1, [len(self) - 1]])]
+        parts = []
+        with open(self.path, "rb") as f:
+            for start, end in zip(run_starts.tolist(), run_ends.tolist(), strict=True):
+                part = os.pread(f.fileno(), end - start, start)
+                if len(part) != end - start:
+                    raise OSError(f"spill file {self.path} is shorter than its records ({start}..{end})")
+                parts.append(part)
+        return FramedRecords(b"".join(parts), np.cumsum(self.ends - self.starts, dtype=np.int64))
+
+
+def load(block: FramedRecords | SpilledRecords) -> FramedRecords:
+    """The records of a block, wherever they are."""
+    return block.load() if isinstance(block, SpilledRecords) else block
+
+
+class SpillWriter:
+    """Appends blocks to one file of its own in the spill directory; one per DoFn instance."""
+
+    def __init__(self, spill_dir: str):
+        self._dir = spill_dir
+        self._file = None
+        self._path = ""
+        self._size = 0
+
+    def write(self, block: FramedRecords) -> SpilledRecords:
+        """Append `block`; the reference is valid once this returns (the write is unbuffered)."""
+        if self._file is None:
+            self._path = os.path.join(self._dir, f"{uuid.uuid4().hex}.records")
+            self._file = open(self._path, "ab", buffering=0)  # noqa: SIM115 -- kept open across bundles
+        view = memoryview(block.data)
+        while view:
+            view = view[self._file.write(view):]
+        base = self._size
+        self._size += len(block.data)
+        ends = block.ends + base
+        return SpilledRecords(self._path, ends - np.diff(block.ends, prepend=0), ends)
+
+    def close(self) -> None:
+        """Close the file (its references stay valid: the file stays until the job ends)."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def make_spill_dir(output_dir: str) -> str:
+    """A new, empty spill directory for one job (see the module docstring for where)."""
+    fs, root = fsspec.core.url_to_fs(output_dir)
+    protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
+    if "file" in protocols:
+        # Hidden and named like our temp files, so prepare_output_dir's --overwrite clean-up covers it.
+        path = os.path.join(root, f".spill.tmp-{uuid.uuid4().hex}")
+        os.makedirs(path)
+        return path
+    return tempfile.mkdtemp(prefix="pile-pipeline-spill-")
+
+
+def remove_spill_dir(spill_dir: str | None) -> None:
+    """Delete a job's spill directory (after success or failure)."""
+    if spill_dir and os.path.exists(spill_dir):
+        shutil.rmtree(spill_dir, ignore_errors=True)
+        LOG.debug("removed %s", spill_dir)
