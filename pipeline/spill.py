@@ -6,7 +6,8 @@ writes the shard (measured: ~5 s and ~2.3 bytes of driver memory per input byte 
 When all workers share a filesystem with the driver, the producers append their framed blocks to
 a spill file of their own instead and emit a small `SpilledRecords` reference; only references go
 through the shuffle, and the shard writer reads the bytes back (from the page cache, mostly).
-The bytes written to the shards are the same either way.
+The bytes written to the shards are the same either way, and the writer reads one record at a time
+in shard order, so neither the driver nor a writer holds a shard's records in memory.
 
 The spill directory is hidden inside a local output directory (so it needs no other disk, and an
 `--overwrite` run removes what a killed run left) and removed when the job ends. On a remote output
@@ -68,6 +69,41 @@ class SpilledRecords:
 def load(block: FramedRecords | SpilledRecords) -> FramedRecords:
     """The records of a block, wherever they are."""
     return block.load() if isinstance(block, SpilledRecords) else block
+
+
+class RecordReader:
+    """Reads single framed records from blocks of either kind, keeping spill files open.
+
+    A shard writer takes its records one at a time in permuted order, so it never holds the shard.
+    """
+
+    def __init__(self):
+        self._files: dict[str, int] = {}
+
+    def read(self, block: FramedRecords | SpilledRecords, i: int) -> bytes | memoryview:
+        """Record i of `block`, framed."""
+        if not isinstance(block, SpilledRecords):
+            return block.framed(i)
+        fd = self._files.get(block.path)
+        if fd is None:
+            fd = self._files[block.path] = os.open(block.path, os.O_RDONLY)
+        start, end = int(block.starts[i]), int(block.ends[i])
+        data = os.pread(fd, end - start, start)
+        if len(data) != end - start:
+            raise OSError(f"spill file {block.path} is shorter than its records ({start}..{end})")
+        return data
+
+    def close(self) -> None:
+        """Close the spill files opened so far."""
+        for fd in self._files.values():
+            os.close(fd)
+        self._files.clear()
+
+    def __enter__(self) -> RecordReader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 class SpillWriter:

@@ -33,7 +33,7 @@ from pipeline.backends import Encoder, TokenizerMismatch
 from pipeline.config import PipelineConfig
 from pipeline.framing import FramedRecords
 from pipeline.shuffle import Permutation, ShardPlan
-from pipeline.spill import SpillWriter, load
+from pipeline.spill import RecordReader, SpillWriter
 from pipeline.tokenizer import SpecialIds
 
 LOG = logging.getLogger(__name__)
@@ -357,25 +357,38 @@ class AssignShardsFn(beam.DoFn):
             yield shard, (positions[members].tobytes(), recs.take(members.tolist()))
 
 
-def order_records(groups) -> tuple[FramedRecords, list[int]]:
-    """A shard's records and the order to write them in (by permuted position), from its groups."""
+def shard_order(groups) -> tuple[np.ndarray, np.ndarray]:
+    """(group, index in group) of each record of a shard's groups, in write order (permuted position)."""
     groups = list(groups)
-    positions = np.concatenate([np.frombuffer(p, "<i8") for p, _ in groups]) if groups else np.zeros(0, "<i8")
-    block = FramedRecords.concat(load(recs) for _, recs in groups)
-    return block, np.argsort(positions, kind="stable").tolist()
+    if not groups:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    positions = np.concatenate([np.frombuffer(p, "<i8") for p, _ in groups])
+    sizes = [len(recs) for _, recs in groups]
+    owner = np.repeat(np.arange(len(groups)), sizes)
+    index = np.concatenate([np.arange(n) for n in sizes])
+    order = np.argsort(positions, kind="stable")
+    return owner[order], index[order]
 
 
 class WriteShardFn(beam.DoFn):
-    """(shard, [(positions, Records)]) -> shard info; records in permuted order, temp file + rename."""
+    """(shard, [(positions, Records)]) -> shard info; records in permuted order, temp file + rename.
+
+    Records are copied one at a time from their blocks (or spill files) to the file: the writer holds
+    the blocks it was given (only references, with spill files) and one record.
+    """
 
     def __init__(self, config: PipelineConfig):
         self._config = config
 
     def process(self, element, layout):
         shard, groups = element
-        block, order = order_records(groups)
+        groups = list(groups)
+        owner, index = shard_order(groups)
+        blocks = [recs for _, recs in groups]
         name = writer.shard_name(self._config.split, shard, layout["num_shards"])
-        info = writer.write_file_atomically(self._config.output_dir, name, block.parts(order), len(order))
+        with RecordReader() as reader:
+            parts = (reader.read(blocks[g], i) for g, i in zip(owner.tolist(), index.tolist(), strict=True))
+            info = writer.write_file_atomically(self._config.output_dir, name, parts, len(owner))
         _counter("shards_written").inc()
         LOG.info("wrote %s: %d records, %.1f MB", name, info["records"], info["bytes"] / 1e6)
         yield info

@@ -94,6 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--scales", type=float, nargs="+", default=[1, 4, 16])
     p.add_argument("--workers", type=int, default=2, help="--direct_num_workers (default 2)")
     p.add_argument("--mode", default="multi_processing", choices=("multi_processing", "in_memory"))
+    p.add_argument("--fan_out", default="auto", choices=("auto", "yes", "no"), help="the pipeline's --fan_out")
     p.add_argument("--tokenizer_model", default=os.path.join(REPO, "tokenizers/sample/sample.model"))
     p.add_argument("--work_dir", default=None, help="where corpora and outputs go (default: a temp dir)")
     p.add_argument("--out", default=None, help="write the Markdown report here")
@@ -123,7 +124,8 @@ def main(argv: list[str] | None = None) -> None:
             out = os.path.join(work, f"out-{scale:g}")
             run_argv = ["--input", os.path.join(corpus, "train", "*.jsonl.zst"), "--output_dir", out,
                         "--tokenizer_model", args.tokenizer_model, "--overwrite",
-                        "--direct_running_mode", args.mode, "--direct_num_workers", str(args.workers)]
+                        "--direct_running_mode", args.mode, "--direct_num_workers", str(args.workers),
+                        "--fan_out", args.fan_out]
             result = measure(run_argv)
             with open(os.path.join(out, "manifest.json")) as f:
                 manifest = json.load(f)
@@ -156,10 +158,14 @@ def main(argv: list[str] | None = None) -> None:
 
 def render(rows: list[dict], args) -> str:
     lines = [
-        f"DirectRunner `{args.mode}`, `--direct_num_workers {args.workers}`, seq_len 2048, one shard; "
+        f"DirectRunner `{args.mode}`, `--direct_num_workers {args.workers}`, `--fan_out {args.fan_out}`, "
+        "seq_len 2048, one shard; "
         f"{psutil.cpu_count()} cores, {psutil.virtual_memory().total / (1 << 30):.0f} GiB RAM, "
         f"Python {platform.python_version()}; `python scripts/bench_memory.py --scales "
-        f"{' '.join(f'{s:g}' for s in args.scales)}`.",
+        f"{' '.join(f'{s:g}' for s in args.scales)}"
+        + (f" --mode {args.mode}" if args.mode != "multi_processing" else "")
+        + (f" --workers {args.workers}" if args.workers != 2 else "")
+        + (f" --fan_out {args.fan_out}" if args.fan_out != "auto" else "") + "`.",
         "",
         "| scale | input files | compressed MB | decompressed MB | documents | tokens (M) | output MB "
         "| wall s | peak RSS, process tree MB | peak RSS, driver MB | peak RSS, largest process MB | processes |",
@@ -178,11 +184,13 @@ def render(rows: list[dict], args) -> str:
     da, db = fit([r["decompressed_mb"] for r in rows], [r["peak_driver_mb"] for r in rows])
     lines += ["", f"Linear fit: peak RSS of the tree ≈ {a:.0f} MB + {b:.2f} × decompressed input MB; "
               f"of the driver alone ≈ {da:.0f} MB + {db:.2f} × decompressed input MB."]
-    if b > 0:
+    if b > 0.05:
         for ram_gib in (16, 64, 256):
             limit = (ram_gib * 1024 * 0.8 - a) / b
             lines.append(f"- {ram_gib} GiB machine (80% usable): about {limit / 1024:.1f} GiB of decompressed input "
                          "(fit of the tree).")
+    else:
+        lines.append("- The peak hardly grows with the input: at this slope memory is not what limits DirectRunner.")
     return "\n".join(lines) + "\n"
 
 
