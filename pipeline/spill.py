@@ -28,6 +28,7 @@ import fsspec
 import numpy as np
 
 from pipeline.framing import FramedRecords
+from pipeline.writer import is_local
 
 LOG = logging.getLogger(__name__)
 
@@ -49,20 +50,9 @@ class SpilledRecords:
         return SpilledRecords(self.path, self.starts[indices], self.ends[indices])
 
     def load(self) -> FramedRecords:
-        """Read the records back as one block (runs of adjacent records in one read each)."""
-        if not len(self):
-            return FramedRecords(b"", np.zeros(0, np.int64))
-        # A run ends where the next record does not start right after it.
-        breaks = np.flatnonzero(self.starts[1:] != self.ends[:-1]) + 1
-        run_starts = self.starts[np.concatenate([[0], breaks])]
-        run_ends = self.ends[np.concatenate([breaks - 1, [len(self) - 1]])]
-        parts = []
-        with open(self.path, "rb") as f:
-            for start, end in zip(run_starts.tolist(), run_ends.tolist(), strict=True):
-                part = os.pread(f.fileno(), end - start, start)
-                if len(part) != end - start:
-                    raise OSError(f"spill file {self.path} is shorter than its records ({start}..{end})")
-                parts.append(part)
+        """Read the records back as one block."""
+        with RecordReader() as reader:
+            parts = [reader.read(self, i) for i in range(len(self))]
         return FramedRecords(b"".join(parts), np.cumsum(self.ends - self.starts, dtype=np.int64))
 
 
@@ -138,8 +128,7 @@ class SpillWriter:
 def make_spill_dir(output_dir: str) -> str:
     """A new, empty spill directory for one job (see the module docstring for where)."""
     fs, root = fsspec.core.url_to_fs(output_dir)
-    protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
-    if "file" in protocols:
+    if is_local(fs):
         # Hidden and named like our temp files, so prepare_output_dir's --overwrite clean-up covers it.
         path = os.path.join(root, f".spill.tmp-{uuid.uuid4().hex}")
         os.makedirs(path)

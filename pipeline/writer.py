@@ -37,7 +37,8 @@ def shard_name(split: str, index: int, count: int) -> str:
     return f"{split}-{index:05d}-of-{count:05d}.tfrecord"
 
 
-def _is_local(fs) -> bool:
+def is_local(fs) -> bool:
+    """Whether an fsspec filesystem is the local one."""
     return "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
 
 
@@ -106,7 +107,7 @@ def write_file_atomically(output_dir: str, name: str, parts: Iterable[bytes], nu
     """
     fs, root = fsspec.core.url_to_fs(output_dir)
     final = posixpath.join(root, name)
-    if _is_local(fs):
+    if is_local(fs):
         fs.makedirs(posixpath.dirname(final), exist_ok=True)
         tmp = posixpath.join(posixpath.dirname(final), f".{posixpath.basename(name)}.tmp-{uuid.uuid4().hex}")
         try:
