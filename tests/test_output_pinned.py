@@ -5,7 +5,8 @@ deliberate change to the output must regenerate them (`python tests/test_output_
 say why in the change.
 
 The manifest and dead letters record the input files' absolute paths, so they are compared with the
-repository's location replaced by "<repo>" (and the test's temporary directory by "<tmp>").
+repository's location replaced by "<repo>" and the test's temporary directory by "<tmp>" (and the
+manifest's entries for dead-letter files carry the size and digest of the replaced text).
 """
 
 import hashlib
@@ -51,13 +52,20 @@ def run_case(name: str, tmp: Path) -> dict:
     args = [a.replace("<tmp>", str(tmp)) for a in CASES[name]]
     out = tmp / "out"
     run.main([*args, "--output_dir", str(out), "--tokenizer_model", MODEL, *FAST_BEAM])
-    digests = {}
-    for path in sorted(out.rglob("*")):
-        if path.is_file():
-            data = path.read_bytes()
-            if path.suffix != ".tfrecord":  # the manifest and dead letters name the input files
-                data = data.replace(str(REPO).encode(), b"<repo>").replace(str(tmp).encode(), b"<tmp>")
-            digests[str(path.relative_to(out))] = hashlib.sha256(data).hexdigest()
+    def normalized(path: Path) -> bytes:
+        data = path.read_bytes()
+        if path.suffix == ".tfrecord":
+            return data
+        return data.replace(str(REPO).encode(), b"<repo>").replace(str(tmp).encode(), b"<tmp>")
+
+    digests = {str(p.relative_to(out)): hashlib.sha256(normalized(p)).hexdigest()
+               for p in sorted(out.rglob("*")) if p.is_file() and p.name != "manifest.json"}
+    # The manifest lists the dead-letter files' sizes and digests: give it the normalized ones.
+    manifest = json.loads(normalized(out / "manifest.json"))
+    for entry in manifest["dead_letters"]["files"]:
+        entry["bytes"] = len(normalized(out / entry["path"]))
+        entry["sha256"] = digests[entry["path"]]
+    digests["manifest.json"] = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
     return digests
 
 
