@@ -21,7 +21,8 @@ VENV=/opt/pile-pipeline
 sudo dnf install -y python3.11 python3.11-pip
 sudo python3.11 -m venv "$VENV"
 aws s3 cp "$WHEEL" /tmp/
-sudo "$VENV/bin/pip" install --no-cache-dir "/tmp/$(basename "$WHEEL")"
+# The `worker` extra: the Beam job's packages, cloud I/O (s3fs) and the fast backends.
+sudo "$VENV/bin/pip" install --no-cache-dir "pile-pipeline[worker] @ file:///tmp/$(basename "$WHEEL")"
 
 if [ -n "$EFS_ID" ]; then
   sudo dnf install -y amazon-efs-utils

@@ -11,8 +11,8 @@ WORKDIR /opt/pile-pipeline
 COPY pyproject.toml setup.py ./
 COPY pipeline ./pipeline
 COPY trainers ./trainers
-# gcsfs only matters on Dataflow (gs:// paths); s3fs comes with the package.
-RUN pip install --no-cache-dir ".[fast]"
+# The `worker` extra: the Beam job's packages, cloud I/O (s3fs, gcsfs) and the fast backends.
+RUN pip install --no-cache-dir ".[worker]"
 
 # Keep Beam's entrypoint: the runner starts the SDK harness through /opt/apache/beam/boot.
 ENTRYPOINT ["/opt/apache/beam/boot"]

@@ -2,7 +2,7 @@
 
     python scripts/bench_memory.py --scales 1 4 16 --out /tmp/memory.md
 
-For each scale it writes a Pile-layout corpus (`python -m pipeline.sample_corpus DIR --scale S`;
+For each scale it writes a Pile-layout corpus (`python scripts/sample_corpus.py DIR --scale S`;
 scale 1 is ~15 MB of decompressed train text in 4 files), runs `python -m pipeline.run` on it in
 a subprocess (DirectRunner, multi_processing, `--direct_num_workers` workers by default) and
 samples, every 50 ms, the resident memory of the whole process tree (driver + worker processes,
@@ -30,6 +30,7 @@ import psutil
 import zstandard
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SAMPLE_CORPUS = os.path.join(REPO, "scripts", "sample_corpus.py")
 MB = 1 << 20
 
 
@@ -118,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
         for scale in args.scales:
             corpus = os.path.join(work, f"corpus-{scale:g}")
             if not os.path.exists(os.path.join(corpus, "train")):
-                subprocess.run([sys.executable, "-m", "pipeline.sample_corpus", corpus, "--scale", str(scale)],
+                subprocess.run([sys.executable, SAMPLE_CORPUS, corpus, "--scale", str(scale)],
                                cwd=REPO, check=True, stdout=subprocess.DEVNULL)
             files = sorted(glob.glob(os.path.join(corpus, "train", "*.jsonl.zst")))
             out = os.path.join(work, f"out-{scale:g}")

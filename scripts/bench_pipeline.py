@@ -2,7 +2,7 @@
 
     python scripts/bench_pipeline.py [--scale 16] [--train_files 8] [--memory_scales 2,16] [--repeats 3]
 
-1. Composes a corpus in the Pile layout (pipeline.sample_corpus) at --scale.
+1. Composes a corpus in the Pile layout (scripts/sample_corpus.py) at --scale.
 2. Times, in interleaved rounds (medians reported), the bare loop (one process: zstd
    stream-decompress, split lines, json.loads, SentencePiece encode each document), two bare loops
    side by side (the machine's two-process ceiling) and the pipeline (`python -m pipeline.run`,
@@ -28,6 +28,7 @@ import psutil
 from baseline import bare_loop  # scripts/baseline.py (scripts/ is on sys.path when run as a script)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SAMPLE_CORPUS = os.path.join(REPO, "scripts", "sample_corpus.py")
 MODEL = os.path.join(REPO, "tokenizers", "sample", "sample.model")
 
 
@@ -79,7 +80,7 @@ def make_corpus(root: str, scale: float, train_files: int) -> tuple[str, float]:
     """Compose the corpus; returns its directory and its decompressed size in MB."""
     corpus = os.path.join(root, f"corpus-{scale}")
     if not os.path.exists(corpus):
-        subprocess.run([sys.executable, "-m", "pipeline.sample_corpus", corpus, "--scale", str(scale),
+        subprocess.run([sys.executable, SAMPLE_CORPUS, corpus, "--scale", str(scale),
                         "--train_files", str(train_files)], check=True, cwd=REPO, stdout=subprocess.DEVNULL)
     return corpus, 0.0
 

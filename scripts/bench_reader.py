@@ -8,7 +8,7 @@ reader's time to first batch (from the make_dataset call, manifest checks includ
     python scripts/bench_reader.py                       # synthetic shards written to --workdir
     python scripts/bench_reader.py --manifest /data/out  # an existing pipeline output
 
-Target (issue 3): reader >= 0.8x raw, first batch < 2 s.
+Target: reader >= 0.8x raw, first batch < 2 s.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ import tensorflow as tf
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
-from pipeline import manifest as manifest_lib  # noqa: E402
-from pipeline import records, tfdata  # noqa: E402
+from pipeline import tfdata
+from pipeline.format import manifest as manifest_lib
+from pipeline.format import records
 
 
 def write_synthetic(out_dir: str, shards: int, records_per_shard: int, seq_len: int) -> str:

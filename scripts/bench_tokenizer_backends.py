@@ -4,7 +4,7 @@
         [--backends sentencepiece,gigatoken,kitoken] [--workers 1,2] [--out BENCH.md]
 
 1. Corpus: --corpus (a directory in the Pile layout, train/*.jsonl.zst) or one composed by
-   pipeline.sample_corpus at --scale (scale 8: ~100 MB of text, ~19 M tokens).
+   scripts/sample_corpus.py at --scale (scale 8: ~100 MB of text, ~19 M tokens).
 2. Model: --model, by default the repository's tokenizers/sample/sample.model (Llama-2-style BPE:
    identity normalization, whitespace kept, byte fallback, split digits; vocab 8000).
 3. The bare loop: one process, zstd stream-decompress, split lines, json.loads, sp.encode per document.
@@ -35,6 +35,7 @@ import time
 from baseline import bare_loop  # scripts/baseline.py (scripts/ is on sys.path when run as a script)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SAMPLE_CORPUS = os.path.join(REPO, "scripts", "sample_corpus.py")
 
 
 def _cpu_children() -> float:
@@ -43,7 +44,7 @@ def _cpu_children() -> float:
 
 
 def compose_corpus(out: str, scale: float) -> str:
-    subprocess.run([sys.executable, "-m", "pipeline.sample_corpus", out, "--scale", str(scale)], cwd=REPO,
+    subprocess.run([sys.executable, SAMPLE_CORPUS, out, "--scale", str(scale)], cwd=REPO,
                    check=True, stdout=subprocess.DEVNULL)
     return out
 
@@ -52,8 +53,10 @@ def stage_costs(path: str, model: str, backends: list[str]) -> dict:
     """CPU seconds of each step of the tokenize-and-pack work on one file, in one process, without Beam."""
     import numpy as np
 
-    from pipeline import packing, read, records, stages
-    from pipeline.backends import Encoder
+    from pipeline.core import documents, packing
+    from pipeline.format import framing, records
+    from pipeline.io import inputs
+    from pipeline.tokenize.engines import Encoder
 
     cost: dict = {}
 
@@ -63,8 +66,8 @@ def stage_costs(path: str, model: str, backends: list[str]) -> dict:
         cost[name] = cost.get(name, 0.0) + time.process_time() - start
         return out
 
-    chunks = timed("read: decompress, split lines", lambda: list(read.iter_chunks(path, 0, 4 << 20, 64 << 20)))
-    texts = timed("parse: json + validation", lambda: [[read.parse_line(x, 64 << 20)[0] for x in c.lines]
+    chunks = timed("read: decompress, split lines", lambda: list(inputs.iter_chunks(path, 0, 4 << 20, 64 << 20)))
+    texts = timed("parse: json + validation", lambda: [[documents.parse_line(x, 64 << 20)[0] for x in c.lines]
                                                        for c in chunks])
     flat = None
     for backend in backends:
@@ -82,7 +85,7 @@ def stage_costs(path: str, model: str, backends: list[str]) -> dict:
         return out
 
     packed = timed("pack: BOS/EOS, stream, records", pack)
-    timed("serialize: tf.train.Example bytes", lambda: [stages.serialize_records(
+    timed("serialize: tf.train.Example bytes", lambda: [framing.serialize_records(
         tokens, starts, dtype=dtype, document_boundaries=False) for tokens, starts in packed])
     cost["tokens"] = sum(int(offsets[-1]) + len(offsets) - 1 for _, offsets in flat)
     return cost
@@ -119,7 +122,7 @@ def run_pipeline(pattern: str, model: str, backend: str, workers: int, out: str)
 def main(argv=None) -> str:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--corpus", help="a directory in the Pile layout (train/*.jsonl.zst); default: compose one")
-    p.add_argument("--scale", type=float, default=8.0, help="pipeline.sample_corpus --scale when composing")
+    p.add_argument("--scale", type=float, default=8.0, help="scripts/sample_corpus.py --scale when composing")
     p.add_argument("--model", default=os.path.join(REPO, "tokenizers", "sample", "sample.model"))
     p.add_argument("--backends", default="sentencepiece,gigatoken,kitoken")
     p.add_argument("--workers", default="1,2")
@@ -136,7 +139,7 @@ def main(argv=None) -> str:
     pattern = os.path.join(corpus, "train", "*.jsonl.zst")
     print(f"corpus {pattern} ({time.perf_counter() - started:.0f} s)", flush=True)
     model = args.model
-    from pipeline.backends import ModelFacts
+    from pipeline.tokenize.model_facts import ModelFacts
 
     with open(model, "rb") as f:
         facts = ModelFacts.from_proto(f.read())
@@ -161,7 +164,7 @@ def main(argv=None) -> str:
     print("fixed cost (one-document job): " + ", ".join(f"x{w} {r['wall']:.1f} s" for w, r in fixed.items()),
           flush=True)
     # The driver's self-check of each fast backend on this input, timed alone (part of each run's wall time).
-    from pipeline.backends import choose_backend
+    from pipeline.tokenize.self_check import choose_backend
 
     files = sorted(glob.glob(pattern))
     check, check_cpu = {}, {}

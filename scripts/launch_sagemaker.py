@@ -11,11 +11,11 @@
         --hp model=xl --hp max_steps=20000 --hp batch_size=8 --hp mixed_precision=true
 
 Trainers: `horovod` (trainers/train_horovod.py under MPI), `smddp` (the same script with SageMaker's
-data-parallel library), `smp` (trainers/train_smp.py with SageMaker model parallelism). Defaults are
-seed 1's: 10 x ml.p3.16xlarge (8 V100 each, one process per GPU), the pipeline's output on EFS
+data-parallel library), `smp` (trainers/train_smp.py with SageMaker model parallelism). Defaults:
+10 x ml.p3.16xlarge (8 V100 each, one process per GPU), the pipeline's output on EFS
 (file-system input: needs the VPC subnets and security groups that reach the file system), or on S3
 (`--data s3`, FastFile mode). TensorBoard output and SageMaker Debugger's system profiler (GPU, CPU,
-I/O utilisation: what showed seed 1 that the input pipeline was the bottleneck) are on.
+I/O utilisation: what shows whether the input pipeline is the bottleneck) are on.
 
 Only the files the trainers need (trainers/, the reader's modules of pipeline/, requirements.txt)
 are packed into sourcedir.tar.gz, uploaded to `--code_location` and passed to the SDK as an S3
@@ -40,9 +40,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 # v2's framework estimators (the ones with `distribution`) warn that v2 is being phased out.
 os.environ.setdefault("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
-# What the trainers import at run time: the reader needs only these modules of pipeline/.
-SOURCE_FILES = ["pipeline/__init__.py", "pipeline/manifest.py", "pipeline/records.py", "pipeline/tfdata.py"]
-SOURCE_DIRS = ["trainers"]
+# What the trainers import at run time: the reader and the layers below it (tests/test_launcher.py
+# imports the trainers from the bundle alone).
+SOURCE_FILES = ["pipeline/__init__.py", "pipeline/tfdata.py"]
+SOURCE_DIRS = ["trainers", "pipeline/reader", "pipeline/format", "pipeline/core"]
 REQUIREMENTS = "fsspec>=2023.1.0\n"  # the rest (TensorFlow, NumPy, Horovod/smdistributed) is in the image
 
 TRAINERS = {

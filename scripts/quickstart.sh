@@ -7,10 +7,10 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
 bash scripts/setup_env.sh
 export TF_CPP_MIN_LOG_LEVEL=2
-.venv/bin/python -m pipeline.run \
+.venv/bin/pile-pipeline run \
   --input 'sample_data/pile/train/*.jsonl.zst' \
   --output_dir out/sample \
   --tokenizer_model tokenizers/sample/sample.model \
   --shard_size_mb 2 \
   --overwrite
-.venv/bin/python -m pipeline.show out/sample --tokenizer_model tokenizers/sample/sample.model
+.venv/bin/pile-pipeline show out/sample --tokenizer_model tokenizers/sample/sample.model

@@ -8,8 +8,7 @@ import random
 import pytest
 import sentencepiece as spm
 from corpus_helpers import FAST_BEAM  # noqa: F401  (re-exported for tests)
-
-from pipeline.sample_corpus import compose_lines
+from sample_corpus import compose_lines
 
 
 @pytest.fixture(scope="session")

@@ -12,8 +12,9 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from pipeline import manifest as manifest_lib
-from pipeline import records
+from pipeline.format import manifest as manifest_lib
+from pipeline.format import records
+from pipeline.io import outputs
 
 VOCAB_SIZE = 65536
 PAD_ID = 0
@@ -121,7 +122,7 @@ def write_output(
         "inputs": [],
         "config": {"seq_len": seq_len},
     }
-    manifest_lib.write_manifest(out_dir, manifest)
+    outputs.write_manifest(out_dir, manifest)
     return manifest
 
 

@@ -10,15 +10,16 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 from corpus_helpers import pile_line, write_lines
+from sample_corpus import compose_lines
 
-from pipeline import backends, packing
-from pipeline.sample_corpus import compose_lines
+from pipeline.core import packing
+from pipeline.tokenize import engines, model_facts, self_check
 
 # CI sets PILE_REQUIRE_FAST_BACKENDS=1 so that a missing engine fails the parity tests instead of skipping them.
 _REQUIRED = os.environ.get("PILE_REQUIRE_FAST_BACKENDS") == "1"
-FAST = [pytest.param(name, marks=pytest.mark.skipif(not _REQUIRED and backends.package_version(name) is None,
+FAST = [pytest.param(name, marks=pytest.mark.skipif(not _REQUIRED and engines.package_version(name) is None,
                                                     reason=f"{name} not installed"))
-        for name in backends.FAST_BACKENDS]
+        for name in engines.FAST_BACKENDS]
 
 # Characters that part engines from SentencePiece on some models (whitespace of every kind, controls,
 # combining marks, normalization-sensitive forms, byte-fallback characters, specials as text).
@@ -70,11 +71,11 @@ def no_fast_backends(monkeypatch):
 @pytest.mark.parametrize("backend", FAST)
 def test_parity_on_adversarial_text(backend, tiny_model):
     """Literal specials, byte fallback, NULs, lone combining marks, 1 MB lines, digits, mixed scripts."""
-    facts = backends.ModelFacts.from_proto(open(tiny_model, "rb").read())
-    assert backends.model_problems(backend, facts) == []
-    texts = backends.adversarial_texts(facts, long_line=1 << 20)
+    facts = model_facts.ModelFacts.from_proto(open(tiny_model, "rb").read())
+    assert model_facts.model_problems(backend, facts) == []
+    texts = self_check.adversarial_texts(facts, long_line=1 << 20)
     assert max(len(t) for t in texts) >= 1 << 20
-    encoder = backends.Encoder(tiny_model, backend)
+    encoder = engines.Encoder(tiny_model, backend)
     got = encoder.encode(texts)
     want = _sp_ids(tiny_model, texts)
     assert [i for i, (a, b) in enumerate(zip(want, got, strict=True)) if a != b] == []
@@ -83,13 +84,13 @@ def test_parity_on_adversarial_text(backend, tiny_model):
 @pytest.mark.parametrize("backend", FAST)
 def test_parity_on_fuzzed_text(backend, tiny_model):
     texts = _fuzz(0, 3000)
-    assert backends.Encoder(tiny_model, backend).encode(texts) == _sp_ids(tiny_model, texts)
+    assert engines.Encoder(tiny_model, backend).encode(texts) == _sp_ids(tiny_model, texts)
 
 
 @pytest.mark.parametrize("backend", FAST)
 def test_literal_special_tokens_are_text(backend, tiny_model):
     sp = spm.SentencePieceProcessor(model_file=tiny_model)
-    encoder = backends.Encoder(tiny_model, backend)
+    encoder = engines.Encoder(tiny_model, backend)
     for text in ["<s>", "</s>", "<unk>", "a <s> b </s> c", "<s><s></s>"]:
         ids = encoder.encode([text])[0]
         assert ids == sp.encode(text)
@@ -99,17 +100,17 @@ def test_literal_special_tokens_are_text(backend, tiny_model):
 @pytest.mark.parametrize("backend", FAST)
 def test_flat_encoding_matches_lists(backend, tiny_model):
     texts = ["", "a", "hello world", "", "数据 123"]
-    ids, offsets = backends.Encoder(tiny_model, backend).encode_flat(texts)
+    ids, offsets = engines.Encoder(tiny_model, backend).encode_flat(texts)
     assert ids.dtype == np.int32 and offsets.dtype == np.int64 and offsets[0] == 0
     want = _sp_ids(tiny_model, texts)
     assert [ids[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:], strict=True)] == want
-    assert backends.Encoder(tiny_model, backend).encode_flat([])[1].tolist() == [0]
+    assert engines.Encoder(tiny_model, backend).encode_flat([])[1].tolist() == [0]
 
 
-@pytest.mark.skipif(not _REQUIRED and backends.package_version("gigatoken") is None, reason="gigatoken not installed")
+@pytest.mark.skipif(not _REQUIRED and engines.package_version("gigatoken") is None, reason="gigatoken not installed")
 def test_gigatoken_is_rebuilt_to_bound_its_cache(tiny_model, monkeypatch):
-    monkeypatch.setattr(backends, "GIGATOKEN_RELOAD_BYTES", 1000)
-    encoder = backends.Encoder(tiny_model, "gigatoken")
+    monkeypatch.setattr(engines, "GIGATOKEN_RELOAD_BYTES", 1000)
+    encoder = engines.Encoder(tiny_model, "gigatoken")
     encoder.load()
     engine = encoder._engine
     loads = []
@@ -125,14 +126,14 @@ def test_gigatoken_is_rebuilt_to_bound_its_cache(tiny_model, monkeypatch):
 
 
 def test_model_facts(tiny_model, nfkc_model):
-    tiny = backends.ModelFacts.from_proto(open(tiny_model, "rb").read())
+    tiny = model_facts.ModelFacts.from_proto(open(tiny_model, "rb").read())
     assert (tiny.model_type, tiny.byte_fallback, tiny.normalizer, tiny.has_charsmap) == ("bpe", True, "identity", False)
     assert not tiny.remove_extra_whitespaces and tiny.add_dummy_prefix and tiny.control_pieces == ("<s>", "</s>")
-    nfkc = backends.ModelFacts.from_proto(open(nfkc_model, "rb").read())
+    nfkc = model_facts.ModelFacts.from_proto(open(nfkc_model, "rb").read())
     assert nfkc.normalizer == "nmt_nfkc" and nfkc.has_charsmap and nfkc.remove_extra_whitespaces
     for garbage in (b"", b"\xff\xff", b"\x0a\x05ab"):
         with pytest.raises(ValueError, match="not a SentencePiece model"):
-            backends.ModelFacts.from_proto(garbage)
+            model_facts.ModelFacts.from_proto(garbage)
 
 
 @pytest.mark.parametrize("settings", [
@@ -150,21 +151,21 @@ def test_static_checks_cover_every_measured_mismatch(settings, tmp_path):
     """For each model setting: an engine either is refused up front or gives SentencePiece's ids."""
     model = _train(tmp_path / "m", **settings)
     proto = open(model, "rb").read()
-    facts = backends.ModelFacts.from_proto(proto)
-    texts = backends.adversarial_texts(facts, long_line=1 << 12) + _fuzz(2, 400)
-    want = backends._SentencePieceEngine(proto).encode(texts)
-    for backend in backends.FAST_BACKENDS:
-        if (not _REQUIRED and backends.package_version(backend) is None) or backends.model_problems(backend, facts):
+    facts = model_facts.ModelFacts.from_proto(proto)
+    texts = self_check.adversarial_texts(facts, long_line=1 << 12) + _fuzz(2, 400)
+    want = engines.SentencePieceEngine(proto).encode(texts)
+    for backend in engines.FAST_BACKENDS:
+        if (not _REQUIRED and engines.package_version(backend) is None) or model_facts.model_problems(backend, facts):
             continue
-        got = backends.load_engine(backend, proto).encode(texts)
-        assert backends.mismatched(want, got) == [], (backend, settings)
+        got = engines.load_engine(backend, proto).encode(texts)
+        assert engines.mismatched(want, got) == [], (backend, settings)
 
 
 def test_unsupported_model_is_refused_with_the_reason(nfkc_model):
     proto = open(nfkc_model, "rb").read()
-    for backend in backends.FAST_BACKENDS:
-        with pytest.raises(backends.BackendUnavailable, match="normalization 'nmt_nfkc'"):
-            backends.load_engine(backend, proto)
+    for backend in engines.FAST_BACKENDS:
+        with pytest.raises(engines.BackendUnavailable, match="normalization 'nmt_nfkc'"):
+            engines.load_engine(backend, proto)
 
 
 # --- choose_backend: the self-check in the driver.
@@ -181,9 +182,9 @@ def _corpus(tmp_path, n_files=3) -> list[str]:
 
 @pytest.mark.parametrize("backend", FAST)
 def test_auto_picks_a_fast_backend_after_the_self_check(backend, tiny_model, tmp_path, monkeypatch):
-    monkeypatch.setattr(backends, "FAST_BACKENDS", (backend,))
-    choice = backends.choose_backend("auto", tiny_model, _corpus(tmp_path))
-    assert choice.name == backend and choice.version == backends.package_version(backend)
+    monkeypatch.setattr(self_check, "FAST_BACKENDS", (backend,))
+    choice = self_check.choose_backend("auto", tiny_model, _corpus(tmp_path))
+    assert choice.name == backend and choice.version == engines.package_version(backend)
     parity = choice.parity
     assert parity["requested"] == "auto" and parity["result"] == "passed" and parity["mismatches"] == 0
     assert parity["documents"] == 63 and parity["files_sampled"] == 3 and parity["adversarial_strings"] > 100
@@ -192,35 +193,35 @@ def test_auto_picks_a_fast_backend_after_the_self_check(backend, tiny_model, tmp
 
 
 def test_sentencepiece_needs_no_check(tiny_model):
-    choice = backends.choose_backend("sentencepiece", tiny_model, [])
+    choice = self_check.choose_backend("sentencepiece", tiny_model, [])
     assert (choice.name, choice.version, choice.parity) == ("sentencepiece", spm.__version__, {})
 
 
 def test_auto_falls_back_when_the_model_is_unsupported(nfkc_model, tmp_path):
-    choice = backends.choose_backend("auto", nfkc_model, _corpus(tmp_path))
+    choice = self_check.choose_backend("auto", nfkc_model, _corpus(tmp_path))
     assert choice.name == "sentencepiece"
     assert choice.parity["result"] == "fallback" and "nmt_nfkc" in choice.parity["reason"]
     assert {c["result"] for c in choice.parity["checks"]} == {"unavailable"}
 
 
 def test_auto_falls_back_when_no_fast_backend_is_installed(no_fast_backends, tiny_model, tmp_path):
-    choice = backends.choose_backend("auto", tiny_model, _corpus(tmp_path))
+    choice = self_check.choose_backend("auto", tiny_model, _corpus(tmp_path))
     assert choice.name == "sentencepiece" and choice.parity["result"] == "fallback"
     for check in choice.parity["checks"]:
         assert check["result"] == "unavailable" and "not installed" in check["reason"]
 
 
 def test_a_named_backend_that_is_missing_is_an_error(no_fast_backends, tiny_model, tmp_path):
-    for backend in backends.FAST_BACKENDS:
+    for backend in engines.FAST_BACKENDS:
         with pytest.raises(ValueError, match=f"--tokenizer_backend {backend}: .*not installed"):
-            backends.choose_backend(backend, tiny_model, _corpus(tmp_path))
+            self_check.choose_backend(backend, tiny_model, _corpus(tmp_path))
 
 
 class _WrongOnDigits:
     """An engine that gets one kind of text wrong: what a buggy fast backend looks like."""
 
     def __init__(self, proto, facts=None, threads=None):
-        self._sp = backends._SentencePieceEngine(proto)
+        self._sp = engines.SentencePieceEngine(proto)
 
     def encode(self, texts):
         ids, offsets = self._sp.encode(texts)
@@ -232,15 +233,15 @@ class _WrongOnDigits:
 
 
 def test_auto_falls_back_on_a_mismatch(tiny_model, tmp_path, monkeypatch):
-    monkeypatch.setitem(backends._ENGINES, "kitoken", _WrongOnDigits)
-    monkeypatch.setattr(backends, "FAST_BACKENDS", ("kitoken",))
-    monkeypatch.setattr(backends, "package_version", lambda name: "test")
-    choice = backends.choose_backend("auto", tiny_model, _corpus(tmp_path))
+    monkeypatch.setitem(engines._ENGINES, "kitoken", _WrongOnDigits)
+    monkeypatch.setattr(self_check, "FAST_BACKENDS", ("kitoken",))
+    monkeypatch.setattr(self_check, "package_version", lambda name: "test")
+    choice = self_check.choose_backend("auto", tiny_model, _corpus(tmp_path))
     assert choice.name == "sentencepiece" and choice.parity["result"] == "fallback"
     (check,) = choice.parity["checks"]
     assert check["result"] == "mismatch" and check["mismatches"] > 0 and "1234567890" in check["reason"]
     with pytest.raises(ValueError, match="different from SentencePiece"):
-        backends.choose_backend("kitoken", tiny_model, _corpus(tmp_path))
+        self_check.choose_backend("kitoken", tiny_model, _corpus(tmp_path))
 
 
 def test_sample_documents_spreads_over_files_within_budget(tmp_path):
@@ -248,11 +249,11 @@ def test_sample_documents_spreads_over_files_within_budget(tmp_path):
     for f in range(20):
         lines = [pile_line(f"file {f} doc {i} " + "w" * 500) for i in range(50)] + [b"not json"]
         files.append(write_lines(str(tmp_path / f"{f:02d}.jsonl.zst"), lines))
-    texts, n = backends.sample_documents(files, total_bytes=40_000, max_files=8)
+    texts, n = self_check.sample_documents(files, total_bytes=40_000, max_files=8)
     assert n == 8
     assert len({t.split(" doc ")[0] for t in texts}) == 8
     assert 35_000 < sum(len(t) for t in texts) < 40_000 + 8 * 600  # the budget counts JSON lines, not text
-    assert backends.sample_documents([], 1000) == ([], 0)
+    assert self_check.sample_documents([], 1000) == ([], 0)
 
 
 def test_sample_documents_reads_a_bounded_prefix_of_each_file(tmp_path, monkeypatch):
@@ -260,15 +261,15 @@ def test_sample_documents_reads_a_bounded_prefix_of_each_file(tmp_path, monkeypa
     lines = [pile_line("z" * 1_500_000) for _ in range(30)] + [pile_line("short and late")]
     path = write_lines(str(tmp_path / "big.jsonl.zst"), lines)
     scanned = []
-    real = backends.read.iter_lines
+    real = self_check.inputs.iter_lines
 
     def counting(p, limit):
         for line in real(p, limit):
             scanned.append(line.number)
             yield line
 
-    monkeypatch.setattr(backends.read, "iter_lines", counting)
-    texts, _ = backends.sample_documents([path], total_bytes=100_000)
+    monkeypatch.setattr(self_check.inputs, "iter_lines", counting)
+    texts, _ = self_check.sample_documents([path], total_bytes=100_000)
     assert texts == [] and max(scanned) < 5
 
 
@@ -276,7 +277,7 @@ def test_sample_documents_reads_a_bounded_prefix_of_each_file(tmp_path, monkeypa
 
 
 def test_encoder_pickles_as_its_settings(tiny_model):
-    encoder = backends.Encoder(tiny_model, "sentencepiece", verify=True)
+    encoder = engines.Encoder(tiny_model, "sentencepiece", verify=True)
     encoder.encode(["warm"])
     clone = pickle.loads(pickle.dumps(encoder))
     assert clone._engine is None and clone.backend == "sentencepiece"
@@ -285,19 +286,20 @@ def test_encoder_pickles_as_its_settings(tiny_model):
 
 
 def test_verification_reports_each_mismatch(tiny_model, monkeypatch):
-    monkeypatch.setitem(backends._ENGINES, "kitoken", _WrongOnDigits)
-    monkeypatch.setattr(backends, "model_problems", lambda backend, facts: [])
-    encoder = backends.Encoder(tiny_model, "kitoken", verify=True)
+    monkeypatch.setitem(engines._ENGINES, "kitoken", _WrongOnDigits)
+    monkeypatch.setattr(engines, "model_problems", lambda backend, facts: [])
+    monkeypatch.setattr(self_check, "model_problems", lambda backend, facts: [])
+    encoder = engines.Encoder(tiny_model, "kitoken", verify=True)
     ids, offsets, mismatches = encoder.encode_verified(["abc", "x 123", "def", "123"])
     assert [i for i, _ in mismatches] == [1, 3]
     assert "from token 0" in mismatches[0][1]
-    unverified = backends.Encoder(tiny_model, "kitoken")
+    unverified = engines.Encoder(tiny_model, "kitoken")
     assert unverified.encode_verified(["x 123"])[2] == []
 
 
 def test_a_worker_without_the_chosen_backend_fails_loudly(no_fast_backends, tiny_model):
     with pytest.raises(RuntimeError, match="chosen by the driver"):
-        backends.Encoder(tiny_model, "gigatoken").load()
+        engines.Encoder(tiny_model, "gigatoken").load()
 
 
 def test_build_stream_flat_matches_build_stream():

@@ -9,14 +9,16 @@ import sentencepiece as spm
 from corpus_helpers import FAST_BEAM, pile_line, write_lines
 from test_backends import FAST, _fuzz, _train, _WrongOnDigits
 
-from pipeline import backends, job, run
-from pipeline.config import PipelineConfig
+from pipeline.beam import job
+from pipeline.cli import run
+from pipeline.config.job import PipelineConfig
+from pipeline.tokenize import engines, self_check
 
 SEQ = 64
 
 
 def _texts() -> list[str]:
-    return backends.adversarial_texts(None, long_line=20_000) + _fuzz(5, 150) + [
+    return self_check.adversarial_texts(None, long_line=20_000) + _fuzz(5, 150) + [
         "Plain words and a literal <s> and </s> and <unk> inside a document.",
         "digits 1234567890 3.14159 and 数据模型 日本語 🚀 مرحبا",
     ]
@@ -63,9 +65,9 @@ def test_shards_are_byte_identical_across_backends(backend, corpus, tiny_model, 
             assert a.read() == b.read()
     assert _content(manifest) == _content(sp_manifest)
     recorded = manifest["tokenizer"]["backend"]
-    if backend != "auto" or backends.package_version("gigatoken") or backends.package_version("kitoken"):
-        assert recorded["name"] in backends.FAST_BACKENDS
-        assert recorded["version"] == backends.package_version(recorded["name"])
+    if backend != "auto" or engines.package_version("gigatoken") or engines.package_version("kitoken"):
+        assert recorded["name"] in engines.FAST_BACKENDS
+        assert recorded["version"] == engines.package_version(recorded["name"])
         assert recorded["parity"]["result"] == "passed" and recorded["parity"]["mismatches"] == 0
         assert recorded["parity"]["documents"] > 0
     assert sp_manifest["tokenizer"]["backend"] == {"name": "sentencepiece", "parity": {},
@@ -93,10 +95,11 @@ def test_auto_with_an_unsupported_model_runs_on_sentencepiece(corpus, tmp_path):
 @pytest.fixture
 def wrong_backend(monkeypatch):
     """A "kitoken" that gets documents with "123" wrong, chosen without a self-check."""
-    monkeypatch.setitem(backends._ENGINES, "kitoken", _WrongOnDigits)
-    monkeypatch.setattr(backends, "model_problems", lambda backend, facts: [])
+    monkeypatch.setitem(engines._ENGINES, "kitoken", _WrongOnDigits)
+    monkeypatch.setattr(engines, "model_problems", lambda backend, facts: [])
+    monkeypatch.setattr(self_check, "model_problems", lambda backend, facts: [])
     monkeypatch.setattr(job, "choose_backend",
-                        lambda *args, **kwargs: backends.BackendChoice("kitoken", "test", {"result": "passed"}))
+                        lambda *args, **kwargs: self_check.BackendChoice("kitoken", "test", {"result": "passed"}))
 
 
 def test_verification_dead_letters_mismatches_and_counts_add_up(wrong_backend, tiny_model, tmp_path):

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from pipeline.execution import balance, plan_execution
+from pipeline.beam.execution import balance, plan_execution
 
 FILES = [f"f{i}" for i in range(8)]
 

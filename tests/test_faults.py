@@ -20,10 +20,12 @@ import time
 from pathlib import Path
 
 import pytest
+from sample_corpus import write_sample_corpus
 
-from pipeline import manifest as manifest_lib
-from pipeline import run, spill, stages, writer
-from pipeline.sample_corpus import write_sample_corpus
+from pipeline.beam import transforms
+from pipeline.cli import run
+from pipeline.format import manifest as manifest_lib
+from pipeline.io import outputs, spill
 
 REPO = Path(__file__).resolve().parents[1]
 SEQ = 128
@@ -156,8 +158,8 @@ def _record_groups(monkeypatch) -> dict:
     def piece_bytes(piece):
         return piece.labels.nbytes + piece.starts.nbytes
 
-    write_shard, pack_tails = stages.WriteShardFn.process, stages.PackTailsFn.process
-    pack_final, write_dead = stages.PackFinalFn.process, stages.WriteDeadLettersFn.process
+    write_shard, pack_tails = transforms.WriteShardFn.process, transforms.PackTailsFn.process
+    pack_final, write_dead = transforms.PackFinalFn.process, transforms.WriteDeadLettersFn.process
 
     def shard(self, element, layout):
         # The records a group stands for (through spill files on DirectRunner): what the writer holds.
@@ -176,10 +178,10 @@ def _record_groups(monkeypatch) -> dict:
         groups["GroupDeadLetters"].append(sum(len(json.dumps(d)) for d in element[1]))
         return write_dead(self, element)
 
-    monkeypatch.setattr(stages.WriteShardFn, "process", shard)
-    monkeypatch.setattr(stages.PackTailsFn, "process", tails)
-    monkeypatch.setattr(stages.PackFinalFn, "process", final)
-    monkeypatch.setattr(stages.WriteDeadLettersFn, "process", dead)
+    monkeypatch.setattr(transforms.WriteShardFn, "process", shard)
+    monkeypatch.setattr(transforms.PackTailsFn, "process", tails)
+    monkeypatch.setattr(transforms.PackFinalFn, "process", final)
+    monkeypatch.setattr(transforms.WriteDeadLettersFn, "process", dead)
     return groups
 
 
@@ -230,5 +232,5 @@ def test_temp_names_are_ours_so_overwrite_clears_them(tmp_path):
     for name in (".train-00000-of-00002.tfrecord.tmp-" + "a" * 32, ".manifest.json.tmp-" + "b" * 32):
         (out / name).write_bytes(b"partial")
     (out / "train-00001-of-00002.tfrecord").write_bytes(b"complete")
-    writer.prepare_output_dir(str(out), overwrite=True)
+    outputs.prepare_output_dir(str(out), overwrite=True)
     assert os.listdir(out) == []

@@ -5,7 +5,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from pipeline.framing import FramedRecords, frame
+from pipeline.format.framing import FramedRecords, frame
 
 
 def _records(n, seed=0):

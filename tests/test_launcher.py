@@ -91,7 +91,7 @@ def test_dry_run_builds_the_full_request_without_aws(launcher, loopback_only, tr
     printed = json.loads(capsys.readouterr().out)
     assert printed["request"] == json.loads(json.dumps(result["request"], default=str))
     req = result["request"]
-    # Seed 1's defaults: 10 x ml.p3.16xlarge, data on EFS through the job's VPC.
+    # The defaults: 10 x ml.p3.16xlarge, data on EFS through the job's VPC.
     assert req["ResourceConfig"]["InstanceType"] == "ml.p3.16xlarge"
     assert req["ResourceConfig"]["InstanceCount"] == 10
     assert req["VpcConfig"] == {"Subnets": ["subnet-0a", "subnet-0b"], "SecurityGroupIds": ["sg-0c"]}
@@ -143,11 +143,20 @@ def test_dry_run_refuses_any_other_request(launcher):
 def test_source_bundle_holds_the_trainers_and_the_reader(launcher):
     names = _bundle_names(launcher.package_source())
     for required in ("trainers/train_horovod.py", "trainers/train_smp.py", "trainers/model.py",
-                     "trainers/common.py", "pipeline/tfdata.py", "pipeline/manifest.py",
-                     "pipeline/records.py", "pipeline/__init__.py", "requirements.txt"):
+                     "trainers/common.py", "pipeline/tfdata.py", "pipeline/format/manifest.py",
+                     "pipeline/format/records.py", "pipeline/__init__.py", "requirements.txt"):
         assert required in names
-    assert not [n for n in names if n.startswith(("pipeline/run", "pipeline/stages", ".venv"))]
+    assert not [n for n in names if n.startswith(("pipeline/run", "pipeline/beam", "pipeline/cli", ".venv"))]
     assert launcher.package_source() == launcher.package_source()  # deterministic bytes
+
+
+def test_the_bundle_alone_imports_the_trainers_and_the_reader(launcher, tmp_path):
+    with tarfile.open(fileobj=io.BytesIO(launcher.package_source()), mode="r:gz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    code = "import pipeline.tfdata, trainers.common, trainers.train_horovod, trainers.train_smp"
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                            env={"TF_CPP_MIN_LOG_LEVEL": "3", "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 0, result.stderr[-2000:]
 
 
 def test_s3_input_and_missing_efs_settings(launcher, loopback_only, capsys):

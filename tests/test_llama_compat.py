@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from corpus_helpers import FAST_BEAM, pile_line, write_lines
+from sample_corpus import compose_lines
 
-from pipeline import manifest as manifest_lib
-from pipeline import run as pipeline_run
-from pipeline import train_tokenizer as tt
-from pipeline.sample_corpus import compose_lines
-from pipeline.tokenizer import load_processor, resolve_special_ids
+from pipeline.cli import run
+from pipeline.format import manifest as manifest_lib
+from pipeline.tokenize import training as tt
+from pipeline.tokenize.model import load_processor, resolve_special_ids
 
 
 def train_tiny(prefix, texts, **overrides) -> str:
@@ -75,7 +75,7 @@ def test_a_model_without_eos_gives_a_clear_error(without_eos, tmp_path):
     # The pipeline refuses before any worker starts, with the same message.
     write_lines(str(tmp_path / "in" / "a.jsonl.zst"), [pile_line("hello world")])
     with pytest.raises(ValueError, match="no EOS id"):
-        pipeline_run.main(["--input", str(tmp_path / "in" / "*.jsonl.zst"), "--output_dir", str(tmp_path / "out"),
+        run.main(["--input", str(tmp_path / "in" / "*.jsonl.zst"), "--output_dir", str(tmp_path / "out"),
                            "--tokenizer_model", without_eos, *FAST_BEAM])
     assert not os.path.exists(tmp_path / "out" / manifest_lib.MANIFEST_NAME)
     # An explicit id works, and BOS alone is a valid boundary for such a model.
@@ -104,7 +104,7 @@ def test_the_manifest_records_the_ids_and_the_records_use_them(llama_like, tmp_p
     lines += [pile_line("a literal <s> and </s> and <unk> in text", "Github"), pile_line("<s>", "ArXiv")]
     write_lines(str(tmp_path / "in" / "a.jsonl.zst"), lines)
     out = str(tmp_path / "out")
-    manifest = pipeline_run.main(["--input", str(tmp_path / "in" / "*.jsonl.zst"), "--output_dir", out,
+    manifest = run.main(["--input", str(tmp_path / "in" / "*.jsonl.zst"), "--output_dir", out,
                                   "--tokenizer_model", llama_like, "--seq_len", "64", "--add_bos", *FAST_BEAM])
     tok = manifest["tokenizer"]
     assert (tok["unk_id"], tok["bos_id"], tok["eos_id"], tok["pad_id"]) == (0, 1, 2, -1)

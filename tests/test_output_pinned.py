@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from corpus_helpers import FAST_BEAM
 
-from pipeline import run
+from pipeline.cli import run
 
 REPO = Path(__file__).resolve().parents[1]
 PINNED_FILE = Path(__file__).parent / "data" / "pinned_output.json"

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from pipeline import packing
+from pipeline.core import packing
 
 EOS = 2
 

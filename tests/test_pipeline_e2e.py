@@ -11,10 +11,10 @@ import sentencepiece as spm
 import tensorflow as tf
 from corpus_helpers import FAST_BEAM, pile_line, write_lines
 
-from pipeline import run
-from pipeline.manifest import load_manifest
-from pipeline.shuffle import Permutation
-from pipeline.subsets import PILE_SUBSETS
+from pipeline.cli import run
+from pipeline.core.shuffle import Permutation
+from pipeline.core.subsets import PILE_SUBSETS
+from pipeline.format.manifest import load_manifest
 
 SEQ = 64
 

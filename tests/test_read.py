@@ -5,11 +5,12 @@ import pytest
 import zstandard
 from corpus_helpers import pile_line, write_lines
 
-from pipeline import read
+from pipeline.core import documents
+from pipeline.io import inputs, urls
 
 
 def _lines(path, max_line_bytes=1 << 20):
-    return list(read.iter_lines(str(path), max_line_bytes))
+    return list(inputs.iter_lines(str(path), max_line_bytes))
 
 
 def test_zstd_gzip_and_plain_give_the_same_lines(tmp_path):
@@ -34,25 +35,25 @@ def test_truncated_zstd_fails_naming_the_file(tmp_path):
     path = write_lines(str(tmp_path / "cut.jsonl.zst"), [pile_line("x" * 1000) for _ in range(100)])
     data = open(path, "rb").read()
     open(path, "wb").write(data[: len(data) // 2])
-    with pytest.raises(read.CorruptInputError, match=r"cut\.jsonl\.zst.*truncated"):
+    with pytest.raises(inputs.CorruptInputError, match=r"cut\.jsonl\.zst.*truncated"):
         _lines(path)
 
 
 def test_empty_and_non_zstd_files_fail_naming_the_file(tmp_path):
     empty = tmp_path / "empty.jsonl.zst"
     empty.write_bytes(b"")
-    with pytest.raises(read.CorruptInputError, match="empty.jsonl.zst.*0 bytes"):
+    with pytest.raises(inputs.CorruptInputError, match="empty.jsonl.zst.*0 bytes"):
         _lines(empty)
     text = tmp_path / "text.jsonl.zst"
     text.write_bytes(b'{"text": "not compressed"}\n' * 10)
-    with pytest.raises(read.CorruptInputError, match="text.jsonl.zst.*not valid zstd"):
+    with pytest.raises(inputs.CorruptInputError, match="text.jsonl.zst.*not valid zstd"):
         _lines(text)
 
 
 def test_truncated_gzip_fails_naming_the_file(tmp_path):
     path = tmp_path / "cut.jsonl.gz"
     path.write_bytes(gzip.compress(b"".join(pile_line("y" * 500) + b"\n" for _ in range(200)))[:300])
-    with pytest.raises(read.CorruptInputError, match="cut.jsonl.gz"):
+    with pytest.raises(inputs.CorruptInputError, match="cut.jsonl.gz"):
         _lines(path)
 
 
@@ -61,13 +62,13 @@ def test_line_split_is_on_newline_bytes_only(tmp_path):
     text = "a\u2028b\u0085c\rd"
     path = write_lines(str(tmp_path / "u.jsonl"), [pile_line(text)], "plain")
     (line,) = _lines(path)
-    assert read.parse_line(line, 1 << 20)[0] == text
+    assert documents.parse_line(line, 1 << 20)[0] == text
 
 
 def test_crlf_line_endings_are_accepted(tmp_path):
     path = tmp_path / "crlf.jsonl"
     path.write_bytes(pile_line("one") + b"\r\n" + pile_line("two") + b"\r\n")
-    assert [read.parse_line(line, 100)[0] for line in _lines(path)] == ["one", "two"]
+    assert [documents.parse_line(line, 100)[0] for line in _lines(path)] == ["one", "two"]
 
 
 def test_last_line_without_newline_is_kept(tmp_path):
@@ -81,11 +82,11 @@ def test_oversized_line_is_not_held_in_memory(tmp_path):
     path = write_lines(str(tmp_path / "big.jsonl.zst"), [pile_line("small"), big, pile_line("after")])
     got = _lines(path, max_line_bytes=100_000)
     assert [line.oversized for line in got] == [0, len(big), 0]
-    assert len(got[1].data) <= 4 * read.PREFIX_CHARS
+    assert len(got[1].data) <= 4 * documents.PREFIX_CHARS
     assert got[1].data.startswith(b'{"text": "zzz')
     assert got[2].offset == len(pile_line("small")) + 1 + len(big) + 1
-    with pytest.raises(read.BadRecord) as e:
-        read.parse_line(got[1], 100_000)
+    with pytest.raises(documents.BadRecord) as e:
+        documents.parse_line(got[1], 100_000)
     assert e.value.reason == "line_too_long"
 
 
@@ -107,37 +108,37 @@ def test_oversized_line_is_not_held_in_memory(tmp_path):
     ],
 )
 def test_bad_lines_get_a_reason_code(raw, reason):
-    with pytest.raises(read.BadRecord) as e:
-        read.parse_line(read.Line(1, 0, raw), 1 << 20)
+    with pytest.raises(documents.BadRecord) as e:
+        documents.parse_line(documents.Line(1, 0, raw), 1 << 20)
     assert e.value.reason == reason
 
 
 def test_all_22_subset_names_are_accepted():
-    from pipeline.subsets import PILE_SUBSETS
+    from pipeline.core.subsets import PILE_SUBSETS
 
     for name in PILE_SUBSETS:
-        line = read.Line(1, 0, json.dumps({"text": "t", "meta": {"pile_set_name": name}}).encode())
-        assert read.parse_line(line, 100) == ("t", name)
+        line = documents.Line(1, 0, json.dumps({"text": "t", "meta": {"pile_set_name": name}}).encode())
+        assert documents.parse_line(line, 100) == ("t", name)
 
 
 def test_chunks_cover_every_line_once_and_are_stable(tmp_path):
     lines = [pile_line("w" * (i % 50)) for i in range(500)]
     path = write_lines(str(tmp_path / "c.jsonl.zst"), lines)
-    chunks = list(read.iter_chunks(path, 3, chunk_bytes=2000, max_line_bytes=1 << 20))
+    chunks = list(inputs.iter_chunks(path, 3, chunk_bytes=2000, max_line_bytes=1 << 20))
     assert [c.chunk_index for c in chunks] == list(range(len(chunks)))
     assert [line.data for c in chunks for line in c.lines] == lines
     assert all(c.file_index == 3 for c in chunks)
-    assert [len(c.lines) for c in chunks] == [len(c.lines) for c in read.iter_chunks(path, 3, 2000, 1 << 20)]
+    assert [len(c.lines) for c in chunks] == [len(c.lines) for c in inputs.iter_chunks(path, 3, 2000, 1 << 20)]
 
 
 def test_expand_inputs_sorts_and_fails_on_no_match(tmp_path):
     for name in ("b.jsonl", "a.jsonl"):
         (tmp_path / name).write_bytes(b"")
-    assert [p.rsplit("/", 1)[-1] for p in read.expand_inputs([str(tmp_path / "*.jsonl")])] == ["a.jsonl", "b.jsonl"]
+    assert [p.rsplit("/", 1)[-1] for p in inputs.expand_inputs([str(tmp_path / "*.jsonl")])] == ["a.jsonl", "b.jsonl"]
     with pytest.raises(FileNotFoundError, match="nothing-here"):
-        read.expand_inputs([str(tmp_path / "nothing-here*.zst")])
+        inputs.expand_inputs([str(tmp_path / "nothing-here*.zst")])
 
 
 def test_redact_url_drops_credentials():
-    assert read.redact_url("s3://AKIA:sekrit@bucket/x") == "s3://bucket/x"
-    assert read.redact_url("/local/path") == "/local/path"
+    assert urls.redact_url("s3://AKIA:sekrit@bucket/x") == "s3://bucket/x"
+    assert urls.redact_url("/local/path") == "/local/path"

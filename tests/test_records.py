@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from pipeline import records
+from pipeline.format import records
 
 
 @pytest.mark.parametrize("dtype", [np.dtype("<u2"), np.dtype("<i4")])

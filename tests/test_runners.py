@@ -32,12 +32,13 @@ from apache_beam.options.pipeline_options import (
 )
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners.portability import portable_runner
+from sample_corpus import write_sample_corpus
 
-from pipeline import run
-from pipeline.job import build_pipeline, resolve_job
-from pipeline.read import expand_inputs
-from pipeline.sample_corpus import write_sample_corpus
-from pipeline.tokenizer import load_processor, resolve_special_ids
+from pipeline.beam import options as beam_options
+from pipeline.beam.job import build_pipeline, resolve_job
+from pipeline.cli import run
+from pipeline.io.inputs import expand_inputs
+from pipeline.tokenize.model import load_processor, resolve_special_ids
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = sorted(glob.glob(str(REPO / "beam_configs" / "*.toml")))
@@ -85,7 +86,7 @@ def test_every_config_parses_and_every_beam_key_is_a_beam_flag(path):
     table = tomllib.loads(Path(path).read_text())
     assert set(table) <= {"pipeline", "beam"}
     config, beam_args = run.parse_args(["--config", path, *REQUIRED])
-    options = run.pipeline_options(beam_args)
+    options = beam_options.pipeline_options(beam_args)
     known = options.get_all_options(drop_default=False)
     for key, value in table["beam"].items():
         if key.startswith("no_") and value is True:  # Beam's negative flags: no_save_main_session
@@ -104,7 +105,7 @@ def test_config_values_are_overridden_by_the_command_line():
         ["--config", str(REPO / "beam_configs" / "dataflow.toml"), *REQUIRED, "--seq_len", "512",
          "--region", "europe-west4", "--machine_type", "n2-standard-8", "--max_num_workers", "7"]
     )
-    options = run.pipeline_options(beam_args)
+    options = beam_options.pipeline_options(beam_args)
     assert config.seq_len == 512
     assert options.view_as(GoogleCloudOptions).region == "europe-west4"
     assert options.view_as(GoogleCloudOptions).project == "my-project"  # from the file
@@ -113,39 +114,40 @@ def test_config_values_are_overridden_by_the_command_line():
 
     _, beam_args = run.parse_args(["--config", str(REPO / "beam_configs" / "flink.toml"), *REQUIRED,
                                    "--flink_master", "10.0.0.5:8081", "--parallelism", "8"])
-    flink = run.pipeline_options(beam_args).view_as(FlinkRunnerOptions)
+    flink = beam_options.pipeline_options(beam_args).view_as(FlinkRunnerOptions)
     assert (flink.flink_master, flink.parallelism, flink.flink_version) == ("10.0.0.5:8081", 8, "1.19")
 
     _, beam_args = run.parse_args(["--config", str(REPO / "beam_configs" / "spark_emr.toml"), *REQUIRED,
                                    "--environment_config", "img:2"])
-    options = run.pipeline_options(beam_args)
+    options = beam_options.pipeline_options(beam_args)
     assert options.view_as(StandardOptions).runner == "SparkRunner"
     assert options.view_as(SparkRunnerOptions).spark_version == "3"
     assert options.view_as(PortableOptions).environment_config == "img:2"
 
     _, beam_args = run.parse_args(["--config", str(REPO / "beam_configs" / "direct.toml"), *REQUIRED,
                                    "--direct_num_workers", "3"])
-    assert run.pipeline_options(beam_args).view_as(DirectOptions).direct_num_workers == 3
+    assert beam_options.pipeline_options(beam_args).view_as(DirectOptions).direct_num_workers == 3
 
     _, beam_args = run.parse_args(["--config", str(REPO / "beam_configs" / "dataflow.toml"), *REQUIRED,
                                    "--setup_file", ""])
-    assert run.pipeline_options(beam_args).view_as(SetupOptions).setup_file is None
+    assert beam_options.pipeline_options(beam_args).view_as(SetupOptions).setup_file is None
 
 
 def test_dry_run_false_means_false():
-    options = run.pipeline_options(DATAFLOW[:-1] + ["False"])
+    options = beam_options.pipeline_options(DATAFLOW[:-1] + ["False"])
     assert options.view_as(beam.options.pipeline_options.TestOptions).dry_run is False
     with pytest.raises(ValueError, match="--dry_run"):
-        run.pipeline_options(DATAFLOW[:-1] + ["maybe"])
+        beam_options.pipeline_options(DATAFLOW[:-1] + ["maybe"])
 
 
 def test_dataflow_dry_run_translates_the_whole_job_offline(corpus, tiny_model, no_network):
     """The real pipeline, translated for Dataflow Runner v2 and built with the package's sdist."""
     argv = ["--input", str(corpus / "train" / "*.jsonl.zst"), "--output_dir", "gs://my-bucket/pile/train",
             "--tokenizer_model", tiny_model, *DATAFLOW, "--setup_file", str(REPO / "setup.py"),
-            "--no_save_main_session"]
+            "--requirements_file", str(REPO / "beam_configs" / "worker_requirements.txt"),
+            "--requirements_cache", "skip", "--no_save_main_session"]
     config, beam_args = run.parse_args(argv)
-    options = run.pipeline_options(beam_args)
+    options = beam_options.pipeline_options(beam_args)
     files = expand_inputs(list(config.inputs))
     special = resolve_special_ids(load_processor(config.tokenizer_model), add_bos=False, add_eos=True)
     p = beam.Pipeline(options=options)
@@ -164,14 +166,15 @@ def test_dataflow_dry_run_translates_the_whole_job_offline(corpus, tiny_model, n
     staged = {beam_runner_api_pb2.ArtifactStagingToRolePayload.FromString(d.role_payload).staged_name:
               beam_runner_api_pb2.ArtifactFilePayload.FromString(d.type_payload).path
               for d in env.dependencies}
-    # The sdist of this package is how the code reaches the workers; they pip-install it at start.
+    # The sdist of this package is how the code reaches the workers; they pip-install it at start,
+    # with the worker requirements (the Beam job's packages, cloud I/O, the fast backends).
     with tarfile.open(staged["workflow.tar.gz"]) as sdist:
         names = sdist.getnames()
-        assert any(n.endswith("/pipeline/stages.py") for n in names)
+        assert any(n.endswith("/pipeline/beam/transforms.py") for n in names)
         assert any(n.endswith("/pyproject.toml") for n in names)
-        requires = sdist.extractfile(next(n for n in names if n.endswith(".egg-info/requires.txt")))
-        requires = requires.read().decode().split()
-    assert any(r.startswith("s3fs") for r in requires) and any(r.startswith("zstandard") for r in requires)
+    with open(staged["requirements.txt"]) as f:
+        requires = [line.split("==")[0] for line in f.read().splitlines() if line and not line.startswith("#")]
+    assert {"gcsfs", "s3fs", "zstandard", "sentencepiece", "google-crc32c"} <= set(requires)
     assert result.job.proto.type_.name == "JOB_TYPE_BATCH"
     assert result.job.google_cloud_options.temp_location.startswith("gs://my-bucket/tmp/")
 

@@ -22,10 +22,11 @@ import pytest
 import s3fs
 from corpus_helpers import pile_line, write_lines
 from moto.server import ThreadedMotoServer
+from sample_corpus import write_sample_corpus
 
-from pipeline import manifest as manifest_lib
-from pipeline import run, writer
-from pipeline.sample_corpus import write_sample_corpus
+from pipeline.cli import run
+from pipeline.format import manifest as manifest_lib
+from pipeline.io import outputs
 
 REPO = Path(__file__).resolve().parents[1]
 SECRET = f"sentinel-secret-{uuid.uuid4().hex}"
@@ -176,7 +177,7 @@ def test_s3_rerun_refuses_then_overwrites_with_the_same_bytes(s3, s3_run, tiny_m
         run.main(argv)
     fs.pipe_file(f"{BUCKET}/tokens/other/notes.txt", b"not ours")
     with pytest.raises(FileExistsError, match="notes.txt"):
-        writer.prepare_output_dir(f"s3://{BUCKET}/tokens/other", overwrite=True)
+        outputs.prepare_output_dir(f"s3://{BUCKET}/tokens/other", overwrite=True)
     manifest = run.main(argv + ["--overwrite", "true"])
     after = _objects(fs, f"{BUCKET}/tokens/train")
     assert set(after) == set(before)

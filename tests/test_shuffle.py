@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from pipeline.shuffle import Permutation, ShardPlan
+from pipeline.core.shuffle import Permutation, ShardPlan
 
 
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 5, 64, 65, 1000, 4097])

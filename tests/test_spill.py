@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 from corpus_helpers import FAST_BEAM, pile_line, write_lines
 
-from pipeline import run, spill
-from pipeline.framing import FramedRecords
+from pipeline.cli import run
+from pipeline.format.framing import FramedRecords
+from pipeline.io import spill
 
 
 def _records(n, start=0):
@@ -71,7 +72,7 @@ def test_direct_runner_moves_records_through_spill_files_and_cleans_up(tmp_path,
 
 
 def test_shard_writer_order_reads_records_one_at_a_time_from_either_kind_of_block(tmp_path):
-    from pipeline.stages import shard_order
+    from pipeline.core.shuffle import shard_order
 
     in_memory = FramedRecords.of(_records(3))
     writer = spill.SpillWriter(str(tmp_path))

@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 import tensorflow as tf
+from sample_corpus import compose_lines
 
-from pipeline import tf_tokenize
-from pipeline import train_tokenizer as tt
-from pipeline.sample_corpus import compose_lines
+from pipeline.tokenize import tf_text as tf_tokenize
+from pipeline.tokenize import training as tt
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLE_MODEL = os.path.join(REPO, "tokenizers", "sample", "sample.model")

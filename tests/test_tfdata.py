@@ -13,6 +13,9 @@ import tensorflow as tf
 from reader_fixtures import record_ids, record_tokens, write_output
 
 from pipeline import tfdata
+from pipeline.core import hashing
+from pipeline.format.manifest import ManifestError
+from pipeline.reader import plan
 
 SEQ_LEN = 8
 # 8 uneven shards (>= 7 ranks: file-level) and 3 big ones (< 7 ranks: record-level fallback).
@@ -153,13 +156,13 @@ def test_window_permutation_shuffles_records(many):
 
 
 def test_keyed_permutations_are_permutations_and_differ_by_key():
-    perms = {tuple(tfdata._keyed_permutation(key, 50)) for key in range(20)}
+    perms = {tuple(hashing.keyed_permutation(key, 50)) for key in range(20)}
     assert len(perms) == 20
     for p in perms:
         assert sorted(p) == list(range(50))
-    assert tfdata._keyed_permutation(7, 0).tolist() == []
-    assert tfdata._mix(1, 2) != tfdata._mix(2, 1)
-    assert tfdata._mix(2**64 - 1) == tfdata._mix(2**64 - 1)
+    assert hashing.keyed_permutation(7, 0).tolist() == []
+    assert hashing.fold64(1, 2) != hashing.fold64(2, 1)
+    assert hashing.fold64(2**64 - 1) == hashing.fold64(2**64 - 1)
 
 
 # ------------------------------------------------------------------------------------------
@@ -298,7 +301,7 @@ def test_int32_tokens(tmp_path):
 
 
 def test_steps_per_epoch_and_argument_errors(many):
-    from pipeline import manifest as manifest_lib
+    from pipeline.format import manifest as manifest_lib
 
     m = manifest_lib.load_manifest(many)
     assert tfdata.steps_per_epoch(m, 4, 3) == tfdata.steps_per_epoch(many, 4, 3) == 69 // 12
@@ -309,7 +312,7 @@ def test_steps_per_epoch_and_argument_errors(many):
         tfdata.make_dataset(many, 20, dp_size=4, seed=0)
     with pytest.raises(ValueError, match="features"):
         tfdata.make_dataset(many, 2, seed=0, features=["tokens"])
-    with pytest.raises(tfdata.manifest_lib.ManifestError):
+    with pytest.raises(ManifestError):
         tfdata.make_dataset(os.path.dirname(many), 2, seed=0)
 
 
@@ -369,5 +372,5 @@ def test_plan_worked_example_from_the_docstring():
 def test_default_window_is_about_8_mib_of_tokens():
     assert tfdata.default_window(2048, 2) == 2048
     assert tfdata.default_window(4096, 4) == 512
-    assert tfdata.default_window(8, 2) == tfdata.MAX_WINDOW
-    assert tfdata.default_window(10**6, 4) == tfdata.MIN_WINDOW
+    assert tfdata.default_window(8, 2) == plan.MAX_WINDOW
+    assert tfdata.default_window(10**6, 4) == plan.MIN_WINDOW

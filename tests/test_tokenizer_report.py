@@ -9,10 +9,12 @@ import random
 import pytest
 import sentencepiece as spm
 from corpus_helpers import FAST_BEAM, pile_line, write_lines
+from sample_corpus import compose_lines
 
-from pipeline import tokenizer_report as report
-from pipeline import train_tokenizer as tt
-from pipeline.sample_corpus import compose_lines
+from pipeline.cli import tokenizer_report as report_cli
+from pipeline.core import subsets
+from pipeline.tokenize import report
+from pipeline.tokenize import training as tt
 
 RARE = "龘齉"  # two CJK characters the training text never holds: 3 UTF-8 bytes each
 
@@ -71,7 +73,7 @@ def test_summary_rows():
     assert list(rows) == ["Pile-CC", "Github", report.ALL_ROW, report.MIX_ROW]  # the Pile's order
     assert rows[report.ALL_ROW]["tokens_per_byte"] == pytest.approx(1000 / 4000)
     assert rows[report.ALL_ROW]["byte_fallback_rate"] == pytest.approx(40 / 1000)
-    weights = tt.pile_mix_weights()
+    weights = subsets.pile_mix_weights()
     w_gh = weights["Github"] / (weights["Github"] + weights["Pile-CC"])
     mix = rows[report.MIX_ROW]
     assert mix["weights"]["Github"] == pytest.approx(w_gh, abs=1e-6)
@@ -96,7 +98,7 @@ def test_report_command_writes_table_json_and_png(models, tmp_path, capsys):
             "--tokenizer_model", models["nofallback"], "--out", str(tmp_path / "report.png"),
             "--json", str(tmp_path / "report.json"), "--sample_mb_per_subset", "0.01",
             "--work_dir", str(tmp_path / "work"), *FAST_BEAM]
-    result = report.main(args)
+    result = report_cli.main(args)
     table = capsys.readouterr().out
     assert "llama tok/B" in table and "nofallback tok/B" in table
     assert report.MIX_ROW in table and "Github" in table and "bad lines skipped: 1" in table
@@ -112,7 +114,7 @@ def test_report_command_writes_table_json_and_png(models, tmp_path, capsys):
         png = f.read()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
     # The same sample measured again gives the same numbers.
-    again = report.main(["--from_sample", str(tmp_path / "work"), "--tokenizer_model", models["llama"],
+    again = report_cli.main(["--from_sample", str(tmp_path / "work"), "--tokenizer_model", models["llama"],
                          "--out", str(tmp_path / "again.png")])
     assert again["results"]["llama"] == result["results"]["llama"]
     assert os.path.exists(tmp_path / "again.png")
@@ -121,5 +123,5 @@ def test_report_command_writes_table_json_and_png(models, tmp_path, capsys):
 def test_a_broken_model_fails_before_sampling(tmp_path):
     (tmp_path / "bad.model").write_bytes(b"not a model")
     with pytest.raises(ValueError, match="not a SentencePiece model"):
-        report.main(["--input", str(tmp_path / "nothing-*.zst"), "--tokenizer_model", str(tmp_path / "bad.model"),
+        report_cli.main(["--input", str(tmp_path / "nothing-*.zst"), "--tokenizer_model", str(tmp_path / "bad.model"),
                      "--out", str(tmp_path / "x.png"), *FAST_BEAM])

@@ -10,11 +10,14 @@ import random
 import pytest
 import sentencepiece as spm
 from corpus_helpers import FAST_BEAM, pile_line, write_lines
+from sample_corpus import compose_lines
 
-from pipeline import run as pipeline_run
-from pipeline import train_tokenizer as tt
-from pipeline.sample_corpus import compose_lines
-from pipeline.subsets import PILE_SUBSETS
+from pipeline.beam import sample
+from pipeline.cli import run
+from pipeline.cli import train_tokenizer as train_cli
+from pipeline.core import subsets
+from pipeline.core.subsets import PILE_SUBSETS
+from pipeline.tokenize import training as tt
 
 BAD_LINES = [
     b"{not json",
@@ -61,9 +64,9 @@ def read_sample(work_dir) -> list[dict]:
 
 
 def test_pile_mix_weights_reproduce_the_papers_table():
-    weights = tt.pile_mix_weights()
+    weights = subsets.pile_mix_weights()
     assert set(weights) == set(PILE_SUBSETS)
-    assert sum(tt.PILE_RAW_GIB.values()) == pytest.approx(825.18, abs=0.01)
+    assert sum(subsets.PILE_RAW_GIB.values()) == pytest.approx(825.18, abs=0.01)
     assert sum(weights.values()) == pytest.approx(1254.20, abs=0.05)
     shares = tt.parse_weights("pile", PILE_SUBSETS)
     assert sum(shares.values()) == pytest.approx(1.0)
@@ -113,7 +116,7 @@ def test_take_smallest_merges_in_any_order(seed):
         parts = [docs[a:b] for a, b in zip([0, *cuts], [*cuts, len(docs)], strict=True)]
         assert tt.take_smallest([d for p in parts for d in tt.take_smallest(p, budget)], budget) == expected
     # The Beam CombineFn, driven the way a runner may drive it, gives the same result.
-    fn = tt.SmallestKeysFn({"Github": budget}, natural=False)
+    fn = sample.SmallestKeysFn({"Github": budget}, natural=False)
     accumulators = []
     for part in parts:
         acc = fn.create_accumulator()
@@ -196,7 +199,7 @@ def test_trainer_config_validation():
 @pytest.fixture(scope="module")
 def sample_dir(corpus, tmp_path_factory):
     work = tmp_path_factory.mktemp("sample")
-    assert tt.main(sample_args(corpus, work)) is None
+    assert train_cli.main(sample_args(corpus, work)) is None
     return str(work)
 
 
@@ -230,13 +233,13 @@ def test_sample_meets_each_subsets_budget(sample_dir):
 
 def test_sample_is_the_same_on_other_runners_and_chunkings(corpus, sample_dir, tmp_path):
     other = tmp_path / "other"
-    tt.main(sample_args(corpus, other, "--chunk_mb", "0.01", "--direct_running_mode", "multi_threading",
+    train_cli.main(sample_args(corpus, other, "--chunk_mb", "0.01", "--direct_running_mode", "multi_threading",
                         "--direct_num_workers", "3"))
     first, second = tt.load_sample_stats(sample_dir), tt.load_sample_stats(str(other))
     assert first["sha256"] == second["sha256"]
     assert first["subsets"] == second["subsets"]
     # A different seed draws other documents.
-    tt.main(sample_args(corpus, tmp_path / "seeded", "--seed", "5"))
+    train_cli.main(sample_args(corpus, tmp_path / "seeded", "--seed", "5"))
     assert tt.load_sample_stats(str(tmp_path / "seeded"))["sha256"] != first["sha256"]
 
 
@@ -247,7 +250,8 @@ def test_sample_order_is_the_key_order(corpus, sample_dir):
     texts = {d["text"] for d in docs}
     per_file = []
     for name in ("00.jsonl.zst", "01.jsonl.zst", "02.jsonl"):
-        from pipeline.read import iter_lines, parse_line
+        from pipeline.core.documents import parse_line
+        from pipeline.io.inputs import iter_lines
         found = 0
         for line in iter_lines(os.path.join(corpus, name), 1 << 24):
             try:
@@ -260,12 +264,12 @@ def test_sample_order_is_the_key_order(corpus, sample_dir):
 
 
 def test_natural_and_explicit_weights(corpus, tmp_path):
-    tt.main(sample_args(corpus, tmp_path / "gh", "--weights", "Github=1,DM Mathematics=1"))
+    train_cli.main(sample_args(corpus, tmp_path / "gh", "--weights", "Github=1,DM Mathematics=1"))
     docs = read_sample(tmp_path / "gh")
     assert {d["subset"] for d in docs} == {"Github", "DM Mathematics"}
     stats = tt.load_sample_stats(str(tmp_path / "gh"))
-    assert stats["subsets"]["Pile-CC"]["filtered"]["not_selected"] > 0
-    tt.main(sample_args(corpus, tmp_path / "nat", "--weights", "natural", "--sample_mb", "100"))
+    assert stats["subsets"]["Pile-CC"]["filtered"]["subset_not_selected"] > 0
+    train_cli.main(sample_args(corpus, tmp_path / "nat", "--weights", "natural", "--sample_mb", "100"))
     stats = tt.load_sample_stats(str(tmp_path / "nat"))
     assert stats["documents"] == sum(s["documents_available"] for s in stats["subsets"].values())
     assert "target_bytes" not in stats["subsets"]["Github"]
@@ -283,7 +287,7 @@ def test_a_changed_sample_is_refused(sample_dir, tmp_path):
 
 def test_missing_input_fails_fast(tmp_path):
     with pytest.raises(FileNotFoundError, match="No input files match"):
-        tt.main(["--input", str(tmp_path / "nothing-*.jsonl.zst"), "--model_prefix", str(tmp_path / "m"),
+        train_cli.main(["--input", str(tmp_path / "nothing-*.jsonl.zst"), "--model_prefix", str(tmp_path / "m"),
                  *FAST_BEAM])
 
 
@@ -293,7 +297,7 @@ def test_missing_input_fails_fast(tmp_path):
 @pytest.fixture(scope="module")
 def trained(sample_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("model")
-    card = tt.main(["--from_sample", sample_dir, "--model_prefix", str(out / "tiny"), "--vocab_size", "400",
+    card = train_cli.main(["--from_sample", sample_dir, "--model_prefix", str(out / "tiny"), "--vocab_size", "400",
                     "--num_threads", "2"])
     return str(out / "tiny"), card
 
@@ -323,16 +327,16 @@ def test_training_writes_model_vocab_and_card(trained, sample_dir):
 def test_training_is_deterministic_and_refuses_to_overwrite(trained, sample_dir):
     prefix, card = trained
     with pytest.raises(FileExistsError, match="--overwrite"):
-        tt.main(["--from_sample", sample_dir, "--model_prefix", prefix, "--vocab_size", "400"])
+        train_cli.main(["--from_sample", sample_dir, "--model_prefix", prefix, "--vocab_size", "400"])
     before = {ext: sha256(prefix + ext) for ext in (".model", ".vocab", ".card.json")}
-    tt.main(["--from_sample", sample_dir, "--model_prefix", prefix, "--vocab_size", "400", "--num_threads", "2",
+    train_cli.main(["--from_sample", sample_dir, "--model_prefix", prefix, "--vocab_size", "400", "--num_threads", "2",
              "--overwrite"])
     assert {ext: sha256(prefix + ext) for ext in (".model", ".vocab", ".card.json")} == before
 
 
 def test_one_command_equals_sample_then_train(corpus, trained, tmp_path):
     prefix, card = trained
-    one = tt.main([*inputs(corpus), "--sample_mb", "0.3", "--max_doc_chars", "20000", "--model_prefix",
+    one = train_cli.main([*inputs(corpus), "--sample_mb", "0.3", "--max_doc_chars", "20000", "--model_prefix",
                    str(tmp_path / "one"), "--vocab_size", "400", "--num_threads", "2", *FAST_BEAM])
     assert one["model"]["sha256"] == card["model"]["sha256"]
     assert one["sample"] == card["sample"]
@@ -343,13 +347,13 @@ def test_one_command_equals_sample_then_train(corpus, trained, tmp_path):
 def test_a_vocab_too_large_for_the_sample_says_so(tmp_path):
     write_lines(str(tmp_path / "c" / "a.jsonl.zst"), [pile_line("tiny text only", "Github")] * 3)
     with pytest.raises(ValueError, match="too small for this --vocab_size"):
-        tt.main(["--input", str(tmp_path / "c" / "*.jsonl.zst"), "--model_prefix", str(tmp_path / "m"),
+        train_cli.main(["--input", str(tmp_path / "c" / "*.jsonl.zst"), "--model_prefix", str(tmp_path / "m"),
                  "--vocab_size", "5000", *FAST_BEAM])
 
 
 def test_the_trained_model_drives_the_pipeline(trained, corpus, tmp_path):
     prefix, card = trained
-    manifest = pipeline_run.main([
+    manifest = run.main([
         *inputs(corpus), "--output_dir", str(tmp_path / "out"), "--tokenizer_model", prefix + ".model",
         "--seq_len", "128", *FAST_BEAM,
     ])
@@ -363,7 +367,7 @@ def test_the_trained_model_drives_the_pipeline(trained, corpus, tmp_path):
 def test_only_bad_lines_give_a_clear_error(tmp_path):
     write_lines(str(tmp_path / "c" / "a.jsonl.zst"), BAD_LINES)
     with pytest.raises(ValueError, match="The sample is empty"):
-        tt.main(["--input", str(tmp_path / "c" / "*.jsonl.zst"), "--model_prefix", str(tmp_path / "m"),
+        train_cli.main(["--input", str(tmp_path / "c" / "*.jsonl.zst"), "--model_prefix", str(tmp_path / "m"),
                  "--vocab_size", "400", *FAST_BEAM])
     assert not os.path.exists(tmp_path / "m.model")
 
@@ -375,8 +379,8 @@ def test_a_corrupt_file_fails_unless_skipped(tmp_path):
         f.write(data[: len(data) // 2])  # cut mid-frame
     args = ["--input", str(tmp_path / "c" / "*.jsonl.zst"), "--sample_only", "--sample_mb", "1", *FAST_BEAM]
     with pytest.raises(Exception, match="truncated"):
-        tt.main([*args, "--work_dir", str(tmp_path / "w1")])
-    tt.main([*args, "--work_dir", str(tmp_path / "w2"), "--on_corrupt_file", "skip"])
+        train_cli.main([*args, "--work_dir", str(tmp_path / "w1")])
+    train_cli.main([*args, "--work_dir", str(tmp_path / "w2"), "--on_corrupt_file", "skip"])
     stats = tt.load_sample_stats(str(tmp_path / "w2"))
     assert stats["damaged_files"] == [str(tmp_path / "c" / "b.jsonl.zst")]
     assert stats["documents"] > 0

@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from pipeline import manifest as manifest_lib
-from pipeline import records
+from pipeline.format import manifest as manifest_lib
+from pipeline.format import records
+from pipeline.io import outputs
 from trainers import common
 from trainers.common import Checkpointer, Progress, TrainConfig, resume_problem
 from trainers.distributed import LocalBackend, make_backend
@@ -72,7 +73,7 @@ def write_shards(out_dir, n_records: int, n_shards: int, seed: int, split: str) 
         "tokenizer": {"vocab_size": V, "bos_id": 1, "eos_id": 2, "pad_id": 0, "unk_id": 3},
         "shards": shards, "totals": {"records": n_records},
     }
-    manifest_lib.write_manifest(str(out_dir), manifest)
+    outputs.write_manifest(str(out_dir), manifest)
     return manifest
 
 

@@ -5,18 +5,19 @@ import threading
 import pytest
 import tensorflow as tf
 
-from pipeline import writer
-from pipeline.config import PipelineConfig
-from pipeline.framing import FramedRecords
+from pipeline.config.job import PipelineConfig
+from pipeline.format.framing import FramedRecords
+from pipeline.io import outputs
+from pipeline.io.publish import publish
 
 
 def test_shard_is_published_complete_and_framed_as_tfrecord(tmp_path):
     records = [f"record {i}".encode() * 10 for i in range(100)]
     block = FramedRecords.of(records)
-    info = writer.write_file_atomically(str(tmp_path), "train-00000-of-00001.tfrecord", block.parts(), len(block))
-    path = tmp_path / info["path"]
-    assert info["records"] == 100 and info["bytes"] == os.path.getsize(path)
-    assert info["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    path = tmp_path / "train-00000-of-00001.tfrecord"
+    size, sha = publish(str(path), block.parts())
+    assert size == os.path.getsize(path)
+    assert sha == hashlib.sha256(path.read_bytes()).hexdigest()
     assert [r.numpy() for r in tf.data.TFRecordDataset(str(path))] == records
     assert os.listdir(tmp_path) == ["train-00000-of-00001.tfrecord"]
 
@@ -26,14 +27,13 @@ def test_a_retried_or_duplicated_write_gives_the_same_bytes(tmp_path):
     records = [os.urandom(1000) for _ in range(300)]
     results = []
     threads = [threading.Thread(target=lambda: results.append(
-        writer.write_file_atomically(str(tmp_path), "s.tfrecord", FramedRecords.of(records).parts(), len(records))))
-        for _ in range(4)]
+        publish(str(tmp_path / "s.tfrecord"), FramedRecords.of(records).parts()))) for _ in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert len({r["sha256"] for r in results}) == 1
-    assert hashlib.sha256((tmp_path / "s.tfrecord").read_bytes()).hexdigest() == results[0]["sha256"]
+    assert len({sha for _, sha in results}) == 1
+    assert hashlib.sha256((tmp_path / "s.tfrecord").read_bytes()).hexdigest() == results[0][1]
     assert os.listdir(tmp_path) == ["s.tfrecord"]  # no temp leftovers
 
 
@@ -44,8 +44,8 @@ def test_overwrite_removes_only_our_files(tmp_path):
     (tmp_path / "dead_letters").mkdir()
     (tmp_path / "dead_letters" / "train-00000.jsonl").write_bytes(b"{}")
     with pytest.raises(FileExistsError, match="finished output"):
-        writer.prepare_output_dir(str(tmp_path), overwrite=False)
-    writer.prepare_output_dir(str(tmp_path), overwrite=True)
+        outputs.prepare_output_dir(str(tmp_path), overwrite=False)
+    outputs.prepare_output_dir(str(tmp_path), overwrite=True)
     assert os.listdir(tmp_path) == []
 
 
@@ -57,6 +57,6 @@ def test_split_names_cannot_escape_the_output_directory(split):
 
 def test_dead_letter_lines_are_sorted_and_deterministic():
     recs = [{"file_index": 1, "line": 5}, {"file_index": 0, "line": 9}, {"file_index": 1, "line": 2}]
-    lines = writer.dead_letter_lines(recs)
-    assert lines == writer.dead_letter_lines(list(reversed(recs)))
+    lines = outputs.dead_letter_lines(recs)
+    assert lines == outputs.dead_letter_lines(list(reversed(recs)))
     assert lines[0].startswith(b'{"file_index": 0')

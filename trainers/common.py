@@ -39,7 +39,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from pipeline import manifest as manifest_lib
+from pipeline.format import manifest as manifest_lib
 from trainers.model import PRESETS, ModelConfig, build_model, model_config
 from trainers.optim import AdamW, WarmupCosine
 from trainers.profiling import MetricsLogger, ProfileWindow, StepTimer
@@ -513,7 +513,7 @@ def train(cfg: TrainConfig, backend) -> dict:
         {"rank", "size", "start_step", "final_step", "losses" {step: loss}, "evals" [...],
          "checkpoints" [...] (empty off rank 0), "restored_from", "weights_sha256"}.
     """
-    from pipeline import tfdata  # the reader; imported here so that importing trainers stays light
+    from pipeline import tfdata
 
     rank, size, chief = backend.rank(), backend.size(), backend.is_chief
     logging.basicConfig(level=logging.INFO if chief else logging.WARNING,

@@ -7,11 +7,6 @@
              x = x + dropout(W2 gelu(W1 LN(x)))
       -> final LN -> logits = x E^T (tied head) or Dense(V)       [B, L, V], always float32
 
-This is seed 1's model made correct: its snippet built the causal mask with a function it never
-defined (here `attention_mask`), added the attention output to an undefined `out1` (here the
-residual stream `x`), and called `super(TransformerBlock, self).__init__` from another class
-(here every class calls plain `super().__init__`).
-
 Only APIs present in both Keras generations are used: `tf.keras.layers.{Layer, Dense, Embedding,
 LayerNormalization}`, `add_weight`-free layers built in `build()`, `tf.*` ops for everything else.
 Dropout is stateless (`tf.nn.experimental.stateless_dropout`) with a seed the trainer derives from

@@ -1,8 +1,8 @@
-"""What SageMaker Debugger showed in seed 1, measured by the trainer itself.
+"""Whether the input pipeline keeps up, measured by the trainer itself, and what TensorBoard shows.
 
-Seed 1's profile (GPU, CPU and I/O utilisation) found the input pipeline to be the bottleneck. The
-number that shows it directly is the fraction of each step spent waiting for the next batch; with
-it, TensorBoard gets loss, learning rate, tokens/s and step time (`StepTimer`, `MetricsLogger`),
+SageMaker Debugger's system profile (GPU, CPU and I/O utilisation) shows an input-bound job only
+indirectly. The number that shows it directly is the fraction of each step spent waiting for the
+next batch; with it, TensorBoard gets loss, learning rate, tokens/s and step time (`StepTimer`, `MetricsLogger`),
 and `ProfileWindow` captures a `tf.profiler` trace of a few steps (TensorBoard's Profile tab, with
 the tensorboard-plugin-profile package) to see where the time goes inside a step.
 

@@ -8,7 +8,7 @@ trainers/smp_emulation.py (one partition, no pipelining) to exercise everything 
 the model, the reader sharded by `dp_rank()`, microbatch splitting and accumulation, metrics and
 checkpoints; tests do that.
 
-Seed 1's recipe, marked `# SMP:` where it happens:
+The library's recipe, marked `# SMP:` where it happens:
   * `smp.init()`; the model subclasses `smp.DistributedModel` (here around the shared DecoderStack);
   * the reader shards by `smp.dp_rank()` / `smp.dp_size()` (model-parallel peers of one replica get
     the same batches), drops incomplete batches (`drop_remainder=True`) and seeds its shuffle with
@@ -41,7 +41,7 @@ if __package__ in (None, ""):  # run as a file (SageMaker's entry_point): make t
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from pipeline import manifest as manifest_lib  # noqa: E402
+from pipeline.format import manifest as manifest_lib
 from trainers.common import (  # noqa: E402
     LOG,
     Progress,

@@ -1,0 +1,1 @@
+"""Apache Beam: the jobs (token shards, tokenizer sample), their stages, options and execution plan."""

@@ -1,0 +1,213 @@
+"""Wire the stages into one Beam pipeline; `build_pipeline(p, job)` is what tests and `run` call."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import apache_beam as beam
+import numpy as np
+
+from pipeline.beam import transforms
+from pipeline.beam.execution import Execution, balance, file_sizes
+from pipeline.config.job import PipelineConfig
+from pipeline.core.stats import merge_stats, sorted_dict
+from pipeline.core.versions import created_by
+from pipeline.format import framing, records
+from pipeline.format import manifest as manifest_lib
+from pipeline.io.files import sha256_of
+from pipeline.io.outputs import write_manifest
+from pipeline.tokenize.model import SpecialIds
+from pipeline.tokenize.self_check import BackendChoice, choose_backend
+
+LOG = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """What the driver resolved before building: the config, the expanded inputs, the model facts."""
+
+    config: PipelineConfig
+    input_files: tuple[str, ...]
+    special: SpecialIds
+    tokenizer_sha256: str
+    backend: BackendChoice
+    execution: Execution = Execution()
+
+    @property
+    def token_dtype(self) -> np.dtype:
+        """Token dtype of the records."""
+        return records.token_dtype_for(self.special.vocab_size)
+
+    @property
+    def record_bytes(self) -> int:
+        """Framed size of every full record (they all have the same size)."""
+        return framing.record_bytes(self.config.seq_len, self.token_dtype, self.config.document_boundaries)
+
+
+def resolve_job(config: PipelineConfig, input_files: list[str], special: SpecialIds,
+                execution: Execution | None = None) -> Job:
+    """Bundle what the pipeline needs to know up front (including the tokenizer backend check)."""
+    backend = choose_backend(config.tokenizer_backend, config.tokenizer_model, input_files)
+    return Job(config, tuple(input_files), special, sha256_of(config.tokenizer_model), backend,
+               execution or Execution())
+
+
+def build_manifest(job: Job, shards: list[dict], stats: dict, dead_letters: list[dict], layout: dict) -> dict:
+    """The manifest's content (pure, so tests can check it without Beam)."""
+    cfg, special = job.config, job.special
+    shards = sorted(shards, key=lambda s: s["path"])
+    packing_stats = stats.get("packing", {})
+    subsets = stats.get("subsets", {})
+    for name, s in subsets.items():
+        s["epochs"] = cfg.epochs_of(name)
+        s["selected"] = name in cfg.subsets
+    num_records = sum(s["records"] for s in shards)
+    labels = num_records * cfg.seq_len - packing_stats.get("padding_labels", 0)
+    inputs = stats.get("inputs", {})
+    return sorted_dict(
+        {
+            "format": manifest_lib.FORMAT,
+            "format_version": manifest_lib.FORMAT_VERSION,
+            "created_by": created_by(),
+            "split": cfg.split,
+            "seq_len": cfg.seq_len,
+            "features": records.feature_spec(cfg.seq_len, job.token_dtype, cfg.document_boundaries),
+            "tokenizer": {
+                "model": cfg.tokenizer_model.rsplit("/", 1)[-1],
+                "sha256": job.tokenizer_sha256,
+                "vocab_size": special.vocab_size,
+                "bos_id": special.bos_id,
+                "eos_id": special.eos_id,
+                "pad_id": special.pad_id,
+                "unk_id": special.unk_id,
+                "add_bos": special.add_bos,
+                "add_eos": special.add_eos,
+                "separator_id": special.separator_id,
+                "padding_id": special.padding_id,
+                "backend": job.backend.to_json(),
+            },
+            "shards": shards,
+            "totals": {
+                "records": num_records,
+                "label_tokens": labels,
+                "bytes": sum(s["bytes"] for s in shards),
+                "documents_kept": sum(s.get("kept", 0) for s in subsets.values()),
+                "lines": stats.get("lines", 0),
+            },
+            "subsets": subsets,
+            "dead_letters": {
+                "by_reason": stats.get("dead_letters", {}),
+                "records": sum(d["records"] for d in dead_letters),
+                "files": sorted(dead_letters, key=lambda d: d["path"]),
+            },
+            "packing": {
+                "remainder_policy": cfg.remainder,
+                "records_from_chunks": num_records
+                - packing_stats.get("records_from_tails", 0)
+                - packing_stats.get("padded_records", 0),
+                **packing_stats,
+            },
+            "inputs": [inputs[k] for k in sorted(inputs)],
+            "shuffle": {"method": "feistel permutation of global record index", "seed": cfg.seed,
+                        "num_shards": layout["num_shards"]},
+            "config": cfg.to_json(),
+        }
+    )
+
+
+def _chunks(p: beam.Pipeline, job: Job):
+    """Read the inputs into chunks on the workers: (chunks, read stats).
+
+    Fanned out (the default), any worker tokenizes any chunk. Otherwise (DirectRunner with enough
+    files, see pipeline.execution) each worker reads and tokenizes its own files, balanced by size.
+    """
+    cfg, execution = job.config, job.execution
+    files = list(enumerate(job.input_files))  # (file_index, path)
+    read_chunks = transforms.ReadChunksFn(cfg.chunk_bytes, cfg.max_line_bytes, cfg.on_corrupt_file)
+    if execution.fan_out:
+        read_out = p | "ListInputs" >> beam.Create(files) | "ReadChunks" >> beam.ParDo(read_chunks).with_outputs(
+            transforms.STATS, main="chunks")
+        # A .zst file cannot be split: fan its chunks out so that 30 files do not cap parallelism.
+        return read_out.chunks | "FanOut" >> beam.Reshuffle(), read_out[transforms.STATS]
+    slot_of = balance(file_sizes(list(job.input_files)), execution.workers)
+    by_slot = sorted((slot, f) for f, slot in zip(files, slot_of, strict=True))
+    read_out = (
+        p
+        | "ListInputs" >> beam.Create(by_slot, reshuffle=False)
+        # One group per worker: DirectRunner hands each worker whole groups.
+        | "GroupFilesByWorker" >> beam.GroupByKey()
+        | "FilesOfWorker" >> beam.FlatMap(lambda kv: sorted(kv[1]))
+        | "ReadChunks" >> beam.ParDo(read_chunks).with_outputs(transforms.STATS, main="chunks")
+    )
+    return read_out.chunks, read_out[transforms.STATS]
+
+
+def build_pipeline(p: beam.Pipeline, job: Job) -> None:
+    """Add the whole job to `p`: read -> fan out -> tokenize/pack -> shuffle into shards -> manifest."""
+    cfg, spill_dir = job.config, job.execution.spill_dir
+    chunks, read_stats = _chunks(p, job)
+    processed = chunks | "TokenizeAndPack" >> beam.ParDo(
+        transforms.ProcessChunkFn(cfg, job.special, job.backend.name, job.execution.encode_threads, spill_dir)
+    ).with_outputs(transforms.TAILS, transforms.DEAD_LETTERS, transforms.STATS, transforms.COUNTS, main="records")
+    file_tails = (
+        processed[transforms.TAILS]
+        | "GroupTailsByFile" >> beam.GroupByKey()  # ((copy, file), [(chunk, Piece)])
+        | "PackTails" >> beam.ParDo(transforms.PackTailsFn(cfg, job.special, spill_dir)).with_outputs(
+            transforms.TAILS, transforms.STATS, transforms.COUNTS, main="records"
+        )
+    )
+    final = (
+        file_tails[transforms.TAILS]
+        | "GroupLastTails" >> beam.GroupByKey()  # (None, [((copy, file), Piece)]): one small group
+        | "PackFinal" >> beam.ParDo(transforms.PackFinalFn(cfg, job.special, spill_dir)).with_outputs(
+            transforms.STATS, transforms.COUNTS, main="records"
+        )
+    )
+    all_records = (processed.records, file_tails.records, final.records) | "AllRecords" >> beam.Flatten()
+    # Record counts come from the producers themselves: counting `all_records` would be one more
+    # pass of every record through the driver on DirectRunner.
+    layout = (
+        (processed[transforms.COUNTS], file_tails[transforms.COUNTS], final[transforms.COUNTS])
+        | "AllCounts" >> beam.Flatten()
+        | "CollectCounts" >> beam.combiners.ToList()
+        | "PlanShards" >> beam.Map(transforms.make_layout, cfg, job.record_bytes)
+    )
+    layout_side = beam.pvalue.AsSingleton(layout)
+    shards = (
+        all_records
+        | "AssignShards" >> beam.ParDo(transforms.AssignShardsFn(cfg.seed), layout_side)
+        | "GroupByShard" >> beam.GroupByKey()  # (shard, [(positions, records)]): references only, with a spill_dir
+        | "WriteShards" >> beam.ParDo(transforms.WriteShardFn(cfg), layout_side)
+    )
+    dead = (
+        processed[transforms.DEAD_LETTERS]
+        | "GroupDeadLetters" >> beam.GroupByKey()  # ((file_index, chunk_index), [dict])
+        | "WriteDeadLetters" >> beam.ParDo(transforms.WriteDeadLettersFn(cfg))
+    )
+    stats = (
+        (read_stats, processed[transforms.STATS], file_tails[transforms.STATS], final[transforms.STATS])
+        | "AllStats" >> beam.Flatten()
+        | "SumStats" >> beam.CombineGlobally(merge_stats)
+    )
+    # The manifest is written last: its side inputs exist only once every shard has been written.
+    _ = (
+        p
+        | "ManifestTrigger" >> beam.Create([None])
+        | "WriteManifest"
+        >> beam.Map(
+            _write_manifest,
+            job,
+            shards=beam.pvalue.AsList(shards),
+            stats=beam.pvalue.AsSingleton(stats),
+            dead_letters=beam.pvalue.AsList(dead),
+            layout=layout_side,
+        )
+    )
+
+
+def _write_manifest(_, job: Job, shards, stats, dead_letters, layout) -> str:
+    manifest = build_manifest(job, list(shards), stats, list(dead_letters), layout)
+    path = write_manifest(job.config.output_dir, manifest)
+    LOG.info("wrote %s: %d shards, %d records", path, len(manifest["shards"]), manifest["totals"]["records"])
+    return path

@@ -1,0 +1,65 @@
+"""Beam's side of the command line: the runner's flags, checked, with our defaults for DirectRunner."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from apache_beam.options.pipeline_options import (
+    DirectOptions,
+    PipelineOptions,
+    SetupOptions,
+    StandardOptions,
+    TestOptions,
+)
+
+from pipeline.core.options import Runner, parse_bool
+
+
+def unknown_flags(flags: list[str]) -> list[str]:
+    """The arguments among `flags` that Beam's PipelineOptions does not accept (stray values included)."""
+    parsers = []
+    # add_extra_args_fn hands over the parser Beam builds from every registered options class.
+    # Beam would log the unknown ones as "discarded"; the caller reports them instead.
+    beam_log = logging.getLogger("apache_beam.options.pipeline_options")
+    level = beam_log.level
+    beam_log.setLevel(logging.ERROR)
+    try:
+        PipelineOptions(flags).get_all_options(add_extra_args_fn=parsers.append)
+    finally:
+        beam_log.setLevel(level)
+    _, unknown = parsers[0].parse_known_args(flags)
+    return unknown
+
+
+def flag_names() -> set[str]:
+    """`--name` of every option Beam knows (for "did you mean" suggestions)."""
+    return {f"--{name}" for name in PipelineOptions([]).get_all_options(drop_default=False)}
+
+
+BEAM = Runner(unknown=unknown_flags, flags=flag_names)
+
+
+def pipeline_options(beam_args: list[str]) -> PipelineOptions:
+    """Beam options; DirectRunner defaults to multi-processing on all cores."""
+    options = PipelineOptions(beam_args)
+    test = options.view_as(TestOptions)
+    if isinstance(test.dry_run, str):
+        # Beam keeps `--dry_run VALUE` as a string, so `--dry_run False` would count as true.
+        try:
+            test.dry_run = parse_bool(test.dry_run)
+        except ValueError as e:
+            raise ValueError(f"--dry_run: {e}") from None
+    setup = options.view_as(SetupOptions)
+    if setup.setup_file == "":
+        # `--setup_file ''` unsets a config file's setup_file (e.g. when a worker image holds the package).
+        setup.setup_file = None
+    standard = options.view_as(StandardOptions)
+    if standard.runner in (None, "DirectRunner", "direct"):
+        standard.runner = "DirectRunner"
+        direct = options.view_as(DirectOptions)
+        if not any(a.startswith("--direct_running_mode") for a in beam_args):
+            direct.direct_running_mode = "multi_processing"
+        if not any(a.startswith("--direct_num_workers") for a in beam_args):
+            direct.direct_num_workers = os.cpu_count() or 1
+    return options

@@ -1,0 +1,170 @@
+"""The tokenizer sample as a Beam job: read -> key -> keep the smallest keys per stratum -> write.
+
+    (file_index, path) -> ReadChunks    -> Chunk -> FanOut (Reshuffle)
+    Chunk              -> KeyDocuments  -> (stratum, SampleDoc) + stats      bad lines counted, skipped
+    (stratum, docs)    -> SmallestKeys  -> (stratum, [SampleDoc])            per stratum, bounded memory
+    [(stratum, docs)]  -> WriteSample   -> sample.jsonl (key order) + sample_stats.json
+
+The rules (keys, budgets, what is kept) are pipeline/tokenize/training.py's; reading and validation
+are the pipeline's own (`ReadChunksFn`, `pipeline.core.documents`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+from pipeline.beam.options import pipeline_options
+from pipeline.beam.transforms import STATS, ReadChunksFn
+from pipeline.core import documents
+from pipeline.core.stats import merge_stats
+from pipeline.io import inputs
+from pipeline.io.urls import refuse_credentials
+from pipeline.tokenize.training import (
+    NATURAL_STRATUM,
+    SampleConfig,
+    SampleDoc,
+    document_key,
+    load_sample_stats,
+    take_smallest,
+    write_sample,
+)
+
+LOG = logging.getLogger(__name__)
+NAMESPACE = "tokenizer_sample"
+
+
+def _counter(name: str):
+    return Metrics.counter(NAMESPACE, name)
+
+
+class KeyDocumentsFn(beam.DoFn):
+    """Chunk -> (stratum, SampleDoc) for each selected, non-empty document; the rest is counted."""
+
+    def __init__(self, config: SampleConfig):
+        self._config = config
+        self._selected = config.selected()
+        self._natural = config.is_natural
+
+    def process(self, chunk: inputs.Chunk):
+        """Parse, select, cut and key each document of a chunk."""
+        cfg = self._config
+        subsets: dict = {}
+        dead: dict[str, int] = {}
+        for line in chunk.lines:
+            try:
+                text, subset = documents.parse_line(line, cfg.max_line_bytes)
+            except documents.BadRecord as bad:
+                dead[bad.reason] = dead.get(bad.reason, 0) + 1
+                continue
+            s = subsets.setdefault(subset, {"documents": 0, "bytes": 0, "cut": 0, "filtered": {}})
+            stratum = NATURAL_STRATUM if self._natural else subset
+            reason = documents.filter_reason(text, subset, self._selected)
+            if reason:
+                s["filtered"][reason] = s["filtered"].get(reason, 0) + 1
+                continue
+            if len(text) > cfg.max_doc_chars:
+                text = text[: cfg.max_doc_chars]
+                s["cut"] += 1
+            size = len(text.encode("utf-8"))
+            s["documents"] += 1
+            s["bytes"] += size
+            key = document_key(cfg.seed, chunk.file_index, line.number)
+            yield stratum, (key, chunk.file_index, line.number, size, subset, text)
+        _counter("lines").inc(len(chunk.lines))
+        _counter("bad_lines").inc(sum(dead.values()))
+        yield beam.pvalue.TaggedOutput(STATS, {"subsets": subsets, "dead_letters": dead, "lines": len(chunk.lines)})
+
+
+class SmallestKeysFn(beam.CombineFn):
+    """Per stratum: the documents with the smallest keys up to the stratum's byte budget.
+
+    The accumulator is [bytes held, docs]; it is cut back to the budget whenever it holds more than
+    twice the budget, so memory stays near 2x the budget per stratum and worker. A CombineFn is not
+    told its key, so the budget is looked up from a document's subset.
+    """
+
+    def __init__(self, budgets: dict[str, int], natural: bool):
+        self._budgets = dict(budgets)
+        self._natural = natural
+
+    def _budget(self, doc: SampleDoc) -> int:
+        return self._budgets[NATURAL_STRATUM if self._natural else doc[4]]
+
+    def _compact(self, acc):
+        size, docs = acc
+        if docs and size > 2 * self._budget(docs[0]):
+            docs = take_smallest(docs, self._budget(docs[0]))
+            size = sum(d[3] for d in docs)
+        return [size, docs]
+
+    def create_accumulator(self):
+        """No documents yet."""
+        return [0, []]
+
+    def add_input(self, mutable_accumulator, element):
+        """Add one document."""
+        mutable_accumulator[0] += element[3]
+        mutable_accumulator[1].append(element)
+        return self._compact(mutable_accumulator)
+
+    def merge_accumulators(self, accumulators):
+        """Pool partial results and cut back to the budget."""
+        size, docs = 0, []
+        for part_size, part_docs in accumulators:
+            size += part_size
+            docs.extend(part_docs)
+        return self._compact([size, docs])
+
+    def compact(self, accumulator):
+        """Cut back to the budget before the accumulator is shipped."""
+        return self._compact(accumulator)
+
+    def extract_output(self, accumulator):
+        """The stratum's sample, in key order."""
+        docs = accumulator[1]
+        return take_smallest(docs, self._budget(docs[0])) if docs else []
+
+
+def build_sample_pipeline(p, config: SampleConfig, input_files: list[str], work_dir: str) -> None:
+    """Add the sampler to `p`; it writes WORK_DIR/sample.jsonl and WORK_DIR/sample_stats.json."""
+    read_out = (
+        p
+        | "ListInputs" >> beam.Create(list(enumerate(input_files)))  # (file_index, path)
+        | "ReadChunks" >> beam.ParDo(ReadChunksFn(config.chunk_bytes, config.max_line_bytes, config.on_corrupt_file))
+        .with_outputs(STATS, main="chunks")
+    )
+    keyed = (
+        read_out.chunks
+        # A .zst file cannot be split: fan its chunks out so that 30 files do not cap parallelism.
+        | "FanOut" >> beam.Reshuffle()
+        | "KeyDocuments" >> beam.ParDo(KeyDocumentsFn(config)).with_outputs(STATS, main="docs")
+    )
+    stats = (
+        (read_out[STATS], keyed[STATS])
+        | "AllStats" >> beam.Flatten()
+        | "SumStats" >> beam.CombineGlobally(merge_stats)
+    )
+    _ = (
+        keyed.docs  # (stratum, SampleDoc)
+        | "SmallestKeys" >> beam.CombinePerKey(SmallestKeysFn(config.budgets(), config.is_natural))
+        | "GatherStrata" >> beam.combiners.ToList()  # one element: [(stratum, [SampleDoc])]
+        | "WriteSample" >> beam.Map(write_sample, config, work_dir, stats=beam.pvalue.AsSingleton(stats))
+    )
+
+
+def draw_sample(config: SampleConfig, work_dir: str, beam_args: list[str]) -> dict:
+    """Run the sampler on Beam; returns the sample statistics (WORK_DIR/sample_stats.json)."""
+    refuse_credentials([("--input", url) for url in config.inputs] + [("--work_dir", work_dir)])
+    input_files = inputs.expand_inputs(list(config.inputs))  # fails fast on a pattern matching nothing
+    options = pipeline_options(beam_args)
+    LOG.info("sampling %.1f MB (%s weights) from %d input files", config.sample_bytes / 1e6, config.weights,
+             len(input_files))
+    start = time.monotonic()
+    with beam.Pipeline(options=options) as p:
+        build_sample_pipeline(p, config, input_files, work_dir)
+    LOG.info("sample drawn in %.1f s", time.monotonic() - start)
+    return load_sample_stats(work_dir)

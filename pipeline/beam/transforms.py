@@ -1,0 +1,361 @@
+"""The pipeline's Beam stages. Each DoFn delegates to pure functions of pipeline.core/format/io.
+
+Element shapes are noted at each stage:
+  (file_index, path)                       -> ReadChunksFn      -> Chunk
+  Chunk                                    -> ProcessChunkFn    -> (source_id, Records)
+                                                                 + tails ((copy, file), (chunk, Piece))
+                                                                 + dead letters (file_index, dict)
+                                                                 + stats dict + counts (source_id, n)
+  ((copy, file), [(chunk, Piece)])         -> PackTailsFn       -> (source_id, Records) + Piece
+  (None, [((copy, file), Piece)])          -> PackFinalFn       -> (source_id, Records) + stats
+  (source_id, Records) + layout            -> AssignShardsFn    -> (shard, (positions, Records))
+  (shard, [(positions, Records)])          -> WriteShardFn      -> shard info dict
+source_id = (kind, copy, file_index, chunk_index): kind 0 chunk records, 1 per-file tails, 2 final.
+positions: the permuted global positions of those records in that shard, as little-endian int64 bytes.
+Records: a block of TFRecord-framed records, one element for many records: a FramedRecords
+(pipeline/format/framing.py) or, with a spill directory (one machine), a SpilledRecords reference to
+the same bytes in a local file (pipeline/io/spill.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+import time
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.metrics import Metrics
+
+from pipeline.config.job import PipelineConfig
+from pipeline.core import documents, packing
+from pipeline.core.epochs import copies_of
+from pipeline.core.shuffle import Permutation, ShardPlan, shard_order
+from pipeline.format import records
+from pipeline.format.framing import FramedRecords, serialize_records
+from pipeline.io import inputs, outputs
+from pipeline.io.publish import publish
+from pipeline.io.spill import RecordReader, SpillWriter
+from pipeline.io.urls import redact_url
+from pipeline.tokenize.engines import Encoder, TokenizerMismatch
+from pipeline.tokenize.model import SpecialIds
+
+LOG = logging.getLogger(__name__)
+NAMESPACE = "pile"
+TAILS = "tails"
+DEAD_LETTERS = "dead_letters"
+STATS = "stats"
+COUNTS = "counts"  # (source_id, number of records): what the shard plan needs, without the records
+
+
+def _counter(name: str):
+    return Metrics.counter(NAMESPACE, name)
+
+
+class ReadChunksFn(beam.DoFn):
+    """(file_index, path) -> Chunk, streaming the file; file stats go to the STATS output.
+
+    A damaged file fails the job (`on_corrupt_file="fail"`) or is recorded in the stats, keeping
+    the lines read before the damage (`"skip"`). Used by every job that reads inputs.
+    """
+
+    def __init__(self, chunk_bytes: int, max_line_bytes: int, on_corrupt_file: str):
+        self._chunk_bytes = chunk_bytes
+        self._max_line_bytes = max_line_bytes
+        self._on_corrupt_file = on_corrupt_file
+        self._bytes = _counter("decompressed_bytes")
+        self._chunks = _counter("chunks")
+        self._files = _counter("files_read")
+
+    def process(self, element):
+        file_index, path = element
+        shown = redact_url(path)
+        lines = size = chunks = 0
+        start = time.monotonic()
+        LOG.info("reading %s", shown)
+        file_stats: dict = {}
+        try:
+            for chunk in inputs.iter_chunks(path, file_index, self._chunk_bytes, self._max_line_bytes):
+                lines += len(chunk.lines)
+                size += chunk.num_bytes
+                chunks += 1
+                self._bytes.inc(chunk.num_bytes)
+                self._chunks.inc()
+                yield chunk
+        except inputs.CorruptInputError as e:
+            if self._on_corrupt_file == "fail":
+                raise inputs.CorruptInputError(
+                    f"{e} -- the job stops (pass --on_corrupt_file skip to keep the lines read before "
+                    "the damage and record the file as damaged)"
+                ) from None
+            LOG.error("damaged input, keeping the %d lines read before the damage: %s", lines, e)
+            _counter("files_damaged").inc()
+            file_stats["damaged"] = str(e)
+        self._files.inc()
+        elapsed = max(time.monotonic() - start, 1e-9)
+        LOG.info("read %s: %d lines, %.1f MB in %.1f s", shown, lines, size / 1e6, elapsed)
+        file_stats.update({"path": shown, "lines": lines, "decompressed_bytes": size, "chunks": chunks})
+        yield beam.pvalue.TaggedOutput(STATS, {"inputs": {f"{file_index:05d}": file_stats}})
+
+
+class _EmitsRecords(beam.DoFn):
+    """A DoFn whose record blocks go out as they are, or through a spill file (see pipeline/spill.py)."""
+
+    def __init__(self, spill_dir: str | None):
+        self._spill_dir = spill_dir
+        self._spill = None
+
+    def _emit(self, block: FramedRecords):
+        if self._spill_dir is None:
+            return block
+        if self._spill is None:
+            self._spill = SpillWriter(self._spill_dir)
+        return self._spill.write(block)
+
+    def teardown(self):
+        if self._spill is not None:
+            self._spill.close()
+
+
+class ProcessChunkFn(_EmitsRecords):
+    """Chunk -> validated, tokenized, packed and serialized records of each epoch copy."""
+
+    def __init__(self, config: PipelineConfig, special: SpecialIds, backend: str = "sentencepiece",
+                 encode_threads: int | None = None, spill_dir: str | None = None):
+        super().__init__(spill_dir)
+        self._config = config
+        self._special = special
+        self._encoder = Encoder(config.tokenizer_model, backend, verify=config.verify_tokenizer != "off",
+                                threads=encode_threads)
+        self._selected = frozenset(config.subsets)
+        self._dtype = records.token_dtype_for(special.vocab_size)
+        self._docs = _counter("documents_kept")
+        self._tokens = _counter("tokens")
+        self._dead = _counter("dead_letters")
+        self._filtered = _counter("documents_filtered")
+        self._records = _counter("records_from_chunks")
+
+    def setup(self):
+        # Heavy state loads once per worker, from the model's path.
+        self._encoder.load()
+        self._last_log = time.monotonic()
+        self._done_chunks = 0
+
+    def _dead_letter(self, chunk: inputs.Chunk, line: documents.Line, reason: str, detail: str, dead: dict):
+        dead[reason] = dead.get(reason, 0) + 1
+        self._dead.inc()
+        return beam.pvalue.TaggedOutput(
+            DEAD_LETTERS,
+            (
+                (chunk.file_index, chunk.chunk_index),  # a chunk's worth at most: no hot key
+                {
+                    "file": redact_url(chunk.path),
+                    "file_index": chunk.file_index,
+                    "line": line.number,
+                    "offset": line.offset,
+                    "reason": reason,
+                    "detail": detail[:200],
+                    "prefix": documents.line_prefix(line),
+                },
+            ),
+        )
+
+    def process(self, chunk: inputs.Chunk):
+        cfg, special = self._config, self._special
+        subsets: dict = {}
+        dead: dict[str, int] = {}
+        kept_texts, kept_meta, kept_lines = [], [], []  # meta: (subset, line number)
+        for line in chunk.lines:
+            try:
+                text, subset = documents.parse_line(line, cfg.max_line_bytes)
+            except documents.BadRecord as bad:
+                yield self._dead_letter(chunk, line, bad.reason, bad.detail, dead)
+                continue
+            s = subsets.setdefault(subset, {"documents": 0, "kept": 0, "filtered": {}, "text_bytes": 0})
+            s["documents"] += 1
+            reason = documents.filter_reason(text, subset, self._selected)
+            if reason:
+                s["filtered"][reason] = s["filtered"].get(reason, 0) + 1
+                self._filtered.inc()
+                continue
+            s["kept"] += 1
+            s["text_bytes"] += len(line.data)
+            kept_texts.append(text)
+            kept_meta.append((subset, line.number))
+            kept_lines.append(line)
+
+        # (ids, offsets): every kept document's ids in one flat array; document i is ids[offsets[i]:offsets[i + 1]].
+        ids, offsets, mismatches = self._encoder.encode_verified(kept_texts)
+        # Epoch copies are packed as separate streams, so repeats of a document land in different
+        # records (and, after the global shuffle, far apart).
+        copies = np.array([copies_of(cfg.epochs_of(subset), cfg.seed, chunk.file_index, n) for subset, n in kept_meta],
+                          np.int64)
+        for i, detail in mismatches:  # only with --verify_tokenizer: the fast backend disagreed with SentencePiece
+            if cfg.verify_tokenizer == "fail":
+                raise TokenizerMismatch(f"{redact_url(chunk.path)} line {kept_lines[i].number}: {detail}")
+            s = subsets[kept_meta[i][0]]
+            s["documents"] -= 1
+            s["kept"] -= 1
+            s["text_bytes"] -= len(kept_lines[i].data)
+            copies[i] = -1  # never packed
+            yield self._dead_letter(chunk, kept_lines[i], "tokenizer_mismatch", detail, dead)
+        lengths = np.diff(offsets) + special.add_bos + special.add_eos  # with BOS/EOS
+        for (subset, _), length, count in zip(kept_meta, lengths.tolist(), copies.tolist(), strict=True):
+            if count >= 0:
+                stats = subsets[subset]
+                stats["tokens"] = stats.get("tokens", 0) + length
+                stats["tokens_with_epochs"] = stats.get("tokens_with_epochs", 0) + count * length
+        self._docs.inc(int((copies >= 0).sum()))
+
+        for copy in range(int(copies.max(initial=0))):
+            stream = packing.build_stream_flat(
+                ids, offsets, copies > copy, bos_id=special.bos_id if special.add_bos else None,
+                eos_id=special.eos_id if special.add_eos else None, separator_id=special.separator_id,
+            )
+            tokens, starts, remainder = packing.pack(stream, cfg.seq_len)
+            self._tokens.inc(len(stream))
+            if len(tokens):
+                self._records.inc(len(tokens))
+                source = (0, copy, chunk.file_index, chunk.chunk_index)
+                yield source, self._emit(serialize_records(
+                    tokens, starts, dtype=self._dtype, document_boundaries=cfg.document_boundaries
+                ))
+                yield beam.pvalue.TaggedOutput(COUNTS, (source, len(tokens)))
+            if len(remainder):
+                yield beam.pvalue.TaggedOutput(TAILS, ((copy, chunk.file_index), (chunk.chunk_index, remainder)))
+
+        yield beam.pvalue.TaggedOutput(STATS, {"subsets": subsets, "dead_letters": dead, "lines": len(chunk.lines)})
+        self._done_chunks += 1
+        if time.monotonic() - self._last_log > 30:
+            LOG.info("worker progress: %d chunks tokenized and packed", self._done_chunks)
+            self._last_log = time.monotonic()
+
+
+class PackTailsFn(_EmitsRecords):
+    """((copy, file), [(chunk_index, Piece)]) -> records of the joined tails, and their remainder."""
+
+    def __init__(self, config: PipelineConfig, special: SpecialIds, spill_dir: str | None = None):
+        super().__init__(spill_dir)
+        self._config = config
+        self._special = special
+        self._dtype = records.token_dtype_for(special.vocab_size)
+
+    def process(self, element):
+        (copy, file_index), tails = element
+        pieces = [piece for _, piece in sorted(tails, key=lambda t: t[0])]
+        stream = packing.concat_pieces(pieces, self._special.separator_id)
+        tokens, starts, remainder = packing.pack(stream, self._config.seq_len)
+        if len(tokens):
+            _counter("records_from_tails").inc(len(tokens))
+            yield (1, copy, file_index, 0), self._emit(serialize_records(
+                tokens, starts, dtype=self._dtype, document_boundaries=self._config.document_boundaries
+            ))
+            yield beam.pvalue.TaggedOutput(COUNTS, ((1, copy, file_index, 0), len(tokens)))
+        if len(remainder):
+            yield beam.pvalue.TaggedOutput(TAILS, (None, ((copy, file_index), remainder)))
+        yield beam.pvalue.TaggedOutput(STATS, {"packing": {"records_from_tails": len(tokens)}})
+
+
+class PackFinalFn(_EmitsRecords):
+    """(None, [((copy, file), Piece)]) -> the last records, and the job's one partial record."""
+
+    def __init__(self, config: PipelineConfig, special: SpecialIds, spill_dir: str | None = None):
+        super().__init__(spill_dir)
+        self._config = config
+        self._special = special
+        self._dtype = records.token_dtype_for(special.vocab_size)
+
+    def process(self, element):
+        _, tails = element
+        cfg = self._config
+        pieces = [piece for _, piece in sorted(tails, key=lambda t: t[0])]
+        stream = packing.concat_pieces(pieces, self._special.separator_id)
+        tokens, starts, remainder = packing.pack(stream, cfg.seq_len)
+        out = serialize_records(tokens, starts, dtype=self._dtype, document_boundaries=cfg.document_boundaries)
+        stats = {"records_from_tails": len(tokens), "remainder_labels": len(remainder),
+                 "padding_labels": 0, "dropped_labels": 0}
+        if len(remainder) and cfg.remainder == "pad":
+            padded, pad_starts, valid = packing.pad_record(remainder, cfg.seq_len, self._special.padding_id)
+            out = FramedRecords.concat([out, serialize_records(
+                padded, pad_starts[None, :], dtype=self._dtype,
+                document_boundaries=cfg.document_boundaries, valid_labels=valid,
+            )])
+            stats["padding_labels"] = cfg.seq_len - valid
+            stats["padded_records"] = 1
+        elif len(remainder):
+            stats["dropped_labels"] = len(remainder)
+            LOG.warning("--remainder drop: the job's last %d label tokens are dropped", len(remainder))
+        if len(out):
+            yield (2, 0, 0, 0), self._emit(out)
+            yield beam.pvalue.TaggedOutput(COUNTS, ((2, 0, 0, 0), len(out)))
+        yield beam.pvalue.TaggedOutput(STATS, {"packing": stats})
+
+
+def make_layout(counts: list[tuple[tuple, int]], config: PipelineConfig, record_bytes: int) -> dict:
+    """Global offsets of each record source (in sorted order) and the shard plan."""
+    offsets = {}
+    total = 0
+    for source, count in sorted(counts):
+        offsets[source] = total
+        total += count
+    plan = ShardPlan.for_size(total, record_bytes, config.shard_bytes)
+    return {"offsets": offsets, "num_records": total, "num_shards": plan.num_shards}
+
+
+class AssignShardsFn(beam.DoFn):
+    """(source_id, Records) + layout -> (shard, (positions, Records)), one per shard touched.
+
+    One element per (source, shard) rather than per record: far fewer elements through the shuffle.
+    """
+
+    def __init__(self, seed: int):
+        self._seed = seed
+
+    def process(self, element, layout):
+        source, recs = element
+        plan = ShardPlan(layout["num_records"], layout["num_shards"])
+        perm = Permutation(plan.num_records, self._seed)
+        positions = perm(layout["offsets"][source] + np.arange(len(recs))).astype("<i8")
+        shards = plan.shard_of(positions)
+        for shard in np.unique(shards).tolist():
+            members = np.flatnonzero(shards == shard)
+            yield shard, (positions[members].tobytes(), recs.take(members.tolist()))
+
+
+class WriteShardFn(beam.DoFn):
+    """(shard, [(positions, Records)]) -> shard info; records in permuted order, temp file + rename.
+
+    Records are copied one at a time from their blocks (or spill files) to the file: the writer holds
+    the blocks it was given (only references, with spill files) and one record.
+    """
+
+    def __init__(self, config: PipelineConfig):
+        self._config = config
+
+    def process(self, element, layout):
+        shard, groups = element
+        groups = list(groups)
+        owner, index = shard_order(groups)
+        blocks = [recs for _, recs in groups]
+        name = outputs.shard_name(self._config.split, shard, layout["num_shards"])
+        with RecordReader() as reader:
+            parts = (reader.read(blocks[g], i) for g, i in zip(owner.tolist(), index.tolist(), strict=True))
+            size, sha = publish(posixpath.join(self._config.output_dir, name), parts)
+        info = {"path": name, "records": len(owner), "bytes": size, "sha256": sha}
+        _counter("shards_written").inc()
+        LOG.info("wrote %s: %d records, %.1f MB", name, info["records"], info["bytes"] / 1e6)
+        yield info
+
+
+class WriteDeadLettersFn(beam.DoFn):
+    """((file, chunk), [dead-letter dict]) -> info of dead_letters/<split>-<file>-<chunk>.jsonl."""
+
+    def __init__(self, config: PipelineConfig):
+        self._config = config
+
+    def process(self, element):
+        (file_index, chunk_index), items = element
+        lines = outputs.dead_letter_lines(list(items))
+        name = outputs.dead_letter_name(self._config.split, file_index, chunk_index)
+        size, sha = publish(posixpath.join(self._config.output_dir, name), lines)
+        yield {"path": name, "records": len(lines), "bytes": size, "sha256": sha}

@@ -1,0 +1,42 @@
+"""`pile-pipeline COMMAND ...`: one entry point for the commands in pipeline/cli/.
+
+Each command is its own module (they never import each other); this only dispatches, importing the
+chosen one alone, so `pile-pipeline show` does not load Beam.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+COMMANDS = {
+    "run": ("pipeline.cli.run", "JSON-lines files -> token shards + manifest (the Beam job)"),
+    "show": ("pipeline.cli.show", "an output's summary and its first batch, detokenized"),
+    "train-tokenizer": ("pipeline.cli.train_tokenizer", "train a SentencePiece model on a stratified sample"),
+    "tokenizer-report": ("pipeline.cli.tokenizer_report", "compare tokenizers per subset (table, PNG, JSON)"),
+}
+
+
+def usage() -> str:
+    """The list of commands."""
+    width = max(map(len, COMMANDS))
+    lines = ["usage: pile-pipeline COMMAND [flags]   (pile-pipeline COMMAND --help for its flags)", "", "commands:"]
+    lines += [f"  {name.ljust(width)}  {text}" for name, (_, text) in COMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the named command with the remaining arguments; its exit status."""
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage())
+        return 0 if argv else 2
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"pile-pipeline: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    return importlib.import_module(COMMANDS[name][0]).cli(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

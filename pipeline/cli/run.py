@@ -1,0 +1,110 @@
+"""`pile-pipeline run` (or `python -m pipeline.run`): JSON-lines files -> token shards + manifest.
+
+    pile-pipeline run --input 'train/*.jsonl.zst' --output_dir out --tokenizer_model m.model
+
+Our flags are declared on `PipelineConfig` (pipeline/config/job.py); every other flag must be one
+of Beam's (`--runner`, `--direct_num_workers`, `--project`, ...). `--config FILE` reads a TOML file
+(see beam_configs/) whose [pipeline] and [beam] tables come before the command line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import sys
+import time
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import DirectOptions, PortableOptions, StandardOptions, TestOptions
+
+from pipeline.beam.execution import plan_execution
+from pipeline.beam.job import build_pipeline, resolve_job
+from pipeline.beam.logs import configure_logging
+from pipeline.beam.options import BEAM, pipeline_options
+from pipeline.config.job import PipelineConfig
+from pipeline.core.options import ArgumentParser, UsageError, add_options, parse_command_line, values_from
+from pipeline.format.manifest import ManifestError, load_manifest
+from pipeline.format.summary import format_summary
+from pipeline.io.inputs import expand_inputs
+from pipeline.io.outputs import prepare_output_dir
+from pipeline.io.spill import make_spill_dir, remove_spill_dir
+from pipeline.io.urls import redact_url, refuse_credentials
+from pipeline.tokenize.model import load_processor, resolve_special_ids
+
+LOG = logging.getLogger("pipeline")
+
+
+def build_parser() -> ArgumentParser:
+    """Our flags, from PipelineConfig (Beam's are checked by `parse_command_line`)."""
+    parser = ArgumentParser(prog="pile-pipeline run", description=__doc__)
+    parser.add_argument("--config", metavar="FILE", help="TOML file with [pipeline] and [beam] tables (beam_configs/)")
+    add_options(parser, PipelineConfig)
+    return parser
+
+
+def parse_args(argv: list[str]) -> tuple[PipelineConfig, list[str]]:
+    """Our config and Beam's flags; any mistake is a UsageError naming the flag."""
+    namespace, beam_args = parse_command_line(build_parser(), argv, BEAM)
+    try:
+        return PipelineConfig(**values_from(PipelineConfig, namespace)), beam_args
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def main(argv: list[str] | None = None) -> dict | None:
+    """Run the pipeline; returns the manifest it wrote (None when the job was only translated).
+
+    With `--dry_run True` (DataflowRunner) or `--output_executable_path` (Flink/Spark jar) the job
+    is translated but not run here: the output directory is left untouched (dry run) or checked
+    and prepared (jar), and there is no manifest to return.
+    """
+    argv = sys.argv[1:] if argv is None else argv
+    config, beam_args = parse_args(argv)
+    refuse_credentials([("--input", u) for u in config.inputs]
+                       + [("--output_dir", config.output_dir), ("--tokenizer_model", config.tokenizer_model)])
+    options = pipeline_options(beam_args)
+    dry_run = bool(options.view_as(TestOptions).dry_run)
+    executable = options.view_as(PortableOptions).output_executable_path
+    # Fail fast, before any worker starts: inputs, tokenizer and output directory.
+    input_files = expand_inputs(list(config.inputs))
+    sp = load_processor(config.tokenizer_model)
+    special = resolve_special_ids(
+        sp, add_bos=config.add_bos, add_eos=config.add_eos, bos_id=config.bos_id, eos_id=config.eos_id
+    )
+    if not dry_run:
+        prepare_output_dir(config.output_dir, config.overwrite)
+    runner = options.view_as(StandardOptions).runner
+    execution = plan_execution(runner, options.view_as(DirectOptions).direct_num_workers, input_files,
+                               config.fan_out, config.tokenizer_threads)
+    if execution.spill and not (dry_run or executable):
+        execution = dataclasses.replace(execution, spill_dir=make_spill_dir(config.output_dir))
+    job = resolve_job(config, input_files, special, execution)
+    LOG.info("%d input files -> %s (runner %s)", len(input_files), redact_url(config.output_dir), runner)
+    start = time.monotonic()
+    try:
+        with beam.Pipeline(options=options) as p:
+            build_pipeline(p, job)
+    finally:
+        remove_spill_dir(execution.spill_dir)
+    if dry_run or executable:
+        LOG.info("%s: the job was translated for %s, not run%s", "dry run" if dry_run else "jar",
+                 runner, f"; wrote {executable}" if executable else "")
+        return None
+    manifest = load_manifest(config.output_dir)
+    print(format_summary(manifest, time.monotonic() - start))
+    return manifest
+
+
+def cli(argv: list[str] | None = None) -> int:
+    """The command: exit status 0, or 2 with one line for a mistake in the command or its inputs."""
+    configure_logging()
+    try:
+        main(argv)
+    except (ValueError, FileNotFoundError, FileExistsError, ManifestError) as e:
+        LOG.error("%s", e)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

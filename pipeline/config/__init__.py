@@ -1,0 +1,1 @@
+"""The job's configuration: every option of `pile-pipeline run`, declared once."""

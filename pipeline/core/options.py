@@ -1,0 +1,261 @@
+"""Options declared once, on the dataclass that holds them; the command line is derived from it.
+
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        seq_len: int = option(2048, help="label positions per record")
+        epochs: tuple = option((), help="per-subset epochs", parse=parse_epochs, metavar="SPEC")
+
+`add_options(parser, Config)` adds `--seq_len` and `--epochs` (help text with the default, choices
+and required marks); `values_from(Config, namespace)` turns what was given into constructor
+arguments, running each option's `parse` and naming the flag in any error.
+
+`parse_command_line` is the whole front door of a command: an optional `--config FILE` (TOML whose
+[pipeline] table holds our options and [beam] table the runner's, both applied as if they came
+first on the command line, so they are checked the same way), our flags, and everything else for
+the runner (Beam's `PipelineOptions`), which must consist of flags the runner knows. A misspelled
+flag, a leftover positional argument (an unquoted glob that the shell expanded) or a missing
+required flag is a `UsageError`: one line that names the flag, and exit status 2 from the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import tomllib
+from collections.abc import Callable, Iterable
+from typing import Any
+
+
+class UsageError(ValueError):
+    """The command line (or a --config file) asks for something that cannot be done; exit 2."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """How one dataclass field appears on the command line."""
+
+    help: str
+    parse: Callable[[Any], Any] | None = None  # the flag's text (or a TOML value) -> the field's value
+    choices: tuple | None = None
+    const: str | None = None  # the value of the flag given alone (`--verify_tokenizer`)
+    metavar: str | None = None
+    required: bool = False
+    many: bool = False  # repeatable, each taking one or more values: --input a b --input c
+    recorded: bool = True  # part of the output's identity (the manifest's config)
+    flag: str | None = None  # the flag, when not --<field name>
+    shown_default: str | None = None  # the default as --help shows it, when not the value itself
+    cli: bool = True  # False: set by the program, not a flag of its own
+
+
+def option(default=dataclasses.MISSING, *, help: str, **kwargs) -> Any:  # noqa: A002 -- argparse's name
+    """A dataclass field that is also a command-line option (see the module docstring)."""
+    if isinstance(default, list | dict | set):
+        raise TypeError("use a tuple or an immutable default")
+    required = kwargs.pop("required", default is dataclasses.MISSING)
+    field_default = None if default is dataclasses.MISSING else default
+    return dataclasses.field(default=field_default, metadata={"option": Option(help, required=required, **kwargs)})
+
+
+def parse_bool(value) -> bool:
+    """True/false flags: `--flag`, `--flag true`, `--flag 0`, or a TOML boolean."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
+def options_of(cls, *, cli: bool = False) -> list[tuple[dataclasses.Field, Option]]:
+    """The (field, Option) pairs of a dataclass, in declaration order (`cli`: only those with a flag)."""
+    return [(f, f.metadata["option"]) for f in dataclasses.fields(cls)
+            if "option" in f.metadata and (f.metadata["option"].cli or not cli)]
+
+
+def flag(field: dataclasses.Field) -> str:
+    """The command-line flag of a field."""
+    return field.metadata["option"].flag or f"--{field.name}"
+
+
+def _argparse_type(field: dataclasses.Field, opt: Option):
+    if opt.parse is not None:
+        return None  # the text is kept; values_from parses it and names the flag on error
+    default = field.default
+    for kind in (bool, int, float):
+        if isinstance(default, kind) or field.type in (kind.__name__, f"{kind.__name__} | None"):
+            return kind
+    return None
+
+
+def _describe(value) -> str:
+    if isinstance(value, tuple):
+        return ",".join(map(str, value)) if value else "none"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def add_options(parser: argparse.ArgumentParser, cls, title: str | None = None) -> None:
+    """Add a flag for every option of `cls` (values stay unparsed text until `values_from`)."""
+    target = parser.add_argument_group(title) if title else parser
+    for field, opt in options_of(cls, cli=True):
+        kind = _argparse_type(field, opt)
+        help_text = opt.help
+        if opt.required:
+            help_text += " (required)"
+        elif opt.shown_default is not None or (field.default is not None and not opt.many):
+            help_text += f" (default: {opt.shown_default or _describe(field.default)})"
+        kwargs: dict = {"dest": field.name, "default": argparse.SUPPRESS, "help": help_text}
+        if opt.choices:
+            kwargs["choices"] = opt.choices
+        if opt.const is not None:
+            kwargs.update(nargs="?", const=opt.const)
+        if opt.metavar:
+            kwargs["metavar"] = opt.metavar
+        if kind is bool:
+            kwargs.update(nargs="?", const="true", metavar=opt.metavar or "BOOL")
+        elif kind is not None:
+            kwargs["type"] = kind
+        if opt.many:
+            kwargs.update(action="extend", nargs="+")
+        target.add_argument(flag(field), **kwargs)
+        if isinstance(parser, ArgumentParser):
+            parser.flags.add(flag(field))
+
+
+def values_from(cls, namespace: argparse.Namespace) -> dict:
+    """Constructor arguments of `cls` from parsed flags: each given option, parsed; missing ones left out."""
+    given = vars(namespace)
+    values, missing = {}, []
+    for field, opt in options_of(cls, cli=True):
+        if field.name not in given:
+            if opt.required:
+                missing.append(flag(field))
+            continue
+        value = given[field.name]
+        try:
+            if _argparse_type(field, opt) is bool:
+                value = parse_bool(value)
+            elif opt.parse is not None:
+                value = opt.parse(value)
+        except ValueError as e:
+            message = str(e)
+            raise UsageError(message if message.startswith(flag(field)) else f"{flag(field)}: {message}") from None
+        values[field.name] = tuple(value) if opt.many else value
+    if missing:
+        raise UsageError(f"missing required flag{'s' if len(missing) > 1 else ''}: {', '.join(missing)}")
+    return values
+
+
+def recorded(config) -> dict:
+    """The options of a config instance that are part of its output's identity, by name."""
+    return {field.name: getattr(config, field.name) for field, opt in options_of(type(config)) if opt.recorded}
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse that raises UsageError (one line) instead of printing usage and exiting.
+
+    `flags` holds every option string added through `add_argument` or `add_options` (argparse keeps
+    its own list private), for suggestions and for checking a --config file's keys.
+    """
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        self.flags: set[str] = set()
+        super().__init__(**kwargs)
+
+    def add_argument(self, *args, **kwargs):
+        """Argparse's add_argument, remembering the option strings."""
+        self.flags.update(a for a in args if a.startswith("--"))
+        return super().add_argument(*args, **kwargs)
+
+    def error(self, message: str):
+        """Raise instead of exiting: the command decides how to report it."""
+        raise UsageError(message)
+
+
+def suggest(name: str, candidates: Iterable[str]) -> str:
+    """' (did you mean --x?)' for the closest candidate flag, case-insensitively, or ''."""
+    candidates = sorted(set(candidates))
+    lowered = {c.lower(): c for c in candidates}
+    close = difflib.get_close_matches(name.lower(), list(lowered), n=1, cutoff=0.75)
+    return f" (did you mean {lowered[close[0]]}?)" if close else ""
+
+
+def _toml_flags(table: dict, where: str, *, store_true: bool) -> list[str]:
+    # store_true: Beam's boolean flags take no value (`--save_main_session`), so false means absent.
+    flags = []
+    for key, value in table.items():
+        if isinstance(value, dict):
+            raise UsageError(f"{where}: {key} is a table; give it as a value (see beam_configs/)")
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, bool) and store_true:
+                flags += [f"--{key}"] if item else []
+            else:
+                text = str(item).lower() if isinstance(item, bool) else str(item)
+                flags.append(f"--{key}={text}")
+    return flags
+
+
+def config_file_flags(path: str, ours: set[str]) -> tuple[list[str], list[str]]:
+    """(our flags, Beam's flags) from a TOML file with [pipeline] and [beam] tables."""
+    try:
+        with open(path, "rb") as f:
+            table = tomllib.load(f)
+    except FileNotFoundError:
+        raise UsageError(f"--config: no such file {path}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"--config {path}: not valid TOML ({e})") from None
+    unknown = sorted(set(table) - {"pipeline", "beam"})
+    if unknown:
+        raise UsageError(f"--config {path}: unknown table(s) {unknown}; use [pipeline] and [beam]")
+    pipeline = table.get("pipeline", {})
+    for key in pipeline:
+        if f"--{key}" not in ours:
+            raise UsageError(f"--config {path}: [pipeline] has no option {key!r}{suggest('--' + key, ours)}")
+    return (_toml_flags(pipeline, f"{path} [pipeline]", store_true=False),
+            _toml_flags(table.get("beam", {}), f"{path} [beam]", store_true=True))
+
+
+@dataclasses.dataclass(frozen=True)
+class Runner:
+    """What a command hands the flags it does not know to.
+
+    unknown: the arguments among a list that the runner does not accept (stray values included).
+    flags: the runner's flag names, for suggestions.
+    """
+
+    unknown: Callable[[list[str]], list[str]]
+    flags: Callable[[], set[str]]
+
+
+def parse_command_line(parser: ArgumentParser, argv: list[str],
+                       runner: Runner | None = None) -> tuple[argparse.Namespace, list[str]]:
+    """Apply --config, parse our flags, and check that the rest is the runner's (see the module docstring).
+
+    Returns (our namespace, the runner's flags). Without a runner, anything left over is an error.
+    The parser should declare --config (for --help); it is handled here.
+    """
+    ours = parser.flags
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre.add_argument("--config")
+    known, _ = pre.parse_known_args(argv)
+    file_ours, file_beam = config_file_flags(known.config, ours) if known.config else ([], [])
+    if any(a == "--input" or a.startswith("--input=") for a in argv):
+        # The command line's inputs replace the file's (other repeatable flags add up).
+        file_ours = [a for a in file_ours if not a.startswith("--input=")]
+    namespace, rest = parser.parse_known_args(file_ours + argv)
+    rest = file_beam + rest
+    unknown = (runner.unknown(rest) if runner else rest) if rest else []
+    for arg in unknown:
+        if arg.startswith("-"):
+            name = arg.split("=", 1)[0]
+            candidates = ours | (runner.flags() if runner else set())
+            raise UsageError(f"unknown flag {name}{suggest(name, candidates)}")
+        raise UsageError(
+            f"unexpected argument {arg!r}: quote glob patterns ('dir/*.jsonl.zst') so the shell does not "
+            "expand them, or give several paths after one --input"
+        )
+    return namespace, rest

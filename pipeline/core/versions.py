@@ -1,0 +1,20 @@
+"""Installed package versions, for manifests and model cards."""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+PACKAGE = "pile-pipeline"
+
+
+def package_version(distribution: str) -> str | None:
+    """The installed version of a distribution, or None when it is not installed."""
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def created_by() -> str:
+    """`pile-pipeline 0.1.0`: what wrote an output (manifest, card)."""
+    return f"{PACKAGE} {package_version(PACKAGE) or 'unknown'}"

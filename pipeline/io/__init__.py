@@ -1,0 +1,1 @@
+"""Bytes in and out: reading inputs, publishing files atomically, spill files, locations."""

@@ -1,0 +1,1 @@
+"""Tokenizers: loading a SentencePiece model, fast engines and their self-check, training, reports."""

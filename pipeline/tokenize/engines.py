@@ -1,0 +1,253 @@
+"""Tokenizer engines: SentencePiece (the reference) and faster engines that must give identical ids.
+
+The SentencePiece `.model` file stays the single source of truth: every engine is built from its
+bytes, in each worker, and a fast engine is used only when it gives SentencePiece's ids (the
+driver checks that first: pipeline/tokenize/self_check.py).
+
+  backend        engine                               built from the .model by
+  sentencepiece  sentencepiece (reference)            SentencePieceProcessor
+  gigatoken      gigatoken (MIT, beta), ~13x          gigatoken's own .model converter, with the
+                                                      control pieces (<s>, </s>) removed from its
+                                                      added tokens so that a literal "<s>" in a
+                                                      document is text, as in SentencePiece
+  kitoken        kitoken (BSD-2), ~5-7x               Kitoken.from_sentencepiece; encode_specials=False
+
+Every engine encodes a batch of texts into (ids, offsets): one flat int32 array of every text's ids
+(no BOS/EOS) and int64 offsets, text i being ids[offsets[i]:offsets[i + 1]]. Flat arrays spare a
+Python int per token.
+
+`Encoder` is what workers use. With `verify` it also runs SentencePiece on every document and
+returns the documents whose ids differ (the pipeline dead-letters them or fails: `--verify_tokenizer`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+
+import numpy as np
+import sentencepiece as spm
+
+from pipeline.core import versions
+from pipeline.io.files import read_bytes
+from pipeline.tokenize.model_facts import NORMAL, USER_DEFINED, ModelFacts, model_problems
+
+LOG = logging.getLogger(__name__)
+
+SENTENCEPIECE = "sentencepiece"
+FAST_BACKENDS = ("gigatoken", "kitoken")  # the order `auto` tries them in: fastest first
+AUTO = "auto"
+BACKENDS = (SENTENCEPIECE, *FAST_BACKENDS, AUTO)
+_PACKAGES = {SENTENCEPIECE: "sentencepiece", "gigatoken": "gigatoken", "kitoken": "kitoken"}
+
+GIGATOKEN_RELOAD_BYTES = 256 << 20  # rebuild gigatoken's encoder after this much text (bounds its cache)
+class BackendUnavailable(RuntimeError):
+    """A fast backend cannot be used with this model or in this environment; the message says why."""
+
+
+class TokenizerMismatch(RuntimeError):
+    """A fast backend gave ids that differ from SentencePiece's (raised under `--verify_tokenizer fail`)."""
+
+
+def package_version(backend: str) -> str | None:
+    """Installed version of a backend's package, or None when it is not installed."""
+    return versions.package_version(_PACKAGES[backend])
+
+
+def flatten(lists: list) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, offsets) of a list of id lists."""
+    offsets = np.zeros(len(lists) + 1, np.int64)
+    np.cumsum([len(x) for x in lists], out=offsets[1:])
+    ids = np.fromiter(itertools.chain.from_iterable(lists), np.int32, int(offsets[-1]))
+    return ids, offsets
+
+
+class SentencePieceEngine:
+    """The reference engine: SentencePiece itself, `threads` per batch (None: all cores)."""
+    def __init__(self, proto: bytes, facts: ModelFacts | None = None, threads: int | None = None):
+        self._sp = spm.SentencePieceProcessor()
+        self._sp.LoadFromSerializedProto(proto)
+        # SentencePiece spreads a batch over all cores by default; with one worker process per core
+        # that oversubscribes the machine (~10% slower measured here), so workers pass threads=1.
+        self._threads = -1 if threads is None else threads
+
+    def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, offsets) of the texts."""
+        return flatten(self._sp.encode(texts, num_threads=self._threads) if texts else [])
+
+
+class _KitokenEngine:
+    def __init__(self, proto: bytes, facts: ModelFacts, threads: int | None = None):
+        try:
+            import kitoken
+        except ImportError as e:
+            raise BackendUnavailable(f"kitoken is not installed ({e}); pip install 'pile-pipeline[fast]'") from None
+        try:
+            self._kt = kitoken.Kitoken.from_sentencepiece(proto)
+        except Exception as e:  # kitoken raises its own error types
+            raise BackendUnavailable(f"kitoken cannot load the model: {e}") from None
+
+    def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        # encode_specials=False: a literal "<s>" in a document is text, as in SentencePiece.
+        return flatten([self._kt.encode(text, False) for text in texts])
+
+
+def gigatoken_json(proto: bytes, facts: ModelFacts) -> str:
+    """The tokenizer.json gigatoken needs for a .model, with special-token matching off.
+
+    gigatoken's converter lists control pieces (<s>, </s>) as added special tokens, which it
+    matches in the text: a literal "<s>" in a document would become id 1. SentencePiece never
+    produces a control, unknown, unused or byte piece from a merge, so those are removed from
+    the added tokens and from the merges.
+    """
+    # gigatoken's public `Tokenizer.from_sentencepiece` builds the tokenizer straight from the model,
+    # with the control pieces kept as added tokens; the converter that produces the intermediate
+    # tokenizer.json is only reachable privately. gigatoken is pinned (pyproject.toml), and
+    # tests/test_backends.py::test_gigatoken_private_converter_is_still_there fails loudly if it moves.
+    from gigatoken._load.sentencepiece import sentencepiece_to_tokenizer_json
+
+    spec = json.loads(sentencepiece_to_tokenizer_json(proto))
+    spec["added_tokens"] = [t for t in spec["added_tokens"] if t["content"] not in facts.control_pieces]
+    model = spec["model"]
+    special = {piece for piece, i in model["vocab"].items() if facts.piece_types[i] not in (NORMAL, USER_DEFINED)}
+    model["merges"] = [m for m in model["merges"] if m[0] + m[1] not in special]
+    return json.dumps(spec, ensure_ascii=False)
+
+
+class _GigatokenEngine:
+    def __init__(self, proto: bytes, facts: ModelFacts, threads: int | None = None):
+        try:
+            import awkward
+            import gigatoken
+        except ImportError as e:
+            raise BackendUnavailable(f"gigatoken is not installed ({e}); pip install 'pile-pipeline[fast]'") from None
+        self._ak = awkward
+        self._tokenizer_cls = gigatoken.Tokenizer
+        self._parallel = threads is None or threads > 1
+        try:
+            self._json = gigatoken_json(proto, facts)
+            self._load()
+        except Exception as e:  # the converter raises ValueError; the Rust loader its own errors
+            raise BackendUnavailable(f"gigatoken cannot load the model: {e}") from None
+
+    def _load(self) -> None:
+        self._tok = self._tokenizer_cls.from_json(self._json)
+        self._since_load = 0
+
+    def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        if not texts:
+            return flatten([])
+        # gigatoken keeps a pretoken cache that grows with the distinct words it has seen; a fresh
+        # encoder (~0.1 s) every few hundred MB keeps a worker's memory flat on any corpus.
+        if self._since_load > GIGATOKEN_RELOAD_BYTES:
+            self._load()
+        self._since_load += sum(len(t) for t in texts)
+        # parallel only when this process has cores to itself (threads > 1). encode_batch returns
+        # an awkward array (flat ids + counts), half the cost of building Python lists.
+        ak = self._ak
+        out = self._tok.encode_batch(texts, parallel=self._parallel)
+        offsets = np.zeros(len(texts) + 1, np.int64)
+        np.cumsum(ak.to_numpy(ak.num(out)), out=offsets[1:])
+        return ak.to_numpy(ak.flatten(out)).astype(np.int32), offsets
+
+
+_ENGINES = {SENTENCEPIECE: SentencePieceEngine, "gigatoken": _GigatokenEngine, "kitoken": _KitokenEngine}
+
+
+def load_engine(backend: str, proto: bytes, facts: ModelFacts | None = None, threads: int | None = None):
+    """An engine for `backend` from the model bytes; raises BackendUnavailable with the reason.
+
+    `threads`: how many threads one batch may use (None: the engine's default, all cores).
+    """
+    if backend not in _ENGINES:
+        raise ValueError(f"unknown tokenizer backend {backend!r}; choose one of {BACKENDS}")
+    if backend == SENTENCEPIECE:
+        return SentencePieceEngine(proto, threads=threads)
+    facts = facts or ModelFacts.from_proto(proto)
+    problems = model_problems(backend, facts)
+    if problems:
+        raise BackendUnavailable("; ".join(problems))
+    return _ENGINES[backend](proto, facts, threads)
+
+
+def mismatched(expected: tuple[np.ndarray, np.ndarray], got: tuple[np.ndarray, np.ndarray]) -> list[int]:
+    """Indices of the texts whose ids differ between two (ids, offsets) encodings of the same texts."""
+    (a, a_off), (b, b_off) = expected, got
+    if np.array_equal(a_off, b_off) and np.array_equal(a, b):
+        return []
+    return [i for i in range(len(a_off) - 1)
+            if not np.array_equal(a[a_off[i] : a_off[i + 1]], b[b_off[i] : b_off[i + 1]])]
+
+
+def first_difference(expected: np.ndarray, got: np.ndarray) -> int:
+    """Position of the first differing id of two id arrays (the shorter length when one is a prefix)."""
+    n = min(len(expected), len(got))
+    diff = np.flatnonzero(expected[:n] != got[:n])
+    return int(diff[0]) if len(diff) else n
+
+
+
+class Encoder:
+    """Batch encoder used inside workers; pickles as the model path, backend name and verify flag.
+
+    `threads`: threads per batch (None: all cores; 1 when each core runs its own worker process).
+    """
+
+    def __init__(self, model_path: str, backend: str, verify: bool = False, threads: int | None = None):
+        self._model_path = model_path
+        self._backend = backend
+        self._threads = threads
+        self._verify = verify and backend != SENTENCEPIECE
+        self._engine = None
+        self._reference = None
+
+    @property
+    def backend(self) -> str:
+        """The backend's name."""
+        return self._backend
+
+    def load(self) -> None:
+        """Load the model (call once per worker, in DoFn.setup)."""
+        proto = read_bytes(self._model_path)
+        try:
+            self._engine = load_engine(self._backend, proto, threads=self._threads)
+        except BackendUnavailable as e:
+            # The driver checked this backend; a worker without it must not quietly use another.
+            raise RuntimeError(f"tokenizer backend {self._backend}, chosen by the driver, fails on this "
+                               f"worker: {e}") from None
+        if self._verify:
+            self._reference = SentencePieceEngine(proto, threads=self._threads)
+
+    def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Every text's ids (without BOS/EOS) in one int32 array, and offsets.
+
+        Returns (ids, offsets): text i's ids are ids[offsets[i]:offsets[i + 1]].
+        """
+        if self._engine is None:
+            self.load()
+        return self._engine.encode(texts)
+
+    def encode(self, texts: list[str]) -> list[list[int]]:
+        """Token ids of each text, without BOS/EOS."""
+        ids, offsets = self.encode_flat(texts)
+        return [ids[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+
+    def encode_verified(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, list[tuple[int, str]]]:
+        """`encode_flat`, plus [(index, what differs)] for the texts whose ids differ from SentencePiece's.
+
+        Without verification (or with SentencePiece itself) the list is always empty.
+        """
+        ids, offsets = self.encode_flat(texts)
+        if not self._verify or not texts:
+            return ids, offsets, []
+        want, want_off = self._reference.encode(texts)
+        mismatches = []
+        for i in mismatched((want, want_off), (ids, offsets)):
+            a, b = want[want_off[i] : want_off[i + 1]], ids[offsets[i] : offsets[i + 1]]
+            mismatches.append((i, f"{self._backend} ids differ from SentencePiece's from token "
+                                  f"{first_difference(a, b)} ({len(b)} vs {len(a)} tokens)"))
+        return ids, offsets, mismatches
+
+    def __getstate__(self):
+        return {**self.__dict__, "_engine": None, "_reference": None}

@@ -1,0 +1,204 @@
+"""Compare SentencePiece tokenizers on the Pile's subsets before committing a day of compute to one.
+
+    pile-pipeline tokenizer-report --input 'val.jsonl.zst' --tokenizer_model a.model \
+        --tokenizer_model b.model --out report.png [--json report.json]
+
+draws a deterministic sample with the tokenizer trainer's sampler (pipeline/beam/sample.py: the
+same inputs, parser and runner flags as the pipeline), with the same byte budget for every subset
+(`--sample_mb_per_subset`), then measures for each model and subset:
+
+  tokens/byte   tokens per UTF-8 byte of text (lower is better: fewer tokens for the same text;
+                its inverse, bytes/token, is in the JSON). BOS/EOS are not counted.
+  byte fallback share of tokens that are byte pieces (<0x..>): text the vocabulary does not cover.
+                With Llama-2-style models every newline and tab is a byte piece, so prose with
+                many line breaks shows a floor here even when its words are all covered.
+  unk           share of tokens that are the unknown id (0 with byte fallback, unless the text
+                holds characters that the model's normalizer cannot map).
+
+Two summary rows: "all sampled" (the sample's totals, every subset counted by its sampled bytes)
+and "Pile mix" (each subset weighted by its share of the Pile's effective size, raw GiB x paper
+epochs, over the subsets present: what one byte of the Pile's training mix costs). It prints a table
+and writes a PNG bar chart (and optionally JSON). Use held-out files (val/test) so that a model is
+not measured on the text it was trained on; the default seed (1) differs from the trainer's (0).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Iterable
+
+import numpy as np
+
+from pipeline.core.subsets import PILE_SUBSETS, pile_mix_weights
+from pipeline.core.tables import format_table
+from pipeline.tokenize.model import load_processor
+
+LOG = logging.getLogger("pipeline.tokenizer_report")
+ALL_ROW = "all sampled"
+MIX_ROW = "Pile mix"
+_BATCH_DOCS = 256
+
+
+@dataclasses.dataclass
+class Counts:
+    """Raw counts of one (model, subset); rates are derived from them."""
+
+    documents: int = 0
+    bytes: int = 0
+    tokens: int = 0
+    unk: int = 0
+    byte_pieces: int = 0
+
+    def add(self, other: Counts) -> None:
+        """Add another count in place."""
+        for field in dataclasses.fields(self):
+            setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
+
+    def metrics(self) -> dict:
+        """Counts plus tokens/byte, bytes/token, unk and byte-fallback rates."""
+        return {
+            **dataclasses.asdict(self),
+            "tokens_per_byte": self.tokens / self.bytes if self.bytes else 0.0,
+            "bytes_per_token": self.bytes / self.tokens if self.tokens else 0.0,
+            "unk_rate": self.unk / self.tokens if self.tokens else 0.0,
+            "byte_fallback_rate": self.byte_pieces / self.tokens if self.tokens else 0.0,
+        }
+
+
+def measure(model_path: str, docs: Iterable[tuple[str, str]], num_threads: int = 0) -> dict[str, Counts]:
+    """Count bytes, tokens, unknown and byte pieces per subset for (subset, text) documents."""
+    sp = load_processor(model_path)
+    size = sp.get_piece_size()
+    is_byte = np.array([sp.is_byte(i) for i in range(size)], dtype=bool)
+    unk_id = sp.unk_id()
+    counts: dict[str, Counts] = {}
+
+    def flush(batch):
+        encoded = sp.encode([text for _, text in batch], num_threads=num_threads)
+        for (subset, text), ids in zip(batch, encoded, strict=True):
+            arr = np.asarray(ids, dtype=np.int64)
+            c = counts.setdefault(subset, Counts())
+            c.documents += 1
+            c.bytes += len(text.encode("utf-8"))
+            c.tokens += len(arr)
+            c.unk += int(np.count_nonzero(arr == unk_id))
+            c.byte_pieces += int(np.count_nonzero(is_byte[arr])) if len(arr) else 0
+
+    batch: list[tuple[str, str]] = []
+    for doc in docs:
+        batch.append(doc)
+        if len(batch) >= _BATCH_DOCS:
+            flush(batch)
+            batch = []
+    if batch:
+        flush(batch)
+    return counts
+
+
+def summarize(counts: dict[str, Counts]) -> dict[str, dict]:
+    """Per-subset metrics (in the Pile's subset order) plus the "all sampled" and "Pile mix" rows."""
+    order = {name: i for i, name in enumerate(PILE_SUBSETS)}
+    rows = {name: counts[name].metrics() for name in sorted(counts, key=lambda n: order.get(n, len(order)))}
+    total = Counts()
+    for c in counts.values():
+        total.add(c)
+    rows[ALL_ROW] = total.metrics()
+    weights = {name: w for name, w in pile_mix_weights().items() if name in counts and counts[name].bytes}
+    norm = sum(weights.values())
+    if norm:
+        # Per byte of the mix: each subset's per-byte costs weighted by its share of the bytes.
+        tokens = sum(w / norm * counts[n].tokens / counts[n].bytes for n, w in weights.items())
+        unk = sum(w / norm * counts[n].unk / counts[n].bytes for n, w in weights.items())
+        byte_pieces = sum(w / norm * counts[n].byte_pieces / counts[n].bytes for n, w in weights.items())
+        rows[MIX_ROW] = {
+            "tokens_per_byte": tokens,
+            "bytes_per_token": 1 / tokens if tokens else 0.0,
+            "unk_rate": unk / tokens if tokens else 0.0,
+            "byte_fallback_rate": byte_pieces / tokens if tokens else 0.0,
+            "weights": {n: round(w / norm, 6) for n, w in weights.items()},
+        }
+    return rows
+
+
+def model_labels(paths: list[str], labels: list[str] | None = None) -> list[str]:
+    """Short, distinct names for the models: --label values, else file stems (with folder if needed)."""
+    if labels:
+        if len(labels) != len(paths):
+            raise ValueError(f"--label given {len(labels)} times for {len(paths)} --tokenizer_model")
+        names = list(labels)
+    else:
+        names = [os.path.splitext(os.path.basename(p))[0] for p in paths]
+        if len(set(names)) != len(names):
+            names = [os.path.join(os.path.basename(os.path.dirname(p)), n) for p, n in zip(paths, names, strict=True)]
+    if len(set(names)) != len(names):
+        names = [f"{i}:{n}" for i, n in enumerate(names)]
+    return names
+
+
+def results_table(results: dict[str, dict[str, dict]]) -> str:
+    """A plain-text table: one row per subset, per model tokens/byte, byte-fallback % and unk %."""
+    labels = list(results)
+    first = results[labels[0]]
+    header = ["subset", "docs", "MB"]
+    for label in labels:
+        header += [f"{label} tok/B", "bytefb%", "unk%"]
+    rows = [header]
+    for name in first:
+        base = first[name]
+        row = [name, str(base.get("documents", "")), f"{base['bytes'] / 1e6:.2f}" if "bytes" in base else ""]
+        for label in labels:
+            m = results[label].get(name)
+            if m is None:
+                row += ["-", "-", "-"]
+                continue
+            row += [f"{m['tokens_per_byte']:.4f}", f"{100 * m['byte_fallback_rate']:.3f}", f"{100 * m['unk_rate']:.3f}"]
+        rows.append(row)
+    return format_table(rows, rules_before=(len(rows) - (2 if MIX_ROW in first else 1),))
+
+
+def plot(results: dict[str, dict[str, dict]], out_path: str, title: str) -> None:
+    """Grouped horizontal bars per subset: tokens/byte, byte-fallback % and unk %, one color per model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = list(results)
+    rows = list(results[labels[0]])
+    panels = [("tokens_per_byte", "tokens per byte (lower is better)", 1.0),
+              ("byte_fallback_rate", "byte-fallback pieces, % of tokens", 100.0),
+              ("unk_rate", "<unk>, % of tokens", 100.0)]
+    height = 0.8 / len(labels)
+    y = np.arange(len(rows))
+    fig, axes = plt.subplots(1, len(panels), figsize=(16, 1.2 + 0.34 * len(rows) * max(1, len(labels) / 2)),
+                             sharey=True, constrained_layout=True, gridspec_kw={"width_ratios": [3, 2, 1.5]})
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, (key, name, scale) in zip(axes, panels, strict=True):
+        for i, label in enumerate(labels):
+            values = [scale * results[label].get(r, {}).get(key, 0.0) for r in rows]
+            offset = (i - (len(labels) - 1) / 2) * height
+            ax.barh(y + offset, values, height=height, label=label, color=colors[i % len(colors)])
+            if key == "tokens_per_byte":
+                for yy, v in zip(y + offset, values, strict=True):
+                    ax.text(v, yy, f" {v:.3f}", va="center", fontsize=7)
+        ax.set_title(name, fontsize=10)
+        ax.grid(axis="x", alpha=0.3)
+        ax.set_axisbelow(True)
+        ax.margins(x=0.15)
+        ax.set_xlim(left=0)
+        if not any(results[label].get(r, {}).get(key, 0.0) for label in labels for r in rows):
+            ax.set_xlim(0, 1)
+            ax.text(0.5, 0.5, "none", transform=ax.transAxes, ha="center", color="gray")
+        if rows[-1] in (ALL_ROW, MIX_ROW):
+            ax.axhline(len([r for r in rows if r not in (ALL_ROW, MIX_ROW)]) - 0.5, color="gray", lw=0.8)
+    axes[0].set_yticks(y, rows)
+    axes[0].invert_yaxis()
+    for tick in axes[0].get_yticklabels():
+        if tick.get_text() in (ALL_ROW, MIX_ROW):
+            tick.set_fontweight("bold")
+    axes[0].legend(loc="lower right", fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.savefig(out_path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,142 @@
+"""The package's layers: no upward imports, no cycles, commands that never import each other.
+
+Layers, lowest first (pipeline/__init__.py draws them): core, format, io, tokenize, config, beam,
+cli. The reader depends on core and format only (and never on Beam). Checked on the source with
+`ast`, so an import inside a function counts too.
+"""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "pipeline"
+ORDER = ["core", "format", "io", "tokenize", "config", "beam", "cli"]
+# What each layer may import from the package (besides itself).
+ALLOWED = {layer: set(ORDER[: i]) for i, layer in enumerate(ORDER)}
+ALLOWED["reader"] = {"core", "format"}
+ALLOWED["cli"] |= {"reader"}  # `show` reads an output through the reader
+ALLOWED["<top>"] = set(ORDER) | {"reader"}  # pipeline/run.py and pipeline/tfdata.py: the entry points
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(REPO).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = path
+    return out
+
+
+def _imports(path: Path, name: str) -> set[str]:
+    """Modules of the package that `path` imports (resolved to module names where they are modules)."""
+    tree = ast.parse(path.read_text())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] == "pipeline")
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "pipeline":
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+    return found
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in ORDER + ["reader"]) else "<top>"
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: {m for m in _imports(path, name) if m in modules and m != name} for name, path in modules.items()}
+
+
+def test_no_module_imports_a_higher_layer():
+    bad = []
+    for module, deps in _graph().items():
+        layer = _layer(module)
+        for dep in deps:
+            other = _layer(dep)
+            if other != layer and other not in ALLOWED[layer] and dep != "pipeline":
+                bad.append(f"{module} ({layer}) imports {dep} ({other})")
+    assert bad == []
+
+
+def test_the_import_graph_has_no_cycles():
+    graph = _graph()
+    state: dict[str, int] = {}
+    cycles = []
+
+    def visit(node, stack):
+        state[node] = 1
+        for dep in graph.get(node, ()):
+            if state.get(dep) == 1:
+                cycles.append(stack[stack.index(dep):] + [dep] if dep in stack else [node, dep])
+            elif dep not in state:
+                visit(dep, stack + [dep])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert cycles == []
+
+
+def test_commands_never_import_each_other():
+    commands = {m for m in _modules() if m.startswith("pipeline.cli.") and m != "pipeline.cli.main"}
+    for module, deps in _graph().items():
+        if module in commands:
+            assert deps & commands == set(), module
+
+
+BLOCKED = ("apache_beam", "sentencepiece", "zstandard", "matplotlib", "google_crc32c")
+
+
+@pytest.mark.parametrize("entry", ["pipeline.tfdata", "pipeline.format.manifest", "pipeline.reader.dataset"])
+def test_the_reader_imports_without_beam_sentencepiece_or_zstandard(entry):
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        f"        if name.split('.')[0] in {BLOCKED!r}:\n"
+        "            raise ImportError('blocked: ' + name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        f"import {entry}\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                            env={"TF_CPP_MIN_LOG_LEVEL": "3", "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_layers_are_the_ones_on_disk():
+    assert {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()} == set(ORDER) | {
+        "reader"}
+
+
+# The one private API the package uses on purpose (isolated, commented, and checked in test_backends.py).
+PRIVATE_ALLOWED = {("pipeline/tokenize/engines.py", "gigatoken._load.sentencepiece")}
+
+
+def test_no_private_api_of_a_dependency():
+    """No `from lib._private import x`, no `lib._private` on an imported module, outside the allow-list."""
+    found = set()
+    for path in PACKAGE.rglob("*.py"):
+        rel = str(path.relative_to(REPO))
+        tree = ast.parse(path.read_text())
+        modules = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                modules.update((a.asname or a.name).split(".")[0] for a in node.names
+                               if not a.name.startswith("pipeline"))
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.module.startswith("pipeline"):
+                if any(part.startswith("_") and not part.startswith("__") for part in node.module.split(".")):
+                    found.add((rel, node.module))
+                found.update((rel, f"{node.module}.{a.name}") for a in node.names if a.name.startswith("_"))
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                    and isinstance(node.value, ast.Name) and node.value.id in modules):
+                found.add((rel, f"{node.value.id}.{node.attr}"))
+    assert found == PRIVATE_ALLOWED
