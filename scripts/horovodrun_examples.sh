@@ -15,7 +15,7 @@ OUT="${OUT:-out/hvd-smoke}"
 print_examples() {
   cat <<EOF
 # GPU machines need a GPU build (.venv-hvd is CPU-only): tensorflow[and-cuda]==2.15.1 and Horovod
-# built with HOROVOD_GPU_OPERATIONS=NCCL (see README.md, "Training on the pipeline's output"). One machine, 8 GPUs, one process each:
+# built with HOROVOD_GPU_OPERATIONS=NCCL (see docs/training.md). One machine, 8 GPUs, one process each:
 horovodrun -np 8 -H localhost:8 \\
   python -m trainers.train_horovod --train_data /efs/pile/tokens/train --val_data /efs/pile/tokens/val \\
   --output_dir /efs/runs/xl --model xl --mixed_precision --batch_size 4 --max_steps 20000 \\

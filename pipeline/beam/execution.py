@@ -32,7 +32,7 @@ class Execution:
 
     fan_out: shuffle chunks to workers; workers: slots files are balanced over when not fanning out;
     encode_threads: threads per tokenizer batch (None: the library's default, all cores);
-    spill: records cross the shuffle as local files (all workers on this machine, pipeline/spill.py);
+    spill: records cross the shuffle as local files (all workers on this machine, pipeline/io/spill.py);
     spill_dir: where, once the job has made it.
     """
 

@@ -99,7 +99,7 @@ class ReadChunksFn(beam.DoFn):
 
 
 class _EmitsRecords(beam.DoFn):
-    """A DoFn whose record blocks go out as they are, or through a spill file (see pipeline/spill.py)."""
+    """A DoFn whose record blocks go out as they are, or through a spill file (see pipeline/io/spill.py)."""
 
     def __init__(self, spill_dir: str | None):
         self._spill_dir = spill_dir
