@@ -38,6 +38,7 @@ class Chunk:
     chunk_index: int
     path: str
     lines: tuple[Line, ...]
+    input_bytes: int = 0  # bytes of the file as stored (compressed) read for this chunk, for progress
 
     @property
     def num_bytes(self) -> int:
@@ -127,8 +128,11 @@ def iter_lines(path: str, max_line_bytes: int) -> Iterator[Line]:
     offset = 0  # decompressed offset of the current line's first byte
     pending = bytearray()
     skipping = 0  # >0 while inside an oversized line: bytes seen so far
+    consumed = 0  # bytes of the stored file read so far
     with fsspec.open(path, "rb") as raw:
         for block in _decompressed_blocks(raw, path):
+            # A line's end in the stored file, for progress: interpolated within the block.
+            before, consumed = consumed, raw.tell()
             start = 0
             while True:
                 end = block.find(b"\n", start)
@@ -143,14 +147,16 @@ def iter_lines(path: str, max_line_bytes: int) -> Iterator[Line]:
                 if end < 0:
                     break
                 number += 1
-                yield Line(number, offset, bytes(pending), skipping)
+                yield Line(number, offset, bytes(pending), skipping,
+                           before + (consumed - before) * (end + 1) // len(block))
                 offset += (skipping or len(pending)) + 1
                 pending = bytearray()
                 skipping = 0
                 start = end + 1
+        consumed = raw.tell()
     if pending or skipping:
         number += 1
-        yield Line(number, offset, bytes(pending), skipping)
+        yield Line(number, offset, bytes(pending), skipping, consumed)
 
 
 def iter_chunks(path: str, file_index: int, chunk_bytes: int, max_line_bytes: int) -> Iterator[Chunk]:
@@ -158,12 +164,14 @@ def iter_chunks(path: str, file_index: int, chunk_bytes: int, max_line_bytes: in
     lines: list[Line] = []
     size = 0
     chunk_index = 0
+    read = 0  # stored bytes accounted to the chunks so far
     for line in iter_lines(path, max_line_bytes):
         lines.append(line)
         size += len(line.data) + 1
         if size >= chunk_bytes or len(lines) >= MAX_CHUNK_LINES:
-            yield Chunk(file_index, chunk_index, path, tuple(lines))
+            yield Chunk(file_index, chunk_index, path, tuple(lines), line.input_end - read)
+            read = line.input_end
             chunk_index += 1
             lines, size = [], 0
     if lines:
-        yield Chunk(file_index, chunk_index, path, tuple(lines))
+        yield Chunk(file_index, chunk_index, path, tuple(lines), lines[-1].input_end - read)
