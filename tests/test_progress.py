@@ -5,6 +5,7 @@ datagrams on the loopback interface; and a real multi-process DirectRunner job o
 prints at least one line with a percent and an ETA.
 """
 
+import io
 import os
 import re
 import subprocess
@@ -112,3 +113,20 @@ def test_a_long_run_prints_a_percent_and_an_eta(tmp_path):
     assert lines, result.stderr[-3000:]
     assert all(0 < float(m.group(1)) < 100 for m in lines)
     assert "tokens: " in result.stdout
+
+
+def test_on_a_terminal_a_progress_bar_replaces_the_lines():
+    stream = io.StringIO()
+    monitor = Monitor(total_bytes=1_000_000, every_s=3600, stream=stream, bar=True).start()
+    try:
+        reporter = Reporter(monitor.address, 1_000_000)
+        for _ in range(3):
+            reporter.add(read=250_000, done=250_000, docs=10, tokens=1000)
+            reporter.flush()
+            time.sleep(1.2)
+        reporter.close()
+    finally:
+        monitor.stop()
+    shown = stream.getvalue()
+    assert "tokenized" in shown and "750k/1.00M" in shown and "docs/s" in shown
+    assert monitor.lines == []

@@ -2,6 +2,11 @@
 
     pile-pipeline run --input 'train/*.jsonl.zst' --output_dir out --tokenizer_model m.model
 
+Any other JSON-lines corpus: say where each line keeps its text and subset name, e.g.
+
+    pile-pipeline run --input 'data/*.jsonl' --output_dir out --tokenizer_model m.model \
+        --text_key body --subset_key source.name --subset_names any --default_subset other
+
 Our flags are declared on `PipelineConfig` (pipeline/config/job.py); every other flag must be one
 of Beam's (`--runner`, `--direct_num_workers`, `--project`, ...). `--config FILE` reads a TOML file
 (see beam_configs/) whose [pipeline] and [beam] tables come before the command line.
