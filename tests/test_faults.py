@@ -161,10 +161,10 @@ def _record_groups(monkeypatch) -> dict:
     write_shard, pack_tails = transforms.WriteShardFn.process, transforms.PackTailsFn.process
     pack_final, write_dead = transforms.PackFinalFn.process, transforms.WriteDeadLettersFn.process
 
-    def shard(self, element, layout):
-        # The records a group stands for (through spill files on DirectRunner): what the writer holds.
+    def shard(self, element, plan):
+        # The records a group stands for (through spill files on DirectRunner): what the runner moves.
         groups["GroupByShard"].append(sum(len(spill.load(recs).data) for _, recs in element[1]))
-        return write_shard(self, element, layout)
+        return write_shard(self, element, plan)
 
     def tails(self, element):
         groups["GroupTailsByFile"].append(sum(piece_bytes(piece) for _, piece in element[1]))
@@ -175,7 +175,7 @@ def _record_groups(monkeypatch) -> dict:
         return pack_final(self, element)
 
     def dead(self, element):
-        groups["GroupDeadLetters"].append(sum(len(json.dumps(d)) for d in element[1]))
+        groups["GroupDeadLetters"].append(sum(len(lines) for _, lines in element[1]))
         return write_dead(self, element)
 
     monkeypatch.setattr(transforms.WriteShardFn, "process", shard)
@@ -210,19 +210,31 @@ def test_no_group_carries_more_than_one_shard(corpus, tiny_model, tmp_path, monk
 
 
 def test_dead_letters_of_a_garbage_file_do_not_form_a_hot_key(tiny_model, tmp_path, monkeypatch):
-    from corpus_helpers import write_lines
+    from corpus_helpers import pile_line, write_lines
 
     groups = _record_groups(monkeypatch)
+    monkeypatch.setattr(transforms, "DEAD_LETTER_SPAN", 4)
+    monkeypatch.setattr(transforms, "DEAD_LETTER_OWN_BYTES", 20_000)
     lines = [f"date,name,value,{i},{'x' * 80}".encode() for i in range(3000)]  # a CSV in the Pile's place
     write_lines(str(tmp_path / "in" / "00.jsonl.zst"), lines)
-    shard_mb = 0.05
-    run.main(["--input", str(tmp_path / "in" / "00.jsonl.zst"), "--output_dir", str(tmp_path / "out"),
-              "--tokenizer_model", tiny_model, "--chunk_mb", "0.05", "--shard_size_mb", str(shard_mb), *IN_MEMORY])
-    # Dead letters are grouped per chunk: a record is at most ~1 KB (prefix and detail are capped) and a
-    # chunk holds at most chunk_mb of lines (and MAX_CHUNK_LINES), so a garbage file cannot make a hot key.
-    lines_per_chunk = 0.05 * (1 << 20) / min(len(line) for line in lines) + 1
-    assert len(groups["GroupDeadLetters"]) > 3
-    assert max(groups["GroupDeadLetters"]) <= lines_per_chunk * 1024
+    # A mostly clean file with one bad line every ~1.5 chunks.
+    clean = [pile_line(f"document {i} " * 30) if i % 40 else b"not json" for i in range(1200)]
+    write_lines(str(tmp_path / "in" / "01.jsonl.zst"), clean)
+    manifest = run.main(["--input", str(tmp_path / "in" / "*.jsonl.zst"), "--output_dir", str(tmp_path / "out"),
+                         "--tokenizer_model", tiny_model, "--chunk_mb", "0.02", "--shard_size_mb", "0.05",
+                         *IN_MEMORY])
+    # A record is at most ~1 KB (prefix and detail are capped). A garbage chunk's dead letters get a
+    # file of their own, so no group holds more than one chunk's (chunk_mb of lines); the few dead
+    # letters of clean chunks share a file per span of chunks, so their files stay few.
+    lines_per_chunk = 0.02 * (1 << 20) / min(len(line) for line in lines) + 1
+    files = manifest["dead_letters"]["files"]
+    garbage = [f for f in files if f["path"].startswith("dead_letters/train-00000-")]
+    sparse = [f for f in files if f["path"].startswith("dead_letters/train-00001-")]
+    chunks = {i["path"].rsplit("/", 1)[-1]: i["chunks"] for i in manifest["inputs"]}
+    assert len(garbage) == chunks["00.jsonl.zst"] > 3 and all(f["path"].endswith("-only.jsonl") for f in garbage)
+    assert 1 < len(sparse) <= -(-chunks["01.jsonl.zst"] // 4) < chunks["01.jsonl.zst"]
+    assert sum(f["records"] for f in files) == manifest["dead_letters"]["records"] == 3000 + 30
+    assert max(groups["GroupDeadLetters"]) <= max(lines_per_chunk * 1024, 4 * 20_000)
 
 
 def test_temp_names_are_ours_so_overwrite_clears_them(tmp_path):

@@ -70,19 +70,3 @@ def test_direct_runner_moves_records_through_spill_files_and_cleans_up(tmp_path,
     assert {d for d, _ in written} and all(os.path.basename(d).startswith(".spill.tmp-") for d, _ in written)
     assert sorted(os.listdir(out)) == ["manifest.json", "train-00000-of-00001.tfrecord"]
 
-
-def test_shard_writer_order_reads_records_one_at_a_time_from_either_kind_of_block(tmp_path):
-    from pipeline.core.shuffle import shard_order
-
-    in_memory = FramedRecords.of(_records(3))
-    writer = spill.SpillWriter(str(tmp_path))
-    spilled = writer.write(FramedRecords.of(_records(4, start=3))).take([3, 1, 0, 2])
-    writer.close()
-    groups = [(np.array([5, 0, 3], "<i8").tobytes(), in_memory), (np.array([6, 2, 1, 4], "<i8").tobytes(), spilled)]
-    owner, index = shard_order(groups)
-    with spill.RecordReader() as reader:
-        written = [bytes(reader.read(groups[g][1], i)) for g, i in zip(owner.tolist(), index.tolist(), strict=True)]
-    # Position p holds: 0 -> r1, 1 -> r3, 2 -> r4, 3 -> r2, 4 -> r5, 5 -> r0, 6 -> r6 (spilled: r6, r4, r3, r5).
-    expected = FramedRecords.of([_records(7)[k] for k in (1, 3, 4, 2, 5, 0, 6)])
-    assert b"".join(written) == expected.data
-    assert shard_order([])[0].size == 0

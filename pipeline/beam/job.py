@@ -13,6 +13,8 @@ from pipeline.beam.execution import Execution, balance, file_sizes
 from pipeline.beam.progress import Reporter
 from pipeline.config.job import PipelineConfig
 from pipeline.core import documents
+from pipeline.core.shuffle import ShardPlan
+from pipeline.core.sources import SourceOffsets
 from pipeline.core.stats import merge_into, merge_stats, sorted_dict
 from pipeline.core.versions import created_by
 from pipeline.format import framing, records
@@ -55,7 +57,7 @@ def resolve_job(config: PipelineConfig, input_files: list[str], special: Special
                execution or Execution())
 
 
-def build_manifest(job: Job, shards: list[dict], stats: dict, dead_letters: list[dict], layout: dict) -> dict:
+def build_manifest(job: Job, shards: list[dict], stats: dict, dead_letters: list[dict], num_shards: int) -> dict:
     """The manifest's content (pure, so tests can check it without Beam)."""
     cfg, special = job.config, job.special
     shards = sorted(shards, key=lambda s: s["path"])
@@ -114,7 +116,7 @@ def build_manifest(job: Job, shards: list[dict], stats: dict, dead_letters: list
             # Validation's per-file counts are there for every file, read or empty.
             "inputs": [merge_into(documents.file_stats(), inputs[k]) for k in sorted(inputs)],
             "shuffle": {"method": "feistel permutation of global record index", "seed": cfg.seed,
-                        "num_shards": layout["num_shards"]},
+                        "num_shards": num_shards},
             "config": cfg.to_json(),
         }
     )
@@ -177,23 +179,26 @@ def build_pipeline(p: beam.Pipeline, job: Job) -> None:
     all_records = (processed.records, file_tails.records, final.records) | "AllRecords" >> beam.Flatten()
     # Record counts come from the producers themselves: counting `all_records` would be one more
     # pass of every record through the driver on DirectRunner.
-    layout = (
+    offsets = (
         (processed[transforms.COUNTS], file_tails[transforms.COUNTS], final[transforms.COUNTS])
         | "AllCounts" >> beam.Flatten()
         | "CollectCounts" >> beam.combiners.ToList()
-        | "PlanShards" >> beam.Map(transforms.make_layout, cfg, job.record_bytes)
+        | "IndexSources" >> beam.Map(SourceOffsets.from_counts)
     )
-    layout_side = beam.pvalue.AsSingleton(layout)
+    # Each step gets only what it needs: the source offsets (~16 bytes per chunk) go to AssignShards,
+    # the plan (two numbers) to the writers and the manifest.
+    plan = beam.pvalue.AsSingleton(offsets | "PlanShards" >> beam.Map(
+        transforms.plan_shards, cfg.shard_bytes, job.record_bytes))
     shards = (
         all_records
-        | "AssignShards" >> beam.ParDo(transforms.AssignShardsFn(cfg.seed), layout_side)
+        | "AssignShards" >> beam.ParDo(transforms.AssignShardsFn(cfg.seed), beam.pvalue.AsSingleton(offsets), plan)
         | "GroupByShard" >> beam.GroupByKey()  # (shard, [(positions, records)]): references only, with a spill_dir
-        | "WriteShards" >> beam.ParDo(transforms.WriteShardFn(cfg), layout_side)
+        | "WriteShards" >> beam.ParDo(transforms.WriteShardFn(cfg, job.record_bytes), plan)
     )
     dead = (
         processed[transforms.DEAD_LETTERS]
-        | "GroupDeadLetters" >> beam.GroupByKey()  # ((file_index, chunk_index), [dict])
-        | "WriteDeadLetters" >> beam.ParDo(transforms.WriteDeadLettersFn(cfg))
+        | "GroupDeadLetters" >> beam.GroupByKey()  # ((file_index, chunk_index), [dict]): one chunk's
+        | "WriteDeadLetters" >> transforms.WriteDeadLetters(cfg)
     )
     stats = (
         (read_stats, processed[transforms.STATS], file_tails[transforms.STATS], final[transforms.STATS])
@@ -211,13 +216,13 @@ def build_pipeline(p: beam.Pipeline, job: Job) -> None:
             shards=beam.pvalue.AsList(shards),
             stats=beam.pvalue.AsSingleton(stats),
             dead_letters=beam.pvalue.AsList(dead),
-            layout=layout_side,
+            plan=plan,
         )
     )
 
 
-def _write_manifest(_, job: Job, shards, stats, dead_letters, layout) -> str:
-    manifest = build_manifest(job, list(shards), stats, list(dead_letters), layout)
+def _write_manifest(_, job: Job, shards, stats, dead_letters, plan: ShardPlan) -> str:
+    manifest = build_manifest(job, list(shards), stats, list(dead_letters), plan.num_shards)
     path = write_manifest(job.config.output_dir, manifest)
     LOG.info("wrote %s: %d shards, %d records", path, len(manifest["shards"]), manifest["totals"]["records"])
     return path

@@ -8,8 +8,10 @@ Element shapes are noted at each stage:
                                                                  + stats dict + counts (source_id, n)
   ((copy, file), [(chunk, Piece)])         -> PackTailsFn       -> (source_id, Records) + Piece
   (None, [((copy, file), Piece)])          -> PackFinalFn       -> (source_id, Records) + stats
-  (source_id, Records) + layout            -> AssignShardsFn    -> (shard, (positions, Records))
-  (shard, [(positions, Records)])          -> WriteShardFn      -> shard info dict
+  [(source_id, n)]                         -> SourceOffsets.from_counts -> offsets -> plan_shards -> ShardPlan
+  (source_id, Records) + offsets + plan    -> AssignShardsFn    -> (shard, (positions, Records))
+  (shard, [(positions, Records)]) + plan   -> WriteShardFn      -> shard info dict
+  ((file, chunk), [dead letter])           -> WriteDeadLetters  -> dead-letter file info dicts
 source_id = (kind, copy, file_index, chunk_index): kind 0 chunk records, 1 per-file tails, 2 final.
 positions: the permuted global positions of those records in that shard, as little-endian int64 bytes.
 Records: a block of TFRecord-framed records, one element for many records: a FramedRecords
@@ -31,12 +33,14 @@ from pipeline.beam.progress import Reporter
 from pipeline.config.job import PipelineConfig
 from pipeline.core import documents, packing
 from pipeline.core.epochs import copies_of
-from pipeline.core.shuffle import Permutation, ShardPlan, shard_order
+from pipeline.core.shuffle import Permutation, ShardPlan
+from pipeline.core.sources import SourceOffsets
 from pipeline.format import records
 from pipeline.format.framing import FramedRecords, serialize_records
 from pipeline.io import inputs, outputs
 from pipeline.io.publish import publish
 from pipeline.io.spill import RecordReader, SpillWriter
+from pipeline.io.spool import OrderedSpool
 from pipeline.io.urls import redact_url
 from pipeline.tokenize.engines import Encoder, TokenizerMismatch
 from pipeline.tokenize.model import SpecialIds
@@ -47,6 +51,8 @@ TAILS = "tails"
 DEAD_LETTERS = "dead_letters"
 STATS = "stats"
 COUNTS = "counts"  # (source_id, number of records): what the shard plan needs, without the records
+DEAD_LETTER_SPAN = 64  # consecutive chunks of a file whose dead letters share a file (256 MB of input)
+DEAD_LETTER_OWN_BYTES = 1 << 20  # a chunk with more dead letters than this gets a file of its own
 
 
 def _counter(name: str):
@@ -314,19 +320,13 @@ class PackFinalFn(_EmitsRecords):
         yield beam.pvalue.TaggedOutput(STATS, {"packing": stats})
 
 
-def make_layout(counts: list[tuple[tuple, int]], config: PipelineConfig, record_bytes: int) -> dict:
-    """Global offsets of each record source (in sorted order) and the shard plan."""
-    offsets = {}
-    total = 0
-    for source, count in sorted(counts):
-        offsets[source] = total
-        total += count
-    plan = ShardPlan.for_size(total, record_bytes, config.shard_bytes)
-    return {"offsets": offsets, "num_records": total, "num_shards": plan.num_shards}
+def plan_shards(offsets: SourceOffsets, shard_bytes: int, record_bytes: int) -> ShardPlan:
+    """How many shards, from the job's record count: all that writers and the manifest need to know."""
+    return ShardPlan.for_size(offsets.num_records, record_bytes, shard_bytes)
 
 
 class AssignShardsFn(beam.DoFn):
-    """(source_id, Records) + layout -> (shard, (positions, Records)), one per shard touched.
+    """(source_id, Records) + source offsets + plan -> (shard, (positions, Records)), one per shard touched.
 
     One element per (source, shard) rather than per record: far fewer elements through the shuffle.
     """
@@ -334,11 +334,10 @@ class AssignShardsFn(beam.DoFn):
     def __init__(self, seed: int):
         self._seed = seed
 
-    def process(self, element, layout):
+    def process(self, element, offsets: SourceOffsets, plan: ShardPlan):
         source, recs = element
-        plan = ShardPlan(layout["num_records"], layout["num_shards"])
         perm = Permutation(plan.num_records, self._seed)
-        positions = perm(layout["offsets"][source] + np.arange(len(recs))).astype("<i8")
+        positions = perm(offsets.offset(source) + np.arange(len(recs))).astype("<i8")
         shards = plan.shard_of(positions)
         for shard in np.unique(shards).tolist():
             members = np.flatnonzero(shards == shard)
@@ -346,39 +345,74 @@ class AssignShardsFn(beam.DoFn):
 
 
 class WriteShardFn(beam.DoFn):
-    """(shard, [(positions, Records)]) -> shard info; records in permuted order, temp file + rename.
+    """(shard, [(positions, Records)]) + plan -> shard info; records in permuted order, temp file + rename.
 
-    Records are copied one at a time from their blocks (or spill files) to the file: the writer holds
-    the blocks it was given (only references, with spill files) and one record.
+    The group is read once, each record put into a local spool at its place in the shard
+    (pipeline/io/spool.py), and written from there in order: the writer holds one element of the
+    group and one ~8 MB bucket, whatever the shard's size, as long as the runner hands the group
+    over lazily (docs/operations.md: which runners do). The sha256 is computed while writing.
     """
 
-    def __init__(self, config: PipelineConfig):
+    def __init__(self, config: PipelineConfig, record_bytes: int):
         self._config = config
+        self._record_bytes = record_bytes
 
-    def process(self, element, layout):
+    def process(self, element, plan: ShardPlan):
         shard, groups = element
-        groups = list(groups)
-        owner, index = shard_order(groups)
-        blocks = [recs for _, recs in groups]
-        name = outputs.shard_name(self._config.split, shard, layout["num_shards"])
-        with RecordReader() as reader:
-            parts = (reader.read(blocks[g], i) for g, i in zip(owner.tolist(), index.tolist(), strict=True))
-            size, sha = publish(posixpath.join(self._config.output_dir, name), parts)
-        info = {"path": name, "records": len(owner), "bytes": size, "sha256": sha}
+        first, end = (int(b) for b in plan.bounds()[shard : shard + 2])
+        name = outputs.shard_name(self._config.split, shard, plan.num_shards)
+        with OrderedSpool(end - first, (end - first) * self._record_bytes) as spool, RecordReader() as reader:
+            for positions, recs in groups:
+                for i, position in enumerate(np.frombuffer(positions, "<i8").tolist()):
+                    spool.add(position - first, reader.read(recs, i))
+            size, sha = publish(posixpath.join(self._config.output_dir, name), spool)
+        info = {"path": name, "records": end - first, "bytes": size, "sha256": sha}
         _counter("shards_written").inc()
         LOG.info("wrote %s: %d records, %.1f MB", name, info["records"], info["bytes"] / 1e6)
         yield info
 
 
+def dead_letter_part(element):
+    """((file, chunk), [dead-letter dict]) -> ((file, first chunk, own), (chunk, JSON lines)).
+
+    The dead letters of DEAD_LETTER_SPAN consecutive chunks of a file share one output file, so a
+    corpus with a bad line in every chunk makes ~1 file per 256 MB of input, not one per chunk;
+    a chunk with more than DEAD_LETTER_OWN_BYTES of them (a garbage file) gets a file of its own,
+    so no group holds more than DEAD_LETTER_SPAN x DEAD_LETTER_OWN_BYTES or one chunk's worth.
+    """
+    (file_index, chunk_index), items = element
+    lines = b"".join(outputs.dead_letter_lines(list(items)))
+    if len(lines) > DEAD_LETTER_OWN_BYTES:
+        return (file_index, chunk_index, True), (chunk_index, lines)
+    return (file_index, chunk_index - chunk_index % DEAD_LETTER_SPAN, False), (chunk_index, lines)
+
+
 class WriteDeadLettersFn(beam.DoFn):
-    """((file, chunk), [dead-letter dict]) -> info of dead_letters/<split>-<file>-<chunk>.jsonl."""
+    """((file, first chunk, own), [(chunk, JSON lines)]) -> info of one dead_letters/ file."""
 
     def __init__(self, config: PipelineConfig):
         self._config = config
 
     def process(self, element):
-        (file_index, chunk_index), items = element
-        lines = outputs.dead_letter_lines(list(items))
-        name = outputs.dead_letter_name(self._config.split, file_index, chunk_index)
-        size, sha = publish(posixpath.join(self._config.output_dir, name), lines)
-        yield {"path": name, "records": len(lines), "bytes": size, "sha256": sha}
+        (file_index, first_chunk, own), parts = element
+        parts = sorted(parts, key=lambda p: p[0])  # chunk order: the lines are (file, line) sorted
+        name = outputs.dead_letter_name(self._config.split, file_index, first_chunk, own=own)
+        size, sha = publish(posixpath.join(self._config.output_dir, name), [lines for _, lines in parts])
+        yield {"path": name, "records": sum(lines.count(b"\n") for _, lines in parts), "bytes": size,
+               "sha256": sha}
+
+
+class WriteDeadLetters(beam.PTransform):
+    """((file, chunk), [dead-letter dict]) grouped per chunk -> info of each dead_letters/ file."""
+
+    def __init__(self, config: PipelineConfig):
+        super().__init__()
+        self._config = config
+
+    def expand(self, per_chunk):
+        return (
+            per_chunk
+            | "PartOfFile" >> beam.Map(dead_letter_part)
+            | "GroupByPart" >> beam.GroupByKey()  # ((file, first chunk, own), [(chunk, lines)])
+            | "Write" >> beam.ParDo(WriteDeadLettersFn(self._config))
+        )

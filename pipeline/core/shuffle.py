@@ -82,19 +82,3 @@ class ShardPlan:
         """Shard index for each permuted position."""
         return np.searchsorted(self.bounds(), positions, side="right") - 1
 
-
-def shard_order(groups) -> tuple[np.ndarray, np.ndarray]:
-    """(group, index in group) of each record of a shard's groups, in write order (permuted position).
-
-    `groups` holds (positions, records) pairs: the records' permuted positions as little-endian
-    int64 bytes, and anything with a length.
-    """
-    groups = list(groups)
-    if not groups:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    positions = np.concatenate([np.frombuffer(p, "<i8") for p, _ in groups])
-    sizes = [len(recs) for _, recs in groups]
-    owner = np.repeat(np.arange(len(groups)), sizes)
-    index = np.concatenate([np.arange(n) for n in sizes])
-    order = np.argsort(positions, kind="stable")
-    return owner[order], index[order]

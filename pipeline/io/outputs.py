@@ -3,7 +3,7 @@
 out/
 manifest.json                          written last; readers trust only what it lists
 train-00000-of-00042.tfrecord ...      shards
-dead_letters/train-00001-00000.jsonl   malformed lines of chunk 0 of input file 1
+dead_letters/train-00001-00000.jsonl   malformed lines of input file 1, chunks 0-63
 .NAME.tmp-<uuid>                       temporary names (pipeline.io.publish), spill directory
 """
 
@@ -29,9 +29,13 @@ def shard_name(split: str, index: int, count: int) -> str:
     return f"{split}-{index:05d}-of-{count:05d}.tfrecord"
 
 
-def dead_letter_name(split: str, file_index: int, chunk_index: int) -> str:
-    """`dead_letters/train-00001-00000.jsonl`: the dead letters of one chunk of one input file."""
-    return f"{DEAD_LETTER_DIR}/{split}-{file_index:05d}-{chunk_index:05d}.jsonl"
+def dead_letter_name(split: str, file_index: int, chunk_index: int, own: bool = False) -> str:
+    """`dead_letters/train-00001-00064.jsonl`: dead letters of input file 1 from chunk 64 on.
+
+    A file covers a span of chunks (pipeline/beam/transforms.py, DEAD_LETTER_SPAN), except a chunk
+    with many dead letters, which has its own: `train-00001-00070-only.jsonl`.
+    """
+    return f"{DEAD_LETTER_DIR}/{split}-{file_index:05d}-{chunk_index:05d}{'-only' if own else ''}.jsonl"
 
 
 def is_ours(name: str) -> bool:

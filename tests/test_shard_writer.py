@@ -1,0 +1,140 @@
+"""The shard writer: records in permuted order, the same bytes from any kind of block, and memory
+that does not grow with the shard (measured with tracemalloc on 8 MB and 512 MB shards)."""
+
+import hashlib
+import os
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from pipeline.beam.transforms import WriteShardFn
+from pipeline.config.job import PipelineConfig
+from pipeline.core.shuffle import Permutation, ShardPlan
+from pipeline.core.sources import SourceOffsets, source_key
+from pipeline.format.framing import FramedRecords, frame
+from pipeline.io import spill
+from pipeline.io.spool import BUCKET_BYTES, OrderedSpool, SpoolError
+
+RECORD_PAYLOAD = 16384  # ~ a seq_len 8192 record of uint16 tokens
+
+
+def _config(out) -> PipelineConfig:
+    return PipelineConfig(inputs=("x",), output_dir=str(out), tokenizer_model="m")
+
+
+def _payload(position: int) -> bytes:
+    return np.full(RECORD_PAYLOAD // 8, position, "<i8").tobytes()
+
+
+def _groups(positions: np.ndarray, per_element: int):
+    """(positions, FramedRecords) elements made on the fly, as a lazily iterated group arrives."""
+    for start in range(0, len(positions), per_element):
+        part = positions[start : start + per_element]
+        yield part.astype("<i8").tobytes(), FramedRecords.of(_payload(p) for p in part.tolist())
+
+
+def _expected_sha(first: int, end: int) -> str:
+    digest = hashlib.sha256()
+    for p in range(first, end):
+        digest.update(frame(_payload(p)))
+    return digest.hexdigest()
+
+
+def _write(out, plan: ShardPlan, shard: int, groups, record_bytes: int) -> dict:
+    (info,) = WriteShardFn(_config(out), record_bytes).process((shard, groups), plan)
+    return info
+
+
+def test_records_come_out_in_permuted_order_from_blocks_in_memory_or_in_spill_files(tmp_path):
+    plan = ShardPlan(40, 3)
+    first, end = plan.bounds()[1:3].tolist()
+    positions = Permutation(40, seed=5)(np.arange(40))
+    mine = positions[(positions >= first) & (positions < end)]
+    writer = spill.SpillWriter(str(tmp_path))
+    half = len(mine) // 2
+    in_memory = FramedRecords.of(_payload(p) for p in mine[:half].tolist())
+    spilled = writer.write(FramedRecords.of(_payload(p) for p in mine[half:][::-1].tolist())).take(
+        range(len(mine) - half - 1, -1, -1))  # a reference that reorders, as AssignShards' take does
+    writer.close()
+    groups = [(mine[half:].astype("<i8").tobytes(), spilled), (mine[:half].astype("<i8").tobytes(), in_memory)]
+    info = _write(tmp_path / "out", plan, 1, groups, RECORD_PAYLOAD + 16)
+    data = (tmp_path / "out" / info["path"]).read_bytes()
+    assert info["path"] == "train-00001-of-00003.tfrecord" and info["records"] == end - first
+    assert data == b"".join(frame(_payload(p)) for p in range(first, end))
+    assert info["sha256"] == hashlib.sha256(data).hexdigest() and info["bytes"] == len(data)
+
+
+@pytest.mark.parametrize("problem", ["missing", "twice", "outside"])
+def test_a_group_that_does_not_cover_its_shard_exactly_writes_nothing(tmp_path, problem):
+    plan = ShardPlan(10, 1)
+    positions = np.arange(10)
+    if problem == "missing":
+        positions = positions[:-1]
+    elif problem == "twice":
+        positions = np.concatenate([positions[:-1], [3]])
+    else:
+        positions = np.concatenate([positions[:-1], [10]])
+    with pytest.raises(SpoolError):
+        _write(tmp_path / "out", plan, 0, list(_groups(positions, 4)), RECORD_PAYLOAD + 16)
+    assert not (tmp_path / "out").exists() or os.listdir(tmp_path / "out") == []
+
+
+def test_spool_keeps_sparse_places_in_order_and_refuses_repeats(tmp_path):
+    with OrderedSpool(100, total_bytes=10 << 20, dense=False, directory=str(tmp_path), bucket_bytes=1 << 20) as spool:
+        for place in (70, 3, 99, 0):
+            spool.add(place, f"<{place}>".encode())
+        assert b"".join(spool) == b"<0><3><70><99>"
+    assert os.listdir(tmp_path) == []  # bucket files removed
+    with OrderedSpool(5, total_bytes=5, dense=False) as spool, pytest.raises(SpoolError, match="twice"):
+        spool.add(2, b"a")
+        spool.add(2, b"b")
+        list(spool)
+
+
+def _peak_while_writing(out, shard_mb: int) -> tuple[int, dict, str]:
+    num_records = shard_mb * (1 << 20) // (RECORD_PAYLOAD + 16)
+    plan = ShardPlan(num_records, 1)
+    positions = Permutation(num_records, seed=1)(np.arange(num_records))
+    tracemalloc.start()
+    try:
+        info = _write(out, plan, 0, _groups(positions, 64), RECORD_PAYLOAD + 16)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return peak, info, _expected_sha(0, num_records)
+
+
+def test_writer_memory_does_not_grow_with_the_shard(tmp_path):
+    """Peak Python memory while writing shards of 8 MB and 512 MB: one element + one spool bucket.
+
+    The group is a generator (the lazily paged group Dataflow hands over), elements of 64 records
+    (~1 MB). Before the spool the writer held the whole group: 512+ MB here.
+    """
+    small_peak, small, small_sha = _peak_while_writing(tmp_path / "small", 8)
+    large_peak, large, large_sha = _peak_while_writing(tmp_path / "large", 512)
+    assert small["sha256"] == small_sha and large["sha256"] == large_sha  # bytes in permuted order
+    assert large["bytes"] > 500 << 20
+    element = 64 * (RECORD_PAYLOAD + 16) * 2  # its payloads and its framed block
+    bound = BUCKET_BYTES + element + (2 << 20)
+    print(f"peak Python memory: 8 MB shard {small_peak / 2**20:.1f} MiB, 512 MB shard {large_peak / 2**20:.1f} MiB")
+    assert small_peak < bound and large_peak < bound
+    assert large_peak < 0.03 * large["bytes"]
+
+
+def test_source_offsets_follow_the_tuple_order_of_sources():
+    sources = [(k, c, f, ch) for k in range(3) for c in (0, 2) for f in (0, 7, 1 << 20) for ch in (0, 5, 1 << 30)]
+    assert sorted(sources, key=source_key) == sorted(sources)
+    counts = [(s, i % 4) for i, s in enumerate(sources[::-1])]
+    table = SourceOffsets.from_counts(counts)
+    running = 0
+    for source, n in sorted(counts):
+        assert table.offset(source) == running
+        running += n
+    assert table.num_records == running
+    with pytest.raises(KeyError):
+        table.offset((1, 1, 1, 1))
+    with pytest.raises(ValueError, match="outside"):
+        source_key((0, 256, 0, 0))
+    with pytest.raises(ValueError, match="twice"):
+        SourceOffsets.from_counts([((0, 0, 0, 0), 1), ((0, 0, 0, 0), 2)])
