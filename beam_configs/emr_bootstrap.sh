@@ -32,6 +32,11 @@ if [ -n "$EFS_ID" ]; then
   sudo mount /mnt/efs
 fi
 
+# Shard writers spool each shard being written (and a local copy of it before an S3 upload) in
+# $TMPDIR: put it on the node's large data volume (/mnt on EMR), not the small root volume.
+sudo mkdir -p /mnt/tmp/pile-pipeline
+sudo chmod 1777 /mnt/tmp/pile-pipeline
+
 # The pool starts SDK workers as `python -c ...`: its PATH must find the venv's python first.
 sudo tee /etc/systemd/system/beam-worker-pool.service >/dev/null <<UNIT
 [Unit]
@@ -41,6 +46,7 @@ After=network-online.target remote-fs.target
 [Service]
 User=hadoop
 Environment=PATH=$VENV/bin:/usr/bin:/bin
+Environment=TMPDIR=/mnt/tmp/pile-pipeline
 ExecStart=$VENV/bin/python -m apache_beam.runners.worker.worker_pool_main --service_port=$PORT
 Restart=always
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import (
+    DebugOptions,
     DirectOptions,
     FlinkRunnerOptions,
     GoogleCloudOptions,
@@ -107,6 +108,46 @@ def test_every_config_parses_and_every_beam_key_is_a_beam_flag(path):
             assert str(known[key]) == str(value), key
     for key, value in table.get("pipeline", {}).items():
         assert getattr(config, key) == value, key
+
+
+def _runner_options(name: str) -> tuple:
+    """(config, the pipeline options a portable job service receives) of beam_configs/NAME.toml."""
+    config, beam_args = run.parse_args(["--config", str(REPO / "beam_configs" / f"{name}.toml"), *REQUIRED])
+    options = beam_options.pipeline_options(beam_args)
+    sent = portable_runner.JobServiceHandle.encode_pipeline_options(options.get_all_options())
+    # The Java runners read `beam:option:storage_level:v1` as the option `storageLevel`.
+    java = {"".join(w if i == 0 else w.title() for i, w in enumerate(k[len("beam:option:"):-len(":v1")].split("_"))): v
+            for k, v in sent.items()}
+    return config, options, java
+
+
+@pytest.mark.parametrize("name", ["flink", "spark_emr"])
+def test_cluster_configs_use_every_core_and_bound_what_a_group_holds(name):
+    config, _, java = _runner_options(name)
+    # One Python SDK worker per core (Beam: cores - 1 per TaskManager/executor); Beam's default is 1.
+    assert java["sdkWorkerParallelism"] == "0"
+    assert java["environmentType"] == "EXTERNAL"
+    # Flink and Spark hand a group to the SDK worker as one message: shards of 256 MiB, not 1 GiB.
+    assert config.shard_size_mb == 256
+
+
+def test_spark_caches_multi_output_stages_on_disk_and_flink_exchanges_through_disk():
+    _, _, spark = _runner_options("spark_emr")
+    # SparkPipelineOptions.storageLevel (Beam's default MEMORY_ONLY recomputes evicted partitions).
+    assert spark["storageLevel"] == "MEMORY_AND_DISK_SER"
+    _, _, flink = _runner_options("flink")
+    # FlinkPipelineOptions.executionModeForBatch: Beam's advice for jobs that branch and join (FLINK-10672).
+    assert flink["executionModeForBatch"] == "BATCH_FORCED"
+    assert "storageLevel" not in flink and "executionModeForBatch" not in spark
+
+
+def test_dataflow_config_runs_one_bundle_per_vcpu():
+    _, options, _ = _runner_options("dataflow")
+    workers = options.view_as(WorkerOptions)
+    vcpus = int(workers.machine_type.rsplit("-", 1)[1])
+    # Dataflow starts one Python SDK process per vCPU; more bundles than vCPUs only add memory.
+    assert options.view_as(DebugOptions).number_of_worker_harness_threads == vcpus
+    assert workers.disk_size_gb >= 50  # the spool and the upload copy of the shards being written
 
 
 def test_config_values_are_overridden_by_the_command_line():

@@ -16,6 +16,27 @@ from apache_beam.options.pipeline_options import (
 from pipeline.core.options import Runner, parse_bool
 
 
+class JavaRunnerOptions(PipelineOptions):
+    """Options of Beam's Java runners (Flink, Spark) that Beam's Python SDK does not declare.
+
+    PortableRunner asks a running job service for its runner's options, but our flag check runs
+    before any job service exists; declared here, they pass the check and go to the runner in the
+    pipeline options (`--storage_level` becomes the Java option `storageLevel`). Unset, they are left
+    out and the runner's defaults apply. beam_configs/flink.toml and spark_emr.toml say why each is set.
+    """
+
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        parser.add_argument(
+            "--storage_level", default=None,
+            help="Spark: storage level of the RDDs Beam caches (a stage's output read by several steps); "
+            "Beam's default MEMORY_ONLY recomputes whatever does not fit in memory")
+        parser.add_argument(
+            "--execution_mode_for_batch", default=None,
+            help="Flink: data exchange of batch jobs, PIPELINED (Beam's default) or BATCH_FORCED (blocking "
+            "exchanges through local disk; Beam's advice when a job with branches that join again blocks, FLINK-10672)")
+
+
 def unknown_flags(flags: list[str]) -> list[str]:
     """The arguments among `flags` that Beam's PipelineOptions does not accept (stray values included)."""
     parsers = []
