@@ -32,6 +32,7 @@ import sentencepiece as spm
 from pipeline.core import versions
 from pipeline.io.files import read_bytes
 from pipeline.tokenize.model_facts import NORMAL, USER_DEFINED, ModelFacts, model_problems
+from pipeline.tokenize.pieces import PieceEncoder
 
 LOG = logging.getLogger(__name__)
 
@@ -200,6 +201,7 @@ class Encoder:
         self._threads = threads
         self._verify = verify and backend != SENTENCEPIECE
         self._engine = None
+        self._pieces = None  # the engine, encoding long documents in pieces
         self._reference = None
 
     @property
@@ -211,13 +213,15 @@ class Encoder:
         """Load the model (call once per worker, in DoFn.setup)."""
         proto = read_bytes(self._model_path)
         try:
-            self._engine = load_engine(self._backend, proto, threads=self._threads)
+            engine = load_engine(self._backend, proto, threads=self._threads)
         except BackendUnavailable as e:
             # The driver checked this backend; a worker without it must not quietly use another.
             raise RuntimeError(f"tokenizer backend {self._backend}, chosen by the driver, fails on this "
                                f"worker: {e}") from None
+        # Documents over ~1 MB are encoded in pieces with the same ids: memory stays bounded.
+        self._engine, self._pieces = engine, PieceEncoder(engine, proto)
         if self._verify:
-            self._reference = SentencePieceEngine(proto, threads=self._threads)
+            self._reference = PieceEncoder(SentencePieceEngine(proto, threads=self._threads), proto)
 
     def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """Every text's ids (without BOS/EOS) in one int32 array, and offsets.
@@ -226,7 +230,7 @@ class Encoder:
         """
         if self._engine is None:
             self.load()
-        return self._engine.encode(texts)
+        return self._pieces.encode(texts)
 
     def encode(self, texts: list[str]) -> list[list[int]]:
         """Token ids of each text, without BOS/EOS."""
@@ -250,4 +254,4 @@ class Encoder:
         return ids, offsets, mismatches
 
     def __getstate__(self):
-        return {**self.__dict__, "_engine": None, "_reference": None}
+        return {**self.__dict__, "_engine": None, "_pieces": None, "_reference": None}
