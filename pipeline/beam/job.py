@@ -20,6 +20,7 @@ from pipeline.core.versions import created_by
 from pipeline.format import framing, records
 from pipeline.format import manifest as manifest_lib
 from pipeline.io.files import sha256_of
+from pipeline.io.frames import read_units
 from pipeline.io.outputs import write_manifest
 from pipeline.tokenize.model import SpecialIds
 from pipeline.tokenize.self_check import BackendChoice, choose_backend
@@ -137,7 +138,9 @@ def _chunks(p: beam.Pipeline, job: Job):
     read_chunks = transforms.ReadChunksFn(cfg.chunk_bytes, cfg.max_line_bytes, cfg.on_corrupt_file,
                                           _reporter(job))
     if execution.fan_out:
-        read_out = p | "ListInputs" >> beam.Create(files) | "ReadChunks" >> beam.ParDo(read_chunks).with_outputs(
+        # An indexed input (pipeline/io/frames.py) is read one frame per work item, on any worker.
+        units = [(i, path, unit) for i, path in files for unit in read_units(path, cfg.chunk_bytes, cfg.max_line_bytes)]
+        read_out = p | "ListInputs" >> beam.Create(units) | "ReadChunks" >> beam.ParDo(read_chunks).with_outputs(
             transforms.STATS, main="chunks")
         # A .zst file cannot be split: fan its chunks out so that 30 files do not cap parallelism.
         return read_out.chunks | "FanOut" >> beam.Reshuffle(), read_out[transforms.STATS]

@@ -1,7 +1,7 @@
 """The pipeline's Beam stages. Each DoFn delegates to pure functions of pipeline.core/format/io.
 
 Element shapes are noted at each stage:
-  (file_index, path)                       -> ReadChunksFn      -> Chunk
+  (file_index, path[, frame])              -> ReadChunksFn      -> Chunk
   Chunk                                    -> ProcessChunkFn    -> (source_id, Records)
                                                                  + tails ((copy, file), (chunk, Piece))
                                                                  + dead letters (file_index, dict)
@@ -37,7 +37,7 @@ from pipeline.core.shuffle import Permutation, ShardPlan
 from pipeline.core.sources import SourceOffsets
 from pipeline.format import records
 from pipeline.format.framing import FramedRecords, serialize_records
-from pipeline.io import inputs, outputs
+from pipeline.io import frames, inputs, outputs
 from pipeline.io.publish import publish
 from pipeline.io.spill import RecordReader, SpillWriter
 from pipeline.io.spool import OrderedSpool
@@ -60,10 +60,11 @@ def _counter(name: str):
 
 
 class ReadChunksFn(beam.DoFn):
-    """(file_index, path) -> Chunk, streaming the file; file stats go to the STATS output.
+    """(file_index, path[, frame]) -> Chunk, streaming the file; file stats go to the STATS output.
 
-    A damaged file fails the job (`on_corrupt_file="fail"`) or is recorded in the stats, keeping
-    the lines read before the damage (`"skip"`). Used by every job that reads inputs.
+    With a frame (an indexed input, pipeline/io/frames.py), only that frame is read. A damaged file
+    fails the job (`on_corrupt_file="fail"`) or is recorded in the stats, keeping the lines read
+    before the damage (`"skip"`). Used by every job that reads inputs.
     """
 
     def __init__(self, chunk_bytes: int, max_line_bytes: int, on_corrupt_file: str, progress: Reporter | None = None):
@@ -76,14 +77,15 @@ class ReadChunksFn(beam.DoFn):
         self._files = _counter("files_read")
 
     def process(self, element):
-        file_index, path = element
+        file_index, path = element[:2]
+        unit = element[2] if len(element) > 2 else None
         shown = redact_url(path)
         lines = size = chunks = 0
         start = time.monotonic()
         LOG.info("reading %s", shown)
         file_stats: dict = {}
         try:
-            for chunk in inputs.iter_chunks(path, file_index, self._chunk_bytes, self._max_line_bytes):
+            for chunk in frames.iter_unit_chunks(path, file_index, unit, self._chunk_bytes, self._max_line_bytes):
                 lines += len(chunk.lines)
                 size += chunk.num_bytes
                 chunks += 1
