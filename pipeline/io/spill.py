@@ -6,8 +6,9 @@ writes the shard (measured: ~5 s and ~2.3 bytes of driver memory per input byte 
 When all workers share a filesystem with the driver, the producers append their framed blocks to
 a spill file of their own instead and emit a small `SpilledRecords` reference; only references go
 through the shuffle, and the shard writer reads the bytes back (from the page cache, mostly).
-The bytes written to the shards are the same either way, and the writer reads one record at a time
-in shard order, so neither the driver nor a writer holds a shard's records in memory.
+The bytes written to the shards are the same either way, and the writer reads each record once
+(into its spool, pipeline/io/spool.py), so neither the driver nor a writer holds a shard's records
+in memory.
 
 The spill directory is hidden inside a local output directory (so it needs no other disk, and an
 `--overwrite` run removes what a killed run left) and removed when the job ends. On a remote output
@@ -65,7 +66,7 @@ def load(block: FramedRecords | SpilledRecords) -> FramedRecords:
 class RecordReader:
     """Reads single framed records from blocks of either kind, keeping spill files open.
 
-    A shard writer takes its records one at a time in permuted order, so it never holds the shard.
+    A shard writer takes its records one at a time (into its spool), so it never holds the shard.
     """
 
     def __init__(self):
