@@ -88,7 +88,10 @@ def test_frames_are_the_files_chunks_numbered_as_in_the_whole_file(tmp_path):
     frames.reframe(path, framed, CHUNK, MAX_LINE, frame_bytes=25_000)
     parts = [c for unit in frames.read_units(framed, CHUNK, MAX_LINE)
              for c in frames.iter_unit_chunks(framed, 3, unit, CHUNK, MAX_LINE)]
-    assert [(c.chunk_index, c.lines) for c in parts] == [(c.chunk_index, c.lines) for c in whole]
+    def key(chunk):  # (input_end, for progress, is a position in the compressed file: it differs)
+        return chunk.chunk_index, [(x.number, x.offset, x.data, x.oversized) for x in chunk.lines]
+
+    assert [key(c) for c in parts] == [key(c) for c in whole]
     assert {c.path for c in parts} == {framed}
     # Another --chunk_mb: the index is not used, the file is read from its start.
     assert frames.read_units(framed, CHUNK * 2, MAX_LINE) == [None]

@@ -112,7 +112,8 @@ def test_every_config_parses_and_every_beam_key_is_a_beam_flag(path):
 
 def _runner_options(name: str) -> tuple:
     """(config, the pipeline options a portable job service receives) of beam_configs/NAME.toml."""
-    config, beam_args = run.parse_args(["--config", str(REPO / "beam_configs" / f"{name}.toml"), *REQUIRED])
+    extra = DATAFLOW_PROJECT if name == "dataflow" else []
+    config, beam_args = run.parse_args(["--config", str(REPO / "beam_configs" / f"{name}.toml"), *REQUIRED, *extra])
     options = beam_options.pipeline_options(beam_args)
     sent = portable_runner.JobServiceHandle.encode_pipeline_options(options.get_all_options())
     # The Java runners read `beam:option:storage_level:v1` as the option `storageLevel`.
