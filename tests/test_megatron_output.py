@@ -226,6 +226,9 @@ def test_data_path_command_weighs_subsets_by_paper_epochs(corpus, tiny_model, tm
         if paper:
             assert weights[f"{out}/{shard['path']}"] == shard["tokens"] * paper
     assert data_path_cli.cli([str(tmp_path / "missing")]) == 2
+    result = subprocess.run([sys.executable, "-m", "pipeline.cli.main", "data-path", "--help"], cwd=REPO,
+                            capture_output=True, text=True)
+    assert result.returncode == 0 and "usage: pile-pipeline data-path" in result.stdout
 
 
 def test_dead_letters_are_the_tfrecord_jobs(corpus, tiny_model, plain, tmp_path):
