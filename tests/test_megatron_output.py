@@ -244,7 +244,7 @@ def test_dead_letters_are_the_tfrecord_jobs(corpus, tiny_model, plain, tmp_path)
 
 def test_fast_backend_writes_the_same_bytes(corpus, tiny_model, plain, tmp_path):
     out, _ = plain
-    fast = _run(corpus, tmp_path / "fast", tiny_model, "--tokenizer_backend", "auto")
+    fast = _run(corpus, tmp_path / "fast", tiny_model, "--tokenizer_backend", "auto", "--verify_tokenizer", "fail")
     if os.environ.get("PILE_REQUIRE_FAST_BACKENDS"):
         assert fast["tokenizer"]["backend"]["name"] != "sentencepiece", fast["tokenizer"]["backend"]
     assert {k: v for k, v in _digests(tmp_path / "fast").items() if k != "manifest.json"} == {
