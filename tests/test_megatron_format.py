@@ -76,24 +76,38 @@ def test_subset_slugs_are_distinct_file_name_parts():
     slugs = [fmt.subset_slug(s) for s in PILE_SUBSETS]
     assert len(set(slugs)) == 22
     assert all(s.replace("_", "").isalnum() for s in slugs)
-    assert fmt.prefix_name("train", "Gutenberg (PG-19)", 1, 3) == "train-Gutenberg_PG_19-00001-of-00003"
-    assert fmt.prefix_name("val", None, 0, 1) == "val-00000-of-00001"
+    assert fmt.prefix_name("train", "Gutenberg_PG_19", 1, 3) == "train-Gutenberg_PG_19-00001-of-00003"
+    assert fmt.prefix_name("val", "", 0, 1) == "val-00000-of-00001"
+    names = fmt.shard_names([(s, 0) for s in PILE_SUBSETS], "train")
+    assert names[("Gutenberg (PG-19)", 0)] == "train-Gutenberg_PG_19-00000-of-00001"
+
+
+def test_names_of_any_subsets_never_collide():
+    # With --subset_names any, two names can make the same file-name part: each gets a hash of its name.
+    groups = ["a b", "a_b", "a-b", "\u6570\u636e", "\u65e5\u672c", "forum"]
+    names = fmt.shard_names([(g, slot) for g in groups for slot in (0, 5)], "train")
+    assert len(set(names.values())) == len(names) == 12
+    assert names[("forum", 5)] == "train-forum-00001-of-00002"
+    from pipeline.io.outputs import is_ours
+
+    assert all(is_ours(f"{n}.bin") and is_ours(f"{n}.idx") for n in names.values())
 
 
 def test_layout_offsets_restart_per_group_and_follow_key_order():
-    keys = [fmt.source_key(g, c, f, k) for g, c, f, k in [(0, 0, 0, 0), (0, 0, 0, 1), (0, 0, 1, 0), (0, 1, 0, 0),
-                                                          (3, 0, 0, 0), (3, 0, 2, 5)]]
+    keys = [fmt.source_key(c, f, k) for c, f, k in [(0, 0, 0), (0, 0, 1), (0, 1, 0), (1, 0, 0)]]
     assert keys == sorted(keys)
-    counts = np.array([[k, n, 10 * n] for k, n in zip(keys, [2, 3, 4, 5, 6, 7], strict=True)])
-    layout = fmt.Layout.from_counts([counts[3:], counts[:3][::-1]])  # any order, several arrays
-    assert [layout.offsets(k) for k in keys] == [(0, 0), (2, 20), (5, 50), (9, 90), (0, 0), (6, 60)]
-    assert [fmt.group_of_key(k) for k in keys] == [0, 0, 0, 0, 3, 3]
+    rows = np.array([[k, n, 10 * n] for k, n in zip(keys, [2, 3, 4, 5], strict=True)])
+    layout = fmt.Layout.from_counts([{"A": rows[2:], "B": rows[:1]}, {"A": rows[:2][::-1]}])  # any order
+    assert [layout.offsets("A", k) for k in keys] == [(0, 0), (2, 20), (5, 50), (9, 90)]
+    assert layout.offsets("B", keys[0]) == (0, 0)
     with pytest.raises(KeyError):
-        layout.offsets(fmt.source_key(1, 0, 0, 0))
+        layout.offsets("B", keys[1])
+    with pytest.raises(KeyError):
+        layout.offsets("C", keys[0])
     with pytest.raises(ValueError, match="twice"):
-        fmt.Layout.from_counts([counts, counts[:1]])
+        fmt.Layout.from_counts([{"A": rows}, {"A": rows[:1]}])
     with pytest.raises(ValueError, match="copy"):
-        fmt.source_key(0, 200, 0, 0)
+        fmt.source_key(200, 0, 0)
 
 
 def test_shards_are_bounded_and_numbered_densely():
@@ -105,9 +119,10 @@ def test_shards_are_bounded_and_numbered_densely():
     for slot in np.unique(slots):
         in_slot = sizes[slots == slot]
         assert in_slot[:-1].sum() < 1000  # all but the last document start inside the slot
-    names = fmt.dense_names([(0, int(s)) for s in slots])
-    assert sorted(names.values()) == [(i, len(names)) for i in range(len(names))]
-    assert len(names) < slots.max() + 1
+    names = fmt.shard_names([("", int(s)) for s in slots], "train")
+    count = len(names)
+    assert sorted(names.values()) == [f"train-{i:05d}-of-{count:05d}" for i in range(count)]
+    assert count < slots.max() + 1
 
 
 def _manifest(per_subset=True, epochs=None):

@@ -6,6 +6,7 @@ outputs and the data-path line, epochs, BOS/EOS, dead letters, fast backends, S3
 run, a killed job and its rerun.
 """
 
+import gzip
 import hashlib
 import io
 import json
@@ -226,9 +227,34 @@ def test_data_path_command_weighs_subsets_by_paper_epochs(corpus, tiny_model, tm
         if paper:
             assert weights[f"{out}/{shard['path']}"] == shard["tokens"] * paper
     assert data_path_cli.cli([str(tmp_path / "missing")]) == 2
+    with pytest.raises(ValueError, match="Wikipedia"):  # a misspelt name must not silently weigh 1
+        data_path_cli.data_path_line(str(out), "Wikipedia=3")
     result = subprocess.run([sys.executable, "-m", "pipeline.cli.main", "data-path", "--help"], cwd=REPO,
                             capture_output=True, text=True)
     assert result.returncode == 0 and "usage: pile-pipeline data-path" in result.stdout
+
+
+def test_per_subset_with_any_subset_names(tiny_model, tmp_path):
+    """Another corpus's layout and names (sample_data/notes): one group of shards per name, in input order."""
+    notes = REPO / "sample_data" / "notes"
+    out = tmp_path / "out"
+    manifest = run.main(["--input", str(notes / "*"), "--output_dir", str(out), "--tokenizer_model", tiny_model,
+                         "--output_format", "megatron", "--per_subset", "--text_key", "body", "--subset_key",
+                         "source.name", "--subset_names", "any", "--default_subset", "misc", *FAST_BEAM])
+    sp = spm.SentencePieceProcessor(model_file=tiny_model)
+    want: dict = {}
+    for path in sorted(notes.iterdir()):
+        data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+        for line in data.splitlines():
+            obj = json.loads(line)
+            if obj["body"].strip():
+                subset = obj.get("source", {}).get("name") or "misc"
+                want.setdefault(subset, []).append(np.array(sp.encode(obj["body"]) + [sp.eos_id()]))
+    assert set(want) == {"forum", "manuals", "recipes", "Wikipedia (en)", "misc"}
+    assert_same_documents(read_output(out), want)
+    assert {s["path"] for s in manifest["shards"]} == {"train-forum-00000-of-00001", "train-manuals-00000-of-00001",
+                                                       "train-recipes-00000-of-00001", "train-misc-00000-of-00001",
+                                                       "train-Wikipedia_en-00000-of-00001"}
 
 
 def test_dead_letters_are_the_tfrecord_jobs(corpus, tiny_model, plain, tmp_path):
@@ -309,12 +335,13 @@ def test_a_retried_shard_write_gives_the_same_files(tmp_path, tiny_model):
     docs = [np.array([5, 6, 2], "<u2"), np.array([7, 2], "<u2")]
     block = FramedRecords(b"".join(d.tobytes() for d in docs), np.cumsum([d.nbytes for d in docs]))
     fn = beam_megatron.WriteShardFn(config, np.dtype("<u2"))
-    element = ((0, 0), [(1, FramedRecords(block.data[6:], np.array([4]))), (0, block)])  # document 1 twice
+    names = {("", 0): "train-00000-of-00001"}
+    element = (("", 0), [(1, FramedRecords(block.data[6:], np.array([4]))), (0, block)])  # document 1 twice
     with pytest.raises(RuntimeError, match="missing or repeated"):
-        list(fn.process(element, {(0, 0): (0, 1)}))
-    element = ((0, 0), [(0, block)])
-    first = list(fn.process(element, {(0, 0): (0, 1)}))
-    again = list(fn.process(element, {(0, 0): (0, 1)}))
+        list(fn.process(element, names))
+    element = (("", 0), [(0, block)])
+    first = list(fn.process(element, names))
+    again = list(fn.process(element, names))
     assert first == again and sorted(os.listdir(tmp_path)) == ["train-00000-of-00001.bin", "train-00000-of-00001.idx"]
     assert (tmp_path / "train-00000-of-00001.bin").read_bytes() == block.data
     assert fmt.read_index((tmp_path / "train-00000-of-00001.idx").read_bytes()).lengths.tolist() == [3, 2]

@@ -164,7 +164,7 @@ def build_pipeline(p: beam.Pipeline, job: Job) -> None:
     chunks, read_stats = _chunks(p, job)
     if cfg.output_format == "megatron":
         # Megatron's indexed dataset: documents, not packed records (pipeline/beam/megatron.py).
-        megatron.build_megatron(p, job, chunks, read_stats, tokenizer_json(job))
+        megatron.build_megatron(p, job, chunks, read_stats, tokenizer_json(job), _reporter(job))
         return
     processed = chunks | "TokenizeAndPack" >> beam.ParDo(
         transforms.ProcessChunkFn(cfg, job.special, job.backend.name, job.execution.encode_threads, spill_dir,

@@ -13,16 +13,16 @@ bytes on every runner and any number of workers.
 
 Element shapes:
   Chunk                          -> TokenizeDocumentsFn -> (source, Documents)
-                                                          + counts [k, 3] (source key, documents, bytes)
+                                                          + counts {group: [k, 3] (source key, documents, bytes)}
                                                           + dead letters ((file, chunk), dict) + stats
   (source, Documents) + layout   -> AssignShardsFn      -> ((group, slot), (first, Documents)) + (group, slot)
   ((group, slot), [(first, Documents)]) + names -> WriteShardFn -> shard info dict
-source = (group, copy, file_index, chunk_index); group: the subset's index with --per_subset, else 0.
+source = (group, copy, file_index, chunk_index); group: the subset's name with --per_subset, else "".
 Documents: the documents' token bytes back to back, one element for many documents: a
 FramedRecords (pipeline/format/framing.py: any byte strings back to back) or, with a spill
 directory, a SpilledRecords reference to the same bytes (pipeline/io/spill.py).
 first: the group-wide index of the block's first document. slot: where in the group's byte stream
-a document starts, // shard bytes; `names` numbers the slots that hold documents densely.
+a document starts, // shard bytes; `names` gives the slots that hold documents dense shard names.
 """
 
 from __future__ import annotations
@@ -35,11 +35,11 @@ import numpy as np
 from apache_beam.metrics import Metrics
 
 from pipeline.beam import transforms
+from pipeline.beam.progress import Reporter
 from pipeline.config.job import PipelineConfig
 from pipeline.core import documents, packing
 from pipeline.core.epochs import copies_of
-from pipeline.core.stats import merge_stats, sorted_dict
-from pipeline.core.subsets import PILE_SUBSETS
+from pipeline.core.stats import merge_into, merge_stats, sorted_dict
 from pipeline.core.versions import created_by
 from pipeline.format import megatron as fmt
 from pipeline.format.framing import FramedRecords
@@ -72,14 +72,15 @@ class TokenizeDocumentsFn(beam.DoFn):
     """Chunk -> the kept documents' tokens, one block per (group, epoch copy); see the module docstring."""
 
     def __init__(self, config: PipelineConfig, special: SpecialIds, backend: str = "sentencepiece",
-                 encode_threads: int | None = None, spill_dir: str | None = None):
+                 encode_threads: int | None = None, spill_dir: str | None = None, progress: Reporter | None = None):
         self._config = config
         self._special = special
         self._encoder = Encoder(config.tokenizer_model, backend, verify=config.verify_tokenizer != "off",
                                 threads=encode_threads)
-        self._selected = frozenset(config.subsets)
+        self._selected = config.selection()
+        self._schema = config.schema
+        self._progress = progress or Reporter()
         self._dtype = fmt.token_dtype(special.vocab_size)
-        self._group = {name: (i if config.per_subset else 0) for i, name in enumerate(PILE_SUBSETS)}
         self._spill_dir = spill_dir
         self._spill = None
         self._docs = _counter("documents_kept")
@@ -90,7 +91,11 @@ class TokenizeDocumentsFn(beam.DoFn):
     def setup(self):
         self._encoder.load()
 
+    def finish_bundle(self):
+        self._progress.flush()
+
     def teardown(self):
+        self._progress.close()
         if self._spill is not None:
             self._spill.close()
 
@@ -115,13 +120,15 @@ class TokenizeDocumentsFn(beam.DoFn):
         cfg, special = self._config, self._special
         subsets: dict = {}
         dead: dict[str, int] = {}
+        file_stats = documents.file_stats()
         texts, kept = [], []  # kept: (subset, line)
         for line in chunk.lines:
             try:
-                text, subset = documents.parse_line(line, cfg.max_line_bytes)
+                doc = documents.validate(line, cfg.max_line_bytes, self._schema, file_stats)
             except documents.BadRecord as bad:
                 yield self._dead_letter(chunk, line, bad.reason, bad.detail, dead)
                 continue
+            text, subset = doc.text, doc.subset
             s = subsets.setdefault(subset, {"documents": 0, "kept": 0, "filtered": {}, "text_bytes": 0})
             s["documents"] += 1
             reason = documents.filter_reason(text, subset, self._selected)
@@ -165,10 +172,10 @@ class TokenizeDocumentsFn(beam.DoFn):
                 s["tokens_with_epochs"] = s.get("tokens_with_epochs", 0) + count * size
         self._docs.inc(int((copies >= 0).sum()))
 
-        groups = np.array([self._group[subset] for subset, _ in kept], np.int64)
+        groups = np.array([subset if cfg.per_subset else "" for subset, _ in kept], object)
         itemsize = self._dtype.itemsize
-        counts = []
-        for group in np.unique(groups[copies > 0]).tolist():
+        counts: dict[str, list] = {}
+        for group in sorted(set(groups[copies > 0].tolist())):
             in_group = groups == group
             for copy in range(int(copies[in_group].max())):
                 chosen = in_group & (copies > copy)
@@ -181,12 +188,15 @@ class TokenizeDocumentsFn(beam.DoFn):
                 source = (group, copy, chunk.file_index, chunk.chunk_index)
                 self._tokens.inc(len(stream.labels))
                 yield source, self._emit(block)
-                counts.append((fmt.source_key(*source), len(nbytes),
-                               int(nbytes.sum()) + fmt.INDEX_BYTES_PER_DOCUMENT * len(nbytes)))
+                counts.setdefault(group, []).append((fmt.source_key(*source[1:]), len(nbytes),
+                                                     int(nbytes.sum()) + fmt.INDEX_BYTES_PER_DOCUMENT * len(nbytes)))
         if counts:
-            yield beam.pvalue.TaggedOutput(transforms.COUNTS, np.array(counts, np.int64))
-        yield beam.pvalue.TaggedOutput(transforms.STATS,
-                                       {"subsets": subsets, "dead_letters": dead, "lines": len(chunk.lines)})
+            yield beam.pvalue.TaggedOutput(transforms.COUNTS, {g: np.array(c, np.int64) for g, c in counts.items()})
+        yield beam.pvalue.TaggedOutput(transforms.STATS, {"subsets": subsets, "dead_letters": dead,
+                                                          "lines": len(chunk.lines),
+                                                          "inputs": {f"{chunk.file_index:05d}": file_stats}})
+        written = copies >= 0
+        self._progress.add(done=chunk.input_bytes, docs=int(written.sum()), tokens=int(sizes[written].sum()))
 
 
 class AssignShardsFn(beam.DoFn):
@@ -197,7 +207,7 @@ class AssignShardsFn(beam.DoFn):
 
     def process(self, element, layout: fmt.Layout):
         source, block = element
-        first_document, first_byte = layout.offsets(fmt.source_key(*source))
+        first_document, first_byte = layout.offsets(source[0], fmt.source_key(*source[1:]))
         slots = fmt.shard_slots(first_byte, _sizes(block) + fmt.INDEX_BYTES_PER_DOCUMENT, self._shard_bytes)
         for slot in np.unique(slots).tolist():
             members = np.flatnonzero(slots == slot)  # consecutive: slots never decrease
@@ -225,9 +235,7 @@ class WriteShardFn(beam.DoFn):
             if first != expected:
                 raise RuntimeError(f"shard ({group}, {slot}): documents {expected}..{first} are missing or repeated")
             expected = first + len(block)
-        index, count = names[(group, slot)]
-        subset = fmt.group_names(self._config.per_subset)[group]
-        prefix = fmt.prefix_name(self._config.split, subset, index, count)
+        prefix = names[(group, slot)]
         lengths = []
 
         def parts():
@@ -242,7 +250,7 @@ class WriteShardFn(beam.DoFn):
         idx_bytes, idx_sha = publish(posixpath.join(root, f"{prefix}.idx"), fmt.index_parts(lengths, self._dtype))
         _counter("shards_written").inc()
         LOG.info("wrote %s.bin/.idx: %d documents, %.1f MB", prefix, len(lengths), bin_bytes / 1e6)
-        yield {"path": prefix, "subset": subset, "documents": len(lengths), "tokens": int(lengths.sum()),
+        yield {"path": prefix, "subset": group or None, "documents": len(lengths), "tokens": int(lengths.sum()),
                "bin": {"path": f"{prefix}.bin", "bytes": bin_bytes, "sha256": bin_sha},
                "idx": {"path": f"{prefix}.idx", "bytes": idx_bytes, "sha256": idx_sha}}
 
@@ -259,9 +267,10 @@ def build_manifest(config: PipelineConfig, tokenizer: dict, dtype: np.dtype, sha
     """The manifest of a Megatron output (pure, so tests can check it without Beam)."""
     shards = sorted(shards, key=lambda s: s["path"])
     subsets = stats.get("subsets", {})
+    selection = config.selection()
     for name, s in subsets.items():
         s["epochs"] = config.epochs_of(name)
-        s["selected"] = name in config.subsets
+        s["selected"] = name in selection
     inputs = stats.get("inputs", {})
     manifest = {
         "format": fmt.FORMAT,
@@ -289,7 +298,8 @@ def build_manifest(config: PipelineConfig, tokenizer: dict, dtype: np.dtype, sha
             "records": sum(d["records"] for d in dead_letters),
             "files": sorted(dead_letters, key=lambda d: d["path"]),
         },
-        "inputs": [inputs[k] for k in sorted(inputs)],
+        # Validation's per-file counts are there for every file, read or empty.
+        "inputs": [merge_into(documents.file_stats(), inputs[k]) for k in sorted(inputs)],
         "config": recorded_config(config),
     }
     # Relative prefixes: usable from the output directory; `pile-pipeline data-path` gives full ones.
@@ -297,16 +307,16 @@ def build_manifest(config: PipelineConfig, tokenizer: dict, dtype: np.dtype, sha
     return sorted_dict(manifest)
 
 
-def build_megatron(p: beam.Pipeline, job, chunks, read_stats, tokenizer: dict) -> None:
+def build_megatron(p: beam.Pipeline, job, chunks, read_stats, tokenizer: dict, progress: Reporter) -> None:
     """Add the Megatron writer to `p`: chunks -> documents -> shards of .bin/.idx -> manifest.
 
     `job` is the pipeline.beam.job.Job being built, `chunks` and `read_stats` its read stage's
-    outputs, `tokenizer` the manifest's tokenizer entry.
+    outputs, `tokenizer` the manifest's tokenizer entry, `progress` where workers report progress.
     """
     cfg, spill_dir = job.config, job.execution.spill_dir
     dtype = fmt.token_dtype(job.special.vocab_size)
     docs = chunks | "TokenizeDocuments" >> beam.ParDo(
-        TokenizeDocumentsFn(cfg, job.special, job.backend.name, job.execution.encode_threads, spill_dir)
+        TokenizeDocumentsFn(cfg, job.special, job.backend.name, job.execution.encode_threads, spill_dir, progress)
     ).with_outputs(transforms.DEAD_LETTERS, transforms.STATS, transforms.COUNTS, main="documents")
     layout = (
         docs[transforms.COUNTS]
@@ -319,7 +329,7 @@ def build_megatron(p: beam.Pipeline, job, chunks, read_stats, tokenizer: dict) -
         assigned[USED]
         | "UsedSlots" >> beam.Distinct()
         | "CollectSlots" >> beam.combiners.ToList()
-        | "NameShards" >> beam.Map(fmt.dense_names)
+        | "NameShards" >> beam.Map(fmt.shard_names, cfg.split)
     )
     shards = (
         assigned.documents

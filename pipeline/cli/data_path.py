@@ -15,7 +15,7 @@ import logging
 import sys
 
 from pipeline.core.options import ArgumentParser, UsageError
-from pipeline.core.subsets import parse_epochs
+from pipeline.core.subsets import EPOCH_PRESETS, parse_epochs
 from pipeline.format import megatron
 from pipeline.format.manifest import ManifestError
 
@@ -27,7 +27,13 @@ def data_path_line(output_dir: str, epochs: str | None = None, style: str = "meg
     manifest = megatron.load_manifest(output_dir)
     if not manifest["shards"]:
         raise ManifestError(f"{output_dir} holds no documents")
-    pairs = megatron.blend(manifest, dict(parse_epochs(epochs)) if epochs else None)
+    weights = dict(parse_epochs(epochs)) if epochs else None
+    if epochs and epochs not in EPOCH_PRESETS:
+        # A misspelt name would silently keep weight 1: every name given must be a subset of the output.
+        unknown = sorted(set(weights) - {shard["subset"] for shard in manifest["shards"]})
+        if unknown:
+            raise ValueError(f"--epochs names {unknown}, which this output has no shards of")
+    pairs = megatron.blend(manifest, weights)
     return megatron.data_path(pairs, megatron.prefix_root(output_dir), style)
 
 

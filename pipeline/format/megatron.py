@@ -30,6 +30,7 @@ Beam: this module is pure numpy.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import posixpath
 import re
@@ -38,7 +39,6 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from pipeline.core.subsets import PILE_SUBSETS
 from pipeline.core.tables import format_table
 from pipeline.format import manifest as manifest_lib
 
@@ -130,81 +130,71 @@ def read_index(data: bytes) -> Index:
 
 def subset_slug(name: str) -> str:
     """A subset's name as it appears in file names: `Gutenberg (PG-19)` -> `Gutenberg_PG_19`."""
-    return re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_")
+    return re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_") or "subset"
 
 
-def group_names(per_subset: bool) -> list[str | None]:
-    """The subset of each group of shards: one group per Pile subset, or one group (None) for all."""
-    return list(PILE_SUBSETS) if per_subset else [None]
-
-
-def prefix_name(split: str, subset: str | None, index: int, count: int) -> str:
+def prefix_name(split: str, middle: str, index: int, count: int) -> str:
     """A shard's path prefix: `train-00000-of-00004`, or `train-Pile_CC-00000-of-00002` per subset."""
-    middle = f"-{subset_slug(subset)}" if subset else ""
-    return f"{split}{middle}-{index:05d}-of-{count:05d}"
+    return f"{split}{'-' + middle if middle else ''}-{index:05d}-of-{count:05d}"
 
 
-# A source (group, epoch copy, input file, chunk) packed into one int64, so that the layout of a
-# whole corpus (one entry per source: ~200k chunks of the Pile, times subsets and copies) is three
+# A source (epoch copy, input file, chunk) packed into one int64, so that the layout of a whole
+# corpus (one entry per source and group: ~200k chunks of the Pile, times subsets and copies) is
 # numpy arrays rather than millions of Python tuples.
-_KEY_FIELDS = (("group", 5), ("copy", 7), ("file_index", 24), ("chunk_index", 27))
+_KEY_FIELDS = (("copy", 7), ("file_index", 24), ("chunk_index", 32))
 
 
-def source_key(group: int, copy: int, file_index: int, chunk_index: int) -> int:
-    """One int64 for a source; keys sort as (group, copy, file, chunk) tuples do."""
+def source_key(copy: int, file_index: int, chunk_index: int) -> int:
+    """One int64 for a source; keys sort as (copy, file, chunk) tuples do."""
     key = 0
-    for (name, bits), value in zip(_KEY_FIELDS, (group, copy, file_index, chunk_index), strict=True):
+    for (name, bits), value in zip(_KEY_FIELDS, (copy, file_index, chunk_index), strict=True):
         if not 0 <= value < 1 << bits:
             raise ValueError(f"{name} {value} is outside [0, {1 << bits}) in the Megatron writer's layout")
         key = (key << bits) | value
     return key
 
 
-def group_of_key(key: int) -> int:
-    """The group of a packed source key."""
-    return key >> (63 - _KEY_FIELDS[0][1])
-
-
 @dataclasses.dataclass(frozen=True)
 class Layout:
     """Where each source's documents go: its first document and first byte within its group.
 
-    Sources are in key order; bytes count each document's tokens and its index entry
-    (`INDEX_BYTES_PER_DOCUMENT`), the measure shards are cut by.
+    A group is the subset name with --per_subset, else "". Within a group, sources are in key order;
+    bytes count each document's tokens and its index entry (`INDEX_BYTES_PER_DOCUMENT`), the
+    measure shards are cut by.
 
-    >>> a, b, c = source_key(0, 0, 0, 0), source_key(0, 0, 0, 1), source_key(1, 0, 0, 0)
-    >>> layout = Layout.from_counts([np.array([[b, 2, 50], [c, 1, 9]]), np.array([[a, 3, 70]])])
-    >>> layout.offsets(a), layout.offsets(b), layout.offsets(c)
+    >>> a, b = source_key(0, 0, 0), source_key(0, 0, 1)
+    >>> layout = Layout.from_counts([{"x": np.array([[b, 2, 50]]), "y": np.array([[a, 1, 9]])},
+    ...                              {"x": np.array([[a, 3, 70]])}])
+    >>> layout.offsets("x", a), layout.offsets("x", b), layout.offsets("y", a)
     ((0, 0), (3, 70), (0, 0))
     """
 
-    keys: np.ndarray
-    first_document: np.ndarray
-    first_byte: np.ndarray
+    groups: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]  # group -> (keys, first document, first byte)
 
     @classmethod
-    def from_counts(cls, counts: list[np.ndarray]) -> Layout:
-        """From [k, 3] int64 arrays of (source key, documents, bytes), in any order."""
-        rows = np.concatenate([np.asarray(c, np.int64).reshape(-1, 3) for c in counts]) if counts else \
-            np.zeros((0, 3), np.int64)
-        rows = rows[np.argsort(rows[:, 0], kind="stable")]
-        if len(rows) and (np.diff(rows[:, 0]) == 0).any():
-            raise ValueError("a source was counted twice")
-        keys = rows[:, 0]
-        groups = keys >> (63 - _KEY_FIELDS[0][1])
-        group_start = np.searchsorted(groups, groups, side="left")
-        firsts = []
-        for column in (1, 2):
-            running = np.concatenate([[0], np.cumsum(rows[:, column])])
-            firsts.append(running[:-1] - running[group_start])
-        return cls(keys, firsts[0], firsts[1])
+    def from_counts(cls, counts: list[dict[str, np.ndarray]]) -> Layout:
+        """From {group: [k, 3] int64 array of (source key, documents, bytes)} dicts, in any order."""
+        parts: dict[str, list[np.ndarray]] = {}
+        for chunk in counts:
+            for group, rows in chunk.items():
+                parts.setdefault(group, []).append(np.asarray(rows, np.int64).reshape(-1, 3))
+        groups = {}
+        for group, arrays in parts.items():
+            rows = np.concatenate(arrays)
+            rows = rows[np.argsort(rows[:, 0], kind="stable")]
+            if (np.diff(rows[:, 0]) == 0).any():
+                raise ValueError(f"a source of group {group!r} was counted twice")
+            firsts = [np.cumsum(rows[:, c]) - rows[:, c] for c in (1, 2)]
+            groups[group] = (rows[:, 0], firsts[0], firsts[1])
+        return cls(groups)
 
-    def offsets(self, key: int) -> tuple[int, int]:
+    def offsets(self, group: str, key: int) -> tuple[int, int]:
         """(first document, first byte) of a source."""
-        i = int(np.searchsorted(self.keys, key))
-        if i == len(self.keys) or self.keys[i] != key:
-            raise KeyError(f"source {key} is not in the layout")
-        return int(self.first_document[i]), int(self.first_byte[i])
+        keys, documents, first_bytes = self.groups.get(group, (np.zeros(0, np.int64),) * 3)
+        i = int(np.searchsorted(keys, key))
+        if i == len(keys) or keys[i] != key:
+            raise KeyError(f"source {key} of group {group!r} is not in the layout")
+        return int(documents[i]), int(first_bytes[i])
 
 
 def shard_slots(first_byte: int, sizes: np.ndarray, shard_bytes: int) -> np.ndarray:
@@ -212,7 +202,7 @@ def shard_slots(first_byte: int, sizes: np.ndarray, shard_bytes: int) -> np.ndar
 
     A shard is the documents starting in one slot, so it holds at most shard_bytes plus one
     document. A document longer than a slot can leave the next slot without a start: such empty
-    slots get no file, and the written shards are numbered densely (`dense_names`).
+    slots get no file, and the written shards are numbered densely (`shard_names`).
 
     >>> shard_slots(0, np.array([40, 40, 40, 200, 10]), 100).tolist()
     [0, 0, 0, 1, 3]
@@ -222,16 +212,27 @@ def shard_slots(first_byte: int, sizes: np.ndarray, shard_bytes: int) -> np.ndar
     return starts // shard_bytes
 
 
-def dense_names(used: list[tuple[int, int]]) -> dict[tuple[int, int], tuple[int, int]]:
-    """(index, count) of each used (group, slot): the shards of a group numbered 0..count-1 in slot order.
+def shard_names(used: list[tuple[str, int]], split: str) -> dict[tuple[str, int], str]:
+    """The prefix of each used (group, slot): a group's shards numbered 0..count-1 in slot order.
 
-    >>> dense_names([(0, 3), (0, 0), (1, 0)])
-    {(0, 0): (0, 2), (0, 3): (1, 2), (1, 0): (0, 1)}
+    Groups whose names make the same file-name part (possible with --subset_names any) get a short
+    hash of their name added, so that no two groups ever share a file.
+
+    >>> shard_names([("", 3), ("", 0)], "train")
+    {('', 0): 'train-00000-of-00002', ('', 3): 'train-00001-of-00002'}
+    >>> sorted(shard_names([("a b", 0), ("a_b", 0)], "t").values())
+    ['t-a_b_648fa9b3-00000-of-00001', 't-a_b_c8687a08-00000-of-00001']
     """
-    by_group: dict[int, list[int]] = {}
+    by_group: dict[str, list[int]] = {}
     for group, slot in sorted(set(used)):
         by_group.setdefault(group, []).append(slot)
-    return {(g, s): (i, len(slots)) for g, slots in by_group.items() for i, s in enumerate(slots)}
+    slugs = {group: subset_slug(group) if group else "" for group in by_group}
+    shared = {slug for slug in slugs.values() if list(slugs.values()).count(slug) > 1}
+    for group, slug in slugs.items():
+        if slug in shared:
+            slugs[group] = f"{slug}_{hashlib.sha256(group.encode()).hexdigest()[:8]}"
+    return {(g, s): prefix_name(split, slugs[g], i, len(slots)) for g, slots in by_group.items()
+            for i, s in enumerate(slots)}
 
 
 def load_manifest(path_or_dir: str) -> dict:
