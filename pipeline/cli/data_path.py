@@ -11,15 +11,12 @@ train time without writing copies. Megatron and NeMo normalize the weights.
 
 from __future__ import annotations
 
-import logging
 import sys
 
 from pipeline.core.options import ArgumentParser, UsageError
 from pipeline.core.subsets import EPOCH_PRESETS, parse_epochs
 from pipeline.format import megatron
 from pipeline.format.manifest import ManifestError
-
-LOG = logging.getLogger("pipeline")
 
 
 def data_path_line(output_dir: str, epochs: str | None = None, style: str = "megatron") -> str:
@@ -37,16 +34,23 @@ def data_path_line(output_dir: str, epochs: str | None = None, style: str = "meg
     return megatron.data_path(pairs, megatron.prefix_root(output_dir), style)
 
 
-def cli(argv: list[str] | None = None) -> int:
-    """Print the line; exit status 2 with one line for a mistake."""
+def build_parser() -> ArgumentParser:
+    """The command's flags."""
     parser = ArgumentParser(prog="pile-pipeline data-path", description=__doc__)
     parser.add_argument("output_dir", help="the output directory of a run with --output_format megatron")
     parser.add_argument("--epochs", metavar="SPEC",
-                        help="per-subset epochs as weights: 'pile_paper' or 'Name=2,Other=1.5' (needs --per_subset)")
+                        help="per-subset epochs as weights: 'pile_paper' or 'Name=2,Other=1.5' (an output written "
+                        "with --per_subset) (default: none, token counts alone)")
     parser.add_argument("--style", choices=("megatron", "nemo"), default="megatron",
-                        help="megatron: `W1 P1 W2 P2 ...` for --data-path; nemo: `[W1,P1,...]` for data_prefix")
+                        help="megatron: `W1 P1 W2 P2 ...` for --data-path; nemo: `[W1,P1,...]` for data_prefix "
+                        "(default: megatron)")
+    return parser
+
+
+def cli(argv: list[str] | None = None) -> int:
+    """Print the line; exit status 2 with one line for a mistake."""
     try:
-        args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+        args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
         print(data_path_line(args.output_dir, args.epochs, args.style))
     except (UsageError, ValueError, ManifestError) as e:
         print(f"pile-pipeline data-path: {e}", file=sys.stderr)
