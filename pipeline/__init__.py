@@ -3,7 +3,8 @@
 Layers, lowest first; a module imports only from its own layer or lower ones:
 
     core      pure algorithms and rules (documents, packing, shuffle, epochs, hashing, options)
-    format    the output format: records, TFRecord framing, the manifest (writer <-> reader contract)
+    format    the output format: records, TFRecord framing, the manifest (writer <-> reader contract),
+              Megatron's indexed dataset (--output_format megatron)
     io        inputs, atomic publishing, spill files, locations and credentials
     tokenize  SentencePiece models, fast engines and their self-check, training, reports
     config    the job's options

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Set up .venv (and the Horovod training environment .venv-hvd), lint, and run the test suite:
-# everything on TF 2.21 in .venv, then the model and trainer tests again on TF 2.15 in .venv-hvd.
+# Set up .venv (and the Horovod training environment .venv-hvd, the Megatron one .venv-megatron), lint,
+# and run the test suite: everything on TF 2.21 in .venv, then the model and trainer tests again on
+# TF 2.15 in .venv-hvd; tests/test_megatron_compat.py reads our Megatron output in .venv-megatron.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
 bash scripts/setup_env.sh
 bash scripts/setup_horovod_env.sh
+bash scripts/setup_megatron_env.sh
 export TF_CPP_MIN_LOG_LEVEL=2
 # Parity tests of the fast tokenizer backends must run, not skip, wherever the suite runs.
 export PILE_REQUIRE_FAST_BACKENDS=1

@@ -8,7 +8,7 @@ import logging
 import apache_beam as beam
 import numpy as np
 
-from pipeline.beam import transforms
+from pipeline.beam import megatron, transforms
 from pipeline.beam.execution import Execution, balance, file_sizes
 from pipeline.beam.progress import Reporter
 from pipeline.config.job import PipelineConfig
@@ -58,9 +58,28 @@ def resolve_job(config: PipelineConfig, input_files: list[str], special: Special
                execution or Execution())
 
 
+def tokenizer_json(job: Job) -> dict:
+    """The manifest's `tokenizer`: the model file, its hash, special ids and policy, the backend."""
+    special = job.special
+    return {
+        "model": job.config.tokenizer_model.rsplit("/", 1)[-1],
+        "sha256": job.tokenizer_sha256,
+        "vocab_size": special.vocab_size,
+        "bos_id": special.bos_id,
+        "eos_id": special.eos_id,
+        "pad_id": special.pad_id,
+        "unk_id": special.unk_id,
+        "add_bos": special.add_bos,
+        "add_eos": special.add_eos,
+        "separator_id": special.separator_id,
+        "padding_id": special.padding_id,
+        "backend": job.backend.to_json(),
+    }
+
+
 def build_manifest(job: Job, shards: list[dict], stats: dict, dead_letters: list[dict], num_shards: int) -> dict:
     """The manifest's content (pure, so tests can check it without Beam)."""
-    cfg, special = job.config, job.special
+    cfg = job.config
     shards = sorted(shards, key=lambda s: s["path"])
     packing_stats = stats.get("packing", {})
     subsets = stats.get("subsets", {})
@@ -79,20 +98,7 @@ def build_manifest(job: Job, shards: list[dict], stats: dict, dead_letters: list
             "split": cfg.split,
             "seq_len": cfg.seq_len,
             "features": records.feature_spec(cfg.seq_len, job.token_dtype, cfg.document_boundaries),
-            "tokenizer": {
-                "model": cfg.tokenizer_model.rsplit("/", 1)[-1],
-                "sha256": job.tokenizer_sha256,
-                "vocab_size": special.vocab_size,
-                "bos_id": special.bos_id,
-                "eos_id": special.eos_id,
-                "pad_id": special.pad_id,
-                "unk_id": special.unk_id,
-                "add_bos": special.add_bos,
-                "add_eos": special.add_eos,
-                "separator_id": special.separator_id,
-                "padding_id": special.padding_id,
-                "backend": job.backend.to_json(),
-            },
+            "tokenizer": tokenizer_json(job),
             "shards": shards,
             "totals": {
                 "records": num_records,
@@ -161,6 +167,10 @@ def build_pipeline(p: beam.Pipeline, job: Job) -> None:
     """Add the whole job to `p`: read -> fan out -> tokenize/pack -> shuffle into shards -> manifest."""
     cfg, spill_dir = job.config, job.execution.spill_dir
     chunks, read_stats = _chunks(p, job)
+    if cfg.output_format == "megatron":
+        # Megatron's indexed dataset: documents, not packed records (pipeline/beam/megatron.py).
+        megatron.build_megatron(p, job, chunks, read_stats, tokenizer_json(job), _reporter(job))
+        return
     processed = chunks | "TokenizeAndPack" >> beam.ParDo(
         transforms.ProcessChunkFn(cfg, job.special, job.backend.name, job.execution.encode_threads, spill_dir,
                                   _reporter(job))

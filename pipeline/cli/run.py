@@ -30,6 +30,7 @@ from pipeline.beam.progress import Monitor
 from pipeline.beam.remote import check_workers_can_read, workers_of
 from pipeline.config.job import PipelineConfig
 from pipeline.core.options import ArgumentParser, UsageError, add_options, parse_command_line, values_from
+from pipeline.format import megatron
 from pipeline.format.manifest import ManifestError, load_manifest
 from pipeline.format.summary import format_summary
 from pipeline.io.inputs import expand_inputs
@@ -112,6 +113,10 @@ def main(argv: list[str] | None = None) -> dict | None:
         LOG.info("%s: the job was translated for %s, not run%s", "dry run" if dry_run else "jar",
                  runner, f"; wrote {executable}" if executable else "")
         return None
+    if config.output_format == "megatron":
+        manifest = megatron.load_manifest(config.output_dir)
+        print(megatron.format_summary(manifest, time.monotonic() - start, megatron.prefix_root(config.output_dir)))
+        return manifest
     manifest = load_manifest(config.output_dir)
     print(format_summary(manifest, time.monotonic() - start, output_dir=redact_url(config.output_dir)))
     return manifest

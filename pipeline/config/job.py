@@ -29,6 +29,7 @@ CORRUPT_FILE_POLICIES = ("fail", "skip")
 VERIFY_TOKENIZER_MODES = ("off", "dead_letter", "fail")
 FAN_OUT_CHOICES = ("auto", "yes", "no")  # pipeline/beam/execution.py
 SUBSET_NAME_CHOICES = ("pile", "any")
+OUTPUT_FORMATS = ("tfrecord", "megatron")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +96,16 @@ class PipelineConfig:
     progress_every: float = option(
         10.0, recorded=False,
         help="seconds between progress lines on DirectRunner (0: none); a progress bar instead on a terminal")
+    # Not in `recorded`: a TFRecord output does not depend on them; the Megatron manifest records
+    # them itself (pipeline/beam/megatron.py).
+    output_format: str = option(
+        "tfrecord", choices=OUTPUT_FORMATS, recorded=False,
+        help="tfrecord: packed records for the tf.data reader; megatron: Megatron's indexed dataset "
+        "(.bin + .idx, one document per sequence) for Megatron-LM and NeMo (docs/megatron.md)")
+    per_subset: bool = option(
+        False, recorded=False,
+        help="megatron: separate .bin/.idx files per subset, so that a blend can weigh subsets "
+        "(pile-pipeline data-path --epochs pile_paper)")
 
     def __post_init__(self):
         if not self.inputs:
@@ -126,6 +137,13 @@ class PipelineConfig:
             raise ValueError("--chunk_mb and --max_line_mb must be > 0")
         if self.progress_every < 0:
             raise ValueError("--progress_every must be >= 0 (0: no progress lines)")
+        if self.output_format not in OUTPUT_FORMATS:
+            raise ValueError(f"--output_format must be one of {', '.join(OUTPUT_FORMATS)}; got {self.output_format!r}")
+        if self.per_subset and self.output_format != "megatron":
+            raise ValueError("--per_subset needs --output_format megatron")
+        if self.document_boundaries and self.output_format == "megatron":
+            raise ValueError("--document_boundaries is for packed TFRecords: the Megatron output keeps one "
+                             "document per sequence (Megatron's GPTDataset packs and can reset positions)")
 
     @property
     def schema(self) -> Schema:

@@ -44,8 +44,11 @@ def serialize(manifest: dict) -> str:
     return json.dumps(manifest, indent=1, sort_keys=True) + "\n"
 
 
-def load_manifest(path_or_dir: str) -> dict:
-    """Read and check a manifest; accepts the output directory or the manifest file itself."""
+def load_manifest(path_or_dir: str, fmt: str = FORMAT, version: int = FORMAT_VERSION) -> dict:
+    """Read and check a manifest; accepts the output directory or the manifest file itself.
+
+    `fmt` and `version`: what the caller reads (a Megatron output has its own, pipeline/format/megatron.py).
+    """
     path = path_or_dir if path_or_dir.endswith(".json") else manifest_path(path_or_dir)
     fs, fs_path = fsspec.core.url_to_fs(path)
     # A cached listing (s3fs keeps one per directory) may predate the job's last write.
@@ -60,12 +63,12 @@ def load_manifest(path_or_dir: str) -> dict:
             manifest = json.load(f)
         except json.JSONDecodeError as e:
             raise ManifestError(f"{path} is not valid JSON: {e}") from e
-    if manifest.get("format") != FORMAT:
-        raise ManifestError(f"{path}: format {manifest.get('format')!r}, expected {FORMAT!r}")
-    if manifest.get("format_version") != FORMAT_VERSION:
+    if manifest.get("format") != fmt:
+        raise ManifestError(f"{path}: format {manifest.get('format')!r}, expected {fmt!r}")
+    if manifest.get("format_version") != version:
         raise ManifestError(
             f"{path}: format_version {manifest.get('format_version')!r}; this reader understands "
-            f"{FORMAT_VERSION}. Upgrade the reader or re-run the pipeline."
+            f"{version}. Upgrade the reader or re-run the pipeline."
         )
     for shard in manifest["shards"]:
         rel = shard["path"]

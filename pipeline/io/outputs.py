@@ -3,6 +3,7 @@
 out/
 manifest.json                          written last; readers trust only what it lists
 train-00000-of-00042.tfrecord ...      shards
+train-00000-of-00042.bin/.idx ...      shards of a Megatron output (pipeline/format/megatron.py)
 dead_letters/train-00001-00000.jsonl   malformed lines of input file 1, chunks 0-63
 .NAME.tmp-<uuid>                       temporary names (pipeline.io.publish), spill directory
 """
@@ -21,7 +22,8 @@ from pipeline.io.urls import redact_url
 
 DEAD_LETTER_DIR = "dead_letters"
 # Everything a run of ours may leave in an output directory.
-_OURS = re.compile(r"^(manifest\.json|[A-Za-z0-9_]+-\d{5}-of-\d{5}\.tfrecord|" + DEAD_LETTER_DIR + r")$")
+_OURS = re.compile(r"^(manifest\.json|[A-Za-z0-9_]+-\d{5}-of-\d{5}\.tfrecord|" + DEAD_LETTER_DIR + r"|"
+                   r"[A-Za-z0-9_]+(-[A-Za-z0-9_]+)?-\d{5}-of-\d{5}\.(bin|idx))$")  # the Megatron output's pairs
 
 
 def shard_name(split: str, index: int, count: int) -> str:

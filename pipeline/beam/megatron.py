@@ -1,0 +1,379 @@
+"""`--output_format megatron`: the job's documents written as Megatron's indexed dataset, in shards.
+
+Reading, validation, dead letters, subset selection, epochs, BOS/EOS and the tokenizer backends are
+the TFRecord job's (pipeline/beam/job.py hands over its chunks); instead of packing, every kept
+document becomes one sequence `[BOS] ids EOS` (pipeline/format/megatron.py has the format).
+
+Order: within a group of shards (the whole output, or one subset with --per_subset), documents are
+in input order: epoch copy, input file (sorted paths), line. Copy 0 is exactly what Megatron's
+`preprocess_data.py --append-eod` writes for the input files in that order; `GPTDataset` shuffles
+documents and samples at train time with its own seed, so a shuffle here would add nothing (and
+would lose that equality). The order depends on nothing but the input and the config: the same
+bytes on every runner and any number of workers.
+
+Element shapes:
+  Chunk                          -> TokenizeDocumentsFn -> (source, Documents)
+                                                          + counts {group: [k, 3] (source key, documents, bytes)}
+                                                          + dead letters ((file, chunk), dict) + stats
+  (source, Documents) + layout   -> AssignShardsFn      -> ((group, slot), (first, Documents)) + (group, slot)
+  ((group, slot), [(first, Documents)]) + names -> WriteShardFn -> shard info dict
+source = (group, copy, file_index, chunk_index); group: the subset's name with --per_subset, else "".
+Documents: the documents' token bytes back to back, one element for many documents: a
+FramedRecords (pipeline/format/framing.py: any byte strings back to back) or, with a spill
+directory, a SpilledRecords reference to the same bytes (pipeline/io/spill.py).
+first: the group-wide index of the block's first document. slot: where in the group's byte stream
+a document starts, // shard bytes; `names` gives the slots that hold documents dense shard names.
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+import tempfile
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.metrics import Metrics
+
+from pipeline.beam import transforms
+from pipeline.beam.progress import Reporter
+from pipeline.config.job import PipelineConfig
+from pipeline.core import documents, packing
+from pipeline.core.epochs import copies_of
+from pipeline.core.stats import merge_into, merge_stats, sorted_dict
+from pipeline.core.versions import created_by
+from pipeline.format import megatron as fmt
+from pipeline.format.framing import FramedRecords
+from pipeline.io.outputs import write_manifest
+from pipeline.io.publish import publish
+from pipeline.io.spill import SpilledRecords, SpillWriter, load
+from pipeline.io.urls import redact_url
+from pipeline.tokenize.engines import Encoder, TokenizerMismatch
+from pipeline.tokenize.model import SpecialIds
+
+LOG = logging.getLogger(__name__)
+NO_TOKENS = "no_tokens"  # filter reason: text that encodes to no ids (preprocess_data.py writes nothing for it)
+USED = "used"
+COPY_BYTES = 8 << 20  # read size when copying a shard out of its spool
+# Options of the TFRecord job's packing: they do not change a Megatron output, so its config leaves them out.
+PACKING_ONLY = ("seq_len", "remainder", "document_boundaries")
+
+
+def _counter(name: str):
+    return Metrics.counter(transforms.NAMESPACE, name)
+
+
+def _sizes(block: FramedRecords | SpilledRecords) -> np.ndarray:
+    """Byte size of each document of a block."""
+    if isinstance(block, SpilledRecords):
+        return block.ends - block.starts
+    return np.diff(block.ends, prepend=0)
+
+
+class TokenizeDocumentsFn(beam.DoFn):
+    """Chunk -> the kept documents' tokens, one block per (group, epoch copy); see the module docstring."""
+
+    def __init__(self, config: PipelineConfig, special: SpecialIds, backend: str = "sentencepiece",
+                 encode_threads: int | None = None, spill_dir: str | None = None, progress: Reporter | None = None):
+        self._config = config
+        self._special = special
+        self._encoder = Encoder(config.tokenizer_model, backend, verify=config.verify_tokenizer != "off",
+                                threads=encode_threads)
+        self._selected = config.selection()
+        self._schema = config.schema
+        self._progress = progress or Reporter()
+        self._dtype = fmt.token_dtype(special.vocab_size)
+        self._spill_dir = spill_dir
+        self._spill = None
+        self._docs = _counter("documents_kept")
+        self._tokens = _counter("tokens")
+        self._dead = _counter("dead_letters")
+        self._filtered = _counter("documents_filtered")
+
+    def setup(self):
+        self._encoder.load()
+
+    def finish_bundle(self):
+        self._progress.flush()
+
+    def teardown(self):
+        self._progress.close()
+        if self._spill is not None:
+            self._spill.close()
+
+    def _emit(self, block: FramedRecords):
+        if self._spill_dir is None:
+            return block
+        if self._spill is None:
+            self._spill = SpillWriter(self._spill_dir)
+        return self._spill.write(block)
+
+    def _dead_letter(self, chunk, line: documents.Line, reason: str, detail: str, dead: dict):
+        # The same records as the TFRecord job's (tests/test_megatron_output.py compares them).
+        dead[reason] = dead.get(reason, 0) + 1
+        self._dead.inc()
+        return beam.pvalue.TaggedOutput(transforms.DEAD_LETTERS, (
+            (chunk.file_index, chunk.chunk_index),
+            {"file": redact_url(chunk.path), "file_index": chunk.file_index, "line": line.number,
+             "offset": line.offset, "reason": reason, "detail": detail[:200], "prefix": documents.line_prefix(line)},
+        ))
+
+    def process(self, chunk):
+        cfg, special = self._config, self._special
+        subsets: dict = {}
+        dead: dict[str, int] = {}
+        file_stats = documents.file_stats()
+        texts, kept = [], []  # kept: (subset, line)
+        for line in chunk.lines:
+            try:
+                doc = documents.validate(line, cfg.max_line_bytes, self._schema, file_stats)
+            except documents.BadRecord as bad:
+                yield self._dead_letter(chunk, line, bad.reason, bad.detail, dead)
+                continue
+            text, subset = doc.text, doc.subset
+            s = subsets.setdefault(subset, {"documents": 0, "kept": 0, "filtered": {}, "text_bytes": 0})
+            s["documents"] += 1
+            reason = documents.filter_reason(text, subset, self._selected)
+            if reason:
+                s["filtered"][reason] = s["filtered"].get(reason, 0) + 1
+                self._filtered.inc()
+                continue
+            s["kept"] += 1
+            s["text_bytes"] += len(line.data)
+            texts.append(text)
+            kept.append((subset, line))
+
+        # Every kept document's ids in one flat array: document i is ids[offsets[i]:offsets[i + 1]].
+        ids, offsets, mismatches = self._encoder.encode_verified(texts)
+        copies = np.array([copies_of(cfg.epochs_of(subset), cfg.seed, chunk.file_index, line.number)
+                           for subset, line in kept], np.int64)
+        lengths = np.diff(offsets)
+
+        def unkeep(i: int) -> dict:
+            s = subsets[kept[i][0]]
+            s["kept"] -= 1
+            s["text_bytes"] -= len(kept[i][1].data)
+            copies[i] = -1  # never written
+            return s
+
+        for i, detail in mismatches:  # only with --verify_tokenizer: the fast backend disagreed with SentencePiece
+            if cfg.verify_tokenizer == "fail":
+                raise TokenizerMismatch(f"{redact_url(chunk.path)} line {kept[i][1].number}: {detail}")
+            unkeep(i)["documents"] -= 1
+            yield self._dead_letter(chunk, kept[i][1], "tokenizer_mismatch", detail, dead)
+        for i in np.flatnonzero((lengths == 0) & (copies >= 0)).tolist():
+            filtered = unkeep(i)["filtered"]
+            filtered[NO_TOKENS] = filtered.get(NO_TOKENS, 0) + 1
+            self._filtered.inc()
+
+        sizes = lengths + special.add_bos + special.add_eos  # tokens per written document
+        for (subset, _), size, count in zip(kept, sizes.tolist(), copies.tolist(), strict=True):
+            if count >= 0:
+                s = subsets[subset]
+                s["tokens"] = s.get("tokens", 0) + size
+                s["tokens_with_epochs"] = s.get("tokens_with_epochs", 0) + count * size
+        self._docs.inc(int((copies >= 0).sum()))
+
+        groups = np.array([subset if cfg.per_subset else "" for subset, _ in kept], object)
+        itemsize = self._dtype.itemsize
+        counts: dict[str, list] = {}
+        for group in sorted(set(groups[copies > 0].tolist())):
+            in_group = groups == group
+            for copy in range(int(copies[in_group].max())):
+                chosen = in_group & (copies > copy)
+                stream = packing.build_stream_flat(
+                    ids, offsets, chosen, bos_id=special.bos_id if special.add_bos else None,
+                    eos_id=special.eos_id if special.add_eos else None, separator_id=special.separator_id,
+                )
+                nbytes = sizes[chosen].astype(np.int64) * itemsize
+                block = FramedRecords(stream.labels.astype(self._dtype).tobytes(), np.cumsum(nbytes))
+                source = (group, copy, chunk.file_index, chunk.chunk_index)
+                self._tokens.inc(len(stream.labels))
+                yield source, self._emit(block)
+                counts.setdefault(group, []).append((fmt.source_key(*source[1:]), len(nbytes),
+                                                     int(nbytes.sum()) + fmt.INDEX_BYTES_PER_DOCUMENT * len(nbytes)))
+        if counts:
+            yield beam.pvalue.TaggedOutput(transforms.COUNTS, {g: np.array(c, np.int64) for g, c in counts.items()})
+        yield beam.pvalue.TaggedOutput(transforms.STATS, {"subsets": subsets, "dead_letters": dead,
+                                                          "lines": len(chunk.lines),
+                                                          "inputs": {f"{chunk.file_index:05d}": file_stats}})
+        written = copies >= 0
+        self._progress.add(done=chunk.input_bytes, docs=int(written.sum()), tokens=int(sizes[written].sum()))
+
+
+class AssignShardsFn(beam.DoFn):
+    """(source, Documents) + layout -> ((group, slot), (first, Documents)) per shard touched, + (group, slot)."""
+
+    def __init__(self, shard_bytes: int):
+        self._shard_bytes = shard_bytes
+
+    def process(self, element, layout: fmt.Layout):
+        source, block = element
+        first_document, first_byte = layout.offsets(source[0], fmt.source_key(*source[1:]))
+        slots = fmt.shard_slots(first_byte, _sizes(block) + fmt.INDEX_BYTES_PER_DOCUMENT, self._shard_bytes)
+        for slot in np.unique(slots).tolist():
+            members = np.flatnonzero(slots == slot)  # consecutive: slots never decrease
+            part = block if len(members) == len(block) else block.take(members.tolist())
+            yield (source[0], slot), (first_document + int(members[0]), part)
+            yield beam.pvalue.TaggedOutput(USED, (source[0], slot))
+
+
+class WriteShardFn(beam.DoFn):
+    """((group, slot), [(first, Documents)]) + names -> P.bin, then P.idx (each temp file + rename); info.
+
+    The runner hands the blocks over in any order, and on a distributed runner a group is the whole
+    shard: each block goes once to a local temporary file as it arrives, and the .bin is copied out
+    of it in document order. The writer holds one block, the blocks' places and the shard's sequence
+    lengths (8 bytes per document), whatever the shard's size.
+    """
+
+    def __init__(self, config: PipelineConfig, dtype: np.dtype):
+        self._config = config
+        self._dtype = np.dtype(dtype)
+
+    def process(self, element, names):
+        (group, slot), blocks = element
+        with tempfile.TemporaryFile(prefix="pile-pipeline-shard-") as spool:
+            places = []  # (first document, offset in the spool, bytes, per-document bytes)
+            for first, block in blocks:
+                records = load(block)
+                places.append((first, spool.tell(), len(records.data), np.diff(records.ends, prepend=0)))
+                spool.write(records.data)
+            places.sort(key=lambda p: p[0])
+            expected = places[0][0]
+            for first, _, _, sizes in places:  # the shard's documents follow each other, no gap, no repeat
+                if first != expected:
+                    raise RuntimeError(
+                        f"shard ({group}, {slot}): documents {expected}..{first} are missing or repeated")
+                expected = first + len(sizes)
+            lengths = np.concatenate([sizes for *_, sizes in places]) // self._dtype.itemsize
+            prefix = names[(group, slot)]
+
+            def parts():
+                for _, offset, size, _ in places:
+                    spool.seek(offset)
+                    while size:
+                        data = spool.read(min(size, COPY_BYTES))
+                        size -= len(data)
+                        yield data
+
+            root = self._config.output_dir
+            bin_bytes, bin_sha = publish(posixpath.join(root, f"{prefix}.bin"), parts())
+        idx_bytes, idx_sha = publish(posixpath.join(root, f"{prefix}.idx"), fmt.index_parts(lengths, self._dtype))
+        _counter("shards_written").inc()
+        LOG.info("wrote %s.bin/.idx: %d documents, %.1f MB", prefix, len(lengths), bin_bytes / 1e6)
+        yield {"path": prefix, "subset": group or None, "documents": len(lengths), "tokens": int(lengths.sum()),
+               "bin": {"path": f"{prefix}.bin", "bytes": bin_bytes, "sha256": bin_sha},
+               "idx": {"path": f"{prefix}.idx", "bytes": idx_bytes, "sha256": idx_sha}}
+
+
+def recorded_config(config: PipelineConfig) -> dict:
+    """The options that decide a Megatron output's bytes: the manifest's `config`."""
+    out = {k: v for k, v in config.to_json().items() if k not in PACKING_ONLY}
+    out.update(output_format=config.output_format, per_subset=config.per_subset)
+    return out
+
+
+def build_manifest(config: PipelineConfig, tokenizer: dict, dtype: np.dtype, shards: list[dict], stats: dict,
+                   dead_letters: list[dict]) -> dict:
+    """The manifest of a Megatron output (pure, so tests can check it without Beam)."""
+    shards = sorted(shards, key=lambda s: s["path"])
+    subsets = stats.get("subsets", {})
+    selection = config.selection()
+    for name, s in subsets.items():
+        s["epochs"] = config.epochs_of(name)
+        s["selected"] = name in selection
+    inputs = stats.get("inputs", {})
+    manifest = {
+        "format": fmt.FORMAT,
+        "format_version": fmt.FORMAT_VERSION,
+        "created_by": created_by(),
+        "split": config.split,
+        "megatron": {
+            "dtype": np.dtype(dtype).name,
+            "dtype_code": fmt.dtype_code(dtype),
+            "per_subset": config.per_subset,
+            "order": "input order within each group of shards: epoch copy, input file, line",
+        },
+        "tokenizer": tokenizer,
+        "shards": shards,
+        "totals": {
+            "documents": sum(s["documents"] for s in shards),
+            "tokens": sum(s["tokens"] for s in shards),
+            "bytes": sum(s["bin"]["bytes"] + s["idx"]["bytes"] for s in shards),
+            "documents_kept": sum(s.get("kept", 0) for s in subsets.values()),
+            "lines": stats.get("lines", 0),
+        },
+        "subsets": subsets,
+        "dead_letters": {
+            "by_reason": stats.get("dead_letters", {}),
+            "records": sum(d["records"] for d in dead_letters),
+            "files": sorted(dead_letters, key=lambda d: d["path"]),
+        },
+        # Validation's per-file counts are there for every file, read or empty.
+        "inputs": [merge_into(documents.file_stats(), inputs[k]) for k in sorted(inputs)],
+        "config": recorded_config(config),
+    }
+    # Relative prefixes: usable from the output directory; `pile-pipeline data-path` gives full ones.
+    manifest["megatron"]["data_path"] = fmt.data_path(fmt.blend(manifest))
+    return sorted_dict(manifest)
+
+
+def build_megatron(p: beam.Pipeline, job, chunks, read_stats, tokenizer: dict, progress: Reporter) -> None:
+    """Add the Megatron writer to `p`: chunks -> documents -> shards of .bin/.idx -> manifest.
+
+    `job` is the pipeline.beam.job.Job being built, `chunks` and `read_stats` its read stage's
+    outputs, `tokenizer` the manifest's tokenizer entry, `progress` where workers report progress.
+    """
+    cfg, spill_dir = job.config, job.execution.spill_dir
+    dtype = fmt.token_dtype(job.special.vocab_size)
+    docs = chunks | "TokenizeDocuments" >> beam.ParDo(
+        TokenizeDocumentsFn(cfg, job.special, job.backend.name, job.execution.encode_threads, spill_dir, progress)
+    ).with_outputs(transforms.DEAD_LETTERS, transforms.STATS, transforms.COUNTS, main="documents")
+    layout = (
+        docs[transforms.COUNTS]
+        | "CollectCounts" >> beam.combiners.ToList()
+        | "PlanLayout" >> beam.Map(fmt.Layout.from_counts)
+    )
+    assigned = docs.documents | "AssignShards" >> beam.ParDo(
+        AssignShardsFn(cfg.shard_bytes), beam.pvalue.AsSingleton(layout)).with_outputs(USED, main="documents")
+    names = (
+        assigned[USED]
+        | "UsedSlots" >> beam.Distinct()
+        | "CollectSlots" >> beam.combiners.ToList()
+        | "NameShards" >> beam.Map(fmt.shard_names, cfg.split)
+    )
+    shards = (
+        assigned.documents
+        # ((group, slot), [(first, Documents)]): with a spill_dir, references only
+        | "GroupByShard" >> beam.GroupByKey()
+        | "WriteShards" >> beam.ParDo(WriteShardFn(cfg, dtype), beam.pvalue.AsSingleton(names))
+    )
+    dead = (
+        docs[transforms.DEAD_LETTERS]
+        | "GroupDeadLetters" >> beam.GroupByKey()  # ((file_index, chunk_index), [dict])
+        | "WriteDeadLetters" >> transforms.WriteDeadLetters(cfg)
+    )
+    stats = (
+        (read_stats, docs[transforms.STATS])
+        | "AllStats" >> beam.Flatten()
+        | "SumStats" >> beam.CombineGlobally(merge_stats)
+    )
+    # The manifest is written last: its side inputs exist only once every shard has been written.
+    _ = (
+        p
+        | "ManifestTrigger" >> beam.Create([None])
+        | "WriteManifest" >> beam.Map(
+            _write_manifest, cfg, tokenizer, dtype,
+            shards=beam.pvalue.AsList(shards), stats=beam.pvalue.AsSingleton(stats),
+            dead_letters=beam.pvalue.AsList(dead),
+        )
+    )
+
+
+def _write_manifest(_, config, tokenizer, dtype, shards, stats, dead_letters) -> str:
+    manifest = build_manifest(config, tokenizer, dtype, list(shards), stats, list(dead_letters))
+    path = write_manifest(config.output_dir, manifest)
+    LOG.info("wrote %s: %d .bin/.idx pairs, %d documents", path, len(manifest["shards"]),
+             manifest["totals"]["documents"])
+    return path
