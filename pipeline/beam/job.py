@@ -16,7 +16,7 @@ from pipeline.core.versions import created_by
 from pipeline.format import framing, records
 from pipeline.format import manifest as manifest_lib
 from pipeline.io.files import sha256_of
-from pipeline.io.outputs import write_manifest
+from pipeline.io.outputs import commit_output, new_run_id
 from pipeline.tokenize.model import SpecialIds
 from pipeline.tokenize.self_check import BackendChoice, choose_backend
 
@@ -25,7 +25,10 @@ LOG = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True)
 class Job:
-    """What the driver resolved before building: the config, the expanded inputs, the model facts."""
+    """What the driver resolved before building: the config, the expanded inputs, the model facts.
+
+    run_id names the directory this run writes its files into (pipeline/io/outputs.py).
+    """
 
     config: PipelineConfig
     input_files: tuple[str, ...]
@@ -33,6 +36,7 @@ class Job:
     tokenizer_sha256: str
     backend: BackendChoice
     execution: Execution = Execution()
+    run_id: str = ""
 
     @property
     def token_dtype(self) -> np.dtype:
@@ -46,11 +50,11 @@ class Job:
 
 
 def resolve_job(config: PipelineConfig, input_files: list[str], special: SpecialIds,
-                execution: Execution | None = None) -> Job:
+                execution: Execution | None = None, run_id: str | None = None) -> Job:
     """Bundle what the pipeline needs to know up front (including the tokenizer backend check)."""
     backend = choose_backend(config.tokenizer_backend, config.tokenizer_model, input_files)
     return Job(config, tuple(input_files), special, sha256_of(config.tokenizer_model), backend,
-               execution or Execution())
+               execution or Execution(), run_id or new_run_id())
 
 
 def build_manifest(job: Job, shards: list[dict], stats: dict, dead_letters: list[dict], layout: dict) -> dict:
@@ -70,6 +74,7 @@ def build_manifest(job: Job, shards: list[dict], stats: dict, dead_letters: list
             "format": manifest_lib.FORMAT,
             "format_version": manifest_lib.FORMAT_VERSION,
             "created_by": created_by(),
+            "run_id": job.run_id,
             "split": cfg.split,
             "seq_len": cfg.seq_len,
             "features": records.feature_spec(cfg.seq_len, job.token_dtype, cfg.document_boundaries),
@@ -178,12 +183,12 @@ def build_pipeline(p: beam.Pipeline, job: Job) -> None:
         all_records
         | "AssignShards" >> beam.ParDo(transforms.AssignShardsFn(cfg.seed), layout_side)
         | "GroupByShard" >> beam.GroupByKey()  # (shard, [(positions, records)]): references only, with a spill_dir
-        | "WriteShards" >> beam.ParDo(transforms.WriteShardFn(cfg), layout_side)
+        | "WriteShards" >> beam.ParDo(transforms.WriteShardFn(cfg, job.run_id), layout_side)
     )
     dead = (
         processed[transforms.DEAD_LETTERS]
         | "GroupDeadLetters" >> beam.GroupByKey()  # ((file_index, chunk_index), [dict])
-        | "WriteDeadLetters" >> beam.ParDo(transforms.WriteDeadLettersFn(cfg))
+        | "WriteDeadLetters" >> beam.ParDo(transforms.WriteDeadLettersFn(cfg, job.run_id))
     )
     stats = (
         (read_stats, processed[transforms.STATS], file_tails[transforms.STATS], final[transforms.STATS])
@@ -191,6 +196,7 @@ def build_pipeline(p: beam.Pipeline, job: Job) -> None:
         | "SumStats" >> beam.CombineGlobally(merge_stats)
     )
     # The manifest is written last: its side inputs exist only once every shard has been written.
+    # An output that must not be used (no records, too many dead letters) gets no manifest.
     _ = (
         p
         | "ManifestTrigger" >> beam.Create([None])
@@ -208,6 +214,6 @@ def build_pipeline(p: beam.Pipeline, job: Job) -> None:
 
 def _write_manifest(_, job: Job, shards, stats, dead_letters, layout) -> str:
     manifest = build_manifest(job, list(shards), stats, list(dead_letters), layout)
-    path = write_manifest(job.config.output_dir, manifest)
+    path = commit_output(job.config.output_dir, manifest, job.config.max_dead_letter_fraction)
     LOG.info("wrote %s: %d shards, %d records", path, len(manifest["shards"]), manifest["totals"]["records"])
     return path

@@ -326,18 +326,20 @@ class WriteShardFn(beam.DoFn):
     """(shard, [(positions, Records)]) -> shard info; records in permuted order, temp file + rename.
 
     Records are copied one at a time from their blocks (or spill files) to the file: the writer holds
-    the blocks it was given (only references, with spill files) and one record.
+    the blocks it was given (only references, with spill files) and one record. Shards go into the
+    run's own directory (pipeline/io/outputs.py).
     """
 
-    def __init__(self, config: PipelineConfig):
+    def __init__(self, config: PipelineConfig, run_id: str):
         self._config = config
+        self._run_id = run_id
 
     def process(self, element, layout):
         shard, groups = element
         groups = list(groups)
         owner, index = shard_order(groups)
         blocks = [recs for _, recs in groups]
-        name = outputs.shard_name(self._config.split, shard, layout["num_shards"])
+        name = outputs.run_path(self._run_id, outputs.shard_name(self._config.split, shard, layout["num_shards"]))
         with RecordReader() as reader:
             parts = (reader.read(blocks[g], i) for g, i in zip(owner.tolist(), index.tolist(), strict=True))
             size, sha = publish(posixpath.join(self._config.output_dir, name), parts)
@@ -348,14 +350,15 @@ class WriteShardFn(beam.DoFn):
 
 
 class WriteDeadLettersFn(beam.DoFn):
-    """((file, chunk), [dead-letter dict]) -> info of dead_letters/<split>-<file>-<chunk>.jsonl."""
+    """((file, chunk), [dead-letter dict]) -> info of run-<id>/dead_letters/<split>-<file>-<chunk>.jsonl."""
 
-    def __init__(self, config: PipelineConfig):
+    def __init__(self, config: PipelineConfig, run_id: str):
         self._config = config
+        self._run_id = run_id
 
     def process(self, element):
         (file_index, chunk_index), items = element
         lines = outputs.dead_letter_lines(list(items))
-        name = outputs.dead_letter_name(self._config.split, file_index, chunk_index)
+        name = outputs.run_path(self._run_id, outputs.dead_letter_name(self._config.split, file_index, chunk_index))
         size, sha = publish(posixpath.join(self._config.output_dir, name), lines)
         yield {"path": name, "records": len(lines), "bytes": size, "sha256": sha}
