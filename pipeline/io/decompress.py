@@ -141,7 +141,7 @@ class _FrameWalker:
             raise WindowTooLargeError(
                 f"{self._path}: zstd frame {self._frames} declares a {window / MIB:.1f} MiB window, more "
                 f"than the {self._max_window / MIB:.0f} MiB this job allows{self._hint}; decoding it would "
-                "hold that much memory. Recompress it with a smaller window (zstd --long=27 or less)"
+                "hold that much memory. Recompress it with a smaller window"
             )
 
     def finish(self) -> None:

@@ -186,7 +186,7 @@ def iter_lines(path: str, max_line_bytes: int) -> Iterator[Line]:
     parts: list[bytes] = []  # the current line's pieces so far (at most max_line_bytes)
     held = 0
     oversized = 0  # > 0 once the current line is over the limit: its length so far
-    hint = f"twice --max_line_mb, at least {MIN_WINDOW // MIB} MiB"
+    hint = f"twice --max_line_mb, at least {MIN_WINDOW // MIB} MiB: a larger --max_line_mb allows more"
     with fsspec.open(path, "rb") as raw:
         for block in decompressed_blocks(raw, path, max_window_bytes(max_line_bytes), hint):
             start, size = 0, len(block)

@@ -240,6 +240,16 @@ def commit_output(output_dir: str, manifest: dict, max_dead_letter_fraction: flo
         ConcurrentRunError: another run's manifest is there, or files this one lists are gone.
     """
     check_output(manifest, max_dead_letter_fraction, output_dir)
+    path = write_manifest(output_dir, manifest)
+    _check_listed(output_dir, manifest)
+    return path
+
+
+def write_manifest(output_dir: str, manifest: dict) -> str:
+    """Publish the manifest of an output directory, create-only; returns its path.
+
+    The same bytes there already (a retried step) are fine; another manifest is a ConcurrentRunError.
+    """
     path = manifest_path(output_dir)
     text = serialize(manifest)
     try:
@@ -251,10 +261,9 @@ def commit_output(output_dir: str, manifest: dict, max_dead_letter_fraction: flo
                 other = json.loads(existing).get("run_id", "unknown")
             except ValueError:
                 other = "unknown"
-            mine = f"{redact_url(output_dir).rstrip('/')}/{run_dir(manifest['run_id'])}/"
+            mine = f"{redact_url(output_dir).rstrip('/')}/{run_dir(manifest.get('run_id', ''))}/"
             raise ConcurrentRunError(
                 f"{redact_url(path)}: another run (run {other}) wrote its manifest first. This run's files "
                 f"stay in {mine} (remove them, or the next --overwrite run will)"
             ) from None
-    _check_listed(output_dir, manifest)
     return path

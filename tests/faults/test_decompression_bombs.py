@@ -233,9 +233,10 @@ def test_damaged_headers_are_named(tmp_path):
 def test_a_worker_reading_a_bomb_stays_bounded(tmp_path):
     """End to end: the job's own worker processes, a file that decompresses to 2 GiB from 66 KB.
 
-    Bound: every process of the job (driver and the two workers, each ~300 MiB with Beam and
-    SentencePiece loaded) stays under 1 GiB, while the one line alone is 2 GiB; the line becomes one
-    dead letter of reason line_too_long with its exact length.
+    Bound: every process of the job (the driver and two workers, each ~230 MiB with Beam and
+    SentencePiece loaded, plus the bound above: 26 MiB here) stays under 512 MiB, while the one line
+    alone is 2 GiB (reading it whole took over 4 GiB); the line becomes one dead letter of reason
+    line_too_long with its exact length.
     """
     inp = tmp_path / "in"
     inp.mkdir()
@@ -268,7 +269,7 @@ def test_a_worker_reading_a_bomb_stays_bounded(tmp_path):
     watcher.join()
     assert proc.returncode == 0, stderr[-3000:]
     assert len(peaks) >= 3  # the driver and its two worker processes were watched
-    assert max(peaks.values()) < GIB, {pid: peak // MIB for pid, peak in peaks.items()}
+    assert max(peaks.values()) < 512 * MIB, {pid: peak // MIB for pid, peak in peaks.items()}
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["dead_letters"]["by_reason"] == {"line_too_long": 1}
     (dead,) = manifest["dead_letters"]["files"]
