@@ -5,11 +5,19 @@ val.jsonl.zst and test.jsonl.zst: one `{"text": ..., "meta": {"pile_set_name": .
 every one of the 22 subset names, short and very long documents, code, math, non-ASCII text (CJK,
 accents, emoji). All text is composed here from a seeded generator (no copied text), so the same
 arguments give the same bytes. `--scale` multiplies the size (benchmarks use it).
+
+`python scripts/sample_corpus.py --kind notes OUT_DIR` writes a corpus in a layout of its own
+instead (sample_data/notes/: what a user's JSON lines look like): part-00.jsonl and
+part-01.jsonl.gz, one `{"id": ..., "body": ..., "source": {"name": ..., "url": ...}}` per line,
+subsets "forum", "manuals", "recipes" and one Pile name ("Wikipedia (en)"); some lines have no
+`source` and one has an empty body. Run it with `--text_key body --subset_key source.name
+--subset_names any --default_subset misc`.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import itertools
 import json
 import os
@@ -187,16 +195,60 @@ def write_sample_corpus(out_dir: str, train_files: int = 4, docs_per_file: int =
     return paths
 
 
+NOTES_SUBSETS = ("forum", "manuals", "recipes", "Wikipedia (en)")
+
+
+def _note(rng: random.Random, subset: str) -> str:
+    if subset == "forum":
+        return _chat(rng)
+    if subset == "manuals":
+        return _paragraphs(rng, rng.randint(1, 3)) + "\n\n" + _code(rng)
+    if subset == "recipes":
+        steps = "\n".join(f"{i + 1}. {_sentence(rng)}" for i in range(rng.randint(3, 8)))
+        return f"{_sentence(rng)}\n\nServes {rng.randint(1, 8)}.\n\n{steps}"
+    return _paragraphs(rng, rng.randint(1, 4))
+
+
+def compose_notes(rng: random.Random, num_docs: int, first_id: int = 0) -> list[bytes]:
+    """`num_docs` lines of the notes layout (see the module docstring)."""
+    lines = []
+    for i in range(num_docs):
+        subset = NOTES_SUBSETS[i % len(NOTES_SUBSETS)] if i < len(NOTES_SUBSETS) else rng.choice(NOTES_SUBSETS)
+        line = {"id": f"note-{first_id + i:05d}", "body": _note(rng, subset)}
+        if i % 9 != 8:  # every ninth line has no source: --default_subset names it
+            line["source"] = {"name": subset, "url": f"https://example.com/{subset.split()[0].lower()}/{i}"}
+        lines.append(line)
+    lines.insert(5, {"id": f"note-{first_id + num_docs:05d}", "body": "", "source": {"name": "forum"}})
+    return [json.dumps(line, ensure_ascii=False).encode() for line in lines]
+
+
+def write_notes_corpus(out_dir: str, docs_per_file: int = 60, seed: int = 0) -> list[str]:
+    """Write the notes corpus under `out_dir` (plain and gzip, deterministic); returns the paths."""
+    rng = random.Random(seed)
+    os.makedirs(out_dir, exist_ok=True)
+    paths = [os.path.join(out_dir, "part-00.jsonl"), os.path.join(out_dir, "part-01.jsonl.gz")]
+    for i, path in enumerate(paths):
+        data = b"\n".join(compose_notes(rng, docs_per_file, i * 1000)) + b"\n"
+        with open(path, "wb") as f:
+            f.write(gzip.compress(data, compresslevel=9, mtime=0) if path.endswith(".gz") else data)
+    return paths
+
+
 def main(argv=None) -> None:
     """CLI entry."""
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("out_dir")
+    p.add_argument("--kind", choices=("pile", "notes"), default="pile")
     p.add_argument("--train_files", type=int, default=4)
-    p.add_argument("--docs_per_file", type=int, default=600)
+    p.add_argument("--docs_per_file", type=int, default=None)
     p.add_argument("--scale", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    for path in write_sample_corpus(args.out_dir, args.train_files, args.docs_per_file, args.scale, args.seed):
+    if args.kind == "notes":
+        paths = write_notes_corpus(args.out_dir, args.docs_per_file or 60, args.seed)
+    else:
+        paths = write_sample_corpus(args.out_dir, args.train_files, args.docs_per_file or 600, args.scale, args.seed)
+    for path in paths:
         print(f"{path}: {os.path.getsize(path)} bytes")
 
 

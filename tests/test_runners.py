@@ -39,6 +39,7 @@ from sample_corpus import write_sample_corpus
 from pipeline.beam import options as beam_options
 from pipeline.beam.job import build_pipeline, resolve_job
 from pipeline.cli import run
+from pipeline.core.options import PLACEHOLDER
 from pipeline.io.inputs import expand_inputs
 from pipeline.tokenize.model import load_processor, resolve_special_ids
 
@@ -48,6 +49,9 @@ STAGES = {"ListInputs", "ReadChunks", "FanOut", "TokenizeAndPack", "GroupTailsBy
           "GroupLastTails", "PackFinal", "AssignShards", "GroupByShard", "WriteShards", "GroupDeadLetters",
           "WriteDeadLetters", "SumStats", "WriteManifest"}
 REQUIRED = ["--input", "in/*.jsonl.zst", "--output_dir", "/tmp/out", "--tokenizer_model", "m.model"]
+# What a real Dataflow job replaces of beam_configs/dataflow.toml's placeholders.
+DATAFLOW_PROJECT = ["--project", "real-project", "--temp_location", "gs://real-bucket/tmp",
+                    "--staging_location", "gs://real-bucket/staging"]
 DATAFLOW = ["--runner", "DataflowRunner", "--project", "my-project", "--region", "us-central1",
             "--temp_location", "gs://my-bucket/tmp", "--staging_location", "gs://my-bucket/staging",
             "--dry_run", "True"]
@@ -90,11 +94,16 @@ def test_there_is_a_config_per_runner():
 def test_every_config_parses_and_every_beam_key_is_a_beam_flag(path):
     table = tomllib.loads(Path(path).read_text())
     assert set(table) <= {"pipeline", "beam"}
-    config, beam_args = run.parse_args(["--config", path, *REQUIRED])
+    # Placeholders (`my-project`) must be replaced on the command line; the rest comes from the file.
+    placeholders = {k: v for k, v in table["beam"].items() if isinstance(v, str) and PLACEHOLDER.search(v)}
+    replaced = [a for k in placeholders for a in (f"--{k}", f"gs://real/{k}" if k.endswith("location") else "real")]
+    config, beam_args = run.parse_args(["--config", path, *REQUIRED, *replaced])
     options = beam_options.pipeline_options(beam_args)
     known = options.get_all_options(drop_default=False)
     for key, value in table["beam"].items():
-        if key.startswith("no_") and value is True:  # Beam's negative flags: no_save_main_session
+        if key in placeholders:
+            assert known[key] != value, key
+        elif key.startswith("no_") and value is True:  # Beam's negative flags: no_save_main_session
             assert known.get(key[3:]) is False, f"{path}: {key} is not a Beam flag"
         elif isinstance(value, bool):
             assert known.get(key) is value, f"{path}: {key} is not a Beam flag"
@@ -107,13 +116,14 @@ def test_every_config_parses_and_every_beam_key_is_a_beam_flag(path):
 
 def test_config_values_are_overridden_by_the_command_line():
     config, beam_args = run.parse_args(
-        ["--config", str(REPO / "beam_configs" / "dataflow.toml"), *REQUIRED, "--seq_len", "512",
+        ["--config", str(REPO / "beam_configs" / "dataflow.toml"), *REQUIRED, *DATAFLOW_PROJECT, "--seq_len", "512",
          "--region", "europe-west4", "--machine_type", "n2-standard-8", "--max_num_workers", "7"]
     )
     options = beam_options.pipeline_options(beam_args)
     assert config.seq_len == 512
     assert options.view_as(GoogleCloudOptions).region == "europe-west4"
-    assert options.view_as(GoogleCloudOptions).project == "my-project"  # from the file
+    assert options.view_as(GoogleCloudOptions).project == "real-project"
+    assert options.view_as(GoogleCloudOptions).job_name == "pile-tokenize"  # from the file
     assert options.view_as(WorkerOptions).machine_type == "n2-standard-8"
     assert options.view_as(WorkerOptions).max_num_workers == 7
 
@@ -134,7 +144,7 @@ def test_config_values_are_overridden_by_the_command_line():
     assert beam_options.pipeline_options(beam_args).view_as(DirectOptions).direct_num_workers == 3
 
     _, beam_args = run.parse_args(["--config", str(REPO / "beam_configs" / "dataflow.toml"), *REQUIRED,
-                                   "--setup_file", ""])
+                                   *DATAFLOW_PROJECT, "--setup_file", ""])
     assert beam_options.pipeline_options(beam_args).view_as(SetupOptions).setup_file is None
 
 
@@ -184,16 +194,23 @@ def test_dataflow_dry_run_translates_the_whole_job_offline(corpus, tiny_model, n
     assert result.job.google_cloud_options.temp_location.startswith("gs://my-bucket/tmp/")
 
 
-def test_dataflow_dry_run_from_the_config_file_with_a_worker_image(corpus, tiny_model, tmp_path, no_network):
-    """`python -m pipeline.run --config beam_configs/dataflow.toml --dry_run True` touches no output."""
+def test_dataflow_dry_run_from_the_config_file_with_a_worker_image(corpus, tiny_model, tmp_path, no_network,
+                                                                   caplog):
+    """`python -m pipeline.run --config beam_configs/dataflow.toml --dry_run True` touches no output.
+
+    Local paths are allowed in a dry run (it only translates the job here), with a warning that a
+    real run refuses them.
+    """
     out = tmp_path / "untouched"
     manifest = run.main(["--config", str(REPO / "beam_configs" / "dataflow.toml"), "--dry_run", "True",
-                         "--setup_file", "",
+                         *DATAFLOW_PROJECT, "--setup_file", "",
                          "--sdk_container_image", "us-docker.pkg.dev/my-project/beam/pile-pipeline:0.1.0",
                          "--input", str(corpus / "val.jsonl.zst"), "--output_dir", str(out),
                          "--tokenizer_model", tiny_model])
     assert manifest is None
     assert not out.exists()
+    assert any("local paths, but DataflowRunner's workers are Google Cloud VMs" in r.getMessage()
+               and "a real run stops on this" in r.getMessage() for r in caplog.records)
 
 
 @pytest.fixture(scope="module")

@@ -125,3 +125,19 @@ def test_a_broken_model_fails_before_sampling(tmp_path):
     with pytest.raises(ValueError, match="not a SentencePiece model"):
         report_cli.main(["--input", str(tmp_path / "nothing-*.zst"), "--tokenizer_model", str(tmp_path / "bad.model"),
                      "--out", str(tmp_path / "x.png"), *FAST_BEAM])
+
+
+def _results(unk: float, fallback: float) -> dict:
+    row = {"documents": 12, "bytes": 34_000, "tokens_per_byte": 0.3, "byte_fallback_rate": fallback, "unk_rate": unk}
+    return {"m": {"Github": row, "EuroParl": {**row, "documents": 3, "bytes": 1_200},
+                  report.MIX_ROW: {"tokens_per_byte": 0.3, "byte_fallback_rate": fallback, "unk_rate": unk}}}
+
+
+def test_the_chart_drops_panels_that_are_all_zero_and_labels_each_sample_size(tmp_path):
+    assert [p[0] for p in report.chart_panels(_results(unk=0.0, fallback=0.01))] == [
+        "tokens_per_byte", "byte_fallback_rate"]
+    assert [p[0] for p in report.chart_panels(_results(unk=0.002, fallback=0.0))] == ["tokens_per_byte", "unk_rate"]
+    assert report.row_labels(_results(0, 0)) == ["Github  (n=12, 34.0 kB)", "EuroParl  (n=3, 1.2 kB)", report.MIX_ROW]
+    drawn = report.plot(_results(unk=0.0, fallback=0.0), str(tmp_path / "one.png"), "title")
+    assert drawn == ["tokens_per_byte"]
+    assert (tmp_path / "one.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

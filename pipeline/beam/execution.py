@@ -33,7 +33,9 @@ class Execution:
     fan_out: shuffle chunks to workers; workers: slots files are balanced over when not fanning out;
     encode_threads: threads per tokenizer batch (None: the library's default, all cores);
     spill: records cross the shuffle as local files (all workers on this machine, pipeline/io/spill.py);
-    spill_dir: where, once the job has made it.
+    spill_dir: where, once the job has made it;
+    progress: where workers send their progress (pipeline/beam/progress.py), None: metrics only;
+    input_bytes: the inputs' stored size, the 100% of progress.
     """
 
     fan_out: bool = True
@@ -41,6 +43,8 @@ class Execution:
     encode_threads: int | None = None
     spill: bool = False
     spill_dir: str | None = None
+    progress: tuple[str, int] | None = None
+    input_bytes: int = 0
 
 
 def plan_execution(runner: str, direct_workers: int | None, input_files: list[str], fan_out: str = "auto",

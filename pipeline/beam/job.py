@@ -10,8 +10,10 @@ import numpy as np
 
 from pipeline.beam import transforms
 from pipeline.beam.execution import Execution, balance, file_sizes
+from pipeline.beam.progress import Reporter
 from pipeline.config.job import PipelineConfig
-from pipeline.core.stats import merge_stats, sorted_dict
+from pipeline.core import documents
+from pipeline.core.stats import merge_into, merge_stats, sorted_dict
 from pipeline.core.versions import created_by
 from pipeline.format import framing, records
 from pipeline.format import manifest as manifest_lib
@@ -52,7 +54,7 @@ class Job:
 def resolve_job(config: PipelineConfig, input_files: list[str], special: SpecialIds,
                 execution: Execution | None = None, run_id: str | None = None) -> Job:
     """Bundle what the pipeline needs to know up front (including the tokenizer backend check)."""
-    backend = choose_backend(config.tokenizer_backend, config.tokenizer_model, input_files)
+    backend = choose_backend(config.tokenizer_backend, config.tokenizer_model, input_files, schema=config.schema)
     return Job(config, tuple(input_files), special, sha256_of(config.tokenizer_model), backend,
                execution or Execution(), run_id or new_run_id())
 
@@ -63,9 +65,10 @@ def build_manifest(job: Job, shards: list[dict], stats: dict, dead_letters: list
     shards = sorted(shards, key=lambda s: s["path"])
     packing_stats = stats.get("packing", {})
     subsets = stats.get("subsets", {})
+    selection = cfg.selection()
     for name, s in subsets.items():
         s["epochs"] = cfg.epochs_of(name)
-        s["selected"] = name in cfg.subsets
+        s["selected"] = name in selection
     num_records = sum(s["records"] for s in shards)
     labels = num_records * cfg.seq_len - packing_stats.get("padding_labels", 0)
     inputs = stats.get("inputs", {})
@@ -113,12 +116,17 @@ def build_manifest(job: Job, shards: list[dict], stats: dict, dead_letters: list
                 - packing_stats.get("padded_records", 0),
                 **packing_stats,
             },
-            "inputs": [inputs[k] for k in sorted(inputs)],
+            # Validation's per-file counts are there for every file, read or empty.
+            "inputs": [merge_into(documents.file_stats(), inputs[k]) for k in sorted(inputs)],
             "shuffle": {"method": "feistel permutation of global record index", "seed": cfg.seed,
                         "num_shards": layout["num_shards"]},
             "config": cfg.to_json(),
         }
     )
+
+
+def _reporter(job: Job) -> Reporter:
+    return Reporter(job.execution.progress, job.execution.input_bytes)
 
 
 def _chunks(p: beam.Pipeline, job: Job):
@@ -129,7 +137,8 @@ def _chunks(p: beam.Pipeline, job: Job):
     """
     cfg, execution = job.config, job.execution
     files = list(enumerate(job.input_files))  # (file_index, path)
-    read_chunks = transforms.ReadChunksFn(cfg.chunk_bytes, cfg.max_line_bytes, cfg.on_corrupt_file)
+    read_chunks = transforms.ReadChunksFn(cfg.chunk_bytes, cfg.max_line_bytes, cfg.on_corrupt_file,
+                                          _reporter(job))
     if execution.fan_out:
         read_out = p | "ListInputs" >> beam.Create(files) | "ReadChunks" >> beam.ParDo(read_chunks).with_outputs(
             transforms.STATS, main="chunks")
@@ -153,7 +162,8 @@ def build_pipeline(p: beam.Pipeline, job: Job) -> None:
     cfg, spill_dir = job.config, job.execution.spill_dir
     chunks, read_stats = _chunks(p, job)
     processed = chunks | "TokenizeAndPack" >> beam.ParDo(
-        transforms.ProcessChunkFn(cfg, job.special, job.backend.name, job.execution.encode_threads, spill_dir)
+        transforms.ProcessChunkFn(cfg, job.special, job.backend.name, job.execution.encode_threads, spill_dir,
+                                  _reporter(job))
     ).with_outputs(transforms.TAILS, transforms.DEAD_LETTERS, transforms.STATS, transforms.COUNTS, main="records")
     file_tails = (
         processed[transforms.TAILS]

@@ -27,6 +27,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
+from pipeline.beam.progress import Reporter
 from pipeline.config.job import PipelineConfig
 from pipeline.core import documents, packing
 from pipeline.core.epochs import copies_of
@@ -59,10 +60,11 @@ class ReadChunksFn(beam.DoFn):
     the lines read before the damage (`"skip"`). Used by every job that reads inputs.
     """
 
-    def __init__(self, chunk_bytes: int, max_line_bytes: int, on_corrupt_file: str):
+    def __init__(self, chunk_bytes: int, max_line_bytes: int, on_corrupt_file: str, progress: Reporter | None = None):
         self._chunk_bytes = chunk_bytes
         self._max_line_bytes = max_line_bytes
         self._on_corrupt_file = on_corrupt_file
+        self._progress = progress or Reporter()
         self._bytes = _counter("decompressed_bytes")
         self._chunks = _counter("chunks")
         self._files = _counter("files_read")
@@ -81,6 +83,7 @@ class ReadChunksFn(beam.DoFn):
                 chunks += 1
                 self._bytes.inc(chunk.num_bytes)
                 self._chunks.inc()
+                self._progress.add(read=chunk.input_bytes)
                 yield chunk
         except inputs.CorruptInputError as e:
             if self._on_corrupt_file == "fail":
@@ -96,6 +99,12 @@ class ReadChunksFn(beam.DoFn):
         LOG.info("read %s: %d lines, %.1f MB in %.1f s", shown, lines, size / 1e6, elapsed)
         file_stats.update({"path": shown, "lines": lines, "decompressed_bytes": size, "chunks": chunks})
         yield beam.pvalue.TaggedOutput(STATS, {"inputs": {f"{file_index:05d}": file_stats}})
+
+    def finish_bundle(self):
+        self._progress.flush()
+
+    def teardown(self):
+        self._progress.close()
 
 
 class _EmitsRecords(beam.DoFn):
@@ -121,13 +130,15 @@ class ProcessChunkFn(_EmitsRecords):
     """Chunk -> validated, tokenized, packed and serialized records of each epoch copy."""
 
     def __init__(self, config: PipelineConfig, special: SpecialIds, backend: str = "sentencepiece",
-                 encode_threads: int | None = None, spill_dir: str | None = None):
+                 encode_threads: int | None = None, spill_dir: str | None = None, progress: Reporter | None = None):
         super().__init__(spill_dir)
         self._config = config
         self._special = special
         self._encoder = Encoder(config.tokenizer_model, backend, verify=config.verify_tokenizer != "off",
                                 threads=encode_threads)
-        self._selected = frozenset(config.subsets)
+        self._selected = config.selection()
+        self._schema = config.schema
+        self._progress = progress or Reporter()
         self._dtype = records.token_dtype_for(special.vocab_size)
         self._docs = _counter("documents_kept")
         self._tokens = _counter("tokens")
@@ -140,6 +151,13 @@ class ProcessChunkFn(_EmitsRecords):
         self._encoder.load()
         self._last_log = time.monotonic()
         self._done_chunks = 0
+
+    def finish_bundle(self):
+        self._progress.flush()
+
+    def teardown(self):
+        self._progress.close()
+        super().teardown()
 
     def _dead_letter(self, chunk: inputs.Chunk, line: documents.Line, reason: str, detail: str, dead: dict):
         dead[reason] = dead.get(reason, 0) + 1
@@ -164,13 +182,15 @@ class ProcessChunkFn(_EmitsRecords):
         cfg, special = self._config, self._special
         subsets: dict = {}
         dead: dict[str, int] = {}
+        file_stats = documents.file_stats()
         kept_texts, kept_meta, kept_lines = [], [], []  # meta: (subset, line number)
         for line in chunk.lines:
             try:
-                text, subset = documents.parse_line(line, cfg.max_line_bytes)
+                doc = documents.validate(line, cfg.max_line_bytes, self._schema, file_stats)
             except documents.BadRecord as bad:
                 yield self._dead_letter(chunk, line, bad.reason, bad.detail, dead)
                 continue
+            text, subset = doc.text, doc.subset
             s = subsets.setdefault(subset, {"documents": 0, "kept": 0, "filtered": {}, "text_bytes": 0})
             s["documents"] += 1
             reason = documents.filter_reason(text, subset, self._selected)
@@ -224,7 +244,10 @@ class ProcessChunkFn(_EmitsRecords):
             if len(remainder):
                 yield beam.pvalue.TaggedOutput(TAILS, ((copy, chunk.file_index), (chunk.chunk_index, remainder)))
 
-        yield beam.pvalue.TaggedOutput(STATS, {"subsets": subsets, "dead_letters": dead, "lines": len(chunk.lines)})
+        yield beam.pvalue.TaggedOutput(STATS, {"subsets": subsets, "dead_letters": dead, "lines": len(chunk.lines),
+                                               "inputs": {f"{chunk.file_index:05d}": file_stats}})
+        self._progress.add(done=chunk.input_bytes, docs=int((copies >= 0).sum()),
+                           tokens=int(lengths[copies >= 0].sum()))
         self._done_chunks += 1
         if time.monotonic() - self._last_log > 30:
             LOG.info("worker progress: %d chunks tokenized and packed", self._done_chunks)

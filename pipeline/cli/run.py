@@ -2,6 +2,11 @@
 
     pile-pipeline run --input 'train/*.jsonl.zst' --output_dir out --tokenizer_model m.model
 
+Any other JSON-lines corpus: say where each line keeps its text and subset name, e.g.
+
+    pile-pipeline run --input 'data/*.jsonl' --output_dir out --tokenizer_model m.model \
+        --text_key body --subset_key source.name --subset_names any --default_subset other
+
 Our flags are declared on `PipelineConfig` (pipeline/config/job.py); every other flag must be one
 of Beam's (`--runner`, `--direct_num_workers`, `--project`, ...). `--config FILE` reads a TOML file
 (see beam_configs/) whose [pipeline] and [beam] tables come before the command line.
@@ -17,10 +22,12 @@ import time
 import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, PortableOptions, StandardOptions, TestOptions
 
-from pipeline.beam.execution import plan_execution
+from pipeline.beam.execution import file_sizes, plan_execution
 from pipeline.beam.job import build_pipeline, resolve_job
 from pipeline.beam.logs import JobFailed, configure_logging, failure_line
 from pipeline.beam.options import BEAM, pipeline_options
+from pipeline.beam.progress import Monitor
+from pipeline.beam.remote import check_workers_can_read, workers_of
 from pipeline.config.job import PipelineConfig
 from pipeline.core.options import ArgumentParser, UsageError, add_options, parse_command_line, values_from
 from pipeline.format.manifest import ManifestError, load_manifest
@@ -62,14 +69,24 @@ def main(argv: list[str] | None = None) -> dict | None:
     """
     argv = sys.argv[1:] if argv is None else argv
     config, beam_args = parse_args(argv)
-    refuse_credentials([("--input", u) for u in config.inputs]
-                       + [("--output_dir", config.output_dir), ("--tokenizer_model", config.tokenizer_model)])
+    paths = [("--input", u) for u in config.inputs] + [("--output_dir", config.output_dir),
+                                                         ("--tokenizer_model", config.tokenizer_model)]
+    refuse_credentials(paths)
     options = pipeline_options(beam_args)
     dry_run = bool(options.view_as(TestOptions).dry_run)
     executable = options.view_as(PortableOptions).output_executable_path
+    try:
+        check_workers_can_read(options, paths)
+    except UsageError as e:
+        if not dry_run:
+            raise
+        LOG.warning("%s (a dry run only translates the job here; a real run stops on this)", e)
     # Fail fast, before any worker starts: inputs, tokenizer and output directory.
     input_files = expand_inputs(list(config.inputs))
-    sp = load_processor(config.tokenizer_model)
+    try:
+        sp = load_processor(config.tokenizer_model)
+    except FileNotFoundError:
+        raise UsageError(f"--tokenizer_model: no such file {redact_url(config.tokenizer_model)}") from None
     special = resolve_special_ids(
         sp, add_bos=config.add_bos, add_eos=config.add_eos, bos_id=config.bos_id, eos_id=config.eos_id
     )
@@ -85,11 +102,15 @@ def main(argv: list[str] | None = None) -> dict | None:
                                    config.fan_out, config.tokenizer_threads)
         if execution.spill and not (dry_run or executable):
             execution = dataclasses.replace(execution, spill_dir=make_spill_dir(config.output_dir))
-        job = resolve_job(config, input_files, special, execution, run_id)
-        LOG.info("%d input files -> %s (runner %s, run %s)", len(input_files), redact_url(config.output_dir),
-                 runner, run_id)
-        start = time.monotonic()
+        # Workers on this machine report progress to the driver; elsewhere it is in the runner's metrics.
+        input_bytes = sum(file_sizes(input_files))
+        monitor = Monitor(input_bytes, config.progress_every if workers_of(options).local else 0).start()
         try:
+            execution = dataclasses.replace(execution, progress=monitor.address, input_bytes=input_bytes)
+            job = resolve_job(config, input_files, special, execution, run_id)
+            LOG.info("%d input files -> %s (runner %s, run %s)", len(input_files), redact_url(config.output_dir),
+                     runner, run_id)
+            start = time.monotonic()
             with beam.Pipeline(options=options) as p:
                 build_pipeline(p, job)
         except Exception as e:
@@ -98,6 +119,7 @@ def main(argv: list[str] | None = None) -> dict | None:
                 raise
             raise JobFailed(line) from e
         finally:
+            monitor.stop()
             remove_spill_dir(execution.spill_dir)
     finally:
         if lock is not None:
@@ -107,7 +129,7 @@ def main(argv: list[str] | None = None) -> dict | None:
                  runner, f"; wrote {executable}" if executable else "")
         return None
     manifest = load_manifest(config.output_dir)
-    print(format_summary(manifest, time.monotonic() - start))
+    print(format_summary(manifest, time.monotonic() - start, output_dir=redact_url(config.output_dir)))
     return manifest
 
 

@@ -1,8 +1,13 @@
-"""`pile-pipeline show OUTPUT_DIR --tokenizer_model M`: what a pipeline output holds.
+"""`pile-pipeline show OUTPUT_DIR [--tokenizer_model M]`: what a pipeline output holds.
 
 Prints the manifest's summary, then reads the first batch through the training reader
 (`pipeline.tfdata.make_dataset`) and detokenizes its first sequence, so a user sees the exact
 text a model will be trained on.
+
+The tokenizer is the one the manifest records (its path in the job's config), when that path is
+reachable from here and its sha256 is the manifest's. A model given with --tokenizer_model must
+have the manifest's sha256: ids decoded with another model are not the text that was tokenized.
+Without a usable model the first ids are shown instead.
 """
 
 from __future__ import annotations
@@ -11,26 +16,51 @@ import os
 import sys
 
 import numpy as np
-import sentencepiece as spm
 
 from pipeline.core.options import ArgumentParser, UsageError
 from pipeline.format.manifest import ManifestError, load_manifest
 from pipeline.format.summary import format_summary
+from pipeline.io.files import sha256_of
+from pipeline.io.urls import redact_url
+
+IDS_SHOWN = 64
 
 
-def show(output_dir: str, tokenizer_model: str, batch_size: int = 2, chars: int = 600) -> str:
-    """The summary and the first batch, as text."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from pipeline.reader.dataset import make_dataset  # TensorFlow loads only here
+def choose_tokenizer(manifest: dict, given: str | None) -> tuple[str | None, str]:
+    """(the model to detokenize with, or None; a line saying which and why).
 
-    manifest = load_manifest(output_dir)
-    lines = [format_summary(manifest), ""]
-    batch = next(iter(make_dataset(output_dir, batch_size, seed=0)))
-    inputs = batch["inputs"].numpy()
-    lines.append("first batch: " + ", ".join(f"{k} {tuple(v.shape)} {v.dtype.name}" for k, v in batch.items()))
-    sp = spm.SentencePieceProcessor(model_file=tokenizer_model)
-    eos = manifest["tokenizer"]["eos_id"]
-    ids = inputs[0].tolist()
+    Raises UsageError when a given model is missing or is not the one the output was made with.
+    """
+    expected = manifest["tokenizer"]["sha256"]
+    recorded = manifest.get("config", {}).get("tokenizer_model")
+    if given:
+        try:
+            actual = sha256_of(given)
+        except FileNotFoundError:
+            raise UsageError(f"--tokenizer_model: no such file {redact_url(given)}") from None
+        if actual != expected:
+            raise UsageError(
+                f"--tokenizer_model {redact_url(given)}: sha256 {actual[:16]}... is not the manifest's "
+                f"{expected[:16]}... (the output was tokenized with {recorded or manifest['tokenizer']['model']}); "
+                "give that model, or leave the flag out to use it when it is reachable")
+        return given, f"tokenizer: {redact_url(given)} (sha256 matches the manifest)"
+    if not recorded:
+        return None, "tokenizer: the manifest records no model path; pass --tokenizer_model to detokenize"
+    try:
+        actual = sha256_of(recorded)
+    except (OSError, ValueError, ImportError) as e:
+        return None, (f"tokenizer: the recorded model {redact_url(recorded)} is not reachable from here "
+                      f"({type(e).__name__}); pass --tokenizer_model to detokenize")
+    if actual != expected:
+        return None, (f"tokenizer: the model at {redact_url(recorded)} has changed since the output was made "
+                      "(sha256 differs); pass the original with --tokenizer_model to detokenize")
+    return recorded, f"tokenizer: {redact_url(recorded)}, from the manifest (sha256 matches)"
+
+
+def _detokenized(ids: list[int], model: str, eos: int) -> str:
+    import sentencepiece as spm  # only when there is a model to decode with
+
+    sp = spm.SentencePieceProcessor(model_file=model)
     # Show document boundaries: decode each document separately, joined by a visible marker.
     pieces, current = [], []
     for token in ids:
@@ -40,19 +70,46 @@ def show(output_dir: str, tokenizer_model: str, batch_size: int = 2, chars: int 
         else:
             current.append(token)
     pieces.append(sp.decode(current))
-    text = " ⟨EOS⟩ ".join(pieces)
-    lines.append(f"sequence 0 detokenized ({len(ids)} tokens, {int(np.sum(np.array(ids) == eos))} EOS):")
+    return " ⟨EOS⟩ ".join(pieces)
+
+
+def show(output_dir: str, tokenizer_model: str | None = None, batch_size: int = 2, chars: int = 600) -> str:
+    """The summary and the first batch, as text."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    manifest = load_manifest(output_dir)
+    model, note = choose_tokenizer(manifest, tokenizer_model)
+    from pipeline.reader.dataset import make_dataset  # TensorFlow loads only here
+
+    lines = [format_summary(manifest), "", note]
+    batch = next(iter(make_dataset(output_dir, batch_size, seed=0)))
+    inputs = batch["inputs"].numpy()
+    lines.append("first batch: " + ", ".join(f"{k} {tuple(v.shape)} {v.dtype.name}" for k, v in batch.items()))
+    eos = manifest["tokenizer"]["eos_id"]
+    ids = inputs[0].tolist()
+    count = f"{len(ids)} tokens, {int(np.sum(np.array(ids) == eos))} EOS"
+    if model is None:
+        lines.append(f"sequence 0 ({count}), first {IDS_SHOWN} ids: {ids[:IDS_SHOWN]}")
+        return "\n".join(lines)
+    text = _detokenized(ids, model, eos)
+    lines.append(f"sequence 0 detokenized ({count}):")
     lines.append(text[:chars] + (" ..." if len(text) > chars else ""))
     return "\n".join(lines)
 
 
+def build_parser() -> ArgumentParser:
+    """The command's flags."""
+    p = ArgumentParser(prog="pile-pipeline show", description=__doc__)
+    p.add_argument("output_dir", help="the pipeline's output directory (local path or URL) (required)")
+    p.add_argument("--tokenizer_model", metavar="FILE", default=None,
+                   help="the SentencePiece model the output was made with, checked against the manifest's "
+                   "sha256 (default: the model the manifest records, when reachable)")
+    p.add_argument("--batch_size", type=int, default=2, help="batch to read (default: 2)")
+    return p
+
+
 def main(argv=None) -> None:
     """Parse the flags and print `show`."""
-    p = ArgumentParser(prog="pile-pipeline show", description=__doc__)
-    p.add_argument("output_dir", help="the pipeline's output directory (local path or URL)")
-    p.add_argument("--tokenizer_model", required=True, help="the SentencePiece model the output was made with")
-    p.add_argument("--batch_size", type=int, default=2, help="batch to read (default: 2)")
-    args = p.parse_args(argv)
+    args = build_parser().parse_args(argv)
     print(show(args.output_dir, args.tokenizer_model, args.batch_size))
 
 

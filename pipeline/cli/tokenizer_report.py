@@ -39,10 +39,10 @@ class Command:
         many=True, required=True, metavar="FILE")
     out: str = option(help="PNG chart to write", metavar="PNG")
     inputs: tuple[str, ...] = option(
-        (), flag="--input", many=True, metavar="PATTERN",
+        (), flag="--input", many=True, metavar="PATTERN", shown_default="none; required unless --from_sample",
         help="globs or fsspec URLs of .jsonl.zst/.jsonl.gz/.jsonl files (use held-out data)")
     label: tuple[str, ...] = option((), many=True, help="a name per --tokenizer_model, in order")
-    json: str | None = option(None, metavar="FILE", help="also write the numbers as JSON here")
+    json: str | None = option(None, metavar="FILE", shown_default="no JSON", help="also write the numbers as JSON here")
     sample_mb_per_subset: float = option(1.0, help="text sampled per subset, MB (a subset with less gives all it has)")
     subsets: tuple[str, ...] = option(PILE_SUBSETS, parse=parse_subsets, metavar="SUBSETS", shown_default="all",
                                       help="'all', 'uncopyrighted', or a comma list")
@@ -54,15 +54,21 @@ class Command:
                                   help="fail on a damaged input file, or keep what was read before the damage")
     work_dir: str | None = option(None, metavar="DIR", help="keep the sample here (default: a temporary directory)")
     from_sample: str | None = option(
-        None, metavar="DIR", help="measure on a sample already drawn (a --work_dir of this command or the trainer's)")
+        None, metavar="DIR", shown_default="none: draw a sample from --input",
+        help="measure on a sample already drawn (a --work_dir of this command or the trainer's)")
+
+
+def build_parser() -> ArgumentParser:
+    """The command's flags (Beam's are checked by `parse_command_line`)."""
+    parser = ArgumentParser(prog="pile-pipeline tokenizer-report", description=__doc__)
+    parser.add_argument("--config", metavar="FILE", help="TOML file with [pipeline] and [beam] tables")
+    add_options(parser, Command)
+    return parser
 
 
 def parse_args(argv: list[str]) -> tuple[Command, list[str]]:
     """The command's settings and Beam's flags."""
-    parser = ArgumentParser(prog="pile-pipeline tokenizer-report", description=__doc__)
-    parser.add_argument("--config", metavar="FILE", help="TOML file with [pipeline] and [beam] tables")
-    add_options(parser, Command)
-    namespace, beam_args = parse_command_line(parser, argv, BEAM)
+    namespace, beam_args = parse_command_line(build_parser(), argv, BEAM)
     command = Command(**values_from(Command, namespace))
     if bool(command.inputs) == bool(command.from_sample):
         raise UsageError("give --input (to draw a sample) or --from_sample WORK_DIR, not both")

@@ -34,12 +34,13 @@ class Command:
     """Where the sample and the model go; none of it decides the model's bytes."""
 
     model_prefix: str | None = option(
-        None, metavar="PREFIX", help="writes PREFIX.model, PREFIX.vocab, PREFIX.card.json (local path or URL)")
+        None, metavar="PREFIX", shown_default="none; required unless --sample_only",
+        help="writes PREFIX.model, PREFIX.vocab, PREFIX.card.json (local path or URL)")
     work_dir: str | None = option(
         None, metavar="DIR", help="keep sample.jsonl and sample_stats.json here (local or s3://; a remote runner "
         "needs a shared location); default: a temporary directory, removed at the end")
     sample_only: bool = option(False, help="stop after drawing the sample into --work_dir")
-    from_sample: str | None = option(None, metavar="DIR",
+    from_sample: str | None = option(None, metavar="DIR", shown_default="none: draw a sample from --input",
                                      help="train from the sample already in this work dir instead of drawing one")
     overwrite: bool = option(False, help="replace existing PREFIX.model/.vocab/.card.json")
 

@@ -10,8 +10,17 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from pipeline.core.documents import Schema
 from pipeline.core.options import option, recorded
-from pipeline.core.subsets import PILE_SUBSETS, check_subset_names, parse_epochs, parse_exclude, parse_subsets
+from pipeline.core.subsets import (
+    ALL_NAMES,
+    Selection,
+    check_subset_names,
+    parse_epochs,
+    parse_names,
+    parse_selection,
+    resolve_selection,
+)
 from pipeline.tokenize.engines import BACKENDS
 
 _SPLIT_NAME = re.compile(r"^[A-Za-z0-9_]+$")
@@ -19,6 +28,7 @@ REMAINDER_POLICIES = ("pad", "drop")
 CORRUPT_FILE_POLICIES = ("fail", "skip")
 VERIFY_TOKENIZER_MODES = ("off", "dead_letter", "fail")
 FAN_OUT_CHOICES = ("auto", "yes", "no")  # pipeline/beam/execution.py
+SUBSET_NAME_CHOICES = ("pile", "any")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,15 +40,24 @@ class PipelineConfig:
         "after one --input, or --input repeated", many=True, metavar="PATTERN", flag="--input")
     output_dir: str = option(help="local path, EFS mount or s3:// URL", metavar="DIR", recorded=False)
     tokenizer_model: str = option(help="SentencePiece .model (Llama-2's tokenizer.model works)", metavar="FILE")
+    text_key: str = option("text", metavar="KEY", help="the text's key in each JSON line (a dotted path: doc.body)")
+    subset_key: str = option("meta.pile_set_name", metavar="KEY",
+                             help="the subset name's key, a dotted path; per-subset stats, selection and epochs use it")
+    subset_names: str = option(
+        "pile", choices=SUBSET_NAME_CHOICES,
+        help="pile: only the Pile's 22 names (others are dead letters, subset_unknown); any: any name")
+    default_subset: str | None = option(
+        None, metavar="NAME", shown_default="none: such lines are dead letters",
+        help="the subset of a line without one (missing, null or empty)")
     seq_len: int = option(2048, help="label positions per record; records hold seq_len + 1 tokens")
     shard_size_mb: float = option(1024.0, help="upper bound per shard in MiB (+ one record)")
     split: str = option("train", help="shard name prefix: train-00000-of-00042.tfrecord")
     subsets: tuple[str, ...] = option(
-        PILE_SUBSETS, parse=parse_subsets, metavar="SUBSETS", shown_default="all",
+        ("all",), parse=parse_selection, metavar="SUBSETS", shown_default="all",
         help="'all', 'uncopyrighted' (drops Books3, BookCorpus2, OpenSubtitles, YoutubeSubtitles, "
-        "OpenWebText2) or a comma list of pile_set_name values; others are counted as not selected")
+        "OpenWebText2) or a comma list of subset names; others are counted as not selected")
     exclude_subsets: tuple[str, ...] = option(
-        (), parse=parse_exclude, metavar="SUBSETS", recorded=False,
+        (), parse=parse_names, metavar="SUBSETS",
         help="comma list of subsets to leave out of the --subsets selection")
     epochs: tuple[tuple[str, float], ...] = option(
         (), parse=parse_epochs, metavar="SPEC",
@@ -47,8 +66,8 @@ class PipelineConfig:
     seed: int = option(0, help="seed of the global shuffle and of fractional epochs")
     add_bos: bool = option(False, help="BOS before every document (the model's id, or --bos_id)")
     add_eos: bool = option(True, help="EOS after every document (the model's id, or --eos_id)")
-    bos_id: int | None = option(None, help="BOS id instead of the model's")
-    eos_id: int | None = option(None, help="EOS id instead of the model's")
+    bos_id: int | None = option(None, shown_default="the model's", help="BOS id instead of the model's")
+    eos_id: int | None = option(None, shown_default="the model's", help="EOS id instead of the model's")
     remainder: str = option("pad", choices=REMAINDER_POLICIES,
                             help="the job's one partial record: pad (marked by valid_labels) or drop")
     document_boundaries: bool = option(False, help="also write seqio-style segment_ids and positions")
@@ -75,8 +94,11 @@ class PipelineConfig:
         help="shuffle chunks to any worker (yes), give each worker whole files (no), or auto; the "
         "output is the same either way")
     tokenizer_threads: int | None = option(
-        None, recorded=False,
-        help="threads per tokenizer batch (default: cores / workers on DirectRunner, 1 elsewhere)")
+        None, recorded=False, shown_default="cores / workers on DirectRunner, 1 elsewhere",
+        help="threads per tokenizer batch")
+    progress_every: float = option(
+        10.0, recorded=False,
+        help="seconds between progress lines on DirectRunner (0: none); a progress bar instead on a terminal")
 
     def __post_init__(self):
         if not self.inputs:
@@ -87,30 +109,39 @@ class PipelineConfig:
             raise ValueError("--shard_size_mb must be > 0")
         if not _SPLIT_NAME.match(self.split):
             raise ValueError(f"--split {self.split!r}: use letters, digits and underscores only")
-        check_subset_names(self.subsets, "--subsets")
-        check_subset_names(self.exclude_subsets, "--exclude_subsets")
-        if self.exclude_subsets:
-            # Normalized here so that the config (and the manifest) holds the selection itself.
-            chosen = set(self.subsets) - set(self.exclude_subsets)
-            object.__setattr__(self, "subsets", tuple(s for s in PILE_SUBSETS if s in chosen))
-            object.__setattr__(self, "exclude_subsets", ())
-        if not self.subsets:
-            raise ValueError("The subset selection is empty: check --subsets and --exclude_subsets")
-        check_subset_names([name for name, _ in self.epochs], "--epochs")
+        for name, choices in (("remainder", REMAINDER_POLICIES), ("on_corrupt_file", CORRUPT_FILE_POLICIES),
+                              ("tokenizer_backend", BACKENDS), ("verify_tokenizer", VERIFY_TOKENIZER_MODES),
+                              ("fan_out", FAN_OUT_CHOICES), ("subset_names", SUBSET_NAME_CHOICES)):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"--{name} must be one of {', '.join(choices)}; got {getattr(self, name)!r}")
+        any_names = self.subset_names == "any"
+        # Normalized here so that the config (and the manifest) holds the selection itself.
+        subsets, exclude = resolve_selection(self.subsets, self.exclude_subsets, any_names)
+        object.__setattr__(self, "subsets", subsets)
+        object.__setattr__(self, "exclude_subsets", exclude)
+        check_subset_names([name for name, _ in self.epochs], "--epochs", any_names)
+        self.schema  # noqa: B018 -- checks the keys and --default_subset
         for name, value in self.epochs:
             if not 0 <= value <= 100:
                 raise ValueError(f"--epochs: {name}={value} must be within [0, 100]")
-        for name, choices in (("remainder", REMAINDER_POLICIES), ("on_corrupt_file", CORRUPT_FILE_POLICIES),
-                              ("tokenizer_backend", BACKENDS), ("verify_tokenizer", VERIFY_TOKENIZER_MODES),
-                              ("fan_out", FAN_OUT_CHOICES)):
-            if getattr(self, name) not in choices:
-                raise ValueError(f"--{name} must be one of {', '.join(choices)}; got {getattr(self, name)!r}")
         if self.tokenizer_threads is not None and self.tokenizer_threads < 1:
             raise ValueError("--tokenizer_threads must be at least 1")
         if self.chunk_mb <= 0 or self.max_line_mb <= 0:
             raise ValueError("--chunk_mb and --max_line_mb must be > 0")
         if not 0 <= self.max_dead_letter_fraction <= 1:
             raise ValueError(f"--max_dead_letter_fraction must be within [0, 1], got {self.max_dead_letter_fraction}")
+        if self.progress_every < 0:
+            raise ValueError("--progress_every must be >= 0 (0: no progress lines)")
+
+    @property
+    def schema(self) -> Schema:
+        """Where each line keeps its text and subset name, and which names are accepted."""
+        return Schema(self.text_key, self.subset_key, self.default_subset, self.subset_names == "any")
+
+    def selection(self) -> Selection:
+        """The selected subsets: `name in config.selection()`."""
+        every = self.subsets == (ALL_NAMES,)
+        return Selection(frozenset(() if every else self.subsets), every, frozenset(self.exclude_subsets))
 
     @property
     def chunk_bytes(self) -> int:
@@ -136,5 +167,6 @@ class PipelineConfig:
         out = recorded(self)
         out["inputs"] = list(self.inputs)
         out["subsets"] = list(self.subsets)
+        out["exclude_subsets"] = list(self.exclude_subsets)
         out["epochs"] = dict(self.epochs)
         return out

@@ -3,19 +3,36 @@
 Validation is pure (bytes in, values out) and runs after the fan-out, on the workers. Every reason
 code is stable: it names the dead-letter files' `reason` field and the manifest's counts.
 
+Where a line keeps its text and its subset name is a `Schema` (the Pile's by default:
+`{"text": ..., "meta": {"pile_set_name": ...}}`). Whatever a line holds, validating it either
+returns a document or raises `BadRecord`: any JSON type in any field, nesting too deep for the
+parser, numbers too long to convert, an exception nobody foresaw; never anything that stops the job.
+
+Two rules about a line's shape, the same for every schema:
+- A UTF-8 byte-order mark at the start of a file (line 1, offset 0) is dropped before parsing: it is
+  an encoding marker, not data (`has_byte_order_mark` lets the caller count it).
+- Duplicate keys: a key repeated in an object on the path to the text or the subset name makes the
+  line ambiguous (which value is meant?): a dead letter, `duplicate_key`. A key repeated anywhere
+  else does not change what is read; the last value wins (as in Python's json) and the document
+  reports it (`Document.duplicate_keys_elsewhere`) so that it is counted.
+
 A line that validates is a document; a document is then kept, or filtered with a reason
 (`filter_reason`): not among the selected subsets, or empty.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import functools
 import json
 import re
+import threading
 
-from pipeline.core.subsets import PILE_SUBSETS
+from pipeline.core.subsets import PILE_SUBSETS, subset_name_problem
 
 PREFIX_CHARS = 120  # characters of a bad line kept in its dead-letter record
+BYTE_ORDER_MARK = b"\xef\xbb\xbf"
 _KNOWN_SUBSETS = frozenset(PILE_SUBSETS)
 _SURROGATE = re.compile("[\ud800-\udfff]")
 # Lone surrogates can only come from JSON \u escapes: scan the raw bytes first (8x cheaper).
@@ -29,16 +46,66 @@ class Line:
     """One raw line: 1-based number, byte offset in the decompressed stream, the bytes.
 
     `oversized` is the full length of a line longer than the limit; then `data` is only its start.
+    `input_end`: bytes of the (compressed) file read when the line was complete, for progress.
     """
 
     number: int
     offset: int
     data: bytes
     oversized: int = 0
+    input_end: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Schema:
+    """Where a line keeps its text and its subset name, and which names are accepted.
+
+    text_key, subset_key: dotted paths into the line's JSON object (`meta.pile_set_name`).
+    default_subset: the subset of a line without one (missing, null or ""); None: a dead letter.
+    any_names: accept any subset name; otherwise only the Pile's 22 (others: `subset_unknown`).
+    """
+
+    text_key: str = "text"
+    subset_key: str = "meta.pile_set_name"
+    default_subset: str | None = None
+    any_names: bool = False
+
+    def __post_init__(self):
+        for flag, key in (("--text_key", self.text_key), ("--subset_key", self.subset_key)):
+            if not key or any(not part for part in key.split(".")):
+                raise ValueError(f"{flag} {key!r}: give a key, or a dotted path of keys (meta.pile_set_name)")
+        if self.text_key == self.subset_key:
+            raise ValueError(f"--text_key and --subset_key are both {self.text_key!r}")
+        if self.default_subset is not None:
+            problem = subset_name_problem(self.default_subset, self.any_names)
+            if problem:
+                raise ValueError(f"--default_subset: {problem}")
+
+    @functools.cached_property
+    def text_path(self) -> tuple[str, ...]:
+        """The text's key path."""
+        return tuple(self.text_key.split("."))
+
+    @functools.cached_property
+    def subset_path(self) -> tuple[str, ...]:
+        """The subset name's key path."""
+        return tuple(self.subset_key.split("."))
+
+
+PILE = Schema()
+
+
+@dataclasses.dataclass(frozen=True)
+class Document:
+    """A valid line: its text and subset, and whether a key was repeated off the paths we read."""
+
+    text: str
+    subset: str
+    duplicate_keys_elsewhere: bool = False
 
 
 class BadRecord(ValueError):
-    """A line that is not a valid Pile document; `reason` is a stable code for dead letters."""
+    """A line that is not a valid document; `reason` is a stable code for dead letters."""
 
     def __init__(self, reason: str, detail: str):
         super().__init__(f"{reason}: {detail}")
@@ -46,11 +113,123 @@ class BadRecord(ValueError):
         self.detail = detail
 
 
-def parse_line(line: Line, max_line_bytes: int) -> tuple[str, str]:
-    """Validate one line as a Pile document; returns (text, pile_set_name) or raises BadRecord."""
+def has_byte_order_mark(line: Line) -> bool:
+    """Whether the line starts its file with a UTF-8 byte-order mark (dropped by `parse_document`)."""
+    return line.offset == 0 and line.data.startswith(BYTE_ORDER_MARK)
+
+
+class _Repeated(dict):
+    """A JSON object in which some key appeared more than once (the last value is kept)."""
+
+    __slots__ = ("repeated",)
+
+
+def _int(digits: str):
+    # Python refuses to convert integers of more than 4300 digits (a ValueError); such a number in a
+    # field we do not read must not cost the document, and none is a valid text or subset name.
+    return int(digits) if len(digits) <= 4000 else float(digits)
+
+
+class _Decoder(threading.local):
+    """json's decoder with objects that repeat a key marked (one per thread: the hook keeps state)."""
+
+    def __init__(self):
+        self.repeated = False
+        self.decoder = json.JSONDecoder(object_pairs_hook=self._pairs, parse_int=_int)
+
+    def _pairs(self, pairs):
+        obj = dict(pairs)
+        if len(obj) == len(pairs):
+            return obj
+        self.repeated = True
+        marked = _Repeated(obj)
+        marked.repeated = frozenset(k for k, n in collections.Counter(k for k, _ in pairs).items() if n > 1)
+        return marked
+
+    def decode(self, text: str) -> tuple[object, bool]:
+        """(the value, whether any object repeated a key)."""
+        self.repeated = False
+        return self.decoder.decode(text), self.repeated
+
+
+_DECODER = _Decoder()
+
+
+def _check_unique(obj: dict, key: str, path: tuple[str, ...], depth: int) -> None:
+    if isinstance(obj, _Repeated) and key in obj.repeated:
+        raise BadRecord("duplicate_key", f"`{'.'.join(path[: depth + 1])}` appears more than once: ambiguous")
+
+
+def _kind(value) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _text(obj: dict, schema: Schema, raw: bytes) -> str:
+    path = schema.text_path
+    value = obj
+    for depth, key in enumerate(path):
+        if not isinstance(value, dict):
+            raise BadRecord("text_missing", f"`{'.'.join(path[:depth])}` is {_kind(value)}, not an object")
+        _check_unique(value, key, path, depth)
+        if key not in value:
+            raise BadRecord("text_missing", f"no `{'.'.join(path[: depth + 1])}` field")
+        value = value[key]
+    if not isinstance(value, str):
+        raise BadRecord("text_not_string", f"`{schema.text_key}` is {_kind(value)}")
+    if _SURROGATE_ESCAPE.search(raw) and _SURROGATE.search(value):
+        raise BadRecord("invalid_unicode",
+                        f"`{schema.text_key}` holds a lone surrogate escape (not encodable as UTF-8)")
+    return value
+
+
+def _subset(obj: dict, schema: Schema) -> str:
+    path = schema.subset_path
+    value = obj
+    for depth, key in enumerate(path):
+        where = ".".join(path[: depth + 1])
+        if not isinstance(value, dict):
+            raise BadRecord("meta_not_object", f"`{'.'.join(path[:depth])}` is {_kind(value)}, not an object")
+        _check_unique(value, key, path, depth)
+        parent, value = value, value.get(key)
+        last = depth == len(path) - 1
+        if value is None or (last and value == ""):
+            if schema.default_subset is not None:
+                return schema.default_subset
+            if last:
+                raise BadRecord("subset_missing", f"no `{where}`" + (" (null or empty)" if key in parent else ""))
+            raise BadRecord("meta_missing", f"no `{where}` object")
+    if not isinstance(value, str):
+        raise BadRecord("subset_not_string", f"`{schema.subset_key}` is {_kind(value)}")
+    if value in _KNOWN_SUBSETS:
+        return value
+    if _SURROGATE.search(value):
+        raise BadRecord("invalid_unicode", f"`{schema.subset_key}` holds a lone surrogate escape")
+    problem = subset_name_problem(value, schema.any_names)
+    if problem:
+        raise BadRecord("subset_invalid" if schema.any_names else "subset_unknown", f"`{schema.subset_key}`: {problem}")
+    return value
+
+
+def parse_document(line: Line, max_line_bytes: int, schema: Schema = PILE) -> Document:
+    """Validate one line; returns its Document or raises BadRecord (whatever the line holds)."""
+    try:
+        return _parse(line, max_line_bytes, schema)
+    except BadRecord:
+        raise
+    except RecursionError:
+        raise BadRecord("too_deep", "nested deeper than the JSON parser can follow") from None
+    except MemoryError:
+        raise  # the worker's state, not the line's: let the runner retry the work elsewhere
+    except Exception as e:  # anything unforeseen in one line is that line's problem, never the job's
+        raise BadRecord("invalid_record", f"{type(e).__name__}: {e}") from None
+
+
+def _parse(line: Line, max_line_bytes: int, schema: Schema) -> Document:
     if line.oversized:
         raise BadRecord("line_too_long", f"{line.oversized} bytes > max_line_bytes={max_line_bytes}")
     data = line.data[:-1] if line.data.endswith(b"\r") else line.data
+    if has_byte_order_mark(line):
+        data = data[len(BYTE_ORDER_MARK):]
     try:
         text_of_line = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -58,29 +237,45 @@ def parse_line(line: Line, max_line_bytes: int) -> tuple[str, str]:
     if not text_of_line.strip():
         raise BadRecord("blank_line", "line is empty or whitespace")
     try:
-        obj = json.loads(text_of_line)
-    except json.JSONDecodeError as e:
+        obj, repeated = _DECODER.decode(text_of_line)
+    except ValueError as e:  # JSONDecodeError, and integers longer than Python converts
         raise BadRecord("invalid_json", str(e)) from None
     if not isinstance(obj, dict):
-        raise BadRecord("not_an_object", f"JSON {type(obj).__name__}, expected an object")
-    if "text" not in obj:
-        raise BadRecord("text_missing", "no `text` field")
-    text = obj["text"]
-    if not isinstance(text, str):
-        raise BadRecord("text_not_string", f"`text` is {type(text).__name__}")
-    if _SURROGATE_ESCAPE.search(data) and _SURROGATE.search(text):
-        raise BadRecord("invalid_unicode", "`text` holds a lone surrogate escape (not encodable as UTF-8)")
-    meta = obj.get("meta")
-    if meta is None:
-        raise BadRecord("meta_missing", "no `meta` object")
-    if not isinstance(meta, dict):
-        raise BadRecord("meta_not_object", f"`meta` is {type(meta).__name__}")
-    subset = meta.get("pile_set_name")
-    if subset is None:
-        raise BadRecord("subset_missing", "no `meta.pile_set_name`")
-    if subset not in _KNOWN_SUBSETS:
-        raise BadRecord("subset_unknown", f"`meta.pile_set_name` {str(subset)[:60]!r} is not a Pile subset")
-    return text, subset
+        raise BadRecord("not_an_object", f"JSON {_kind(obj)}, expected an object")
+    text = _text(obj, schema, data)
+    subset = _subset(obj, schema)
+    return Document(text, subset, repeated)
+
+
+def file_stats() -> dict:
+    """What validation adds to an input file's stats in the manifest, all zero.
+
+    byte_order_mark: 1 when the file starts with one (dropped); duplicate_keys: lines with a
+    repeated key on the path to the text or subset (`ambiguous`, dead letters) or elsewhere only
+    (`elsewhere`, kept: the last value wins).
+    """
+    return {"byte_order_mark": 0, "duplicate_keys": {"ambiguous": 0, "elsewhere": 0}}
+
+
+def validate(line: Line, max_line_bytes: int, schema: Schema, stats: dict) -> Document:
+    """`parse_document`, counting into a `file_stats()` dict."""
+    if has_byte_order_mark(line):
+        stats["byte_order_mark"] += 1
+    try:
+        doc = parse_document(line, max_line_bytes, schema)
+    except BadRecord as bad:
+        if bad.reason == "duplicate_key":
+            stats["duplicate_keys"]["ambiguous"] += 1
+        raise
+    if doc.duplicate_keys_elsewhere:
+        stats["duplicate_keys"]["elsewhere"] += 1
+    return doc
+
+
+def parse_line(line: Line, max_line_bytes: int, schema: Schema = PILE) -> tuple[str, str]:
+    """Validate one line; returns (text, subset) or raises BadRecord."""
+    doc = parse_document(line, max_line_bytes, schema)
+    return doc.text, doc.subset
 
 
 def line_prefix(line: Line) -> str:
@@ -88,8 +283,11 @@ def line_prefix(line: Line) -> str:
     return line.data[: PREFIX_CHARS * 4].decode("utf-8", errors="backslashreplace")[:PREFIX_CHARS]
 
 
-def filter_reason(text: str, subset: str, selected: frozenset[str]) -> str | None:
-    """Why a valid document is left out (NOT_SELECTED, EMPTY_TEXT), or None when it is kept."""
+def filter_reason(text: str, subset: str, selected) -> str | None:
+    """Why a valid document is left out (NOT_SELECTED, EMPTY_TEXT), or None when it is kept.
+
+    `selected`: anything that answers `subset in selected` (a set, a `subsets.Selection`).
+    """
     if subset not in selected:
         return NOT_SELECTED
     if not text.strip():

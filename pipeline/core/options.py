@@ -13,8 +13,10 @@ arguments, running each option's `parse` and naming the flag in any error.
 [pipeline] table holds our options and [beam] table the runner's, both applied as if they came
 first on the command line, so they are checked the same way), our flags, and everything else for
 the runner (Beam's `PipelineOptions`), which must consist of flags the runner knows. A misspelled
-flag, a leftover positional argument (an unquoted glob that the shell expanded) or a missing
-required flag is a `UsageError`: one line that names the flag, and exit status 2 from the command.
+flag, a leftover positional argument (an unquoted glob that the shell expanded), a missing
+required flag or a placeholder left in the config file (`my-bucket`, `my-project`, `CHANGE`,
+`<...>`) that the command line does not replace is a `UsageError`: one line that names the flag,
+and exit status 2 from the command.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import re
 import tomllib
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -29,6 +32,10 @@ from typing import Any
 
 class UsageError(ValueError):
     """The command line (or a --config file) asks for something that cannot be done; exit 2."""
+
+
+# The placeholders of beam_configs/*.toml (and the usual others): a value no real job has.
+PLACEHOLDER = re.compile(r"\bmy-(?:bucket|project)\b|\bCHANGE(?:[_-]?ME)?\b|<[^<>]*>")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +100,8 @@ def _argparse_type(field: dataclasses.Field, opt: Option):
 def _describe(value) -> str:
     if isinstance(value, tuple):
         return ",".join(map(str, value)) if value else "none"
+    if value is None:
+        return "none"
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
@@ -104,8 +113,10 @@ def add_options(parser: argparse.ArgumentParser, cls, title: str | None = None) 
         help_text = opt.help
         if opt.required:
             help_text += " (required)"
-        elif opt.shown_default is not None or (field.default is not None and not opt.many):
-            help_text += f" (default: {opt.shown_default or _describe(field.default)})"
+        elif opt.shown_default is not None:
+            help_text += f" (default: {opt.shown_default})"
+        elif "default:" not in help_text:  # else the help text says what happens without the flag
+            help_text += f" (default: {_describe(field.default)})"
         kwargs: dict = {"dest": field.name, "default": argparse.SUPPRESS, "help": help_text}
         if opt.choices:
             kwargs["choices"] = opt.choices
@@ -219,6 +230,21 @@ def config_file_flags(path: str, ours: set[str]) -> tuple[list[str], list[str]]:
             _toml_flags(table.get("beam", {}), f"{path} [beam]", store_true=True))
 
 
+def _refuse_placeholders(path: str | None, file_flags: list[str], argv: list[str]) -> None:
+    """A config file's placeholder that the command line does not replace is a UsageError."""
+    given = {a.split("=", 1)[0] for a in argv if a.startswith("--")}
+    left = []
+    for item in file_flags:
+        name, _, value = item.partition("=")
+        if PLACEHOLDER.search(value) and name not in given and item not in left:
+            left.append(item)
+    if left:
+        shown = ", ".join(f"{item.split('=', 1)[0][2:]} = {item.split('=', 1)[1]!r}" for item in left)
+        flags = " ".join(f"{item.split('=', 1)[0]} ..." for item in dict.fromkeys(i.split("=", 1)[0] for i in left))
+        raise UsageError(f"--config {path}: placeholder value{'s' if len(left) > 1 else ''} left in the file: "
+                         f"{shown}; replace {'them' if len(left) > 1 else 'it'} in the file or pass {flags}")
+
+
 @dataclasses.dataclass(frozen=True)
 class Runner:
     """What a command hands the flags it does not know to.
@@ -246,6 +272,7 @@ def parse_command_line(parser: ArgumentParser, argv: list[str],
     if any(a == "--input" or a.startswith("--input=") for a in argv):
         # The command line's inputs replace the file's (other repeatable flags add up).
         file_ours = [a for a in file_ours if not a.startswith("--input=")]
+    _refuse_placeholders(known.config, file_ours + file_beam, argv)
     namespace, rest = parser.parse_known_args(file_ours + argv)
     rest = file_beam + rest
     unknown = (runner.unknown(rest) if runner else rest) if rest else []

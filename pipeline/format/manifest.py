@@ -13,7 +13,8 @@ Every field is described in docs/output-format.md; in short (format_version 1):
                                        tokens, tokens_with_epochs, epochs, selected
   dead_letters                         by_reason, records, files [{path, records, bytes, sha256}]
   packing                              remainder_policy and the records/labels of each packing step
-  inputs                               per input file: path, lines, decompressed_bytes, chunks[, damaged]
+  inputs                               per input file: path, lines, decompressed_bytes, chunks,
+                                       byte_order_mark, duplicate_keys {ambiguous, elsewhere}[, damaged]
   shuffle                              method, seed, num_shards
   config                               the options that decide the output bytes
 """

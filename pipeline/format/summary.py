@@ -1,27 +1,70 @@
-"""The end-of-run summary table, from the manifest (so it shows exactly what readers will see)."""
+"""The end-of-run summary, from the manifest (so it shows exactly what readers will see).
+
+Every number in it is a manifest field or a sum of them (tests/test_summary.py checks that they
+agree); only the rates divide by the run's wall time.
+"""
 
 from __future__ import annotations
 
+import posixpath
+
 from pipeline.core.tables import format_table
+from pipeline.format.manifest import run_dir
+
+NOT_SELECTED = "subset_not_selected"
+EMPTY_TEXT = "empty_text"
+# Dead letters that mean "this corpus is not in the Pile's layout", and what to pass then.
+_LAYOUT_REASONS = {
+    "subset_unknown": "--subset_names any",
+    "meta_missing": "--subset_key KEY or --default_subset NAME",
+    "subset_missing": "--subset_key KEY or --default_subset NAME",
+    "text_missing": "--text_key KEY",
+}
 
 
-def format_summary(manifest: dict, seconds: float | None = None) -> str:
-    """A plain-text table of per-subset counts, packing and shards."""
-    rows = [("subset", "docs", "kept", "filtered", "tokens", "tok x epochs", "text MB")]
-    for name, s in manifest["subsets"].items():
-        rows.append((
-            name,
-            str(s.get("documents", 0)),
-            str(s.get("kept", 0)),
-            str(sum(s.get("filtered", {}).values())),
-            str(s.get("tokens", 0)),
-            str(s.get("tokens_with_epochs", 0)),
-            f"{s.get('text_bytes', 0) / 1e6:.2f}",
-        ))
-    lines = [format_table(rows)]
+def _filter_columns(subsets: dict) -> list[tuple[str, str]]:
+    """(reason, column title): not selected and empty always, then any other reason seen."""
+    others = sorted({r for s in subsets.values() for r in s.get("filtered", {})} - {NOT_SELECTED, EMPTY_TEXT})
+    return [(NOT_SELECTED, "not selected"), (EMPTY_TEXT, "empty")] + [(r, r) for r in others]
+
+
+def subset_rows(manifest: dict) -> list[tuple[str, ...]]:
+    """The per-subset table, a header and a total row included (all cells are manifest counts)."""
+    subsets = manifest["subsets"]
+    columns = _filter_columns(subsets)
+    header = ("subset", "docs", "kept", *(title for _, title in columns), "tokens", "tok x epochs", "text MB")
+    rows = [header]
+    total = [0] * (len(header) - 1)
+    for name, s in subsets.items():
+        cells = [s.get("documents", 0), s.get("kept", 0), *(s.get("filtered", {}).get(r, 0) for r, _ in columns),
+                 s.get("tokens", 0), s.get("tokens_with_epochs", 0), s.get("text_bytes", 0)]
+        total = [a + b for a, b in zip(total, cells, strict=True)]
+        rows.append((name, *map(str, cells[:-1]), f"{cells[-1] / 1e6:.2f}"))
+    rows.append(("total", *map(str, total[:-1]), f"{total[-1] / 1e6:.2f}"))
+    return rows
+
+
+def reader_snippet(output_dir: str) -> str:
+    """The lines that read an output in training code."""
+    return (f'from pipeline.tfdata import make_dataset\n'
+            f'ds = make_dataset("{output_dir}", batch_size=8, dp_rank=0, dp_size=1, seed=0)')
+
+
+def format_summary(manifest: dict, seconds: float | None = None, output_dir: str | None = None) -> str:
+    """A plain-text summary: per-subset counts, throughput, records, packing, dead letters, where it all is."""
+    subsets = manifest["subsets"]
+    rows = subset_rows(manifest)
+    lines = [format_table(rows, rules_before=(len(rows) - 1,))]
     totals, packing, dead = manifest["totals"], manifest["packing"], manifest["dead_letters"]
+    tokens = sum(s.get("tokens", 0) for s in subsets.values())
+    text_bytes = sum(f.get("decompressed_bytes", 0) for f in manifest.get("inputs", []))
+    lines.append("")
+    if seconds:
+        lines.append(f"tokens: {tokens:,} in {seconds:.1f} s: {tokens / seconds:,.0f} tokens/s, "
+                     f"{text_bytes / 1e6 / seconds:.2f} MB/s of input ({text_bytes / 1e6:.2f} MB)")
+    else:
+        lines.append(f"tokens: {tokens:,} from {text_bytes / 1e6:.2f} MB of input")
     lines += [
-        "",
         f"records {totals['records']} x {manifest['seq_len'] + 1} tokens in {len(manifest['shards'])} shard(s), "
         f"{totals['bytes'] / 1e6:.1f} MB; label tokens {totals['label_tokens']}",
         f"packing: {packing.get('records_from_tails', 0)} records from joined tails, remainder policy "
@@ -29,6 +72,27 @@ def format_summary(manifest: dict, seconds: float | None = None) -> str:
         f"{packing.get('dropped_labels', 0)} dropped label tokens",
         f"dead letters: {dead['records']} {dict(sorted(dead['by_reason'].items()))}",
     ]
-    if seconds is not None:
-        lines.append(f"time: {seconds:.1f} s")
+    if dead["records"] and output_dir:
+        # In the directory of the run that wrote the manifest (older outputs: at the top).
+        where = posixpath.join(output_dir.rstrip("/"), *([run_dir(manifest["run_id"])] if "run_id" in manifest else []),
+                               "dead_letters")
+        lines[-1] += f" in {where}/ ({len(dead['files'])} files)"
+    layout = sum(dead["by_reason"].get(reason, 0) for reason in _LAYOUT_REASONS)
+    hints = sorted({hint for reason, hint in _LAYOUT_REASONS.items() if dead["by_reason"].get(reason)})
+    if hints and layout >= 0.01 * max(totals.get("lines", 0), 1):  # a pattern, not a stray broken line
+        lines.append(f"hint: lines not in the expected layout were dead-lettered; see {', '.join(hints)}")
+    unseen = _selected_but_unseen(manifest)
+    if unseen:
+        lines.append(f"note: --subsets names found in no line: {', '.join(map(repr, unseen))}")
+    if output_dir:
+        lines += [f"output: {output_dir} (manifest.json lists every shard)", "read it in training:"]
+        lines += [f"  {line}" for line in reader_snippet(output_dir).splitlines()]
     return "\n".join(lines)
+
+
+def _selected_but_unseen(manifest: dict) -> list[str]:
+    # With any subset names a misspelled name selects nothing and raises no error: say so here.
+    config = manifest.get("config", {})
+    if config.get("subset_names") != "any":
+        return []
+    return [name for name in config.get("subsets", []) if name != "*" and name not in manifest["subsets"]]

@@ -54,6 +54,7 @@ class Chunk:
     chunk_index: int
     path: str
     lines: tuple[Line, ...]
+    input_bytes: int = 0  # bytes of the file as stored (compressed) read for this chunk, for progress
 
     @property
     def num_bytes(self) -> int:
@@ -186,9 +187,12 @@ def iter_lines(path: str, max_line_bytes: int) -> Iterator[Line]:
     parts: list[bytes] = []  # the current line's pieces so far (at most max_line_bytes)
     held = 0
     oversized = 0  # > 0 once the current line is over the limit: its length so far
+    consumed = 0  # bytes of the stored file read so far
     hint = f"twice --max_line_mb, at least {MIN_WINDOW // MIB} MiB: a larger --max_line_mb allows more"
     with fsspec.open(path, "rb") as raw:
         for block in decompressed_blocks(raw, path, max_window_bytes(max_line_bytes), hint):
+            # A line's end in the stored file, for progress: interpolated within the block.
+            before, consumed = consumed, raw.tell()
             start, size = 0, len(block)
             while start < size:
                 end = block.find(b"\n", start)
@@ -204,13 +208,15 @@ def iter_lines(path: str, max_line_bytes: int) -> Iterator[Line]:
                 if end < 0:
                     break
                 number += 1
-                yield Line(number, offset, parts[0] if len(parts) == 1 else b"".join(parts), oversized)
+                data = parts[0] if len(parts) == 1 else b"".join(parts)
+                yield Line(number, offset, data, oversized, before + (consumed - before) * (end + 1) // size)
                 offset += (oversized or held) + 1
                 parts, held, oversized = [], 0, 0
                 start = end + 1
+        consumed = raw.tell()
     if held or oversized:
         number += 1
-        yield Line(number, offset, b"".join(parts), oversized)
+        yield Line(number, offset, b"".join(parts), oversized, consumed)
 
 
 def iter_chunks(path: str, file_index: int, chunk_bytes: int, max_line_bytes: int) -> Iterator[Chunk]:
@@ -218,12 +224,14 @@ def iter_chunks(path: str, file_index: int, chunk_bytes: int, max_line_bytes: in
     lines: list[Line] = []
     size = 0
     chunk_index = 0
+    read = 0  # stored bytes accounted to the chunks so far
     for line in iter_lines(path, max_line_bytes):
         lines.append(line)
         size += len(line.data) + 1
         if size >= chunk_bytes or len(lines) >= MAX_CHUNK_LINES:
-            yield Chunk(file_index, chunk_index, path, tuple(lines))
+            yield Chunk(file_index, chunk_index, path, tuple(lines), line.input_end - read)
+            read = line.input_end
             chunk_index += 1
             lines, size = [], 0
     if lines:
-        yield Chunk(file_index, chunk_index, path, tuple(lines))
+        yield Chunk(file_index, chunk_index, path, tuple(lines), lines[-1].input_end - read)

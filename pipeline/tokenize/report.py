@@ -158,8 +158,36 @@ def results_table(results: dict[str, dict[str, dict]]) -> str:
     return format_table(rows, rules_before=(len(rows) - (2 if MIX_ROW in first else 1),))
 
 
-def plot(results: dict[str, dict[str, dict]], out_path: str, title: str) -> None:
-    """Grouped horizontal bars per subset: tokens/byte, byte-fallback % and unk %, one color per model."""
+PANELS = (("tokens_per_byte", "tokens per byte (lower is better)", 1.0, 3.0),
+          ("byte_fallback_rate", "byte-fallback pieces, % of tokens", 100.0, 2.0),
+          ("unk_rate", "<unk>, % of tokens", 100.0, 1.5))  # (key, title, scale, relative width)
+
+
+def chart_panels(results: dict[str, dict[str, dict]]) -> list[tuple[str, str, float, float]]:
+    """The panels worth drawing: those with a non-zero value for some model and row."""
+    return [panel for panel in PANELS
+            if any(m.get(panel[0], 0.0) for rows in results.values() for m in rows.values())]
+
+
+def row_labels(results: dict[str, dict[str, dict]]) -> list[str]:
+    """Each row's name with the sample it was measured on (documents, size); the mix row has none."""
+    first = results[next(iter(results))]
+    labels = []
+    for name, m in first.items():
+        if "documents" in m:
+            size = f"{m['bytes'] / 1e6:.2f} MB" if m["bytes"] >= 100_000 else f"{m['bytes'] / 1e3:.1f} kB"
+            labels.append(f"{name}  (n={m['documents']:,}, {size})")
+        else:
+            labels.append(name)
+    return labels
+
+
+def plot(results: dict[str, dict[str, dict]], out_path: str, title: str) -> list[str]:
+    """Grouped horizontal bars per subset, one color per model; returns the panels drawn.
+
+    Panels: tokens/byte, byte-fallback % and unk %, each only when some value is non-zero; each
+    row is labelled with its sample size (documents, MB).
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -167,15 +195,16 @@ def plot(results: dict[str, dict[str, dict]], out_path: str, title: str) -> None
 
     labels = list(results)
     rows = list(results[labels[0]])
-    panels = [("tokens_per_byte", "tokens per byte (lower is better)", 1.0),
-              ("byte_fallback_rate", "byte-fallback pieces, % of tokens", 100.0),
-              ("unk_rate", "<unk>, % of tokens", 100.0)]
+    panels = chart_panels(results) or list(PANELS[:1])
     height = 0.8 / len(labels)
     y = np.arange(len(rows))
-    fig, axes = plt.subplots(1, len(panels), figsize=(16, 1.2 + 0.34 * len(rows) * max(1, len(labels) / 2)),
-                             sharey=True, constrained_layout=True, gridspec_kw={"width_ratios": [3, 2, 1.5]})
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 + 5 * len(panels),
+                                                      1.2 + 0.34 * len(rows) * max(1, len(labels) / 2)),
+                             sharey=True, constrained_layout=True, squeeze=False,
+                             gridspec_kw={"width_ratios": [p[3] for p in panels]})
+    axes = axes[0]
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for ax, (key, name, scale) in zip(axes, panels, strict=True):
+    for ax, (key, name, scale, _) in zip(axes, panels, strict=True):
         for i, label in enumerate(labels):
             values = [scale * results[label].get(r, {}).get(key, 0.0) for r in rows]
             offset = (i - (len(labels) - 1) / 2) * height
@@ -188,17 +217,15 @@ def plot(results: dict[str, dict[str, dict]], out_path: str, title: str) -> None
         ax.set_axisbelow(True)
         ax.margins(x=0.15)
         ax.set_xlim(left=0)
-        if not any(results[label].get(r, {}).get(key, 0.0) for label in labels for r in rows):
-            ax.set_xlim(0, 1)
-            ax.text(0.5, 0.5, "none", transform=ax.transAxes, ha="center", color="gray")
         if rows[-1] in (ALL_ROW, MIX_ROW):
             ax.axhline(len([r for r in rows if r not in (ALL_ROW, MIX_ROW)]) - 0.5, color="gray", lw=0.8)
-    axes[0].set_yticks(y, rows)
+    axes[0].set_yticks(y, row_labels(results))
     axes[0].invert_yaxis()
-    for tick in axes[0].get_yticklabels():
-        if tick.get_text() in (ALL_ROW, MIX_ROW):
+    for tick, row in zip(axes[0].get_yticklabels(), rows, strict=True):
+        if row in (ALL_ROW, MIX_ROW):
             tick.set_fontweight("bold")
     axes[0].legend(loc="lower right", fontsize=8)
     fig.suptitle(title, fontsize=10)
     fig.savefig(out_path, dpi=110)
     plt.close(fig)
+    return [p[0] for p in panels]

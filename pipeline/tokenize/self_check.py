@@ -99,7 +99,7 @@ def adversarial_texts(facts: ModelFacts | None = None, long_line: int = 1 << 16)
 
 
 def sample_documents(input_files: list[str], total_bytes: int = SAMPLE_BYTES,
-                     max_files: int = SAMPLE_FILES) -> tuple[list[str], int]:
+                     max_files: int = SAMPLE_FILES, schema: documents.Schema = documents.PILE) -> tuple[list[str], int]:
     """The first documents of up to `max_files` input files (evenly spaced), about `total_bytes` of text.
 
     Returns (texts, number of files read). Lines that are not valid documents are skipped here
@@ -120,7 +120,7 @@ def sample_documents(input_files: list[str], total_bytes: int = SAMPLE_BYTES,
                 if taken >= share or line.offset >= 16 * share:
                     break
                 try:
-                    text, _ = documents.parse_line(line, longest)
+                    text, _ = documents.parse_line(line, longest, schema)
                 except documents.BadRecord:
                     continue
                 texts.append(text)
@@ -165,7 +165,7 @@ def self_check(backend: str, proto: bytes, facts: ModelFacts, expected: dict, te
 
 
 def choose_backend(requested: str, model_path: str, input_files: list[str], *,
-                   sample_bytes: int = SAMPLE_BYTES) -> BackendChoice:
+                   sample_bytes: int = SAMPLE_BYTES, schema: documents.Schema = documents.PILE) -> BackendChoice:
     """Resolve `--tokenizer_backend` in the driver, before any worker starts.
 
     `auto` tries the fast engines in order and uses the first that loads and passes the self-check
@@ -182,7 +182,7 @@ def choose_backend(requested: str, model_path: str, input_files: list[str], *,
     start = time.monotonic()
     proto = read_bytes(model_path)
     facts = ModelFacts.from_proto(proto)
-    texts, files = sample_documents(input_files, sample_bytes)
+    texts, files = sample_documents(input_files, sample_bytes, schema=schema)
     adversarial = adversarial_texts(facts)
     sample = {"files_sampled": files, "documents": len(texts),
               "text_bytes": sum(len(t.encode("utf-8")) for t in texts), "adversarial_strings": len(adversarial)}

@@ -1,0 +1,132 @@
+"""Progress while a job runs: percent of the input, documents/s, tokens/s and an ETA.
+
+The lines are pure functions of the counts; the counts travel from workers to the driver as UDP
+datagrams on the loopback interface; and a real multi-process DirectRunner job of more than 20 s
+prints at least one line with a percent and an ETA.
+"""
+
+import io
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from pipeline.beam.progress import Monitor, Rates, Reporter, Totals, progress_line
+
+REPO = Path(__file__).resolve().parents[1]
+LINE_WITH_ETA = re.compile(r"progress: (\d+\.\d)% of [\d.]+ MB input tokenized, [\d,]+ docs/s, [\d,]+ tokens/s, "
+                           r"ETA (\d+h)?(\d+m)?\d+s")
+
+
+def test_lines_say_what_phase_the_job_is_in():
+    assert progress_line(Totals(read=50), 200, None) == "progress: reading input, 25.0% of 0.0 MB read"
+    assert progress_line(Totals(read=200, done=20), 200, None) == (
+        "progress: 10.0% of 0.0 MB input tokenized, measuring speed")
+    line = progress_line(Totals(read=2_000_000, done=500_000, docs=90, tokens=9_000), 2_000_000,
+                         Rates(bytes=10_000, docs=3, tokens=300))
+    assert line == "progress: 25.0% of 2.0 MB input tokenized, 3 docs/s, 300 tokens/s, ETA 2m30s"
+    # A retried bundle may count twice: never more than 100%.
+    assert progress_line(Totals(done=3_000_000, docs=5, tokens=7), 2_000_000, None) == (
+        "progress: 100% of 2.0 MB input tokenized (5 documents, 7 tokens); shuffling into shards")
+
+
+def test_rates_follow_the_recent_window():
+    monitor = Monitor(total_bytes=1000, every_s=10)
+    monitor.receive(b'{"id": "a", "read": 0, "done": 0, "docs": 0, "tokens": 0}')
+    monitor.sample(now=0.0)
+    assert monitor.rates() is None  # nothing tokenized yet
+    for t in range(1, 200):
+        monitor.receive(f'{{"id": "a", "read": 1000, "done": {t}, "docs": {t}, "tokens": {10 * t}}}'.encode())
+        monitor.sample(now=float(t))
+    # After a slow start the pace doubles: the rates are the last minute's.
+    for t in range(200, 260):
+        done = 199 + 2 * (t - 199)
+        monitor.receive(f'{{"id": "a", "read": 1000, "done": {done}, "docs": {done}, "tokens": 0}}'.encode())
+        monitor.sample(now=float(t))
+    rates = monitor.rates()
+    assert abs(rates.bytes - 2.0) < 0.05 and abs(rates.docs - 2.0) < 0.05
+    monitor.receive(b"not json")  # ignored
+    monitor.receive(b'{"id": "b", "read": 5}')  # incomplete: ignored
+    assert monitor.totals().done == 199 + 2 * 60
+
+
+def test_counts_from_several_workers_add_up_and_a_lost_datagram_costs_nothing():
+    monitor = Monitor(total_bytes=10_000, every_s=3600).start()
+    try:
+        workers = [Reporter(monitor.address, 10_000) for _ in range(3)]
+        for i, worker in enumerate(workers):
+            worker.add(read=100 * (i + 1))
+            worker.add(done=10 * (i + 1), docs=i, tokens=1000)  # not sent yet: less than a second ago
+        for worker in workers:
+            worker.flush()  # cumulative: carries what an unsent (or lost) datagram would have
+        deadline = time.monotonic() + 10
+        while monitor.totals() != Totals(600, 60, 3, 3000) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert monitor.totals() == Totals(read=600, done=60, docs=3, tokens=3000)
+        for worker in workers:
+            worker.close()
+    finally:
+        monitor.stop()
+    assert monitor.address is None
+
+
+def test_a_reporter_without_a_monitor_only_counts_metrics():
+    reporter = Reporter(None, 10)
+    reporter.add(read=5, done=5, docs=1, tokens=2)
+    reporter.close()  # nothing to send to, nothing raised
+
+
+SLOW_WORKERS = """
+    import os, time
+    if os.environ.get("SLOW_CHUNK_S"):
+        from pipeline.tokenize import engines
+        _encode = engines.Encoder.encode_verified
+        def slow(self, texts):
+            time.sleep(float(os.environ["SLOW_CHUNK_S"]))
+            return _encode(self, texts)
+        engines.Encoder.encode_verified = slow
+"""
+
+
+def test_a_long_run_prints_a_percent_and_an_eta(tmp_path):
+    """A multi-process DirectRunner job slowed to > 20 s prints progress lines from its workers' counts."""
+    # sitecustomize runs in every Python process: the driver and each DirectRunner worker process.
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(textwrap.dedent(SLOW_WORKERS))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(hook), str(REPO), os.environ.get("PYTHONPATH", "")]),
+               SLOW_CHUNK_S="1.5", TF_CPP_MIN_LOG_LEVEL="3")
+    inputs = [str(REPO / "sample_data" / "pile" / "train" / f"0{i}.jsonl.zst") for i in (0, 2)]
+    start = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "pipeline.cli.main", "run", "--input", *inputs, "--output_dir", str(tmp_path / "out"),
+         "--tokenizer_model", str(REPO / "tokenizers" / "sample" / "sample.model"), "--seq_len", "128",
+         "--chunk_mb", "0.25", "--direct_num_workers", "2", "--direct_running_mode", "multi_processing"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    seconds = time.monotonic() - start
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert seconds >= 20
+    lines = [m for m in map(LINE_WITH_ETA.search, result.stderr.splitlines()) if m]
+    assert lines, result.stderr[-3000:]
+    assert all(0 < float(m.group(1)) < 100 for m in lines)
+    assert "tokens: " in result.stdout
+
+
+def test_on_a_terminal_a_progress_bar_replaces_the_lines():
+    stream = io.StringIO()
+    monitor = Monitor(total_bytes=1_000_000, every_s=3600, stream=stream, bar=True).start()
+    try:
+        reporter = Reporter(monitor.address, 1_000_000)
+        for _ in range(3):
+            reporter.add(read=250_000, done=250_000, docs=10, tokens=1000)
+            reporter.flush()
+            time.sleep(1.2)
+        reporter.close()
+    finally:
+        monitor.stop()
+    shown = stream.getvalue()
+    assert "tokenized" in shown and "750k/1.00M" in shown and "docs/s" in shown
+    assert monitor.lines == []

@@ -1,0 +1,63 @@
+"""`pile-pipeline show`: the tokenizer comes from the manifest when reachable; a given one must match it."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+import sentencepiece as spm
+from corpus_helpers import FAST_BEAM
+
+from pipeline.cli import run, show
+
+REPO = Path(__file__).resolve().parents[1]
+OTHER_MODEL = str(REPO / "tokenizers" / "sample" / "sample.model")
+
+
+@pytest.fixture(scope="module")
+def output(tmp_path_factory, tiny_model):
+    """An output made with a copy of the tiny model, and that copy (which tests may remove)."""
+    root = tmp_path_factory.mktemp("show")
+    model = root / "model" / "tiny.model"
+    model.parent.mkdir()
+    shutil.copy(tiny_model, model)
+    out = root / "out"
+    run.main(["--input", str(REPO / "sample_data" / "notes" / "part-00.jsonl"), "--output_dir", str(out),
+              "--tokenizer_model", str(model), "--text_key", "body", "--subset_key", "source.name",
+              "--subset_names", "any", "--default_subset", "misc", "--seq_len", "64", *FAST_BEAM])
+    return out, model
+
+
+def test_show_takes_the_tokenizer_the_manifest_records(output, capsys):
+    out, model = output
+    assert show.cli([str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert f"tokenizer: {model}, from the manifest (sha256 matches)" in printed
+    assert "sequence 0 detokenized (64 tokens" in printed
+
+
+def test_a_given_model_with_another_sha256_is_refused_naming_both(output, capsys):
+    out, model = output
+    assert show.cli([str(out), "--tokenizer_model", OTHER_MODEL]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert err[0].startswith(f"error: --tokenizer_model {OTHER_MODEL}: sha256 ") and str(model) in err[0]
+    assert spm.SentencePieceProcessor(model_file=OTHER_MODEL).get_piece_size() > 0  # a valid model, only not this one
+
+
+def test_a_given_model_that_matches_is_used(output, tiny_model, capsys):
+    out, _ = output
+    assert show.cli([str(out), "--tokenizer_model", tiny_model]) == 0
+    assert f"tokenizer: {tiny_model} (sha256 matches the manifest)" in capsys.readouterr().out
+
+
+def test_without_a_reachable_model_the_ids_are_shown(output, tmp_path, capsys):
+    out, model = output
+    moved = tmp_path / "elsewhere.model"
+    shutil.move(model, moved)
+    try:
+        assert show.cli([str(out)]) == 0
+    finally:
+        shutil.move(moved, model)
+    printed = capsys.readouterr().out
+    assert f"the recorded model {model} is not reachable from here" in printed
+    assert "first 64 ids: [" in printed
