@@ -106,8 +106,8 @@ def _listed(manifest: dict) -> set[str]:
     return files | {d["path"] for d in (manifest.get("dead_letters") or {}).get("files", [])}
 
 
-def _plan_overwrite(fs, root: str, url: str, files: list[str], entries: list[str]) -> tuple[list[str], list[str]]:
-    """(files to remove, files or folders that are not ours) for --overwrite."""
+def _plan_overwrite(url: str, files: list[str], entries: list[str]) -> tuple[list[str], list[str]]:
+    """(files to remove, files or folders that are not ours) for --overwrite of the output at `url`."""
     listed: set[str] = set()
     committed = None
     unknown = []
@@ -153,7 +153,7 @@ def prepare_output_dir(output_dir: str, overwrite: bool) -> None:
                 f"--output_dir {shown} is not empty ({state}: {len(entries)} entries). Pass --overwrite to "
                 "replace it, or choose an empty directory."
             )
-        remove, unknown = _plan_overwrite(fs, root, output_dir, sorted(files), entries)
+        remove, unknown = _plan_overwrite(output_dir, sorted(files), entries)
         if unknown:
             more = f" and {len(unknown) - MAX_LISTED} more" if len(unknown) > MAX_LISTED else ""
             raise FileExistsError(

@@ -3,7 +3,7 @@
 Every test here runs real components: `python -m pipeline.run` in its own process (and its Beam
 worker processes), real zstd and gzip, a real S3-compatible server (moto's server mode on
 127.0.0.1, reached through `AWS_ENDPOINT_URL_S3` as a user reaches MinIO), real kernel permission
-checks (a job run as the unprivileged user `nobody`) and a real full filesystem (a small tmpfs).
+checks (a job run without root's power to bypass them) and a real full filesystem (a small tmpfs).
 """
 
 from __future__ import annotations
@@ -142,10 +142,3 @@ def small_corpus(folder: Path, files: int = 2, docs: int = 60, bad: int = 0) -> 
             lines[1:1] = [b"{not json"] * bad
         write_lines(str(folder / f"{f:02d}.jsonl.zst"), lines)
     return str(folder / "*.jsonl.zst")
-
-
-
-def objects(fs, prefix: str) -> dict[str, bytes]:
-    """Every object under `prefix` (bucket/key), freshly listed."""
-    fs.invalidate_cache()
-    return {path: fs.cat_file(path) for path in fs.find(prefix)}
