@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 
 import zstandard
 
@@ -25,3 +26,20 @@ def write_lines(path: str, lines: list[bytes], compression: str = "zst") -> str:
     with open(path, "wb") as f:
         f.write(data)
     return path
+
+
+_RUN_DIR = re.compile(r"run-[0-9a-f]{16}/")
+
+
+def run_free(value):
+    """A manifest, shard list or path without the run id and run directory (pipeline/io/outputs.py).
+
+    Every run writes into a directory of its own; what two runs of the same input and config share
+    byte for byte is everything else.
+    """
+    if isinstance(value, str):
+        return _RUN_DIR.sub("", value)
+    value = json.loads(_RUN_DIR.sub("", json.dumps(value)))
+    if isinstance(value, dict):
+        value.pop("run_id", None)
+    return value

@@ -6,7 +6,9 @@ say why in the change.
 
 The manifest and dead letters record the input files' absolute paths, so they are compared with the
 repository's location replaced by "<repo>" and the test's temporary directory by "<tmp>" (and the
-manifest's entries for dead-letter files carry the size and digest of the replaced text).
+manifest's entries for dead-letter files carry the size and digest of the replaced text). Each run
+writes into a directory named by a random run id (pipeline/io/outputs.py): the id is replaced by
+"<run>" in paths and in the manifest; shards and dead letters do not contain it.
 """
 
 import hashlib
@@ -42,7 +44,7 @@ CASES = {
     "options": ["--input", TRAIN, "--seq_len", "96", "--shard_size_mb", "0.5", "--document_boundaries",
                 "--epochs", "pile_paper", "--add_bos", "--seed", "7", "--subsets", "uncopyrighted",
                 "--remainder", "drop", "--chunk_mb", "0.25"],
-    "dead_letters": ["--input", "<tmp>/odd.jsonl", "--seq_len", "16"],
+    "dead_letters": ["--input", "<tmp>/odd.jsonl", "--seq_len", "16", "--max_dead_letter_fraction", "1"],
 }
 
 
@@ -51,19 +53,21 @@ def run_case(name: str, tmp: Path) -> dict:
     (tmp / "odd.jsonl").write_bytes(b"\n".join(ODD_LINES) + b"\n")
     args = [a.replace("<tmp>", str(tmp)) for a in CASES[name]]
     out = tmp / "out"
-    run.main([*args, "--output_dir", str(out), "--tokenizer_model", MODEL, *FAST_BEAM])
+    run_id = run.main([*args, "--output_dir", str(out), "--tokenizer_model", MODEL, *FAST_BEAM])["run_id"]
+
     def normalized(path: Path) -> bytes:
         data = path.read_bytes()
         if path.suffix == ".tfrecord":
             return data
-        return data.replace(str(REPO).encode(), b"<repo>").replace(str(tmp).encode(), b"<tmp>")
+        data = data.replace(str(REPO).encode(), b"<repo>").replace(str(tmp).encode(), b"<tmp>")
+        return data.replace(run_id.encode(), b"<run>")
 
-    digests = {str(p.relative_to(out)): hashlib.sha256(normalized(p)).hexdigest()
+    digests = {str(p.relative_to(out)).replace(run_id, "<run>"): hashlib.sha256(normalized(p)).hexdigest()
                for p in sorted(out.rglob("*")) if p.is_file() and p.name != "manifest.json"}
     # The manifest lists the dead-letter files' sizes and digests: give it the normalized ones.
     manifest = json.loads(normalized(out / "manifest.json"))
     for entry in manifest["dead_letters"]["files"]:
-        entry["bytes"] = len(normalized(out / entry["path"]))
+        entry["bytes"] = len(normalized(out / entry["path"].replace("<run>", run_id)))
         entry["sha256"] = digests[entry["path"]]
     digests["manifest.json"] = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
     return digests

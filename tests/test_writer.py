@@ -1,4 +1,5 @@
 import hashlib
+import json
 import os
 import threading
 
@@ -37,12 +38,16 @@ def test_a_retried_or_duplicated_write_gives_the_same_bytes(tmp_path):
     assert os.listdir(tmp_path) == ["s.tfrecord"]  # no temp leftovers
 
 
-def test_overwrite_removes_only_our_files(tmp_path):
-    for name in ("manifest.json", "train-00000-of-00002.tfrecord", "val-00001-of-00002.tfrecord",
-                 ".train-00000-of-00002.tfrecord.tmp-" + "a" * 32):
+def test_overwrite_removes_what_the_manifest_lists_and_our_temporary_files(tmp_path):
+    # What --overwrite may remove, and what it refuses, is tested in tests/faults/test_overwrite.py.
+    run = "0123456789abcdef"
+    listed = [f"run-{run}/train-00000-of-00002.tfrecord", f"run-{run}/train-00001-of-00002.tfrecord",
+              f"run-{run}/dead_letters/train-00000-00000.jsonl"]
+    for name in [*listed, f"run-{run}/.train-00000-of-00002.tfrecord.tmp-" + "a" * 32]:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes(b"x")
-    (tmp_path / "dead_letters").mkdir()
-    (tmp_path / "dead_letters" / "train-00000.jsonl").write_bytes(b"{}")
+    (tmp_path / "manifest.json").write_text(json.dumps({
+        "run_id": run, "shards": [{"path": p} for p in listed[:2]], "dead_letters": {"files": [{"path": listed[2]}]}}))
     with pytest.raises(FileExistsError, match="finished output"):
         outputs.prepare_output_dir(str(tmp_path), overwrite=False)
     outputs.prepare_output_dir(str(tmp_path), overwrite=True)

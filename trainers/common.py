@@ -34,6 +34,7 @@ import hashlib
 import json
 import logging
 import os
+import posixpath
 import time
 
 import numpy as np
@@ -266,9 +267,9 @@ def reader_kwargs(cfg: TrainConfig) -> dict:
 
 def data_signature(cfg: TrainConfig, manifest: dict, dp_size: int) -> dict:
     """Everything that fixes which batches a rank sees at a given (epoch, step)."""
-    shards = hashlib.sha256(
-        json.dumps([(s["path"], s["records"], s.get("sha256")) for s in manifest["shards"]]).encode()
-    ).hexdigest()
+    # By name, not path: a rerun of the same job writes the same shards into another run directory.
+    listed = [(posixpath.basename(s["path"]), s["records"], s.get("sha256")) for s in manifest["shards"]]
+    shards = hashlib.sha256(json.dumps(listed).encode()).hexdigest()
     return {
         "shards": shards,
         "batch_size": cfg.batch_size,

@@ -21,7 +21,7 @@ from pipeline.format import framing, records
 from pipeline.format import manifest as manifest_lib
 from pipeline.io.files import sha256_of
 from pipeline.io.frames import read_units
-from pipeline.io.outputs import write_manifest
+from pipeline.io.outputs import commit_output, new_run_id
 from pipeline.tokenize.model import SpecialIds
 from pipeline.tokenize.self_check import BackendChoice, choose_backend
 
@@ -30,7 +30,10 @@ LOG = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True)
 class Job:
-    """What the driver resolved before building: the config, the expanded inputs, the model facts."""
+    """What the driver resolved before building: the config, the expanded inputs, the model facts.
+
+    run_id names the directory this run writes its files into (pipeline/io/outputs.py).
+    """
 
     config: PipelineConfig
     input_files: tuple[str, ...]
@@ -38,6 +41,7 @@ class Job:
     tokenizer_sha256: str
     backend: BackendChoice
     execution: Execution = Execution()
+    run_id: str = ""
 
     @property
     def token_dtype(self) -> np.dtype:
@@ -51,11 +55,11 @@ class Job:
 
 
 def resolve_job(config: PipelineConfig, input_files: list[str], special: SpecialIds,
-                execution: Execution | None = None) -> Job:
+                execution: Execution | None = None, run_id: str | None = None) -> Job:
     """Bundle what the pipeline needs to know up front (including the tokenizer backend check)."""
     backend = choose_backend(config.tokenizer_backend, config.tokenizer_model, input_files, schema=config.schema)
     return Job(config, tuple(input_files), special, sha256_of(config.tokenizer_model), backend,
-               execution or Execution())
+               execution or Execution(), run_id or new_run_id())
 
 
 def tokenizer_json(job: Job) -> dict:
@@ -95,6 +99,7 @@ def build_manifest(job: Job, shards: list[dict], stats: dict, dead_letters: list
             "format": manifest_lib.FORMAT,
             "format_version": manifest_lib.FORMAT_VERSION,
             "created_by": created_by(),
+            "run_id": job.run_id,
             "split": cfg.split,
             "seq_len": cfg.seq_len,
             "features": records.feature_spec(cfg.seq_len, job.token_dtype, cfg.document_boundaries),
@@ -206,12 +211,12 @@ def build_pipeline(p: beam.Pipeline, job: Job) -> None:
         all_records
         | "AssignShards" >> beam.ParDo(transforms.AssignShardsFn(cfg.seed), beam.pvalue.AsSingleton(offsets), plan)
         | "GroupByShard" >> beam.GroupByKey()  # (shard, [(positions, records)]): references only, with a spill_dir
-        | "WriteShards" >> beam.ParDo(transforms.WriteShardFn(cfg, job.record_bytes), plan)
+        | "WriteShards" >> beam.ParDo(transforms.WriteShardFn(cfg, job.record_bytes, job.run_id), plan)
     )
     dead = (
         processed[transforms.DEAD_LETTERS]
         | "GroupDeadLetters" >> beam.GroupByKey()  # ((file_index, chunk_index), [dict]): one chunk's
-        | "WriteDeadLetters" >> transforms.WriteDeadLetters(cfg)
+        | "WriteDeadLetters" >> transforms.WriteDeadLetters(cfg, job.run_id)
     )
     stats = (
         (read_stats, processed[transforms.STATS], file_tails[transforms.STATS], final[transforms.STATS])
@@ -219,6 +224,7 @@ def build_pipeline(p: beam.Pipeline, job: Job) -> None:
         | "SumStats" >> beam.CombineGlobally(merge_stats)
     )
     # The manifest is written last: its side inputs exist only once every shard has been written.
+    # An output that must not be used (no records, too many dead letters) gets no manifest.
     _ = (
         p
         | "ManifestTrigger" >> beam.Create([None])
@@ -236,6 +242,6 @@ def build_pipeline(p: beam.Pipeline, job: Job) -> None:
 
 def _write_manifest(_, job: Job, shards, stats, dead_letters, plan: ShardPlan) -> str:
     manifest = build_manifest(job, list(shards), stats, list(dead_letters), plan.num_shards)
-    path = write_manifest(job.config.output_dir, manifest)
+    path = commit_output(job.config.output_dir, manifest, job.config.max_dead_letter_fraction)
     LOG.info("wrote %s: %d shards, %d records", path, len(manifest["shards"]), manifest["totals"]["records"])
     return path

@@ -2,13 +2,64 @@
 
 DirectRunner's worker processes forward their log lines to the driver through one logger; only
 the lines our code wrote (or errors) are kept, shortened to their message.
+
+A job that fails on one of our errors (a `JobError`: a damaged input, a full disk, an output
+refused) ends with that error's one line (`failure_line`), not with worker tracebacks: Beam's own
+reports of the failed bundle are left out, since the exception the job ends with repeats them (and
+any other failure still ends with its whole traceback).
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import re
+
+from pipeline.core.errors import JobError
+
+# How a traceback's last line names an exception of ours: "pipeline.io.decompress.CorruptInputError: ..."
+_RAISED = re.compile(r"^(pipeline(?:\.\w+)+)\.(\w+): (.+)$", re.M)
+_WHILE_RUNNING = re.compile(r" \[while running '[^']*'\]")
+
+
+class JobFailed(Exception):
+    """The job failed on one of our errors; the message is that error's one line."""
+
+
+def _job_error_class(module: str, name: str) -> bool:
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return False
+    return isinstance(cls, type) and issubclass(cls, JobError)
+
+
+def failure_line(exc: BaseException) -> str | None:
+    """The one line to report for a failed job when the failure is a JobError, else None.
+
+    On DirectRunner in one process the error comes back as itself; from worker processes (and
+    remote runners) only as text: the last line that names one of our JobError classes.
+    """
+    seen = exc
+    while seen is not None:
+        if isinstance(seen, JobError):
+            return _WHILE_RUNNING.sub("", str(seen)).splitlines()[0]
+        seen = seen.__cause__ or seen.__context__
+    for match in reversed(list(_RAISED.finditer(str(exc)))):
+        if _job_error_class(match.group(1), match.group(2)):
+            return _WHILE_RUNNING.sub("", match.group(3)).strip()
+    return None
+
+
+class _NoBundleFailureReports(logging.Filter):
+    """Leave out Beam's reports of a failed bundle (the job's final exception repeats them)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.ERROR or not record.name.startswith("apache_beam"):
+            return True
+        text = record.getMessage()
+        return not (record.exc_info or "Traceback (most recent call last)" in text or "[while running" in text)
 
 
 class _OwnWorkerLogs(logging.Filter):
@@ -35,3 +86,5 @@ def configure_logging() -> None:
     forwarded = logging.getLogger("apache_beam.runners.portability.local_job_service")
     forwarded.setLevel(logging.INFO)
     forwarded.addFilter(_OwnWorkerLogs())
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_NoBundleFailureReports())

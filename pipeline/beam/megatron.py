@@ -44,7 +44,7 @@ from pipeline.core.stats import merge_into, merge_stats, sorted_dict
 from pipeline.core.versions import created_by
 from pipeline.format import megatron as fmt
 from pipeline.format.framing import FramedRecords
-from pipeline.io.outputs import write_manifest
+from pipeline.io.outputs import commit_output, run_path
 from pipeline.io.publish import publish
 from pipeline.io.spill import SpilledRecords, SpillWriter, load
 from pipeline.io.urls import redact_url
@@ -227,9 +227,10 @@ class WriteShardFn(beam.DoFn):
     lengths (8 bytes per document), whatever the shard's size.
     """
 
-    def __init__(self, config: PipelineConfig, dtype: np.dtype):
+    def __init__(self, config: PipelineConfig, dtype: np.dtype, run_id: str):
         self._config = config
         self._dtype = np.dtype(dtype)
+        self._run_id = run_id
 
     def process(self, element, names):
         (group, slot), blocks = element
@@ -247,7 +248,7 @@ class WriteShardFn(beam.DoFn):
                         f"shard ({group}, {slot}): documents {expected}..{first} are missing or repeated")
                 expected = first + len(sizes)
             lengths = np.concatenate([sizes for *_, sizes in places]) // self._dtype.itemsize
-            prefix = names[(group, slot)]
+            prefix = run_path(self._run_id, names[(group, slot)])  # in the run's own directory
 
             def parts():
                 for _, offset, size, _ in places:
@@ -275,7 +276,7 @@ def recorded_config(config: PipelineConfig) -> dict:
 
 
 def build_manifest(config: PipelineConfig, tokenizer: dict, dtype: np.dtype, shards: list[dict], stats: dict,
-                   dead_letters: list[dict]) -> dict:
+                   dead_letters: list[dict], run_id: str) -> dict:
     """The manifest of a Megatron output (pure, so tests can check it without Beam)."""
     shards = sorted(shards, key=lambda s: s["path"])
     subsets = stats.get("subsets", {})
@@ -288,6 +289,7 @@ def build_manifest(config: PipelineConfig, tokenizer: dict, dtype: np.dtype, sha
         "format": fmt.FORMAT,
         "format_version": fmt.FORMAT_VERSION,
         "created_by": created_by(),
+        "run_id": run_id,
         "split": config.split,
         "megatron": {
             "dtype": np.dtype(dtype).name,
@@ -347,12 +349,12 @@ def build_megatron(p: beam.Pipeline, job, chunks, read_stats, tokenizer: dict, p
         assigned.documents
         # ((group, slot), [(first, Documents)]): with a spill_dir, references only
         | "GroupByShard" >> beam.GroupByKey()
-        | "WriteShards" >> beam.ParDo(WriteShardFn(cfg, dtype), beam.pvalue.AsSingleton(names))
+        | "WriteShards" >> beam.ParDo(WriteShardFn(cfg, dtype, job.run_id), beam.pvalue.AsSingleton(names))
     )
     dead = (
         docs[transforms.DEAD_LETTERS]
         | "GroupDeadLetters" >> beam.GroupByKey()  # ((file_index, chunk_index), [dict])
-        | "WriteDeadLetters" >> transforms.WriteDeadLetters(cfg)
+        | "WriteDeadLetters" >> transforms.WriteDeadLetters(cfg, job.run_id)
     )
     stats = (
         (read_stats, docs[transforms.STATS])
@@ -364,16 +366,16 @@ def build_megatron(p: beam.Pipeline, job, chunks, read_stats, tokenizer: dict, p
         p
         | "ManifestTrigger" >> beam.Create([None])
         | "WriteManifest" >> beam.Map(
-            _write_manifest, cfg, tokenizer, dtype,
+            _write_manifest, cfg, tokenizer, dtype, job.run_id,
             shards=beam.pvalue.AsList(shards), stats=beam.pvalue.AsSingleton(stats),
             dead_letters=beam.pvalue.AsList(dead),
         )
     )
 
 
-def _write_manifest(_, config, tokenizer, dtype, shards, stats, dead_letters) -> str:
-    manifest = build_manifest(config, tokenizer, dtype, list(shards), stats, list(dead_letters))
-    path = write_manifest(config.output_dir, manifest)
+def _write_manifest(_, config, tokenizer, dtype, run_id, shards, stats, dead_letters) -> str:
+    manifest = build_manifest(config, tokenizer, dtype, list(shards), stats, list(dead_letters), run_id)
+    path = commit_output(config.output_dir, manifest, config.max_dead_letter_fraction)
     LOG.info("wrote %s: %d .bin/.idx pairs, %d documents", path, len(manifest["shards"]),
              manifest["totals"]["documents"])
     return path

@@ -352,17 +352,19 @@ class WriteShardFn(beam.DoFn):
     The group is read once, each record put into a local spool at its place in the shard
     (pipeline/io/spool.py), and written from there in order: the writer holds one element of the
     group and one ~8 MB bucket, whatever the shard's size, as long as the runner hands the group
-    over lazily (docs/operations.md: which runners do). The sha256 is computed while writing.
+    over lazily (docs/operations.md: which runners do). The sha256 is computed while writing. Shards
+    go into the run's own directory (pipeline/io/outputs.py).
     """
 
-    def __init__(self, config: PipelineConfig, record_bytes: int):
+    def __init__(self, config: PipelineConfig, record_bytes: int, run_id: str):
         self._config = config
         self._record_bytes = record_bytes
+        self._run_id = run_id
 
     def process(self, element, plan: ShardPlan):
         shard, groups = element
         first, end = (int(b) for b in plan.bounds()[shard : shard + 2])
-        name = outputs.shard_name(self._config.split, shard, plan.num_shards)
+        name = outputs.run_path(self._run_id, outputs.shard_name(self._config.split, shard, plan.num_shards))
         with OrderedSpool(end - first, (end - first) * self._record_bytes) as spool, RecordReader() as reader:
             for positions, recs in groups:
                 for i, position in enumerate(np.frombuffer(positions, "<i8").tolist()):
@@ -390,15 +392,17 @@ def dead_letter_part(element):
 
 
 class WriteDeadLettersFn(beam.DoFn):
-    """((file, first chunk, own), [(chunk, JSON lines)]) -> info of one dead_letters/ file."""
+    """((file, first chunk, own), [(chunk, JSON lines)]) -> info of one run-<id>/dead_letters/ file."""
 
-    def __init__(self, config: PipelineConfig):
+    def __init__(self, config: PipelineConfig, run_id: str):
         self._config = config
+        self._run_id = run_id
 
     def process(self, element):
         (file_index, first_chunk, own), parts = element
         parts = sorted(parts, key=lambda p: p[0])  # chunk order: the lines are (file, line) sorted
-        name = outputs.dead_letter_name(self._config.split, file_index, first_chunk, own=own)
+        name = outputs.run_path(self._run_id,
+                                outputs.dead_letter_name(self._config.split, file_index, first_chunk, own=own))
         size, sha = publish(posixpath.join(self._config.output_dir, name), [lines for _, lines in parts])
         yield {"path": name, "records": sum(lines.count(b"\n") for _, lines in parts), "bytes": size,
                "sha256": sha}
@@ -407,14 +411,15 @@ class WriteDeadLettersFn(beam.DoFn):
 class WriteDeadLetters(beam.PTransform):
     """((file, chunk), [dead-letter dict]) grouped per chunk -> info of each dead_letters/ file."""
 
-    def __init__(self, config: PipelineConfig):
+    def __init__(self, config: PipelineConfig, run_id: str):
         super().__init__()
         self._config = config
+        self._run_id = run_id
 
     def expand(self, per_chunk):
         return (
             per_chunk
             | "PartOfFile" >> beam.Map(dead_letter_part)
             | "GroupByPart" >> beam.GroupByKey()  # ((file, first chunk, own), [(chunk, lines)])
-            | "Write" >> beam.ParDo(WriteDeadLettersFn(self._config))
+            | "Write" >> beam.ParDo(WriteDeadLettersFn(self._config, self._run_id))
         )

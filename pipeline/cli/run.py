@@ -24,7 +24,7 @@ from apache_beam.options.pipeline_options import DirectOptions, PortableOptions,
 
 from pipeline.beam.execution import file_sizes, plan_execution
 from pipeline.beam.job import build_pipeline, resolve_job
-from pipeline.beam.logs import configure_logging
+from pipeline.beam.logs import JobFailed, configure_logging, failure_line
 from pipeline.beam.options import BEAM, pipeline_options
 from pipeline.beam.progress import Monitor
 from pipeline.beam.remote import check_workers_can_read, workers_of
@@ -34,7 +34,9 @@ from pipeline.format import megatron
 from pipeline.format.manifest import ManifestError, load_manifest
 from pipeline.format.summary import format_summary
 from pipeline.io.inputs import expand_inputs
-from pipeline.io.outputs import prepare_output_dir
+from pipeline.io.lock import OutputLock
+from pipeline.io.outputs import new_run_id, prepare_output_dir
+from pipeline.io.scratch import private_temp_dir
 from pipeline.io.spill import make_spill_dir, remove_spill_dir
 from pipeline.io.urls import redact_url, refuse_credentials
 from pipeline.tokenize.model import load_processor, resolve_special_ids
@@ -89,26 +91,40 @@ def main(argv: list[str] | None = None) -> dict | None:
     special = resolve_special_ids(
         sp, add_bos=config.add_bos, add_eos=config.add_eos, bos_id=config.bos_id, eos_id=config.eos_id
     )
-    if not dry_run:
-        prepare_output_dir(config.output_dir, config.overwrite)
-    runner = options.view_as(StandardOptions).runner
-    execution = plan_execution(runner, options.view_as(DirectOptions).direct_num_workers, input_files,
-                               config.fan_out, config.tokenizer_threads)
-    if execution.spill and not (dry_run or executable):
-        execution = dataclasses.replace(execution, spill_dir=make_spill_dir(config.output_dir))
-    # Workers on this machine report progress to the driver; elsewhere it is in the runner's metrics.
-    input_bytes = sum(file_sizes(input_files))
-    monitor = Monitor(input_bytes, config.progress_every if workers_of(options).local else 0).start()
+    run_id = new_run_id()
+    # One writer per output directory, from before anything is removed there until the job ends
+    # (a translated job runs elsewhere, later: nothing to hold).
+    lock = None if dry_run or executable else OutputLock.acquire(config.output_dir, run_id, config.overwrite)
     try:
-        execution = dataclasses.replace(execution, progress=monitor.address, input_bytes=input_bytes)
-        job = resolve_job(config, input_files, special, execution)
-        LOG.info("%d input files -> %s (runner %s)", len(input_files), redact_url(config.output_dir), runner)
-        start = time.monotonic()
-        with beam.Pipeline(options=options) as p:
-            build_pipeline(p, job)
+        if not dry_run:
+            prepare_output_dir(config.output_dir, config.overwrite)
+        runner = options.view_as(StandardOptions).runner
+        execution = plan_execution(runner, options.view_as(DirectOptions).direct_num_workers, input_files,
+                                   config.fan_out, config.tokenizer_threads)
+        if execution.spill and not (dry_run or executable):
+            execution = dataclasses.replace(execution, spill_dir=make_spill_dir(config.output_dir))
+        # Workers on this machine report progress to the driver; elsewhere it is in the runner's metrics.
+        input_bytes = sum(file_sizes(input_files))
+        monitor = Monitor(input_bytes, config.progress_every if workers_of(options).local else 0).start()
+        try:
+            execution = dataclasses.replace(execution, progress=monitor.address, input_bytes=input_bytes)
+            job = resolve_job(config, input_files, special, execution, run_id)
+            LOG.info("%d input files -> %s (runner %s, run %s)", len(input_files), redact_url(config.output_dir),
+                     runner, run_id)
+            start = time.monotonic()
+            with beam.Pipeline(options=options) as p:
+                build_pipeline(p, job)
+        except Exception as e:
+            line = failure_line(e)
+            if line is None:
+                raise
+            raise JobFailed(line) from e
+        finally:
+            monitor.stop()
+            remove_spill_dir(execution.spill_dir)
     finally:
-        monitor.stop()
-        remove_spill_dir(execution.spill_dir)
+        if lock is not None:
+            lock.release()
     if dry_run or executable:
         LOG.info("%s: the job was translated for %s, not run%s", "dry run" if dry_run else "jar",
                  runner, f"; wrote {executable}" if executable else "")
@@ -123,11 +139,19 @@ def main(argv: list[str] | None = None) -> dict | None:
 
 
 def cli(argv: list[str] | None = None) -> int:
-    """The command: exit status 0, or 2 with one line for a mistake in the command or its inputs."""
+    """The command: exit status 0, 2 or 1, and one line for every failure of ours.
+
+    2: a mistake found before the job starts (the command, its inputs, the output directory, a store
+    out of reach). 1: the job failed on a damaged input, a full disk or an output it refuses to publish.
+    """
     configure_logging()
     try:
-        main(argv)
-    except (ValueError, FileNotFoundError, FileExistsError, ManifestError) as e:
+        with private_temp_dir():
+            main(argv)
+    except JobFailed as e:
+        LOG.error("%s", e)
+        return 1
+    except (ValueError, OSError, ManifestError) as e:
         LOG.error("%s", e)
         return 2
     return 0

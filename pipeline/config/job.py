@@ -78,6 +78,10 @@ class PipelineConfig:
         "fail", choices=CORRUPT_FILE_POLICIES,
         help="a truncated or corrupt compressed file fails the job (fail) or keeps the lines read "
         "before the damage and is recorded in the manifest (skip)")
+    max_dead_letter_fraction: float = option(
+        0.05, recorded=False,
+        help="fail the job, writing no manifest, when more than this share of the lines are dead letters "
+        "(they are still written, to be looked at); 1 accepts any share. A job with no records always fails")
     tokenizer_backend: str = option(
         "sentencepiece", choices=BACKENDS,
         help="gigatoken, kitoken or auto: faster engines, used only when their ids equal SentencePiece's")
@@ -135,6 +139,8 @@ class PipelineConfig:
             raise ValueError("--tokenizer_threads must be at least 1")
         if self.chunk_mb <= 0 or self.max_line_mb <= 0:
             raise ValueError("--chunk_mb and --max_line_mb must be > 0")
+        if not 0 <= self.max_dead_letter_fraction <= 1:
+            raise ValueError(f"--max_dead_letter_fraction must be within [0, 1], got {self.max_dead_letter_fraction}")
         if self.progress_every < 0:
             raise ValueError("--progress_every must be >= 0 (0: no progress lines)")
         if self.output_format not in OUTPUT_FORMATS:

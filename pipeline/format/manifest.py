@@ -4,6 +4,7 @@ Written last by the pipeline; a reader trusts it and never globs. Importable wit
 Every field is described in docs/output-format.md; in short (format_version 1):
 
   format, format_version, created_by   what wrote it
+  run_id                               the run that wrote it: its files are all in run-<run_id>/
   split, seq_len, features             records hold seq_len + 1 tokens (pipeline/format/records.py)
   tokenizer                            model file name and sha256, vocab_size, special ids, backend
   shards                               [{path (relative to the manifest), records, bytes, sha256}]
@@ -74,7 +75,31 @@ def load_manifest(path_or_dir: str, fmt: str = FORMAT, version: int = FORMAT_VER
         rel = shard["path"]
         if rel.startswith("/") or ".." in rel.split("/") or "://" in rel:
             raise ManifestError(f"{path}: shard path {rel!r} escapes the output directory")
+    check_run(manifest, path)
     return manifest
+
+
+def run_dir(run_id: str) -> str:
+    """`run-<run id>`: where, relative to the output directory, a run writes its files."""
+    return f"run-{run_id}"
+
+
+def check_run(manifest: dict, path: str) -> None:
+    """Refuse a manifest that lists a shard outside the directory of the run that wrote it.
+
+    No other run writes into a run's directory, so a manifest that passes lists only its own shards.
+    Manifests without a run id (written before run directories) have nothing to check.
+    """
+    run_id = manifest.get("run_id")
+    if run_id is None:
+        return
+    prefix = run_dir(run_id) + "/"
+    strangers = [s["path"] for s in manifest["shards"] if not s["path"].startswith(prefix)]
+    if strangers:
+        raise ManifestError(
+            f"{path}: shard(s) {strangers[:3]} are not in {prefix}, the directory of the run that wrote "
+            "this manifest: they are not its own"
+        )
 
 
 def shard_url(manifest_file: str, shard: dict) -> str:

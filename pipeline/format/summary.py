@@ -9,6 +9,7 @@ from __future__ import annotations
 import posixpath
 
 from pipeline.core.tables import format_table
+from pipeline.format.manifest import run_dir
 
 NOT_SELECTED = "subset_not_selected"
 EMPTY_TEXT = "empty_text"
@@ -72,7 +73,10 @@ def format_summary(manifest: dict, seconds: float | None = None, output_dir: str
         f"dead letters: {dead['records']} {dict(sorted(dead['by_reason'].items()))}",
     ]
     if dead["records"] and output_dir:
-        lines[-1] += f" in {posixpath.join(output_dir.rstrip('/'), 'dead_letters')}/ ({len(dead['files'])} files)"
+        # In the directory of the run that wrote the manifest (older outputs: at the top).
+        where = posixpath.join(output_dir.rstrip("/"), *([run_dir(manifest["run_id"])] if "run_id" in manifest else []),
+                               "dead_letters")
+        lines[-1] += f" in {where}/ ({len(dead['files'])} files)"
     layout = sum(dead["by_reason"].get(reason, 0) for reason in _LAYOUT_REASONS)
     hints = sorted({hint for reason, hint in _LAYOUT_REASONS.items() if dead["by_reason"].get(reason)})
     if hints and layout >= 0.01 * max(totals.get("lines", 0), 1):  # a pattern, not a stray broken line

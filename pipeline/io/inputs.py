@@ -6,28 +6,44 @@ A file becomes a sequence of `Chunk`s: consecutive raw lines, split on newline b
 30 unsplittable Pile files do not cap parallelism; their boundaries depend only on the bytes, so
 every run cuts the same chunks.
 
+Memory stays bounded whatever the input: decompression returns at most 1 MiB at a time and refuses
+a zstd frame whose window exceeds `max_window_bytes` (pipeline/io/decompress.py); a line longer
+than `max_line_bytes` is counted, not held (only its first bytes are kept for the dead letter).
+
+Every input is checked before the job starts (`expand_inputs`): a pattern that matches nothing, a
+folder, a dangling symlink, a symlink loop, something that is not a regular file or cannot be read
+is reported, all of them in one error, instead of being skipped or found by a worker mid-job.
+
 Parsing and validation (`pipeline.core.documents`) is separate and runs after the fan-out.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
-import gzip
-import zlib
+import errno
+import glob
+import os
+import stat
 from collections.abc import Iterator
 
 import fsspec
-import zstandard
 
 from pipeline.core.documents import PREFIX_CHARS, Line
-from pipeline.io.urls import redact_url
+from pipeline.io.decompress import MIB, CorruptInputError, WindowTooLargeError, decompressed_blocks
+from pipeline.io.urls import fs_path, is_local_url, reaching, redact_url
 
-READ_BLOCK = 1 << 20  # compressed bytes read per call
+__all__ = ["Chunk", "CorruptInputError", "InputError", "WindowTooLargeError", "expand_inputs", "iter_chunks",
+           "iter_lines", "max_window_bytes"]
+
 MAX_CHUNK_LINES = 1 << 16  # a chunk of tiny (or blank) lines stays small too
+PREFIX_BYTES = PREFIX_CHARS * 4  # what is kept of an over-long line (the dead letter's prefix)
+MIN_WINDOW = 8 * MIB  # zstd's levels 1-19 never declare more
+MAX_PROBLEMS_SHOWN = 20
 
 
-class CorruptInputError(IOError):
-    """An input file cannot be decompressed to the end (truncated, not zstd/gzip, bad frame)."""
+class InputError(FileNotFoundError):
+    """Inputs that are missing, not regular files or unreadable: every problem found, in one message."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,76 +62,118 @@ class Chunk:
         return sum(len(line.data) for line in self.lines)
 
 
-def expand_inputs(patterns: list[str]) -> list[str]:
-    """Expand globs (local or fsspec URLs) into a sorted, de-duplicated list of files.
+def _local_problem(path: str) -> str | None:
+    """Why a local path matched by an input pattern cannot be read, or None when it can."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            return f"{path}: dangling symlink (to {os.readlink(path)})"
+        return f"{path}: does not exist"
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return f"{path}: symlink loop"
+        return f"{path}: cannot be looked up ({e.strerror})"
+    if stat.S_ISDIR(info.st_mode):
+        return f"{path}: is a folder, not a file (match files only, e.g. DIR/*.jsonl.zst)"
+    if not stat.S_ISREG(info.st_mode):
+        return f"{path}: not a regular file"
+    try:
+        with open(path, "rb") as f:
+            f.read(1)
+    except OSError as e:
+        return f"{path}: cannot be read ({e.strerror})"
+    return None
 
-    Raises FileNotFoundError naming any pattern that matches nothing: an empty input must never
-    silently become an empty output.
+
+def _local_matches(pattern: str) -> tuple[list[str], list[str]]:
+    protocol, path = pattern.split("://", 1) if "://" in pattern else ("", pattern)
+    path = os.path.expanduser(path)
+    # glob (unlike a filesystem listing) returns dangling symlinks and symlink loops too, to be reported.
+    matches = sorted(glob.glob(path, recursive=True)) if glob.has_magic(path) else [path]
+    matches = [os.path.abspath(m) for m in matches if os.path.lexists(m)]
+    if not matches:
+        return [], [f"{pattern!r} matches nothing"]
+    problems = [p for p in map(_local_problem, matches) if p]
+    return [f"{protocol}://{m}" if protocol else m for m in matches], problems
+
+
+def _remote_problem(fs, path: str, url: str) -> str | None:
+    """Why an object matched by an input pattern cannot be read (a 1-byte ranged GET), or None."""
+    try:
+        fs.cat_file(path, start=0, end=1)
+    except FileNotFoundError:
+        return f"{redact_url(url)}: does not exist"
+    except PermissionError as e:
+        return f"{redact_url(url)}: cannot be read ({e})"
+    return None
+
+
+def _remote_matches(pattern: str) -> tuple[list[str], list[str]]:
+    with reaching("--input", pattern):
+        fs, path = fsspec.core.url_to_fs(pattern)
+        protocol = pattern.split("://", 1)[0] + "://"
+        if glob.has_magic(path):
+            found = fs.glob(path, detail=True)
+        else:
+            try:
+                found = {path: fs.info(path)}
+            except FileNotFoundError:
+                found = {}
+        files, problems = [], []
+        for name, info in sorted(found.items()):
+            url = name if name.startswith(protocol) else protocol + name
+            if info.get("type") == "directory":
+                problems.append(f"{redact_url(url)}: is a folder, not a file (match files only, e.g. "
+                                "DIR/*.jsonl.zst)")
+            else:
+                files.append(url)
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            problems += [p for p in pool.map(lambda u: _remote_problem(fs, fs_path(u), u), files) if p]
+    if not found:
+        problems.append(f"{redact_url(pattern)!r} matches nothing")
+    return files, problems
+
+
+def expand_inputs(patterns: list[str]) -> list[str]:
+    """Expand globs (local or fsspec URLs) into a sorted, de-duplicated list of readable files.
+
+    Raises:
+        InputError: naming every problem at once (see the module docstring); an empty input must
+            never silently become an empty output.
     """
     files: set[str] = set()
+    problems: list[str] = []
     for pattern in patterns:
-        fs, _, paths = fsspec.core.get_fs_token_paths(pattern, mode="rb")
-        matched = [p for p in paths if fs.isfile(p)]
-        if not matched:
-            raise FileNotFoundError(f"No input files match {redact_url(pattern)!r}")
-        protocol = pattern.split("://", 1)[0] + "://" if "://" in pattern else ""
-        files.update(protocol + p if protocol and not p.startswith(protocol) else p for p in matched)
+        found, wrong = (_local_matches if is_local_url(pattern) else _remote_matches)(pattern)
+        files.update(found)
+        problems.extend(wrong)
+    if problems:
+        shown = problems[:MAX_PROBLEMS_SHOWN]
+        more = f"; and {len(problems) - len(shown)} more" if len(problems) > len(shown) else ""
+        if len(problems) == 1 and problems[0].endswith("matches nothing"):
+            raise InputError(f"No input files match {problems[0].rsplit(' matches', 1)[0]}")
+        raise InputError(f"{len(problems)} input problem(s): " + "; ".join(shown) + more)
     return sorted(files)
 
 
-def _zstd_blocks(raw, path: str) -> Iterator[bytes]:
-    # decompressobj() handles one frame and, like stream_reader, returns partial data from a
-    # truncated frame without complaint; so loop over concatenated frames and check `eof` at the end.
-    dctx = zstandard.ZstdDecompressor(max_window_size=1 << 31)
-    dobj = dctx.decompressobj()
-    frame_open = False
-    seen_input = False
-    while True:
-        block = raw.read(READ_BLOCK)
-        if not block:
+def max_window_bytes(max_line_bytes: int) -> int:
+    """The largest zstd window a frame may declare: twice the longest line, and at least 8 MiB.
+
+    At the default --max_line_mb (64) that is 128 MiB: what `zstd --long` writes and what the zstd
+    command accepts without --memory.
+    """
+    return max(MIN_WINDOW, 2 * max_line_bytes)
+
+
+def _prefix(parts: list[bytes]) -> bytes:
+    """The first PREFIX_BYTES of the pieces of a line, without joining the rest."""
+    prefix = b""
+    for part in parts:
+        prefix += part[:PREFIX_BYTES - len(prefix)]
+        if len(prefix) == PREFIX_BYTES:
             break
-        seen_input = True
-        while block:
-            try:
-                out = dobj.decompress(block)
-            except zstandard.ZstdError as e:
-                raise CorruptInputError(f"{redact_url(path)}: not valid zstd data ({e})") from e
-            frame_open = True
-            if out:
-                yield out
-            if dobj.eof:
-                block = dobj.unused_data
-                dobj = dctx.decompressobj()
-                frame_open = False
-            else:
-                block = b""
-    if not seen_input:
-        raise CorruptInputError(f"{redact_url(path)}: empty file (0 bytes) is not a zstd stream")
-    if frame_open:
-        raise CorruptInputError(f"{redact_url(path)}: zstd stream truncated (last frame incomplete)")
-
-
-def _gzip_blocks(raw, path: str) -> Iterator[bytes]:
-    try:
-        with gzip.GzipFile(fileobj=raw, mode="rb") as f:
-            while block := f.read(READ_BLOCK):
-                yield block
-    except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as e:
-        raise CorruptInputError(f"{redact_url(path)}: gzip stream truncated or corrupt ({e})") from e
-
-
-def _plain_blocks(raw, path: str) -> Iterator[bytes]:
-    while block := raw.read(READ_BLOCK):
-        yield block
-
-
-def _decompressed_blocks(raw, path: str) -> Iterator[bytes]:
-    name = path.lower()
-    if name.endswith(".zst") or name.endswith(".zstd"):
-        return _zstd_blocks(raw, path)
-    if name.endswith(".gz"):
-        return _gzip_blocks(raw, path)
-    return _plain_blocks(raw, path)
+    return prefix
 
 
 def iter_lines(path: str, max_line_bytes: int) -> Iterator[Line]:
@@ -126,37 +184,39 @@ def iter_lines(path: str, max_line_bytes: int) -> Iterator[Line]:
     """
     number = 0
     offset = 0  # decompressed offset of the current line's first byte
-    pending = bytearray()
-    skipping = 0  # >0 while inside an oversized line: bytes seen so far
+    parts: list[bytes] = []  # the current line's pieces so far (at most max_line_bytes)
+    held = 0
+    oversized = 0  # > 0 once the current line is over the limit: its length so far
     consumed = 0  # bytes of the stored file read so far
+    hint = f"twice --max_line_mb, at least {MIN_WINDOW // MIB} MiB: a larger --max_line_mb allows more"
     with fsspec.open(path, "rb") as raw:
-        for block in _decompressed_blocks(raw, path):
+        for block in decompressed_blocks(raw, path, max_window_bytes(max_line_bytes), hint):
             # A line's end in the stored file, for progress: interpolated within the block.
             before, consumed = consumed, raw.tell()
-            start = 0
-            while True:
+            start, size = 0, len(block)
+            while start < size:
                 end = block.find(b"\n", start)
-                piece = block[start:] if end < 0 else block[start:end]
-                if skipping:
-                    skipping += len(piece)
-                elif len(pending) + len(piece) > max_line_bytes:
-                    skipping = len(pending) + len(piece)
-                    pending = (pending + piece[: PREFIX_CHARS * 4])[: PREFIX_CHARS * 4]
+                stop = size if end < 0 else end
+                if oversized:
+                    oversized += stop - start
+                elif held + stop - start > max_line_bytes:
+                    oversized = held + stop - start
+                    parts = [_prefix([*parts, block[start:start + PREFIX_BYTES]])]
                 else:
-                    pending += piece
+                    parts.append(block[start:stop])
+                    held += stop - start
                 if end < 0:
                     break
                 number += 1
-                yield Line(number, offset, bytes(pending), skipping,
-                           before + (consumed - before) * (end + 1) // len(block))
-                offset += (skipping or len(pending)) + 1
-                pending = bytearray()
-                skipping = 0
+                data = parts[0] if len(parts) == 1 else b"".join(parts)
+                yield Line(number, offset, data, oversized, before + (consumed - before) * (end + 1) // size)
+                offset += (oversized or held) + 1
+                parts, held, oversized = [], 0, 0
                 start = end + 1
         consumed = raw.tell()
-    if pending or skipping:
+    if held or oversized:
         number += 1
-        yield Line(number, offset, bytes(pending), skipping, consumed)
+        yield Line(number, offset, b"".join(parts), oversized, consumed)
 
 
 def iter_chunks(path: str, file_index: int, chunk_bytes: int, max_line_bytes: int) -> Iterator[Chunk]:

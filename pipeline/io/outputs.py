@@ -1,29 +1,72 @@
-"""The output directory: what a run of ours writes there, and refusing or replacing a previous output.
+"""The output directory: what a run of ours writes there, committing a run's output, and replacing one.
 
-out/
-manifest.json                          written last; readers trust only what it lists
-train-00000-of-00042.tfrecord ...      shards
-train-00000-of-00042.bin/.idx ...      shards of a Megatron output (pipeline/format/megatron.py)
-dead_letters/train-00001-00000.jsonl   malformed lines of input file 1, chunks 0-63
-.NAME.tmp-<uuid>                       temporary names (pipeline.io.publish), spill directory
+    OUT/
+      manifest.json                                        written last, create-only
+      run-<run id>/train-00000-of-00042.tfrecord ...       the shards of the run the manifest names
+      run-<run id>/train-00000-of-00042.bin/.idx ...       or those of a Megatron output (pipeline/format/megatron.py)
+      run-<run id>/dead_letters/train-00001-00000.jsonl    malformed lines of chunk 0 of input file 1
+      .pile-pipeline.lock                                  while a run writes (pipeline/io/lock.py)
+      .NAME.tmp-<uuid>                                     temporary names (pipeline/io/publish.py), spill files
+
+Runs never share a file: each writes into a directory of its own, named by a random run id, and the
+manifest records that id and lists the run's files by their paths in that directory (readers check
+it: pipeline/format/manifest.py). However two runs interleave, a manifest lists only files of the
+run that wrote it, and no other run ever writes those. The bytes of every shard and dead-letter
+file are the same on every run of the same input and config; the manifest differs only by the id.
+
+Committing (`commit_output`, the job's last step): an output nobody should use (no records, or more
+dead letters than allowed) is refused first, and no manifest is written. Then the manifest is written
+create-only: of two runs, the one that finishes second fails, and its files stay in its own run
+directory. Then every file the manifest lists is checked to be there with its size (a concurrent
+`--overwrite` could have removed it).
+
+Replacing (`prepare_output_dir` with `--overwrite`, under the lock): exactly the files the previous
+manifest lists, our temporary names, and what runs that never wrote a manifest (killed or failed)
+left in their run directories are removed, the manifest first. Anything else is refused and listed,
+and then nothing is removed.
 """
 
 from __future__ import annotations
 
+import collections
 import json
+import os
 import posixpath
 import re
+import uuid
 
 import fsspec
 
-from pipeline.format.manifest import MANIFEST_NAME, manifest_path, serialize
+from pipeline.core.errors import JobError
+from pipeline.format.manifest import MANIFEST_NAME, manifest_path, run_dir, serialize
+from pipeline.io.files import read_bytes
+from pipeline.io.lock import LOCK_NAME
 from pipeline.io.publish import TEMP_NAME, publish_text
-from pipeline.io.urls import redact_url
+from pipeline.io.urls import is_local, reaching, redact_url
 
 DEAD_LETTER_DIR = "dead_letters"
-# Everything a run of ours may leave in an output directory.
-_OURS = re.compile(r"^(manifest\.json|[A-Za-z0-9_]+-\d{5}-of-\d{5}\.tfrecord|" + DEAD_LETTER_DIR + r"|"
-                   r"[A-Za-z0-9_]+(-[A-Za-z0-9_]+)?-\d{5}-of-\d{5}\.(bin|idx))$")  # the Megatron output's pairs
+RUN_DIR = re.compile(r"^run-([0-9a-f]{16})$")
+# A file in a run directory: only a run of ours creates one, and all that is in it.
+_RUN_FILE = re.compile(r"^run-([0-9a-f]{16})/.+$")
+MAX_LISTED = 20
+
+
+class OutputRejectedError(JobError):
+    """The job's output must not be used (no records, too many dead letters): no manifest is written."""
+
+
+class ConcurrentRunError(JobError):
+    """Another run wrote this output's manifest first, or removed files of this run."""
+
+
+def new_run_id() -> str:
+    """A new random run id (64 bits: two runs never draw the same)."""
+    return uuid.uuid4().hex[:16]
+
+
+def run_path(run_id: str, name: str) -> str:
+    """A file of run `run_id`, relative to the output directory (the manifest's paths)."""
+    return f"{run_dir(run_id)}/{name}"
 
 
 def shard_name(split: str, index: int, count: int) -> str:
@@ -40,44 +83,122 @@ def dead_letter_name(split: str, file_index: int, chunk_index: int, own: bool = 
     return f"{DEAD_LETTER_DIR}/{split}-{file_index:05d}-{chunk_index:05d}{'-only' if own else ''}.jsonl"
 
 
-def is_ours(name: str) -> bool:
-    """Whether an entry of an output directory is something a run of ours writes."""
-    return bool(_OURS.match(name) or TEMP_NAME.match(name))
+def _is_temp(rel: str) -> bool:
+    """A temporary name of ours, or a file inside a temporary directory (the spill files)."""
+    return any(TEMP_NAME.match(part) for part in rel.split("/"))
+
+
+def _files(fs, root: str) -> dict[str, int]:
+    """Every file under `root` (relative path -> size), the lock left out."""
+    fs.invalidate_cache(root)
+    found = fs.find(root, detail=True)
+    prefix = root.rstrip("/") + "/"
+    files = {path[len(prefix):]: info.get("size") or 0 for path, info in found.items() if path.startswith(prefix)}
+    files.pop(LOCK_NAME, None)
+    return files
+
+
+def _entries(fs, root: str) -> list[str]:
+    """The names directly in `root` (an empty folder too), the lock left out."""
+    names = [posixpath.basename(p.rstrip("/")) for p in fs.ls(root, detail=False, refresh=True)]
+    return sorted(n for n in names if n != LOCK_NAME)
+
+
+def listed_files(manifest: dict) -> dict[str, int]:
+    """The files a manifest lists (paths relative to the output directory) and their sizes.
+
+    A shard is one file (`path`, `bytes`), or a Megatron .bin/.idx pair (`bin` and `idx`, each with
+    `path` and `bytes`); dead letters and provenance files are listed with `path` and `bytes`.
+    """
+    files = {}
+    for shard in manifest.get("shards", []):
+        for entry in (shard.get("bin"), shard.get("idx")) if "bin" in shard else (shard,):
+            files[entry["path"]] = entry["bytes"]
+    for key in ("dead_letters", "provenance"):
+        for entry in (manifest.get(key) or {}).get("files", []):
+            files[entry["path"]] = entry["bytes"]
+    return files
+
+
+def _listed(manifest: dict) -> set[str]:
+    """The files a manifest lists, itself included."""
+    return {MANIFEST_NAME, *listed_files(manifest)}
+
+
+def _plan_overwrite(url: str, files: list[str], entries: list[str]) -> tuple[list[str], list[str]]:
+    """(files to remove, files or folders that are not ours) for --overwrite of the output at `url`."""
+    listed: set[str] = set()
+    committed = None
+    unknown = []
+    if MANIFEST_NAME in files:
+        try:
+            manifest = json.loads(read_bytes(manifest_path(url)))
+            listed, committed = _listed(manifest), manifest.get("run_id")
+        except (ValueError, OSError, KeyError, TypeError, AttributeError) as e:
+            unknown.append(f"{MANIFEST_NAME} (unreadable, so what it lists is unknown: {str(e)[:80]})")
+    remove = []
+    for rel in files:
+        run = _RUN_FILE.match(rel)
+        if rel in listed or _is_temp(rel) or (run and run.group(1) != committed):
+            remove.append(rel)
+        elif not (rel == MANIFEST_NAME and unknown):
+            unknown.append(rel)
+    tops = {rel.split("/", 1)[0] for rel in files}
+    for entry in entries:  # what no file shows: empty folders
+        if entry not in tops and not (TEMP_NAME.match(entry) or RUN_DIR.match(entry)):
+            unknown.append(entry + "/")
+    return remove, unknown
 
 
 def prepare_output_dir(output_dir: str, overwrite: bool) -> None:
-    """Create the output directory, refusing a non-empty one unless `overwrite`.
+    """Check the output directory (already created and locked), refusing a non-empty one unless `overwrite`.
 
-    With `overwrite`, the old manifest goes first (so readers stop trusting the old output at once),
-    then every file a run of ours leaves; anything else there is left alone and refused.
+    With `overwrite`, see the module docstring for what is removed and what is refused.
     """
-    fs, root = fsspec.core.url_to_fs(output_dir)
     shown = redact_url(output_dir)
-    if not fs.exists(root):
-        fs.makedirs(root, exist_ok=True)
-        return
-    if not fs.isdir(root):
-        raise FileExistsError(f"--output_dir {shown} exists and is not a directory")
-    entries = [posixpath.basename(p.rstrip("/")) for p in fs.ls(root, detail=False)]
-    if not entries:
-        return
-    if not overwrite:
-        state = "a finished output" if MANIFEST_NAME in entries else "an incomplete or foreign output"
-        raise FileExistsError(
-            f"--output_dir {shown} is not empty ({state}: {len(entries)} entries). Pass --overwrite to "
-            "replace it, or choose an empty directory."
-        )
-    foreign = sorted(e for e in entries if not is_ours(e))
-    if foreign:
-        raise FileExistsError(
-            f"--overwrite refused: {shown} holds files this pipeline did not write: {foreign[:5]}. "
-            "Remove them or choose another directory."
-        )
-    if MANIFEST_NAME in entries:
-        fs.rm(posixpath.join(root, MANIFEST_NAME))
-    for entry in entries:
-        if entry != MANIFEST_NAME:
-            fs.rm(posixpath.join(root, entry), recursive=True)
+    with reaching("--output_dir", output_dir):
+        fs, root = fsspec.core.url_to_fs(output_dir)
+        if not fs.exists(root):
+            return
+        if not fs.isdir(root):
+            raise FileExistsError(f"--output_dir {shown} exists and is not a directory")
+        entries = _entries(fs, root)
+        if not entries:
+            return
+        files = _files(fs, root)
+        if not overwrite:
+            state = "a finished output" if MANIFEST_NAME in files else "an incomplete or foreign output"
+            raise FileExistsError(
+                f"--output_dir {shown} is not empty ({state}: {len(entries)} entries). Pass --overwrite to "
+                "replace it, or choose an empty directory."
+            )
+        remove, unknown = _plan_overwrite(output_dir, sorted(files), entries)
+        if unknown:
+            more = f" and {len(unknown) - MAX_LISTED} more" if len(unknown) > MAX_LISTED else ""
+            raise FileExistsError(
+                f"--overwrite refused: {shown} holds {len(unknown)} file(s) or folder(s) that no output of "
+                f"this pipeline lists: {', '.join(unknown[:MAX_LISTED])}{more}. Move them away or choose "
+                "another directory; nothing was removed."
+            )
+        # The manifest first: readers stop trusting the old output at once.
+        for rel in sorted(remove, key=lambda r: r != MANIFEST_NAME):
+            fs.rm_file(posixpath.join(root, rel))
+        if is_local(fs):
+            _remove_empty_folders(root, remove, entries)
+
+
+def _remove_empty_folders(root: str, removed: list[str], entries: list[str]) -> None:
+    folders = {posixpath.dirname(rel) for rel in removed}
+    folders |= {e for e in entries if TEMP_NAME.match(e) or RUN_DIR.match(e)}
+    for folder in list(folders):
+        while folder:
+            folders.add(folder)
+            folder = posixpath.dirname(folder)
+    for folder in sorted(folders - {""}, key=lambda f: -f.count("/")):
+        try:
+            os.rmdir(os.path.join(root, folder))
+        except OSError:
+            pass  # not empty: something else is (or was) there
 
 
 def dead_letter_lines(records: list[dict]) -> list[bytes]:
@@ -86,8 +207,80 @@ def dead_letter_lines(records: list[dict]) -> list[bytes]:
     return [json.dumps(r, sort_keys=True, ensure_ascii=False).encode() + b"\n" for r in records]
 
 
+def check_output(manifest: dict, max_dead_letter_fraction: float, output_dir: str) -> None:
+    """Refuse an output nobody should train on: no records, or too large a share of dead letters.
+
+    Raises:
+        OutputRejectedError: one line saying why and pointing at the dead letters.
+    """
+    totals, dead = manifest["totals"], manifest["dead_letters"]
+    where = f"{redact_url(output_dir).rstrip('/')}/{run_dir(manifest['run_id'])}/{DEAD_LETTER_DIR}/"
+    reasons = ", ".join(f"{k}: {v}" for k, v in sorted(dead["by_reason"].items())) or "none"
+    lines, letters = totals["lines"], dead["records"]
+    if totals.get("records", totals.get("documents", 0)) == 0:  # records, or a Megatron output's documents
+        filtered: collections.Counter = collections.Counter()
+        for subset in manifest["subsets"].values():
+            filtered.update(subset.get("filtered", {}))
+        why = ", ".join(f"{k}: {v}" for k, v in sorted(filtered.items())) or "none"
+        raise OutputRejectedError(
+            f"the job wrote no records: {lines} lines read, {letters} dead letters ({reasons}; see {where}), "
+            f"documents filtered: {why}. No manifest was written."
+        )
+    if lines and letters / lines > max_dead_letter_fraction:
+        raise OutputRejectedError(
+            f"{letters} of {lines} lines ({letters / lines:.1%}) are dead letters ({reasons}), more than "
+            f"--max_dead_letter_fraction {max_dead_letter_fraction:g}: see {where}. No manifest was written; fix "
+            "the input, or pass a larger --max_dead_letter_fraction (1 accepts any) and --overwrite."
+        )
+
+
+def _check_listed(output_dir: str, manifest: dict) -> None:
+    """Every file the manifest lists is there with its size."""
+    fs, root = fsspec.core.url_to_fs(output_dir)
+    files = _files(fs, root)
+    wrong = [path for path, size in listed_files(manifest).items() if files.get(path) != size]
+    if wrong:
+        raise ConcurrentRunError(
+            f"{redact_url(output_dir)}: {len(wrong)} file(s) of this run are gone or changed since they were "
+            f"written ({', '.join(wrong[:5])}): another run with --overwrite? The output is unusable: run "
+            "the job again"
+        )
+
+
+def commit_output(output_dir: str, manifest: dict, max_dead_letter_fraction: float) -> str:
+    """Check the output, write its manifest create-only (the job's last write) and check the files it lists.
+
+    A retry of this step by the runner finds its own manifest and succeeds. Returns the manifest's path.
+
+    Raises:
+        OutputRejectedError: see `check_output`.
+        ConcurrentRunError: another run's manifest is there, or files this one lists are gone.
+    """
+    check_output(manifest, max_dead_letter_fraction, output_dir)
+    path = write_manifest(output_dir, manifest)
+    _check_listed(output_dir, manifest)
+    return path
+
+
 def write_manifest(output_dir: str, manifest: dict) -> str:
-    """Publish the manifest of an output directory (the last file a job writes); returns its path."""
+    """Publish the manifest of an output directory, create-only; returns its path.
+
+    The same bytes there already (a retried step) are fine; another manifest is a ConcurrentRunError.
+    """
     path = manifest_path(output_dir)
-    publish_text(path, serialize(manifest))
+    text = serialize(manifest)
+    try:
+        publish_text(path, text, create_only=True)
+    except FileExistsError:
+        existing = read_bytes(path).decode("utf-8", "replace")
+        if existing != text:
+            try:
+                other = json.loads(existing).get("run_id", "unknown")
+            except ValueError:
+                other = "unknown"
+            mine = f"{redact_url(output_dir).rstrip('/')}/{run_dir(manifest.get('run_id', ''))}/"
+            raise ConcurrentRunError(
+                f"{redact_url(path)}: another run (run {other}) wrote its manifest first. This run's files "
+                f"stay in {mine} (remove them, or the next --overwrite run will)"
+            ) from None
     return path

@@ -29,7 +29,7 @@ import fsspec
 import numpy as np
 
 from pipeline.format.framing import FramedRecords
-from pipeline.io.publish import temp_name
+from pipeline.io.publish import temp_name, write_failure
 from pipeline.io.urls import is_local
 
 LOG = logging.getLogger(__name__)
@@ -109,12 +109,18 @@ class SpillWriter:
 
     def write(self, block: FramedRecords) -> SpilledRecords:
         """Append `block`; the reference is valid once this returns (the write is unbuffered)."""
-        if self._file is None:
-            self._path = os.path.join(self._dir, f"{uuid.uuid4().hex}.records")
-            self._file = open(self._path, "ab", buffering=0)  # noqa: SIM115 -- kept open across bundles
-        view = memoryview(block.data)
-        while view:
-            view = view[self._file.write(view):]
+        try:
+            if self._file is None:
+                self._path = os.path.join(self._dir, f"{uuid.uuid4().hex}.records")
+                self._file = open(self._path, "ab", buffering=0)  # noqa: SIM115 -- kept open across bundles
+            view = memoryview(block.data)
+            while view:
+                view = view[self._file.write(view):]
+        except OSError as e:
+            # The file may now end with part of this block: a retry must start a new one.
+            self.close()
+            self._size = 0
+            raise write_failure(self._path or self._dir, e) from e
         base = self._size
         self._size += len(block.data)
         ends = block.ends + base

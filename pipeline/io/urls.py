@@ -4,35 +4,97 @@ Credentials come from the environment or the instance role, never from a URL: a
 `scheme://user:secret@...` URL would otherwise reach error messages, logs, dead letters and the
 manifest. `refuse_credentials` stops a job that was given one; `redact_url` is applied to every
 location shown anywhere.
+
+Where the userinfo ends cannot be told from the text alone: AWS secrets hold `/` (so the first `/`
+is not the end of the host) and may hold `@` (so the first `@` is not either). A URL is therefore
+taken to carry credentials when an `@` follows a first segment that is not a plain host or bucket
+name, or when its first segment holds an `@` (see `has_credentials`), and such a URL is never shown
+past its scheme.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import fsspec
 
-_USERINFO = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@]*@")
+_SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
+# What may come before the first "/" of a URL without credentials: a bucket name (lower case, as
+# S3 and GCS require: an access key id is upper case), or a host name with a port where the scheme
+# has ports.
+_BUCKET = re.compile(r"^[a-z0-9._-]*$")
+_HOST_PORT = re.compile(r"^[A-Za-z0-9._-]*(:[0-9]*)?$")
+_SCHEMES_WITH_HOSTS = frozenset({"http", "https", "ftp", "sftp", "ssh", "hdfs", "webhdfs"})
 # Object stores make an object visible only once its one PUT is complete and have no rename
 # (s3fs's mv is copy + delete).
 OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss"})
 
 
+def has_credentials(url: str) -> bool:
+    """Whether a URL may carry a `user[:secret]@` part before its host, whatever the secret holds.
+
+    `s3://bucket/a@b.jsonl` (an `@` in a key) is not refused: its first segment is a bucket name.
+    `s3://KEY:SE/CRET@bucket/...` and `s3://AKIDEXAMPLE/SE@bucket/...` are: neither `KEY:SE` nor
+    `AKIDEXAMPLE` is a bucket name.
+    """
+    match = _SCHEME.match(url)
+    if not match:
+        return False  # a local path
+    rest = url[match.end():]
+    if "@" not in rest:
+        return False
+    first = rest.split("/", 1)[0]
+    if "@" in first:
+        return True  # user[:secret]@host
+    host = _HOST_PORT if match.group(1).lower() in _SCHEMES_WITH_HOSTS else _BUCKET
+    return not host.match(first)
+
+
 def redact_url(path: str) -> str:
-    """Drop any `user:secret@` part of a URL so that credentials never reach logs or outputs."""
-    return _USERINFO.sub(r"\1", path)
+    """The location as it may be shown: a URL that may carry credentials is cut after its scheme."""
+    if has_credentials(path):
+        return f"{_SCHEME.match(path).group(1)}://<credentials removed>"
+    return path
 
 
 def refuse_credentials(locations: Iterable[tuple[str, str]]) -> None:
     """Raise ValueError for the first (flag, location) whose URL carries credentials; never echo them."""
     for flag, url in locations:
-        if redact_url(url) != url:
+        if has_credentials(url):
             raise ValueError(
-                f"{flag} {redact_url(url)!r}: credentials in URLs are refused. Give them through the "
-                "environment (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE, "
-                "GOOGLE_APPLICATION_CREDENTIALS) or the instance role."
+                f"{flag} {redact_url(url)}: credentials in URLs are refused (nothing after the scheme is "
+                "shown). Give them through the environment (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
+                "AWS_PROFILE, GOOGLE_APPLICATION_CREDENTIALS) or the instance role."
             )
+
+
+class UnreachableError(ConnectionError):
+    """A store (an S3 endpoint, a bucket's host) cannot be reached: one line naming the location."""
+
+
+def _is_connection_failure(exc: BaseException) -> bool:
+    # botocore's EndpointConnectionError, aiohttp's ClientConnectorError, urllib3's and the
+    # builtin ConnectionError: the stores' clients have no common base class for this.
+    return isinstance(exc, ConnectionError) or any("Connect" in c.__name__ for c in type(exc).__mro__)
+
+
+@contextlib.contextmanager
+def reaching(flag: str, url: str) -> Iterator[None]:
+    """Turn a failure to reach the store holding `url` into an UnreachableError naming the flag."""
+    try:
+        yield
+    except UnreachableError:
+        raise
+    except Exception as e:
+        if not _is_connection_failure(e):
+            raise
+        endpoint = "AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL or the region" if url.startswith("s3") else "the endpoint"
+        raise UnreachableError(
+            f"{flag} {redact_url(url)}: cannot reach the store ({type(e).__name__}: {str(e)[:200]}); check "
+            f"{endpoint} and the network"
+        ) from None
 
 
 def protocols(fs) -> tuple[str, ...]:

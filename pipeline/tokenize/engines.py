@@ -30,6 +30,7 @@ import numpy as np
 import sentencepiece as spm
 
 from pipeline.core import versions
+from pipeline.core.errors import JobError
 from pipeline.io.files import read_bytes
 from pipeline.tokenize.model_facts import NORMAL, USER_DEFINED, ModelFacts, model_problems
 from pipeline.tokenize.pieces import PieceEncoder
@@ -47,7 +48,7 @@ class BackendUnavailable(RuntimeError):
     """A fast backend cannot be used with this model or in this environment; the message says why."""
 
 
-class TokenizerMismatch(RuntimeError):
+class TokenizerMismatch(JobError, RuntimeError):
     """A fast backend gave ids that differ from SentencePiece's (raised under `--verify_tokenizer fail`)."""
 
 

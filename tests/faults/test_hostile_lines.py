@@ -167,13 +167,14 @@ def hostile_run(tmp_path_factory, tiny_model):
         _write(root / "c-duplicates.jsonl", [raw for name, raw in LINES if name.startswith("dup_")] + good[:3]),
     ]
     out = root / "out"
+    # Mostly hostile lines: far more dead letters than a job accepts by default.
     manifest = run.main(["--input", *map(str, files), "--output_dir", str(out), "--tokenizer_model", tiny_model,
-                         "--seq_len", "32", *FAST_BEAM])
+                         "--seq_len", "32", "--max_dead_letter_fraction", "1", *FAST_BEAM])
     return files, out, manifest
 
 
 def _dead_letters(out) -> list[dict]:
-    return [json.loads(line) for path in sorted((out / "dead_letters").glob("*.jsonl"))
+    return [json.loads(line) for path in sorted(out.glob("run-*/dead_letters/*.jsonl"))
             for line in path.read_text().splitlines()]
 
 

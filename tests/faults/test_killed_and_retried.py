@@ -2,10 +2,11 @@
 
 - A job killed with SIGKILL (the whole process group: driver and DirectRunner workers) leaves no
   manifest, so every reader refuses the output; what shards are visible are complete; a rerun
-  gives exactly the bytes of a clean run and leaves no temp files.
+  gives exactly the bytes of a clean run (in a run directory of its own) and leaves no temp files.
 - Every file (shard, dead letters, manifest) is written under a hidden temp name in its final
-  directory, so the rename never crosses filesystems: on EFS/NFS a rename within one directory is
-  atomic on the server, and a reader on another host sees the old name, or the complete file.
+  directory, so the rename (for the manifest, a hard link: it never replaces a file) never crosses
+  filesystems: on EFS/NFS both are atomic on the server, and a reader on another host sees the old
+  name, or the complete file.
 - Every GroupByKey has a bounded group: none carries more than one shard's worth of data.
 """
 
@@ -20,14 +21,16 @@ import time
 from pathlib import Path
 
 import pytest
+from corpus_helpers import run_free
 from sample_corpus import write_sample_corpus
 
 from pipeline.beam import transforms
 from pipeline.cli import run
 from pipeline.format import manifest as manifest_lib
 from pipeline.io import outputs, spill
+from pipeline.io.lock import LOCK_NAME
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SEQ = 128
 IN_MEMORY = ["--direct_running_mode", "in_memory", "--direct_num_workers", "1"]
 TEMP = re.compile(r"^\..+\.tmp-[0-9a-f]{32}$")
@@ -51,13 +54,14 @@ def _argv(corpus, out, model, *extra):
 
 
 def _files(out: Path) -> dict:
-    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    """Every file, by its path without the run directory."""
+    return {run_free(str(p.relative_to(out))): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
 
 
 def _comparable(files: dict) -> dict:
-    """Every file's sha256; the manifest without the fields that name the run (output_dir, overwrite)."""
+    """Every file's sha256; the manifest without the fields that name the run (run id, output_dir, overwrite)."""
     out = {k: hashlib.sha256(v).hexdigest() for k, v in files.items()}
-    manifest = json.loads(files["manifest.json"])
+    manifest = run_free(json.loads(files["manifest.json"]))
     for key in ("output_dir", "overwrite"):
         manifest["config"].pop(key, None)
     out["manifest.json"] = manifest
@@ -95,7 +99,7 @@ def test_sigkill_midway_then_rerun_gives_the_clean_output(corpus, tiny_model, tm
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and proc.poll() is None:
-            seen = os.listdir(out)
+            seen = [p.name for p in out.rglob("*")]
             if any(name.endswith(".tfrecord") or ".tfrecord.tmp-" in name for name in seen):
                 break
             time.sleep(0.002)
@@ -114,23 +118,24 @@ def test_sigkill_midway_then_rerun_gives_the_clean_output(corpus, tiny_model, tm
     for name, data in killed.items():
         # Under a final name only complete shards, exactly the clean run's bytes; partial data only
         # under hidden temp names, or in a hidden temp (spill) directory: no reader opens those,
-        # readers go through the manifest.
-        assert name in clean and data == clean[name] or _is_temp(name), name
+        # readers go through the manifest. (And the lock file the kernel no longer holds.)
+        assert name in clean and data == clean[name] or _is_temp(name) or name == LOCK_NAME, name
 
     with pytest.raises(FileExistsError, match="incomplete"):
         run.main(_argv(corpus, out, tiny_model, *IN_MEMORY))
     run.main(_argv(corpus, out, tiny_model, "--overwrite", *IN_MEMORY))
     again = _files(out)
-    assert not [n for n in again if _is_temp(n)]
+    assert not [n for n in again if _is_temp(n) or n == LOCK_NAME]
     assert _comparable(again) == _comparable(clean)
 
 
 def test_files_are_renamed_complete_within_their_directory(corpus, tiny_model, tmp_path, monkeypatch, clean):
-    """EFS/NFS semantics: temp file in the final directory (same filesystem), complete, then renamed."""
+    """EFS/NFS semantics: temp file in the final directory (same filesystem), complete, then renamed
+    (the manifest: hard-linked, which fails rather than replace a file)."""
     renames = []
-    real_replace = os.replace
+    real_replace, real_link = os.replace, os.link
 
-    def watched_replace(src, dst, *args, **kwargs):
+    def watch(src, dst):
         src, dst = os.fspath(src), os.fspath(dst)
         if str(tmp_path) in dst:
             assert os.path.dirname(src) == os.path.dirname(dst)
@@ -138,10 +143,18 @@ def test_files_are_renamed_complete_within_their_directory(corpus, tiny_model, t
             assert TEMP.match(os.path.basename(src)), src
             assert not os.path.exists(dst), f"{dst} replaced an existing file"
             with open(src, "rb") as f:
-                renames.append((os.path.relpath(dst, tmp_path / "out"), f.read()))
+                renames.append((run_free(os.path.relpath(dst, tmp_path / "out")), f.read()))
+
+    def watched_replace(src, dst, *args, **kwargs):
+        watch(src, dst)
         return real_replace(src, dst, *args, **kwargs)
 
+    def watched_link(src, dst, *args, **kwargs):
+        watch(src, dst)
+        return real_link(src, dst, *args, **kwargs)
+
     monkeypatch.setattr(os, "replace", watched_replace)
+    monkeypatch.setattr(os, "link", watched_link)
     run.main(_argv(corpus, tmp_path / "out", tiny_model, *IN_MEMORY))
     published = dict(renames)
     assert len(published) == len(renames)  # each file published once
@@ -222,14 +235,15 @@ def test_dead_letters_of_a_garbage_file_do_not_form_a_hot_key(tiny_model, tmp_pa
     write_lines(str(tmp_path / "in" / "01.jsonl.zst"), clean)
     manifest = run.main(["--input", str(tmp_path / "in" / "*.jsonl.zst"), "--output_dir", str(tmp_path / "out"),
                          "--tokenizer_model", tiny_model, "--chunk_mb", "0.02", "--shard_size_mb", "0.05",
-                         *IN_MEMORY])
+                         "--max_dead_letter_fraction", "1", *IN_MEMORY])
     # A record is at most ~1 KB (prefix and detail are capped). A garbage chunk's dead letters get a
     # file of their own, so no group holds more than one chunk's (chunk_mb of lines); the few dead
     # letters of clean chunks share a file per span of chunks, so their files stay few.
     lines_per_chunk = 0.02 * (1 << 20) / min(len(line) for line in lines) + 1
     files = manifest["dead_letters"]["files"]
-    garbage = [f for f in files if f["path"].startswith("dead_letters/train-00000-")]
-    sparse = [f for f in files if f["path"].startswith("dead_letters/train-00001-")]
+    in_run = {f["path"].split("/", 1)[1]: f for f in files}  # run-<id>/dead_letters/...
+    garbage = [f for path, f in in_run.items() if path.startswith("dead_letters/train-00000-")]
+    sparse = [f for path, f in in_run.items() if path.startswith("dead_letters/train-00001-")]
     chunks = {i["path"].rsplit("/", 1)[-1]: i["chunks"] for i in manifest["inputs"]}
     assert len(garbage) == chunks["00.jsonl.zst"] > 3 and all(f["path"].endswith("-only.jsonl") for f in garbage)
     assert 1 < len(sparse) <= -(-chunks["01.jsonl.zst"] // 4) < chunks["01.jsonl.zst"]
@@ -237,12 +251,15 @@ def test_dead_letters_of_a_garbage_file_do_not_form_a_hot_key(tiny_model, tmp_pa
     assert max(groups["GroupDeadLetters"]) <= max(lines_per_chunk * 1024, 4 * 20_000)
 
 
-def test_temp_names_are_ours_so_overwrite_clears_them(tmp_path):
-    """A killed job's hidden temp files are recognised as ours, and removed by --overwrite."""
+def test_what_a_killed_job_leaves_is_ours_so_overwrite_clears_it(tmp_path):
+    """Its hidden temp files, its spill files and its run directory (no manifest lists it)."""
     out = tmp_path / "out"
-    out.mkdir()
-    for name in (".train-00000-of-00002.tfrecord.tmp-" + "a" * 32, ".manifest.json.tmp-" + "b" * 32):
-        (out / name).write_bytes(b"partial")
-    (out / "train-00001-of-00002.tfrecord").write_bytes(b"complete")
+    killed = out / "run-0123456789abcdef"
+    (out / (".spill.tmp-" + "c" * 32)).mkdir(parents=True)
+    killed.mkdir()
+    for path in (out / (".manifest.json.tmp-" + "b" * 32), killed / (".train-00000-of-00002.tfrecord.tmp-" + "a" * 32),
+                 killed / "train-00001-of-00002.tfrecord", out / (".spill.tmp-" + "c" * 32) / "0a.records",
+                 out / LOCK_NAME):
+        path.write_bytes(b"partial")
     outputs.prepare_output_dir(str(out), overwrite=True)
-    assert os.listdir(out) == []
+    assert os.listdir(out) == [LOCK_NAME]  # the lock is the lock holder's to remove

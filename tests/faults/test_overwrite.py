@@ -1,0 +1,142 @@
+"""`--overwrite` removes exactly what the previous manifest lists, our temporary files and what killed
+or failed runs left in their own run directories; anything else makes it refuse, listing what it
+found, and then nothing at all is removed. On a local disk and on S3 alike.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+
+import fsspec
+import pytest
+from fault_helpers import IN_MEMORY, MODEL, command, problem_lines, small_corpus
+
+from pipeline.cli import run
+from pipeline.io import outputs
+
+COMMITTED = "0123456789abcdef"
+KILLED = "fedcba9876543210"
+LISTED = [f"run-{COMMITTED}/train-00000-of-00002.tfrecord", f"run-{COMMITTED}/train-00001-of-00002.tfrecord",
+          f"run-{COMMITTED}/dead_letters/train-00003-00000.jsonl"]
+OURS_UNLISTED = [
+    "." + "manifest.json.tmp-" + "a" * 32,  # a manifest being published when a run was killed
+    f"run-{COMMITTED}/.train-00000-of-00002.tfrecord.tmp-" + "b" * 32,  # a retried attempt's temp file
+    ".spill.tmp-" + "c" * 32 + "/0f1e2d3c4b5a69788796a5b4c3d2e1f0.records",  # a killed run's spill file
+    f"run-{KILLED}/train-00000-of-00005.tfrecord",  # a killed run's shard
+    f"run-{KILLED}/dead_letters/train-00000-00001.jsonl",  # a failed run's dead letters
+]
+NOT_OURS = [
+    "notes.txt",
+    "train-00000-of-00002.tfrecord",  # named like a shard, listed by no manifest
+    "dead_letters/mine.jsonl",  # under a folder named like ours
+    f"run-{COMMITTED}/train-00009-of-00010.tfrecord",  # our name, in the committed run, but not listed
+    f"run-{COMMITTED}/README.md",
+    f"run-{KILLED}/my-analysis.parquet",  # in a killed run's directory, not a name we write
+]
+
+
+@pytest.fixture(params=["local", "s3"])
+def where(request, tmp_path):
+    """(URL of an output directory, its filesystem, path) on a local disk or the loopback S3 server."""
+    if request.param == "local":
+        return str(tmp_path / "out"), fsspec.filesystem("file"), str(tmp_path / "out")
+    fs, _, bucket = request.getfixturevalue("s3")
+    name = f"{bucket}/out-{request.node.name.replace('[', '-').replace(']', '')}"
+    return f"s3://{name}", fs, name
+
+
+def populate(fs, root: str, names: list[str]) -> None:
+    manifest = {"run_id": COMMITTED, "shards": [{"path": p} for p in LISTED[:2]],
+                "dead_letters": {"files": [{"path": LISTED[2]}]}}
+    for name, data in [("manifest.json", json.dumps(manifest).encode()), *((n, b"x") for n in names)]:
+        path = posixpath.join(root, name)
+        if fs.protocol == "file" or "file" in fs.protocol:
+            fs.makedirs(posixpath.dirname(path), exist_ok=True)
+        fs.pipe_file(path, data)
+
+
+def listing(fs, root: str) -> list[str]:
+    fs.invalidate_cache()
+    return sorted(posixpath.relpath(p, root) for p in fs.find(root))
+
+
+def test_overwrite_removes_exactly_the_listed_and_our_temporary_files(where):
+    url, fs, root = where
+    populate(fs, root, LISTED + OURS_UNLISTED)
+    outputs.prepare_output_dir(url, overwrite=True)
+    assert listing(fs, root) == []
+    if not url.startswith("s3://"):
+        assert os.listdir(root) == []  # the emptied folders of ours too
+
+
+@pytest.mark.parametrize("foreign", NOT_OURS)
+def test_overwrite_refuses_anything_else_and_then_removes_nothing(where, foreign):
+    url, fs, root = where
+    populate(fs, root, LISTED + OURS_UNLISTED + [foreign])
+    before = listing(fs, root)
+    with pytest.raises(FileExistsError, match="--overwrite refused: .* holds 1 file\\(s\\) or folder\\(s\\) that no "
+                                              f"output of this pipeline lists: {foreign}\\. .*nothing was removed"):
+        outputs.prepare_output_dir(url, overwrite=True)
+    assert listing(fs, root) == before
+
+
+def test_everything_unknown_is_listed_at_once(where):
+    url, fs, root = where
+    populate(fs, root, LISTED + NOT_OURS)
+    with pytest.raises(FileExistsError) as refused:
+        outputs.prepare_output_dir(url, overwrite=True)
+    assert f"holds {len(NOT_OURS)} file(s)" in str(refused.value)
+    assert all(name in str(refused.value) for name in NOT_OURS)
+
+
+def test_an_empty_folder_of_the_user_is_refused_too(tmp_path):
+    out = tmp_path / "out"
+    (out / "keep").mkdir(parents=True)
+    with pytest.raises(FileExistsError, match="lists: keep/"):
+        outputs.prepare_output_dir(str(out), overwrite=True)
+    assert (out / "keep").is_dir()
+
+
+def test_an_unreadable_manifest_is_refused(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "manifest.json").write_text("{not json")
+    (out / f"run-{COMMITTED}").mkdir()
+    (out / f"run-{COMMITTED}" / "train-00000-of-00001.tfrecord").write_bytes(b"x")
+    with pytest.raises(FileExistsError, match="manifest.json \\(unreadable, so what it lists is unknown"):
+        outputs.prepare_output_dir(str(out), overwrite=True)
+
+
+def test_an_output_of_the_flat_layout_is_replaced_by_its_own_list(tmp_path):
+    """Outputs written before run directories list their shards at the top: those, and only those, go."""
+    out = tmp_path / "out"
+    (out / "dead_letters").mkdir(parents=True)
+    flat = ["train-00000-of-00001.tfrecord", "dead_letters/train-00000-00000.jsonl"]
+    for name in flat:
+        (out / name).write_bytes(b"x")
+    (out / "manifest.json").write_text(json.dumps({"shards": [{"path": flat[0]}],
+                                                   "dead_letters": {"files": [{"path": flat[1]}]}}))
+    outputs.prepare_output_dir(str(out), overwrite=True)
+    assert list(out.iterdir()) == []
+    (out / "val-00000-of-00001.tfrecord").write_bytes(b"x")  # a shard of another split: not ours to remove
+    with pytest.raises(FileExistsError, match="val-00000-of-00001.tfrecord"):
+        outputs.prepare_output_dir(str(out), overwrite=True)
+
+
+def test_the_command_refuses_one_line_and_keeps_the_previous_output(tmp_path):
+    out = tmp_path / "out"
+    inputs = small_corpus(tmp_path / "in", files=1, docs=40)
+    first = run.main(["--input", inputs, "--output_dir", str(out), "--tokenizer_model", MODEL, "--seq_len", "32",
+                      *IN_MEMORY])
+    (out / "dead_letters").mkdir()
+    (out / "dead_letters" / "mine.jsonl").write_text("{}")
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    proc = command("--input", inputs, "--output_dir", str(out), "--tokenizer_model", MODEL, "--seq_len", "32",
+                   "--overwrite", *IN_MEMORY)
+    assert proc.returncode == 2
+    (line,) = problem_lines(proc.stderr)
+    assert "--overwrite refused" in line and "dead_letters/mine.jsonl" in line
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+    assert json.loads((out / "manifest.json").read_text()) == first
