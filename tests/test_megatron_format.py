@@ -88,9 +88,11 @@ def test_names_of_any_subsets_never_collide():
     names = fmt.shard_names([(g, slot) for g in groups for slot in (0, 5)], "train")
     assert len(set(names.values())) == len(names) == 12
     assert names[("forum", 5)] == "train-forum-00001-of-00002"
-    from pipeline.io.outputs import is_ours
+    from pipeline.io.outputs import is_run_file, run_path
 
-    assert all(is_ours(f"{n}.bin") and is_ours(f"{n}.idx") for n in names.values())
+    run_id = "0123456789abcdef"
+    assert all(is_run_file(run_path(run_id, f"{n}.bin")) and is_run_file(run_path(run_id, f"{n}.idx"))
+               for n in names.values())
 
 
 def test_layout_offsets_restart_per_group_and_follow_key_order():

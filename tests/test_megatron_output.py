@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 import zstandard
-from corpus_helpers import FAST_BEAM, pile_line, write_lines
+from corpus_helpers import FAST_BEAM, pile_line, run_free, write_lines
 from sample_corpus import write_sample_corpus
 
 from pipeline.beam import megatron as beam_megatron
@@ -35,6 +35,7 @@ from pipeline.core.options import UsageError
 from pipeline.format import manifest as manifest_lib
 from pipeline.format import megatron as fmt
 from pipeline.io.inputs import expand_inputs
+from pipeline.io.lock import LOCK_NAME
 from pipeline.tokenize.model import load_processor, resolve_special_ids
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,8 +66,15 @@ def _run(corpus, out, model, *extra, beam_args=FAST_BEAM):
 
 
 def _digests(out: Path) -> dict:
-    return {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(out.rglob("*")) if p.is_file()}
+    """Every file's sha256 by path, without the run id (each run writes into a directory of its own)."""
+    digests = {}
+    for p in sorted(out.rglob("*")):
+        if p.is_file():
+            data = p.read_bytes()
+            if p.name == "manifest.json":
+                data = json.dumps(run_free(json.loads(data)), sort_keys=True).encode()
+            digests[run_free(str(p.relative_to(out)))] = hashlib.sha256(data).hexdigest()
+    return digests
 
 
 def read_output(out: Path) -> dict:
@@ -149,11 +157,12 @@ def test_every_file_is_listed_complete_and_shards_are_bounded(plain):
         assert len(lengths) == shard["documents"] and lengths.sum() == shard["tokens"]
         max_doc = max(max_doc, int(lengths.max()) * 2)
         assert shard["bin"]["bytes"] + shard["idx"]["bytes"] <= SHARD_MB * (1 << 20) + max_doc + 20
-    assert set(_digests(out)) == listed
+    assert set(_digests(out)) == {run_free(path) for path in listed}
     # One document is longer than a shard: the shards around it are still numbered 0..n-1.
     count = len(manifest["shards"])
     assert count > 3 and max_doc > SHARD_MB * (1 << 20)
-    assert [s["path"] for s in manifest["shards"]] == [f"train-{i:05d}-of-{count:05d}" for i in range(count)]
+    assert [s["path"] for s in manifest["shards"]] == [f"run-{manifest['run_id']}/train-{i:05d}-of-{count:05d}"
+                                                       for i in range(count)]
     assert manifest["megatron"]["data_path"] == " ".join(f"{s['tokens']} {s['path']}" for s in manifest["shards"])
 
 
@@ -176,7 +185,7 @@ def test_portable_runner_writes_the_same_bytes(corpus, tiny_model, plain, tmp_pa
 def test_document_order_and_shards_do_not_depend_on_chunking(corpus, tiny_model, plain, tmp_path):
     _, manifest = plain
     other = _run(corpus, tmp_path / "chunks", tiny_model, "--chunk_mb", "0.3")
-    assert other["shards"] == manifest["shards"]
+    assert run_free(other["shards"]) == run_free(manifest["shards"])
 
 
 def test_per_subset_selection_bos_and_epochs(corpus, tiny_model, tmp_path):
@@ -204,7 +213,7 @@ def test_per_subset_selection_bos_and_epochs(corpus, tiny_model, tmp_path):
         assert all(d[0] == 1 and d[-1] == 2 for d in docs)  # BOS ... EOS
         stats = manifest["subsets"][subset]
         assert stats["tokens_with_epochs"] == sum(len(d) for d in docs)
-        assert {s["path"].split("-")[1] for s in manifest["shards"] if s["subset"] == subset} == {
+        assert {run_free(s["path"]).split("-")[1] for s in manifest["shards"] if s["subset"] == subset} == {
             fmt.subset_slug(subset)}
     # The --data-path line: its token counts already hold the epochs; --epochs again is refused.
     line = data_path_cli.data_path_line(str(out))
@@ -252,7 +261,7 @@ def test_per_subset_with_any_subset_names(tiny_model, tmp_path):
                 want.setdefault(subset, []).append(np.array(sp.encode(obj["body"]) + [sp.eos_id()]))
     assert set(want) == {"forum", "manuals", "recipes", "Wikipedia (en)", "misc"}
     assert_same_documents(read_output(out), want)
-    assert {s["path"] for s in manifest["shards"]} == {"train-forum-00000-of-00001", "train-manuals-00000-of-00001",
+    assert {run_free(s["path"]) for s in manifest["shards"]} == {"train-forum-00000-of-00001", "train-manuals-00000-of-00001",
                                                        "train-recipes-00000-of-00001", "train-misc-00000-of-00001",
                                                        "train-Wikipedia_en-00000-of-00001"}
 
@@ -262,9 +271,10 @@ def test_dead_letters_are_the_tfrecord_jobs(corpus, tiny_model, plain, tmp_path)
     tf_out = tmp_path / "tfrecord"
     tf_manifest = run.main(["--input", _train(corpus), "--output_dir", str(tf_out), "--tokenizer_model", tiny_model,
                             "--chunk_mb", "0.05", *FAST_BEAM])
-    assert manifest["dead_letters"] == tf_manifest["dead_letters"] and manifest["dead_letters"]["records"] == 3
-    for entry in manifest["dead_letters"]["files"]:
-        assert (out / entry["path"]).read_bytes() == (tf_out / entry["path"]).read_bytes()
+    assert run_free(manifest["dead_letters"]) == run_free(tf_manifest["dead_letters"])
+    assert manifest["dead_letters"]["records"] == 3
+    for entry, tf_entry in zip(manifest["dead_letters"]["files"], tf_manifest["dead_letters"]["files"], strict=True):
+        assert (out / entry["path"]).read_bytes() == (tf_out / tf_entry["path"]).read_bytes()
     assert manifest["subsets"] == tf_manifest["subsets"]
 
 
@@ -334,7 +344,7 @@ def test_a_retried_shard_write_gives_the_same_files(tmp_path, tiny_model):
 
     docs = [np.array([5, 6, 2], "<u2"), np.array([7, 2], "<u2")]
     block = FramedRecords(b"".join(d.tobytes() for d in docs), np.cumsum([d.nbytes for d in docs]))
-    fn = beam_megatron.WriteShardFn(config, np.dtype("<u2"))
+    fn = beam_megatron.WriteShardFn(config, np.dtype("<u2"), "0123456789abcdef")
     names = {("", 0): "train-00000-of-00001"}
     element = (("", 0), [(1, FramedRecords(block.data[6:], np.array([4]))), (0, block)])  # document 1 twice
     with pytest.raises(RuntimeError, match="missing or repeated"):
@@ -342,14 +352,15 @@ def test_a_retried_shard_write_gives_the_same_files(tmp_path, tiny_model):
     element = (("", 0), [(0, block)])
     first = list(fn.process(element, names))
     again = list(fn.process(element, names))
-    assert first == again and sorted(os.listdir(tmp_path)) == ["train-00000-of-00001.bin", "train-00000-of-00001.idx"]
-    assert (tmp_path / "train-00000-of-00001.bin").read_bytes() == block.data
-    assert fmt.read_index((tmp_path / "train-00000-of-00001.idx").read_bytes()).lengths.tolist() == [3, 2]
+    run_dir = tmp_path / "run-0123456789abcdef"
+    assert first == again and sorted(os.listdir(run_dir)) == ["train-00000-of-00001.bin", "train-00000-of-00001.idx"]
+    assert (run_dir / "train-00000-of-00001.bin").read_bytes() == block.data
+    assert fmt.read_index((run_dir / "train-00000-of-00001.idx").read_bytes()).lengths.tolist() == [3, 2]
 
 
 def test_sigkill_midway_then_overwrite_gives_the_clean_output(corpus, tiny_model, plain, tmp_path):
     clean, _ = plain
-    clean_files = {k: (clean / k).read_bytes() for k in _digests(clean)}
+    clean_files = {run_free(str(p.relative_to(clean))): p.read_bytes() for p in clean.rglob("*") if p.is_file()}
     out = tmp_path / "out"
     out.mkdir()
     argv = ["--input", _train(corpus), "--output_dir", str(out), "--tokenizer_model", tiny_model, *BASE]
@@ -360,7 +371,7 @@ def test_sigkill_midway_then_overwrite_gives_the_clean_output(corpus, tiny_model
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and proc.poll() is None:
-            seen = os.listdir(out)
+            seen = [str(p) for p in out.rglob("*")]
             if any(".bin" in name for name in seen):
                 break
             time.sleep(0.002)
@@ -368,12 +379,13 @@ def test_sigkill_midway_then_overwrite_gives_the_clean_output(corpus, tiny_model
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     assert seen, "the job was killed before it wrote anything: nothing was tested"
-    killed = {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    killed = {run_free(str(p.relative_to(out))): p.read_bytes() for p in out.rglob("*") if p.is_file()}
     assert "manifest.json" not in killed, "the job finished before the kill: nothing was tested"
     with pytest.raises(manifest_lib.ManifestError, match="No manifest"):
         fmt.load_manifest(str(out))
-    for name, data in killed.items():  # under a final name only complete files
-        assert clean_files.get(name) == data or any(TEMP.match(part) for part in name.split("/")), name
+    for name, data in killed.items():  # under a final name only complete files (and the dead run's lock)
+        assert clean_files.get(name) == data or any(TEMP.match(part) for part in name.split("/")) or \
+            name == LOCK_NAME, name
     with pytest.raises(FileExistsError, match="incomplete"):
         run.main(argv + FAST_BEAM)
     run.main(argv + FAST_BEAM + ["--overwrite"])
@@ -425,4 +437,4 @@ def test_s3_output_is_byte_identical_to_a_local_run(corpus, tiny_model, s3_env, 
     # The same job on local files: the same shards.
     local = run.main(["--input", _train(corpus), "--output_dir", str(tmp_path / "local"), "--tokenizer_model",
                       tiny_model, *BASE, "--per_subset", *FAST_BEAM])
-    assert local["shards"] == remote["shards"]
+    assert run_free(local["shards"]) == run_free(remote["shards"])

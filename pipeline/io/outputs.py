@@ -46,8 +46,10 @@ from pipeline.io.urls import is_local, reaching, redact_url
 
 DEAD_LETTER_DIR = "dead_letters"
 RUN_DIR = re.compile(r"^run-([0-9a-f]{16})$")
-# A file in a run directory: only a run of ours creates one, and all that is in it.
-_RUN_FILE = re.compile(r"^run-([0-9a-f]{16})/.+$")
+# The files a run writes into its run directory: TFRecord shards, Megatron .bin/.idx pairs, dead letters.
+_RUN_FILE = re.compile(r"^run-([0-9a-f]{16})/([A-Za-z0-9_]+-\d{5}-of-\d{5}\.tfrecord|"
+                       r"[A-Za-z0-9_]+(-[A-Za-z0-9_]+)?-\d{5}-of-\d{5}\.(bin|idx)|"
+                       + DEAD_LETTER_DIR + r"/[A-Za-z0-9_]+-\d{5}-\d{5}(-only)?\.jsonl)$")
 MAX_LISTED = 20
 
 
@@ -62,6 +64,11 @@ class ConcurrentRunError(JobError):
 def new_run_id() -> str:
     """A new random run id (64 bits: two runs never draw the same)."""
     return uuid.uuid4().hex[:16]
+
+
+def is_run_file(rel: str) -> bool:
+    """Whether a path relative to the output directory is one a run of ours writes in its directory."""
+    return bool(_RUN_FILE.match(rel))
 
 
 def run_path(run_id: str, name: str) -> str:
@@ -104,7 +111,7 @@ def _entries(fs, root: str) -> list[str]:
     return sorted(n for n in names if n != LOCK_NAME)
 
 
-def listed_files(manifest: dict) -> dict[str, int]:
+def listed_files(manifest: dict) -> dict[str, int | None]:
     """The files a manifest lists (paths relative to the output directory) and their sizes.
 
     A shard is one file (`path`, `bytes`), or a Megatron .bin/.idx pair (`bin` and `idx`, each with
@@ -113,10 +120,10 @@ def listed_files(manifest: dict) -> dict[str, int]:
     files = {}
     for shard in manifest.get("shards", []):
         for entry in (shard.get("bin"), shard.get("idx")) if "bin" in shard else (shard,):
-            files[entry["path"]] = entry["bytes"]
+            files[entry["path"]] = entry.get("bytes")
     for key in ("dead_letters", "provenance"):
         for entry in (manifest.get(key) or {}).get("files", []):
-            files[entry["path"]] = entry["bytes"]
+            files[entry["path"]] = entry.get("bytes")
     return files
 
 
@@ -238,7 +245,8 @@ def _check_listed(output_dir: str, manifest: dict) -> None:
     """Every file the manifest lists is there with its size."""
     fs, root = fsspec.core.url_to_fs(output_dir)
     files = _files(fs, root)
-    wrong = [path for path, size in listed_files(manifest).items() if files.get(path) != size]
+    wrong = [path for path, size in listed_files(manifest).items()
+             if path not in files or (size is not None and files[path] != size)]
     if wrong:
         raise ConcurrentRunError(
             f"{redact_url(output_dir)}: {len(wrong)} file(s) of this run are gone or changed since they were "
