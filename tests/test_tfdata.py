@@ -132,6 +132,28 @@ def test_resume_on_another_world_size_continues_the_same_order(elastic):
     assert same(again, full[steps + 3 :])
 
 
+def _bytes_read() -> int:
+    """Bytes this process has read through read(2)/pread(2) so far, page-cache hits included (Linux)."""
+    with open("/proc/self/io") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
+
+
+@pytest.mark.parametrize("dp_size", [1, 4])
+def test_each_rank_reads_only_the_records_it_uses(tmp_path_factory, dp_size):
+    out = str(tmp_path_factory.mktemp(f"io{dp_size}"))
+    write_output(out, [300] * 6, seq_len=512, document_boundaries=False)
+    record = os.path.getsize(os.path.join(out, "train-00000-of-00006.tfrecord")) // 300
+    g = 32
+    for rank in range(dp_size):
+        ds = tfdata.make_dataset(out, global_batch_size=g, dp_rank=rank, dp_size=dp_size, seed=3, shuffle_buffer=256)
+        before = _bytes_read()
+        steps = sum(1 for _ in ds)
+        read = _bytes_read() - before
+        used = steps * g // dp_size * record
+        assert steps == 1800 // g
+        assert used <= read <= used * 1.02 + (16 << 10), (rank, read, used)
+
+
 def test_model_parallel_peers_passing_the_same_dp_rank_get_the_same_batches(many):
     a = ids_of(tfdata.make_dataset(many, 2, dp_rank=1, dp_size=3, seed=4))
     b = ids_of(tfdata.make_dataset(many, 2, dp_rank=1, dp_size=3, seed=4))

@@ -53,7 +53,8 @@ def resolve_job(config: PipelineConfig, input_files: list[str], special: Special
                execution or Execution())
 
 
-def build_manifest(job: Job, shards: list[dict], stats: dict, dead_letters: list[dict], layout: dict) -> dict:
+def build_manifest(job: Job, shards: list[dict], stats: dict, dead_letters: list[dict], layout: dict,
+                   provenance: list[dict] | None = None) -> dict:
     """The manifest's content (pure, so tests can check it without Beam)."""
     cfg, special = job.config, job.special
     shards = sorted(shards, key=lambda s: s["path"])
@@ -112,6 +113,8 @@ def build_manifest(job: Job, shards: list[dict], stats: dict, dead_letters: list
             "shuffle": {"method": "feistel permutation of global record index", "seed": cfg.seed,
                         "num_shards": layout["num_shards"]},
             "config": cfg.to_json(),
+            # Only with --provenance, so that the default output stays the same bytes.
+            **({"provenance": {"files": sorted(provenance, key=lambda f: f["path"])}} if cfg.provenance else {}),
         }
     )
 
@@ -149,19 +152,20 @@ def build_pipeline(p: beam.Pipeline, job: Job) -> None:
     chunks, read_stats = _chunks(p, job)
     processed = chunks | "TokenizeAndPack" >> beam.ParDo(
         transforms.ProcessChunkFn(cfg, job.special, job.backend.name, job.execution.encode_threads, spill_dir)
-    ).with_outputs(transforms.TAILS, transforms.DEAD_LETTERS, transforms.STATS, transforms.COUNTS, main="records")
+    ).with_outputs(transforms.TAILS, transforms.DEAD_LETTERS, transforms.STATS, transforms.COUNTS,
+                   transforms.PROVENANCE, main="records")
     file_tails = (
         processed[transforms.TAILS]
         | "GroupTailsByFile" >> beam.GroupByKey()  # ((copy, file), [(chunk, Piece)])
         | "PackTails" >> beam.ParDo(transforms.PackTailsFn(cfg, job.special, spill_dir)).with_outputs(
-            transforms.TAILS, transforms.STATS, transforms.COUNTS, main="records"
+            transforms.TAILS, transforms.STATS, transforms.COUNTS, transforms.PROVENANCE, main="records"
         )
     )
     final = (
         file_tails[transforms.TAILS]
         | "GroupLastTails" >> beam.GroupByKey()  # (None, [((copy, file), Piece)]): one small group
         | "PackFinal" >> beam.ParDo(transforms.PackFinalFn(cfg, job.special, spill_dir)).with_outputs(
-            transforms.STATS, transforms.COUNTS, main="records"
+            transforms.STATS, transforms.COUNTS, transforms.PROVENANCE, main="records"
         )
     )
     all_records = (processed.records, file_tails.records, final.records) | "AllRecords" >> beam.Flatten()
@@ -190,6 +194,16 @@ def build_pipeline(p: beam.Pipeline, job: Job) -> None:
         | "AllStats" >> beam.Flatten()
         | "SumStats" >> beam.CombineGlobally(merge_stats)
     )
+    provenance = p | "NoProvenance" >> beam.Create([])
+    if cfg.provenance:
+        provenance = (
+            (processed[transforms.PROVENANCE], file_tails[transforms.PROVENANCE], final[transforms.PROVENANCE])
+            | "AllProvenance" >> beam.Flatten()
+            # One file per input file, one for the job's last records: (file_index or -1, block)
+            | "KeyProvenanceByFile" >> beam.Map(lambda block: (block[0][2] if block[0][0] < 2 else -1, block))
+            | "GroupProvenance" >> beam.GroupByKey()
+            | "WriteProvenance" >> beam.ParDo(transforms.WriteProvenanceFn(cfg))
+        )
     # The manifest is written last: its side inputs exist only once every shard has been written.
     _ = (
         p
@@ -202,12 +216,13 @@ def build_pipeline(p: beam.Pipeline, job: Job) -> None:
             stats=beam.pvalue.AsSingleton(stats),
             dead_letters=beam.pvalue.AsList(dead),
             layout=layout_side,
+            provenance=beam.pvalue.AsList(provenance),
         )
     )
 
 
-def _write_manifest(_, job: Job, shards, stats, dead_letters, layout) -> str:
-    manifest = build_manifest(job, list(shards), stats, list(dead_letters), layout)
+def _write_manifest(_, job: Job, shards, stats, dead_letters, layout, provenance) -> str:
+    manifest = build_manifest(job, list(shards), stats, list(dead_letters), layout, list(provenance))
     path = write_manifest(job.config.output_dir, manifest)
     LOG.info("wrote %s: %d shards, %d records", path, len(manifest["shards"]), manifest["totals"]["records"])
     return path

@@ -10,8 +10,11 @@ Element shapes are noted at each stage:
   (None, [((copy, file), Piece)])          -> PackFinalFn       -> (source_id, Records) + stats
   (source_id, Records) + layout            -> AssignShardsFn    -> (shard, (positions, Records))
   (shard, [(positions, Records)])          -> WriteShardFn      -> shard info dict
+  (file or -1, [(source_id, n, spans)])    -> WriteProvenanceFn -> provenance file info dict
 source_id = (kind, copy, file_index, chunk_index): kind 0 chunk records, 1 per-file tails, 2 final.
 positions: the permuted global positions of those records in that shard, as little-endian int64 bytes.
+With --provenance, the three packing DoFns also emit (source_id, records, spans) on PROVENANCE: where
+the labels of that block of records come from (pipeline/core/provenance.py).
 Records: a block of TFRecord-framed records, one element for many records: a FramedRecords
 (pipeline/format/framing.py) or, with a spill directory (one machine), a SpilledRecords reference to
 the same bytes in a local file (pipeline/io/spill.py).
@@ -28,9 +31,10 @@ import numpy as np
 from apache_beam.metrics import Metrics
 
 from pipeline.config.job import PipelineConfig
-from pipeline.core import documents, packing
+from pipeline.core import documents, packing, provenance
 from pipeline.core.epochs import copies_of
 from pipeline.core.shuffle import Permutation, ShardPlan, shard_order
+from pipeline.format import provenance as provenance_files
 from pipeline.format import records
 from pipeline.format.framing import FramedRecords, serialize_records
 from pipeline.io import inputs, outputs
@@ -46,10 +50,16 @@ TAILS = "tails"
 DEAD_LETTERS = "dead_letters"
 STATS = "stats"
 COUNTS = "counts"  # (source_id, number of records): what the shard plan needs, without the records
+PROVENANCE = "provenance"  # (source_id, number of records, spans), with --provenance
 
 
 def _counter(name: str):
     return Metrics.counter(NAMESPACE, name)
+
+
+def _spans_out(source: tuple, count: int, spans: np.ndarray, labels: int):
+    """The PROVENANCE element of a block of `count` records holding the first `labels` labels of a stream."""
+    return beam.pvalue.TaggedOutput(PROVENANCE, (source, count, provenance.split_spans(spans, labels)[0]))
 
 
 class ReadChunksFn(beam.DoFn):
@@ -212,6 +222,10 @@ class ProcessChunkFn(_EmitsRecords):
                 ids, offsets, copies > copy, bos_id=special.bos_id if special.add_bos else None,
                 eos_id=special.eos_id if special.add_eos else None, separator_id=special.separator_id,
             )
+            if cfg.provenance:  # the documents in stream order, as packed
+                chosen = copies > copy
+                numbers = np.array([line.number for line in kept_lines], np.int64)
+                stream.spans = provenance.document_spans(chunk.file_index, numbers[chosen], lengths[chosen])
             tokens, starts, remainder = packing.pack(stream, cfg.seq_len)
             self._tokens.inc(len(stream))
             if len(tokens):
@@ -221,6 +235,8 @@ class ProcessChunkFn(_EmitsRecords):
                     tokens, starts, dtype=self._dtype, document_boundaries=cfg.document_boundaries
                 ))
                 yield beam.pvalue.TaggedOutput(COUNTS, (source, len(tokens)))
+                if stream.spans is not None:
+                    yield _spans_out(source, len(tokens), stream.spans, len(tokens) * cfg.seq_len)
             if len(remainder):
                 yield beam.pvalue.TaggedOutput(TAILS, ((copy, chunk.file_index), (chunk.chunk_index, remainder)))
 
@@ -251,6 +267,9 @@ class PackTailsFn(_EmitsRecords):
                 tokens, starts, dtype=self._dtype, document_boundaries=self._config.document_boundaries
             ))
             yield beam.pvalue.TaggedOutput(COUNTS, ((1, copy, file_index, 0), len(tokens)))
+            if stream.spans is not None:
+                labels = len(tokens) * self._config.seq_len
+                yield _spans_out((1, copy, file_index, 0), len(tokens), stream.spans, labels)
         if len(remainder):
             yield beam.pvalue.TaggedOutput(TAILS, (None, ((copy, file_index), remainder)))
         yield beam.pvalue.TaggedOutput(STATS, {"packing": {"records_from_tails": len(tokens)}})
@@ -288,6 +307,9 @@ class PackFinalFn(_EmitsRecords):
         if len(out):
             yield (2, 0, 0, 0), self._emit(out)
             yield beam.pvalue.TaggedOutput(COUNTS, ((2, 0, 0, 0), len(out)))
+            if stream.spans is not None:  # the padded record holds the remainder's labels
+                yield _spans_out((2, 0, 0, 0), len(out), stream.spans,
+                                 len(stream) if stats.get("padded_records") else len(tokens) * cfg.seq_len)
         yield beam.pvalue.TaggedOutput(STATS, {"packing": stats})
 
 
@@ -345,6 +367,19 @@ class WriteShardFn(beam.DoFn):
         _counter("shards_written").inc()
         LOG.info("wrote %s: %d records, %.1f MB", name, info["records"], info["bytes"] / 1e6)
         yield info
+
+
+class WriteProvenanceFn(beam.DoFn):
+    """(file_index or -1, [(source_id, records, spans)]) -> info of provenance/<split>-<file|final>.npz."""
+
+    def __init__(self, config: PipelineConfig):
+        self._config = config
+
+    def process(self, element):
+        file_index, blocks = element
+        name = provenance_files.file_name(self._config.split, None if file_index < 0 else file_index)
+        size, sha = publish(posixpath.join(self._config.output_dir, name), [provenance_files.encode(list(blocks))])
+        yield {"path": name, "bytes": size, "sha256": sha}
 
 
 class WriteDeadLettersFn(beam.DoFn):

@@ -4,6 +4,7 @@ out/
 manifest.json                          written last; readers trust only what it lists
 train-00000-of-00042.tfrecord ...      shards
 dead_letters/train-00001-00000.jsonl   malformed lines of chunk 0 of input file 1
+provenance/train-00001.npz             with --provenance: source spans of input file 1's records
 .NAME.tmp-<uuid>                       temporary names (pipeline.io.publish), spill directory
 """
 
@@ -20,8 +21,10 @@ from pipeline.io.publish import TEMP_NAME, publish_text
 from pipeline.io.urls import redact_url
 
 DEAD_LETTER_DIR = "dead_letters"
+PROVENANCE_DIR = "provenance"  # pipeline/format/provenance.py
 # Everything a run of ours may leave in an output directory.
-_OURS = re.compile(r"^(manifest\.json|[A-Za-z0-9_]+-\d{5}-of-\d{5}\.tfrecord|" + DEAD_LETTER_DIR + r")$")
+_OURS = re.compile(
+    r"^(manifest\.json|[A-Za-z0-9_]+-\d{5}-of-\d{5}\.tfrecord|" + DEAD_LETTER_DIR + "|" + PROVENANCE_DIR + r")$")
 
 
 def shard_name(split: str, index: int, count: int) -> str:
