@@ -15,6 +15,7 @@ from pipeline.reader.dataset import (
 from pipeline.reader.integrity import ShardIntegrityError, integrity_error, shard_errors
 from pipeline.reader.plan import (
     DEFAULT_PARALLEL_READS,
+    ORDER,
     GlobalOrder,
     RankPlan,
     batch_records,
@@ -27,6 +28,7 @@ from pipeline.reader.plan import (
 __all__ = [
     "DEFAULT_PARALLEL_READS",
     "DEFAULT_READ_BUFFER_BYTES",
+    "ORDER",
     "GlobalOrder",
     "RankPlan",
     "ShardIntegrityError",
