@@ -175,11 +175,17 @@ def test_same_seed_same_order_other_seed_other_order(many):
 def test_shuffle_needs_a_seed_and_no_shuffle_is_manifest_order(many):
     with pytest.raises(ValueError, match="seed"):
         tfdata.make_dataset(many, 2)
-    # Without shuffling no seed is needed: global batch k is records k*G .. (k+1)*G - 1.
-    ids = np.concatenate(ids_of(tfdata.make_dataset(many, 2, shuffle=False)))
+    # Without shuffling no seed is needed. With windows of one batch, global batch k is records
+    # k*G .. (k+1)*G - 1; with windows of S batches, record i of a window goes to batch i mod S.
+    ids = np.concatenate(ids_of(tfdata.make_dataset(many, 2, shuffle=False, shuffle_buffer=2)))
     assert np.array_equal(ids, np.arange(len(ids)))
-    two = global_batches(many, 6, 3, shuffle=False)
+    two = global_batches(many, 6, 3, shuffle=False, shuffle_buffer=6)
     assert np.array_equal(np.concatenate(two), np.arange(len(two) * 6))
+    windows = global_batches(many, 6, 3, shuffle=False, shuffle_buffer=36)  # 69 records: 11 batches
+    size = int(tfdata.global_order(MANY, 6, shuffle=False, window=36).window_starts[1])
+    assert size == 5  # 2 windows of 5 and 6 batches (evened out)
+    first = np.arange(6 * size).reshape(6, size).T  # record i of the window -> batch i % 5, position i // 5
+    assert np.array_equal(np.stack(windows[:size]), first)
 
 
 def test_keyed_permutations_are_permutations_and_differ_by_key():
@@ -385,7 +391,7 @@ def test_imports_without_beam_or_sentencepiece():
 
 def test_plan_worked_example_from_the_docstring():
     # Shards of [5, 3, 4] records, no shuffling, global batch 4: batch 1 is stream records 4..7.
-    order = tfdata.global_order([5, 3, 4], 4, shuffle=False, window=8)
+    order = tfdata.global_order([5, 3, 4], 4, shuffle=False, window=4)
     assert order.steps == 3
     shards, recs = tfdata.batch_records(order, 1)
     assert list(zip(shards.tolist(), recs.tolist(), strict=True)) == [(0, 4), (1, 0), (1, 1), (1, 2)]

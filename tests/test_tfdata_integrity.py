@@ -40,6 +40,7 @@ def out(tmp_path):
 
 def read_all(d, **kw):
     kw.setdefault("shuffle", False)
+    kw.setdefault("shuffle_buffer", 2)  # windows of one batch: unshuffled, that is the manifest's order
     return [record_ids(b["inputs"].numpy()) for b in tfdata.make_dataset(d, 2, **kw)]
 
 
@@ -85,7 +86,7 @@ def test_corrupted_shard_named_at_the_record_and_by_verify(out):
     # Start checks pass; the read stops at the record with the file's name, nothing skipped silently.
     ids = []
     with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(path)) as raw:
-        for b in tfdata.make_dataset(d, 2, shuffle=False, num_parallel_reads=1):
+        for b in tfdata.make_dataset(d, 2, shuffle=False, shuffle_buffer=2, num_parallel_reads=1):
             ids.extend(record_ids(b["inputs"].numpy()).tolist())
     assert ids == list(range(len(ids))) and len(ids) < sum(COUNTS)  # only records before the damage
     assert all(i < COUNTS[0] + 4 for i in ids)
@@ -251,7 +252,7 @@ def test_the_padded_record_is_located_wherever_it_is(tmp_path, padded):
     write_output(d, COUNTS, seq_len=6, padded_record=padded, padded_valid=2)
     ids = np.concatenate(read_all(d))
     assert ids.tolist() == list(range(sum(COUNTS)))
-    mask = np.concatenate([b["loss_mask"].numpy() for b in tfdata.make_dataset(d, 2, shuffle=False)])
+    mask = np.concatenate([b["loss_mask"].numpy() for b in tfdata.make_dataset(d, 2, shuffle=False, shuffle_buffer=2)])
     assert mask[padded].tolist() == [1, 1, 0, 0, 0, 0] and mask.sum() == 6 * sum(COUNTS) - 4
     # Every rank reads its runs at the right offsets, the padded shard's included.
     got = np.concatenate([np.concatenate(read_all(d, shuffle=True, seed=3, dp_rank=r, dp_size=3, shuffle_buffer=12))

@@ -45,8 +45,8 @@ def test_model_fit_trains_on_the_keras_form(out):
 def test_the_loss_mask_is_the_sample_weight(out):
     model = _model()
     # Shuffle off, batch 16: the padded record (id 5, 3 real labels) is in the first batch.
-    keras_ds = tfdata.make_dataset(out, 16, shuffle=False, keras=True, features=())
-    dict_ds = tfdata.make_dataset(out, 16, shuffle=False, features=())
+    keras_ds = tfdata.make_dataset(out, 16, shuffle=False, shuffle_buffer=16, keras=True, features=())
+    dict_ds = tfdata.make_dataset(out, 16, shuffle=False, shuffle_buffer=16, features=())
     first = next(iter(dict_ds))
     assert first["loss_mask"].numpy().sum() == 16 * SEQ_LEN - (SEQ_LEN - 3)
     evaluated = model.evaluate(keras_ds, verbose=0)

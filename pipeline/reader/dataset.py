@@ -87,12 +87,6 @@ def _ignore_errors(ds: tf.data.Dataset) -> tf.data.Dataset:
     return ds.apply(tf.data.experimental.ignore_errors(log_warning=True))
 
 
-def _ragged_batch(ds: tf.data.Dataset, n) -> tf.data.Dataset:
-    if hasattr(ds, "ragged_batch"):
-        return ds.ragged_batch(n)
-    return ds.apply(tf.data.experimental.dense_to_ragged_batch(n))
-
-
 def _rebatch(ds: tf.data.Dataset, batch_size: int) -> tf.data.Dataset:
     if hasattr(ds, "rebatch"):
         return ds.rebatch(batch_size, drop_remainder=True)
@@ -179,7 +173,8 @@ def make_dataset(
         input_context: a `tf.distribute.InputContext` (from `distribute_datasets_from_function`):
             sets the rank and size from the input pipeline; elements are per-replica batches.
         seed: base seed for the order; required when shuffling.
-        shuffle: False reads the manifest's order (global batch k = records k*G .. (k+1)*G - 1).
+        shuffle: False reads the manifest's order, each window's records dealt to its batches in
+            turn (pipeline/reader/plan.py).
         epoch: first epoch to produce (changes the order when shuffling).
         start_step: global batches of `epoch` already consumed (may exceed one epoch).
         num_epochs: epochs to produce, counted from `epoch` (the first starting at `start_step`);
@@ -285,73 +280,77 @@ def make_dataset(
         literal = not any(c in p for p in local_paths for c in "*?[]{}\\")
         paths = tf.constant(local_paths)
 
-        def locate(run):
-            return tf.gather(paths, run[0]), run[1]
+        def locate(pieces):
+            # pieces: [k, 4] (shard, byte offset, records, bytes) -> (files, offsets), each [k]
+            return tf.gather(paths, pieces[:, 0]), pieces[:, 1]
 
     else:
         cache = ShardCache(source, cache_dir)
         literal = True
 
-        def locate(run):
-            path = tf.numpy_function(cache.fetch, [run[0], run[1], run[3]], tf.string, stateful=True)
-            path.set_shape([])
-            return path, tf.constant(0, tf.int64)
+        def locate(pieces):
+            files = tf.numpy_function(cache.fetch_all, [pieces], tf.string, stateful=True)
+            files.set_shape([None])
+            return files, tf.zeros_like(pieces[:, 1])
 
-    @_no_autograph
-    def parse(recs, run, path):
-        # recs: the run's serialized records; checked against the count, then parsed in one call.
-        n = tf.size(recs, out_type=tf.int64)
-        ok = tf.debugging.Assert(tf.equal(n, run[2]), [short_read_message(tf.gather(urls, run[0]), n, run[2])])
-        done = [ok]
-        if cache is not None:  # the run is read: its cached copy can go
-            with tf.control_dependencies([ok]):
-                done.append(tf.numpy_function(cache.release, [path], tf.int64, stateful=True))
-        with tf.control_dependencies(done):
-            parsed = tf.io.parse_example(recs, spec)
-        # Token arrays stay in the shard's dtype until `finish`.
-        out = {name: tf.reshape(tf.io.decode_raw(parsed[name], tf_dtype, little_endian=True), [-1, width])
-               for name, width in widths}
-        out[records.VALID_LABELS] = parsed[records.VALID_LABELS]
-        return out
-
-    @_no_autograph
-    def read_run(run):
-        # run: (shard, byte offset, records, bytes) -> one element: the run's records, parsed
-        path, offset = locate(run)
+    def read_piece(i, path, offset, piece):
+        # One piece of a window's run: its records, each tagged with the piece's index in the window.
         # A file that vanished since the start checks reads as no file (ignore_errors would retry
         # opening it forever); `matching_files` of the literal path, which has no glob characters.
         files = tf.io.matching_files(path) if literal else tf.reshape(path, [1])
-        recs = _ignore_errors(_records_at(files, offset, run[2], tf.minimum(run[3], read_buffer_bytes)))
-        marker = tf.data.Dataset.from_tensors(tf.zeros([0], tf.string))  # a run that yields nothing
-        return recs.batch(run[2]).concatenate(marker).take(1).map(lambda r: parse(r, run, path))
+        reads = (piece[3] + read_buffer_bytes - 1) // read_buffer_bytes
+        buffer = (piece[3] + reads - 1) // reads  # equal reads that end where the piece ends
+        recs = _ignore_errors(_records_at(files, offset, piece[2], buffer))
+        return tf.data.Dataset.zip((recs, tf.data.Dataset.from_tensors(i).repeat()))
 
     @_no_autograph
     def epoch_dataset(e):
-        windows, reads = tf.numpy_function(plan_arrays, [e], (tf.int64, tf.int64), stateful=False)
+        windows, pieces = tf.numpy_function(plan_arrays, [e], (tf.int64, tf.int64), stateful=False)
         windows = tf.reshape(windows, [-1, 6])
-        reads = tf.reshape(reads, [-1, 4])
+        pieces = tf.reshape(pieces, [-1, 4])
 
         @_no_autograph
         def read_window(w):
-            # w: (window, batches, records, records to drop, first run, runs) -> the window's records
-            runs = tf.data.Dataset.from_tensor_slices(reads[w[4] : w[4] + w[5]]).flat_map(read_run)
-            return _ragged_batch(runs, w[5]).map(lambda r: {name: v.values for name, v in r.items()})
+            # w: (window, batches, records, records to drop, first piece, pieces) -> one element: the
+            # window's serialized records, the index of the piece each came from, the files read.
+            mine = pieces[w[4] : w[4] + w[5]]
+            files, offsets = locate(mine)
+            recs = tf.data.Dataset.from_tensor_slices((tf.range(w[5]), files, offsets, mine)).flat_map(read_piece)
+            empty = tf.data.Dataset.from_tensors((tf.zeros([0], tf.string), tf.zeros([0], tf.int64)))
+            return recs.batch(w[2]).concatenate(empty).take(1).map(lambda r, owner: (r, owner, files))
 
         @_no_autograph
-        def arrange(recs, w):
+        def parse_window(recs, owner, files, w):
+            # Each piece must have given exactly its records; then one parse, one gather into batch order.
+            expected = pieces[w[4] : w[4] + w[5], 2]
+            got = tf.math.bincount(tf.cast(owner, tf.int32), minlength=tf.cast(w[5], tf.int32),
+                                   maxlength=tf.cast(w[5], tf.int32), dtype=tf.int64)
+            first_bad = tf.concat([tf.where(tf.not_equal(got, expected))[:, 0], tf.zeros([1], tf.int64)], 0)[0]
+            shard = pieces[w[4] + first_bad, 0]
+            message = short_read_message(tf.gather(urls, shard), got[first_bad], expected[first_bad])
+            checks = [tf.debugging.Assert(tf.reduce_all(tf.equal(got, expected)), [message])]
+            if cache is not None:  # the window is read: its cached copies can go
+                with tf.control_dependencies(checks):
+                    checks.append(tf.numpy_function(cache.release, [files], tf.int64, stateful=True))
+            with tf.control_dependencies(checks):
+                parsed = tf.io.parse_example(recs, spec)
+            # Token arrays stay in the shard's dtype until `finish`.
+            out = {name: tf.reshape(tf.io.decode_raw(parsed[name], tf_dtype, little_endian=True), [-1, width])
+                   for name, width in widths}
+            out[records.VALID_LABELS] = parsed[records.VALID_LABELS]
             # The window's records (column after column) -> its batches, in order, from the resume point.
             order = tf.numpy_function(gather, [e, w[0], w[1]], tf.int64, stateful=False)
             order = tf.reshape(order, [-1])[w[3] :]
-            return {name: tf.reshape(tf.gather(v, order), [-1, rank_batch, *v.shape[1:]]) for name, v in recs.items()}
+            return {name: tf.reshape(tf.gather(v, order), [-1, rank_batch, *v.shape[1:]]) for name, v in out.items()}
 
         read = tf.data.Dataset.from_tensor_slices(windows).interleave(
             read_window, cycle_length=num_parallel_reads, block_length=1, num_parallel_calls=num_parallel_reads,
             deterministic=True,
         )
         meta = tf.data.Dataset.from_tensor_slices(windows)
-        arranged = tf.data.Dataset.zip((read, meta)).map(arrange, num_parallel_calls=num_parallel_reads,
-                                                         deterministic=True)
-        return arranged.unbatch()
+        parsed = tf.data.Dataset.zip((read, meta)).map(
+            lambda r, w: parse_window(*r, w), num_parallel_calls=num_parallel_reads, deterministic=True)
+        return parsed.unbatch()
 
     @_no_autograph
     def finish(b):

@@ -13,17 +13,19 @@ One epoch, for a global batch of G records (G = per-rank batch x number of ranks
 2. **Windows.** The stream's first ``steps * G`` records are cut into windows of whole global
    batches: about ``window`` records each (``S = max(1, window // G)`` batches; the windows' sizes
    are then evened out so that they differ by at most one batch, which keeps the shuffle the same
-   at the end of the epoch as at its start). Without shuffling a window is one global batch.
+   at the end of the epoch as at its start).
 3. **Columns.** A window of ``S_w`` batches is read as G *columns* of ``S_w`` consecutive records;
    column p supplies position p of each of the window's batches, in an order permuted by a hash of
    (seed, epoch, window, p). So every global batch holds one record from each column, i.e. from
-   all over its window, and a record's batch within its window is uniformly random.
+   all over its window, and a record's batch within its window is uniformly random. Without
+   shuffling the columns keep their order: record i of a window goes to batch ``i mod S_w``,
+   position ``i div S_w`` (with S_w = 1, or G = 1, that is the manifest's order).
 4. **Ranks.** With W ranks of B = G / W records each, rank r takes positions [r*B, (r+1)*B) of
    every global batch: columns [r*B, (r+1)*B) of every window, which are *one contiguous run* of
    ``B * S_w`` records of the stream. A rank reads only the records it uses, in runs of about
    ``window / W`` records, whatever W is; the global batches do not depend on W at all.
 
-Worked example: shards of [5, 3, 4] records, no shuffling, G = 4, window 8 (so S = 1: a window is
+Worked example: shards of [5, 3, 4] records, no shuffling, G = 4, window 4 (so S = 1: a window is
 one global batch): N = 12, steps = 3, global batch 1 = stream records 4..7 = shard 0 record 4 and
 shard 1 records 0-2. With W = 2 (B = 2), rank 0 gets shard 0 record 4, shard 1 record 0; rank 1
 gets shard 1 records 1-2. With shuffling and window 8, S = 2: the 3 batches form windows of 1 and
@@ -120,7 +122,7 @@ def global_order(counts, global_batch: int, *, seed: int | None = None, epoch: i
         global_batch: records per global batch (per-rank batch x ranks).
         seed: base seed; required when shuffling.
         epoch: the epoch (changes shard order, rotation and column permutations).
-        shuffle: False reads the manifest's order, one global batch per window.
+        shuffle: False keeps the manifest's order of shards and of each window's columns.
         window: records per window (the shuffle unit), before rounding to whole global batches.
 
     Returns:
@@ -135,7 +137,7 @@ def global_order(counts, global_batch: int, *, seed: int | None = None, epoch: i
     steps = steps_for(total, global_batch)
     order = shard_order(len(counts), seed, epoch, shuffle)
     rotation = fold64(_ROTATION_TAG, seed, epoch) % total if shuffle and total else 0
-    per_window = max(1, window // global_batch) if shuffle else 1
+    per_window = max(1, window // global_batch)
     windows = -(-steps // per_window)
     starts = (np.arange(windows + 1, dtype=np.int64) * steps) // max(1, windows)
     return GlobalOrder(counts, int(global_batch), seed, int(epoch), bool(shuffle), steps, order, int(rotation),

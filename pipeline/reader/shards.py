@@ -216,24 +216,27 @@ class ShardCache:
         self._dir = tempfile.mkdtemp(prefix="tfdata-shards-", dir=cache_dir)
         atexit.register(shutil.rmtree, self._dir, True)
 
-    def fetch(self, shard: np.ndarray, offset: np.ndarray, size: np.ndarray) -> bytes:
-        """Local path of a new file holding bytes [offset, offset + size) of shard `shard`."""
-        index, start, size = int(shard), int(offset), int(size)
-        url = self._source.urls[index]
-        try:
-            data = _read_at(url)(start, size)
-        except FileNotFoundError as e:
-            raise ShardIntegrityError(url, "missing (listed in the manifest, not on the filesystem)") from e
-        # A short range reads as a short run: the run's count check names the shard.
-        fd, local = tempfile.mkstemp(prefix=f"{index:06d}-{start}-", suffix=".tfrecord", dir=self._dir)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        return local.encode()
+    def fetch_all(self, pieces: np.ndarray) -> np.ndarray:
+        """Local paths of new files holding each piece's bytes (pieces: rows of shard, offset, records, bytes)."""
+        out = []
+        for shard, start, _, size in np.asarray(pieces).reshape(-1, 4).tolist():
+            url = self._source.urls[shard]
+            try:
+                data = _read_at(url)(start, size)
+            except FileNotFoundError as e:
+                raise ShardIntegrityError(url, "missing (listed in the manifest, not on the filesystem)") from e
+            # A short range reads as a short piece: the window's count check names the shard.
+            fd, local = tempfile.mkstemp(prefix=f"{shard:06d}-{start}-", suffix=".tfrecord", dir=self._dir)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            out.append(local.encode())
+        return np.array(out, dtype=object)
 
-    def release(self, path: np.ndarray) -> np.int64:
-        """Remove a file `fetch` returned, once its records are read."""
-        try:
-            os.remove(path.decode() if isinstance(path, bytes) else str(path))
-        except FileNotFoundError:
-            pass
+    def release(self, paths: np.ndarray) -> np.int64:
+        """Remove files `fetch_all` returned, once their records are read."""
+        for path in np.asarray(paths).reshape(-1).tolist():
+            try:
+                os.remove(path.decode() if isinstance(path, bytes) else str(path))
+            except FileNotFoundError:
+                pass
         return np.int64(0)
