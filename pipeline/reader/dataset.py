@@ -349,7 +349,7 @@ def make_dataset(
         )
         meta = tf.data.Dataset.from_tensor_slices(windows)
         parsed = tf.data.Dataset.zip((read, meta)).map(
-            lambda r, w: parse_window(*r, w), num_parallel_calls=num_parallel_reads, deterministic=True)
+            lambda r, w: parse_window(*r, w), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         return parsed.unbatch()
 
     @_no_autograph
