@@ -1,8 +1,8 @@
 """The tf.data reader's public entry point: `from pipeline import tfdata` (or `from pipeline.tfdata import ...`).
 
 Importable with only TensorFlow, NumPy and fsspec (no Apache Beam, no SentencePiece). The reader
-lives in pipeline/reader/ (plan, shards, dataset); see pipeline/reader/dataset.py for how an epoch
-is laid out, resumed and checked.
+lives in pipeline/reader/ (plan: the global order; shards: access and checks; integrity: the one
+error type; dataset: the tf.data graph); see pipeline/reader/dataset.py for how it is used.
 """
 
 from pipeline.reader.dataset import (
@@ -12,19 +12,35 @@ from pipeline.reader.dataset import (
     make_dataset,
     steps_per_epoch,
 )
-from pipeline.reader.plan import DEFAULT_PARALLEL_READS, EpochPlan, default_window, plan_epoch, shard_order
-from pipeline.reader.shards import ShardIntegrityError
+from pipeline.reader.integrity import ShardIntegrityError, integrity_error, shard_errors
+from pipeline.reader.plan import (
+    DEFAULT_PARALLEL_READS,
+    ORDER,
+    GlobalOrder,
+    RankPlan,
+    batch_records,
+    default_window,
+    global_order,
+    rank_plan,
+    shard_order,
+)
 
 __all__ = [
     "DEFAULT_PARALLEL_READS",
     "DEFAULT_READ_BUFFER_BYTES",
-    "EpochPlan",
+    "ORDER",
+    "GlobalOrder",
+    "RankPlan",
     "ShardIntegrityError",
+    "batch_records",
     "default_window",
     "dp_from_horovod",
     "dp_from_smp",
+    "global_order",
+    "integrity_error",
     "make_dataset",
-    "plan_epoch",
+    "rank_plan",
+    "shard_errors",
     "shard_order",
     "steps_per_epoch",
 ]

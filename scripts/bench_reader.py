@@ -1,14 +1,20 @@
-"""Benchmark: tokens/s of pipeline.tfdata.make_dataset against raw TFRecordDataset + batched parse.
+"""Benchmark: tokens/s of pipeline.tfdata.make_dataset against raw TFRecordDataset + batched parse,
+and the bytes each rank reads for world sizes 1, 2 and 8.
 
 Both paths read the same shards in the same process, alternately (raw, reader, raw, reader, ...), so
 the page cache and the machine's load treat them alike; the shards are read once first to warm the
 cache. Reported: median tokens/s (label positions delivered) per path, their ratio, and the
 reader's time to first batch (from the make_dataset call, manifest checks included).
 
+Bytes read per rank: for a global batch of 8 x --batch_size, every rank of W = 1, 2, 8 reads one
+epoch in turn; the bytes it reads are measured by the kernel (the `rchar` count of /proc/self/io:
+every read(2)/pread(2), page-cache hits included) and compared with the bytes of the records it
+delivers and with the whole output.
+
     python scripts/bench_reader.py                       # synthetic shards written to --workdir
     python scripts/bench_reader.py --manifest /data/out  # an existing pipeline output
 
-Target: reader >= 0.8x raw, first batch < 2 s.
+Target: reader >= 0.8x raw, first batch < 2 s, each rank reading ~1/W of the output.
 """
 
 from __future__ import annotations
@@ -93,6 +99,36 @@ def drain(ds, max_batches: int) -> tuple[int, float]:
     return int(tokens), time.perf_counter() - start
 
 
+def bytes_read() -> int:
+    """Bytes this process has read through read(2)/pread(2) so far (Linux), page-cache hits included."""
+    with open("/proc/self/io") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
+
+
+def bytes_per_rank(out: str, global_batch: int, world_sizes, shuffle_buffer, lanes) -> dict:
+    """For each world size: bytes each rank reads in one epoch, and the bytes of the records it gets."""
+    m = manifest_lib.load_manifest(out)
+    total_bytes = sum(s["bytes"] for s in m["shards"])
+    record_bytes = total_bytes / sum(s["records"] for s in m["shards"])
+    results = {}
+    for w in world_sizes:
+        read, used = [], []
+        for rank in range(w):
+            ds = tfdata.make_dataset(out, global_batch_size=global_batch, dp_rank=rank, dp_size=w, seed=1,
+                                     shuffle_buffer=shuffle_buffer, num_parallel_reads=lanes)
+            before = bytes_read()
+            steps = int(ds.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1))
+            read.append(bytes_read() - before)
+            used.append(steps * (global_batch // w) * record_bytes)
+        results[w] = {"read_mib_max": max(read) / 2**20, "read_mib_mean": sum(read) / w / 2**20,
+                      "read_over_used": max(r / u for r, u in zip(read, used, strict=True)),
+                      "fraction_of_output": max(read) / total_bytes}
+        print(f"W={w}: bytes read per rank {results[w]['read_mib_max']:.1f} MiB max "
+              f"({results[w]['read_mib_mean']:.1f} mean) = {results[w]['read_over_used']:.3f}x the records it "
+              f"uses, {100 * results[w]['fraction_of_output']:.1f}% of the output ({total_bytes / 2**20:.0f} MiB)")
+    return results
+
+
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--manifest", help="existing output dir (default: write synthetic shards)")
@@ -105,6 +141,7 @@ def main(argv=None) -> dict:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--shuffle_buffer", type=int, default=None, help="records per window (default: the reader's)")
     p.add_argument("--num_parallel_reads", type=int, default=tfdata.DEFAULT_PARALLEL_READS)
+    p.add_argument("--world_sizes", default="1,2,8", help="world sizes for the bytes-read measurement")
     p.add_argument("--json", help="also write the results here")
     args = p.parse_args(argv)
 
@@ -189,6 +226,9 @@ def main(argv=None) -> dict:
         "process RSS after each path's runs (MiB, max): "
         + ", ".join(f"{name} {summary[name + '_rss_mib_max']:.0f}" for name in results)
     )
+    world_sizes = [int(w) for w in args.world_sizes.split(",")]
+    per_rank = bytes_per_rank(out, 8 * args.batch_size, world_sizes, args.shuffle_buffer, args.num_parallel_reads)
+    summary["bytes_per_rank"] = per_rank
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "results": results, "cpu": cpu, "rss": rss, "summary": summary}, f, indent=1)

@@ -4,9 +4,11 @@ the pipeline (`python -m pipeline.run`) from a corpus and a SentencePiece model 
 Runs in the Horovod environment (.venv-hvd: tensorflow-cpu 2.15.1 + horovod 0.28.1, built by
 scripts/setup_horovod_env.sh). In CI (CI=true) a missing environment is a failure, elsewhere a skip.
 
-Three launches: A trains 10 steps uninterrupted (checkpoint at 6 and 10); B stops after step 6;
-B' resumes B to step 10. With 2 ranks x batch 2 and 4 steps per epoch, step 6 is in the middle of
-the second epoch, so the resume covers an epoch boundary and a mid-epoch data position.
+Four launches, all with a global batch of 4: A trains 10 steps on 2 processes uninterrupted
+(checkpoint at 6 and 10); B stops after step 6 on 2 processes; B' resumes B to step 10 on 2
+processes; C resumes a copy of B's checkpoint at step 6 on 1 process (an elastic resume: the reader's
+global batches do not depend on the number of ranks). With 4 steps per epoch, step 6 is in the
+middle of the second epoch, so the resumes cover an epoch boundary and a mid-epoch data position.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +30,8 @@ HOROVODRUN = HVD_VENV / "bin" / "horovodrun"
 HVD_PYTHON = HVD_VENV / "bin" / "python"
 
 SEQ_LEN = 16
-BATCH = 2  # per rank
+BATCH = 2  # per rank, on 2 ranks
+GLOBAL_BATCH = 2 * BATCH
 MAX_STEPS = 10
 STOP_AT = 6
 
@@ -101,12 +105,12 @@ def shards(tmp_path_factory):
 # -- the runs -----------------------------------------------------------------------------------
 
 
-def _horovodrun(out: Path, extra: list[str]) -> subprocess.CompletedProcess:
-    cmd = [str(HOROVODRUN), "-np", "2", "-H", "localhost:2", "--gloo", "--network-interfaces", "lo",
-           str(HVD_PYTHON), "-m", "trainers.train_horovod",
+def _horovodrun(out: Path, extra: list[str], processes: int = 2) -> subprocess.CompletedProcess:
+    cmd = [str(HOROVODRUN), "-np", str(processes), "-H", f"localhost:{processes}", "--gloo",
+           "--network-interfaces", "lo", str(HVD_PYTHON), "-m", "trainers.train_horovod",
            "--train_data", str(out.parent / "data_train"), "--val_data", str(out.parent / "data_val"),
-           "--output_dir", str(out), "--batch_size", str(BATCH), "--max_steps", str(MAX_STEPS),
-           "--learning_rate", "5e-3", "--warmup_steps", "2", "--dropout", "0.1", "--seed", "11",
+           "--output_dir", str(out), "--global_batch_size", str(GLOBAL_BATCH), "--max_steps", str(MAX_STEPS),
+           "--learning_rate", "1e-2", "--warmup_steps", "2", "--dropout", "0", "--seed", "11",
            "--log_every", "1", "--eval_every", "5", "--eval_steps", "2", "--checkpoint_every", str(STOP_AT),
            "--deterministic", "--threads", "1", "--hvd_num_groups", "1", "--debug_dump", *extra]
     env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
@@ -127,7 +131,9 @@ def runs(shards):
     _horovodrun(root / "a", [])
     _horovodrun(root / "b", ["--stop_at", str(STOP_AT)])
     first_leg = {r: json.loads((root / "b" / "debug" / f"rank{r}.json").read_text()) for r in (0, 1)}
+    shutil.copytree(root / "b" / "checkpoints", root / "c" / "checkpoints")
     _horovodrun(root / "b", [])
+    _horovodrun(root / "c", [], processes=1)
     return {"root": root, "b_first_leg": first_leg}
 
 
@@ -214,3 +220,21 @@ def test_resumed_run_matches_uninterrupted_run(runs):
     for k in wa:
         np.testing.assert_array_equal(wa[k], wb[k], err_msg=k)
     assert _summary(a, 0)["weights_sha256"] == s["weights_sha256"]
+
+
+def test_a_run_stopped_on_2_processes_continues_on_1_with_the_same_data(runs):
+    a, c = runs["root"] / "a", runs["root"] / "c"
+    s = _summary(c, 0)
+    assert (s["size"], s["start_step"], s["final_step"]) == (1, STOP_AT, MAX_STEPS)
+    assert s["restored_from"].endswith(f"ckpt-{STOP_AT}")
+    a0, a1 = _summary(a, 0), _summary(a, 1)
+    for step in range(STOP_AT + 1, MAX_STEPS + 1):
+        # The one process's batch is the two processes' batches, rank 0's slice first: the same records.
+        assert s["batches"][str(step)] == a0["batches"][str(step)] + a1["batches"][str(step)], step
+        assert len(s["batches"][str(step)]) == GLOBAL_BATCH
+    # Same global batch, same learning rate, same gradient (the global token mean): the same losses,
+    # up to the order of float additions.
+    la = {r["step"]: r["loss"] for r in _metrics(a) if r["kind"] == "train"}
+    lc = {r["step"]: r["loss"] for r in _metrics(c) if r["kind"] == "train"}
+    assert sorted(lc) == list(range(STOP_AT + 1, MAX_STEPS + 1))
+    np.testing.assert_allclose([lc[k] for k in sorted(lc)], [la[k] for k in sorted(lc)], rtol=1e-4)

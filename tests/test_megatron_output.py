@@ -261,9 +261,9 @@ def test_per_subset_with_any_subset_names(tiny_model, tmp_path):
                 want.setdefault(subset, []).append(np.array(sp.encode(obj["body"]) + [sp.eos_id()]))
     assert set(want) == {"forum", "manuals", "recipes", "Wikipedia (en)", "misc"}
     assert_same_documents(read_output(out), want)
-    assert {run_free(s["path"]) for s in manifest["shards"]} == {"train-forum-00000-of-00001", "train-manuals-00000-of-00001",
-                                                       "train-recipes-00000-of-00001", "train-misc-00000-of-00001",
-                                                       "train-Wikipedia_en-00000-of-00001"}
+    assert {run_free(s["path"]) for s in manifest["shards"]} == {
+        "train-forum-00000-of-00001", "train-manuals-00000-of-00001", "train-recipes-00000-of-00001",
+        "train-misc-00000-of-00001", "train-Wikipedia_en-00000-of-00001"}
 
 
 def test_dead_letters_are_the_tfrecord_jobs(corpus, tiny_model, plain, tmp_path):

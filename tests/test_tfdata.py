@@ -1,4 +1,4 @@
-"""tf.data reader: sharding, seeded order, steps, exact resumption, output format."""
+"""tf.data reader: one global order for any number of ranks, seeds, steps, exact resumption, output format."""
 
 from __future__ import annotations
 
@@ -18,9 +18,12 @@ from pipeline.format.manifest import ManifestError
 from pipeline.reader import plan
 
 SEQ_LEN = 8
-# 8 uneven shards (>= 7 ranks: file-level) and 3 big ones (< 7 ranks: record-level fallback).
+# 8 uneven shards and 3 big ones (more ranks than shards).
 MANY = [13, 7, 10, 5, 9, 11, 6, 8]
 FEW = [23, 17, 31]
+# Enough records for several windows of a global batch of 24 (divisible by 1, 2, 3, 4, 8).
+ELASTIC = [37, 52, 41, 29, 60, 33, 48, 45, 30, 55]
+GLOBAL = 24
 
 
 @pytest.fixture(scope="module")
@@ -37,20 +40,43 @@ def few(tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="module")
+def elastic(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("elastic"))
+    write_output(out, ELASTIC, seq_len=SEQ_LEN, padded_record=100)
+    return out
+
+
 def ids_of(ds) -> list[np.ndarray]:
     """Record ids of each batch."""
     return [record_ids(b["inputs"].numpy()) for b in ds]
 
 
-def stream_ids(counts, seed, epoch, shuffle=True) -> np.ndarray:
-    """All record ids in the epoch's stream order (the fixture numbers records shard by shard)."""
+def expected_global(counts, global_batch, seed, epoch, shuffle=True, window=2048) -> list[np.ndarray]:
+    """Record ids of every global batch of an epoch, from the plan (the fixture numbers records shard by shard)."""
     firsts = np.cumsum([0] + list(counts[:-1]))
-    order = tfdata.shard_order(len(counts), seed, epoch, shuffle)
-    return np.concatenate([np.arange(firsts[s], firsts[s] + counts[s]) for s in order])
+    order = tfdata.global_order(counts, global_batch, seed=seed, epoch=epoch, shuffle=shuffle, window=window)
+    out = []
+    for k in range(order.steps):
+        shards, recs = tfdata.batch_records(order, k)
+        out.append(firsts[shards] + recs)
+    return out
+
+
+def global_batches(out, global_batch, dp_size, **kw) -> list[np.ndarray]:
+    """Each global batch, put together from the ranks' batches in rank order."""
+    per_rank = [ids_of(tfdata.make_dataset(out, global_batch_size=global_batch, dp_rank=r, dp_size=dp_size, **kw))
+                for r in range(dp_size)]
+    assert len({len(b) for b in per_rank}) == 1  # same number of steps on every rank: no deadlock
+    return [np.concatenate(parts) for parts in zip(*per_rank, strict=True)]
+
+
+def same(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
+    return len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
 
 
 # ------------------------------------------------------------------------------------------
-# Sharding: world sizes 1, 2, 3, 7
+# One global order: world sizes, sharding, seeds
 # ------------------------------------------------------------------------------------------
 
 
@@ -64,95 +90,102 @@ def test_ranks_equal_steps_disjoint_and_covering(layout, dp_size, request):
     assert steps == sum(counts) // (batch * dp_size)
     per_rank = []
     for rank in range(dp_size):
-        batches = ids_of(
-            tfdata.make_dataset(
-                out,
-                batch,
-                dp_rank=rank,
-                dp_size=dp_size,
-                seed=seed,
-                epoch=epoch,
-                shuffle_buffer=4,
-                num_parallel_reads=3,
-            )
-        )
-        assert len(batches) == steps  # same number of steps on every rank: no Horovod deadlock
-        per_rank.append(np.concatenate(batches))
-    seen = np.concatenate(per_rank)
+        ds = tfdata.make_dataset(out, batch, dp_rank=rank, dp_size=dp_size, seed=seed, epoch=epoch,
+                                 shuffle_buffer=4, num_parallel_reads=3)
+        batches = ids_of(ds)
+        assert len(batches) == steps
+        per_rank.append(batches)
+    seen = np.concatenate([np.concatenate(b) for b in per_rank])
     assert len(np.unique(seen)) == len(seen) == dp_size * steps * batch  # disjoint, no duplicates
-    # Exactly the documented tail is dropped: the last N - dp*P records of the epoch's stream.
-    stream = stream_ids(counts, seed, epoch)
-    kept = dp_size * steps * batch
-    assert sorted(seen.tolist()) == sorted(stream[:kept].tolist())
-    assert len(stream) - kept < dp_size * batch
-    # Each rank holds exactly its contiguous slice of the stream (in shuffled order).
-    for rank, ids in enumerate(per_rank):
-        mine = stream[rank * steps * batch : (rank + 1) * steps * batch]
-        assert sorted(ids.tolist()) == sorted(mine.tolist())
+    assert sum(counts) - len(seen) < dp_size * batch  # fewer than one global batch left out
+    # Rank r holds positions [r*B, (r+1)*B) of every global batch of the plan.
+    expected = expected_global(counts, dp_size * batch, seed, epoch, window=4)
+    for rank, batches in enumerate(per_rank):
+        assert same(batches, [g[rank * batch : (rank + 1) * batch] for g in expected])
 
 
-@pytest.mark.parametrize("dp_size", [1, 2, 3, 7])
-def test_plan_file_level_when_enough_shards(dp_size):
-    # Every rank reads whole shards except at most the two on its slice's edges.
-    counts = [50] * 14
-    seen_records = 0
+@pytest.mark.parametrize("window", [24, 96, 2048])
+def test_global_batches_are_the_same_for_every_world_size(elastic, window):
+    kw = dict(seed=5, epoch=1, shuffle_buffer=window, num_parallel_reads=2)
+    one = global_batches(elastic, GLOBAL, 1, **kw)
+    assert same(one, expected_global(ELASTIC, GLOBAL, 5, 1, window=window))
+    assert len(one) == sum(ELASTIC) // GLOBAL
+    for dp_size in (2, 3, 4, 8):
+        assert same(global_batches(elastic, GLOBAL, dp_size, **kw), one), dp_size
+    # The per-rank batch size is what changes: batch_size x dp_size is the same global batch.
+    ranks = [ids_of(tfdata.make_dataset(elastic, 6, dp_rank=r, dp_size=4, **kw)) for r in range(4)]
+    assert same([np.concatenate(p) for p in zip(*ranks, strict=True)], one)
+
+
+def test_resume_on_another_world_size_continues_the_same_order(elastic):
+    kw = dict(seed=9, shuffle_buffer=96, num_epochs=2)
+    full = global_batches(elastic, GLOBAL, 1, **kw)
+    steps = tfdata.steps_per_epoch(elastic, GLOBAL, 1)
+    assert len(full) == 2 * steps
+    # Stop at step k on 2 ranks, continue on W' ranks: exactly the uninterrupted run's batches.
+    for k, before, after in [(5, 2, 3), (steps - 1, 4, 1), (steps + 3, 8, 2), (7, 3, 8)]:
+        first = global_batches(elastic, GLOBAL, before, **kw)[:k]
+        rest = global_batches(elastic, GLOBAL, after, start_step=k, **kw)
+        assert same(first + rest, full), (k, before, after)
+    # The same point addressed as (epoch, step within the epoch).
+    again = global_batches(elastic, GLOBAL, 4, seed=9, shuffle_buffer=96, epoch=1, start_step=3)
+    assert same(again, full[steps + 3 :])
+
+
+def _bytes_read() -> int:
+    """Bytes this process has read through read(2)/pread(2) so far, page-cache hits included (Linux)."""
+    with open("/proc/self/io") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
+
+
+@pytest.mark.parametrize("dp_size", [1, 4])
+def test_each_rank_reads_only_the_records_it_uses(tmp_path_factory, dp_size):
+    out = str(tmp_path_factory.mktemp(f"io{dp_size}"))
+    write_output(out, [300] * 6, seq_len=512, document_boundaries=False)
+    record = os.path.getsize(os.path.join(out, "train-00000-of-00006.tfrecord")) // 300
+    g = 32
     for rank in range(dp_size):
-        plan = tfdata.plan_epoch(counts, 5, dp_rank=rank, dp_size=dp_size, seed=3, epoch=1, window=7)
-        partial = [(s, a, b) for s, a, b in plan.segments if not (a == 0 and b == counts[s])]
-        assert len(partial) <= 2
-        seen_records += int((plan.segments[:, 2] - plan.segments[:, 1]).sum())
-        assert plan.windows[:, 1].sum() == plan.steps * 5
-    assert seen_records == dp_size * (700 // (5 * dp_size)) * 5
+        ds = tfdata.make_dataset(out, global_batch_size=g, dp_rank=rank, dp_size=dp_size, seed=3, shuffle_buffer=256)
+        before = _bytes_read()
+        steps = sum(1 for _ in ds)
+        read = _bytes_read() - before
+        used = steps * g // dp_size * record
+        assert steps == 1800 // g
+        assert used <= read <= used * 1.02 + (16 << 10), (rank, read, used)
 
 
-def test_plan_record_level_fallback_reads_little():
-    # 2 shards, 7 ranks: each rank reads a record range, never a whole shard it does not need.
-    counts = [70, 70]
-    for rank in range(7):
-        plan = tfdata.plan_epoch(counts, 4, dp_rank=rank, dp_size=7, seed=1, window=8)
-        assert int((plan.segments[:, 2] - plan.segments[:, 1]).sum()) == plan.steps * 4 == 20
-        assert len(plan.segments) <= 2
-
-
-def test_dp_rank_mapping_identical_for_model_parallel_peers(many):
-    # Peers of one dp group pass the same dp_rank and so get the same batches.
+def test_model_parallel_peers_passing_the_same_dp_rank_get_the_same_batches(many):
     a = ids_of(tfdata.make_dataset(many, 2, dp_rank=1, dp_size=3, seed=4))
     b = ids_of(tfdata.make_dataset(many, 2, dp_rank=1, dp_size=3, seed=4))
-    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
-
-
-# ------------------------------------------------------------------------------------------
-# Seeded order
-# ------------------------------------------------------------------------------------------
+    assert same(a, b)
 
 
 def test_same_seed_same_order_other_seed_other_order(many):
     def run(seed, epoch=0):
-        return np.concatenate(ids_of(tfdata.make_dataset(many, 3, seed=seed, epoch=epoch, shuffle_buffer=5)))
+        return np.concatenate(ids_of(tfdata.make_dataset(many, 3, seed=seed, epoch=epoch, shuffle_buffer=12)))
 
     a, b, c = run(7), run(7), run(8)
     assert np.array_equal(a, b)
     assert not np.array_equal(a, c)
     d = run(7, epoch=1)
-    assert not np.array_equal(a, d)  # another epoch, another permutation
+    assert not np.array_equal(a, d)  # another epoch, another order
     assert len(set(a.tolist())) == len(a)
 
 
-def test_shuffle_needs_a_seed(many):
+def test_shuffle_needs_a_seed_and_no_shuffle_is_manifest_order(many):
     with pytest.raises(ValueError, match="seed"):
         tfdata.make_dataset(many, 2)
-    # Without shuffling no seed is needed, and one lane reads the manifest's order.
-    ids = np.concatenate(ids_of(tfdata.make_dataset(many, 2, shuffle=False, num_parallel_reads=1)))
+    # Without shuffling no seed is needed. With windows of one batch, global batch k is records
+    # k*G .. (k+1)*G - 1; with windows of S batches, record i of a window goes to batch i mod S.
+    ids = np.concatenate(ids_of(tfdata.make_dataset(many, 2, shuffle=False, shuffle_buffer=2)))
     assert np.array_equal(ids, np.arange(len(ids)))
-
-
-def test_window_permutation_shuffles_records(many):
-    ids = np.concatenate(ids_of(tfdata.make_dataset(many, 2, seed=1, shuffle_buffer=64, num_parallel_reads=1)))
-    order = tfdata.shard_order(len(MANY), 1, 0, True)
-    first = int(np.sum(MANY[: order[0]]))
-    head = ids[: MANY[order[0]]]
-    assert sorted(head.tolist()) == list(range(first, first + MANY[order[0]]))  # window == shard here
-    assert not np.array_equal(head, np.sort(head))  # but permuted
+    two = global_batches(many, 6, 3, shuffle=False, shuffle_buffer=6)
+    assert np.array_equal(np.concatenate(two), np.arange(len(two) * 6))
+    windows = global_batches(many, 6, 3, shuffle=False, shuffle_buffer=36)  # 69 records: 11 batches
+    size = int(tfdata.global_order(MANY, 6, shuffle=False, window=36).window_starts[1])
+    assert size == 5  # 2 windows of 5 and 6 batches (evened out)
+    first = np.arange(6 * size).reshape(6, size).T  # record i of the window -> batch i % 5, position i // 5
+    assert np.array_equal(np.stack(windows[:size]), first)
 
 
 def test_keyed_permutations_are_permutations_and_differ_by_key():
@@ -186,7 +219,7 @@ def test_multiple_epochs_and_infinite_repeat(many):
     assert two[0].tolist() != two[steps].tolist()
 
 
-@pytest.mark.parametrize("dp_size,dp_rank,lanes,window", [(1, 0, 3, 4), (3, 2, 2, 5), (7, 3, 4, 1)])
+@pytest.mark.parametrize("dp_size,dp_rank,lanes,window", [(1, 0, 3, 4), (3, 2, 2, 12), (7, 3, 4, 1)])
 def test_resume_at_any_step_reproduces_the_rest(many, dp_size, dp_rank, lanes, window):
     kw = dict(dp_rank=dp_rank, dp_size=dp_size, seed=21, shuffle_buffer=window, num_parallel_reads=lanes)
     batch = 2
@@ -196,25 +229,23 @@ def test_resume_at_any_step_reproduces_the_rest(many, dp_size, dp_rank, lanes, w
     for k in sorted({1, steps // 2 + 1, steps - 1, steps + 2} & set(range(1, 2 * steps))):
         rest = ids_of(tfdata.make_dataset(many, batch, start_step=k, num_epochs=2, **kw))
         assert len(rest) == 2 * steps - k
-        assert all(np.array_equal(x, y) for x, y in zip(rest, full[k:], strict=True)), k
-    # The same point addressed as (epoch, step within the epoch).
-    again = ids_of(tfdata.make_dataset(many, batch, epoch=1, start_step=2, num_epochs=1, **kw))
-    assert all(np.array_equal(x, y) for x, y in zip(again, full[steps + 2 :], strict=True))
+        assert same(rest, full[k:]), k
+    # The number of concurrent reads does not change the order.
+    other = ids_of(tfdata.make_dataset(many, batch, num_epochs=2, **{**kw, "num_parallel_reads": 1}))
+    assert same(other, full)
 
 
-def test_resume_reads_at_most_one_partial_shard_per_lane():
+def test_resume_reads_at_most_one_window_again():
     counts = [40] * 12
-    fresh = tfdata.plan_epoch(counts, 4, dp_rank=1, dp_size=2, seed=5, window=8, lanes=3)
-    for k in range(fresh.steps):
-        plan = tfdata.plan_epoch(counts, 4, dp_rank=1, dp_size=2, seed=5, window=8, lanes=3, start_step=k)
-        starts = {int(s): int(a) for s, a, _ in fresh.segments}
-        skipped = [int(first) - starts[int(shard)] for _, shard, first, n in plan.reads if n]
-        assert sum(1 for x in skipped if x) <= 3  # one partial shard per lane at most
-        assert all(0 <= x < 40 for x in skipped)
-        records_read = int(plan.reads[:, 3].sum())
-        left = (fresh.steps - k) * 4
-        assert left <= records_read < left + 8  # at most one window re-read, never the epoch
-        assert plan.windows[0, 3] < 8 if len(plan.windows) else True
+    order = tfdata.global_order(counts, 8, seed=5, window=32)
+    fresh = tfdata.rank_plan(order, 1, 2)
+    for k in range(order.steps):
+        plan = tfdata.rank_plan(order, 1, 2, start_step=k)
+        left = (order.steps - k) * 4
+        records_read = int(plan.reads[:, 2].sum())
+        assert left <= records_read < left + 4 * 4  # at most one window (4 batches of 4) re-read
+        assert records_read - left == plan.windows[0, 3] if len(plan.windows) else records_read == 0
+    assert int(fresh.reads[:, 2].sum()) == order.steps * 4
 
 
 def test_resume_with_tf_train_checkpoint(many, tmp_path):
@@ -308,7 +339,7 @@ def test_steps_per_epoch_and_argument_errors(many):
     assert tfdata.steps_per_epoch(os.path.join(many, "manifest.json"), 4, 3) == 5
     with pytest.raises(ValueError, match="dp_rank"):
         tfdata.make_dataset(many, 2, dp_rank=3, dp_size=3, seed=0)
-    with pytest.raises(ValueError, match="lower batch_size"):
+    with pytest.raises(ValueError, match="lower the batch size"):
         tfdata.make_dataset(many, 20, dp_size=4, seed=0)
     with pytest.raises(ValueError, match="features"):
         tfdata.make_dataset(many, 2, seed=0, features=["tokens"])
@@ -359,14 +390,17 @@ def test_imports_without_beam_or_sentencepiece():
 
 
 def test_plan_worked_example_from_the_docstring():
-    # Shards in stream order of 4, 5 and 3 records (the docstring's [5, 3, 4] in order [2, 0, 1]).
-    rank0 = tfdata.plan_epoch([4, 5, 3], 2, dp_rank=0, dp_size=2, shuffle=False, window=4, lanes=1)
-    rank1 = tfdata.plan_epoch([4, 5, 3], 2, dp_rank=1, dp_size=2, shuffle=False, window=4, lanes=1)
-    assert rank0.steps == rank1.steps == 3
-    assert rank0.segments.tolist() == [[0, 0, 4], [1, 0, 2]]
-    assert rank1.segments.tolist() == [[1, 2, 5], [2, 0, 3]]
-    # Windows of 4 records, each segment closed by a 0-record marker.
-    assert rank1.windows[:, 1].tolist() == [3, 0, 3, 0]
+    # Shards of [5, 3, 4] records, no shuffling, global batch 4: batch 1 is stream records 4..7.
+    order = tfdata.global_order([5, 3, 4], 4, shuffle=False, window=4)
+    assert order.steps == 3
+    shards, recs = tfdata.batch_records(order, 1)
+    assert list(zip(shards.tolist(), recs.tolist(), strict=True)) == [(0, 4), (1, 0), (1, 1), (1, 2)]
+    rank0, rank1 = tfdata.rank_plan(order, 0, 2), tfdata.rank_plan(order, 1, 2)
+    assert rank0.reads[1:3].tolist() == [[0, 4, 1], [1, 0, 1]]  # window 1: shard 0 record 4, shard 1 record 0
+    assert rank1.reads[1].tolist() == [1, 1, 2]  # window 1: shard 1 records 1-2
+    # Shuffling with window 8: 3 batches in windows of 1 and 2 batches (sizes evened out).
+    shuffled = tfdata.global_order([5, 3, 4], 4, seed=0, window=8)
+    assert shuffled.window_starts.tolist() == [0, 1, 3]
 
 
 def test_default_window_is_about_8_mib_of_tokens():
@@ -374,3 +408,16 @@ def test_default_window_is_about_8_mib_of_tokens():
     assert tfdata.default_window(4096, 4) == 512
     assert tfdata.default_window(8, 2) == plan.MAX_WINDOW
     assert tfdata.default_window(10**6, 4) == plan.MIN_WINDOW
+
+
+def test_byte_offset_reads_are_the_records_at_those_offsets(many):
+    # The reader reads runs through the TFRecordDatasetV2 raw op's byte_offsets (the public
+    # TFRecordDataset has no such argument): fails loudly if that op changes.
+    from pipeline.reader import dataset
+
+    path = os.path.join(many, "train-00001-of-00008.tfrecord")
+    size = os.path.getsize(path) // MANY[1]
+    reads = tf.data.Dataset.from_tensors(tf.constant([path]))
+    got = list(reads.flat_map(lambda p: dataset._records_at(p, 3 * size, 2, size)).as_numpy_iterator())
+    want = list(tf.data.TFRecordDataset(path).skip(3).take(2).as_numpy_iterator())
+    assert got == want and len(got) == 2

@@ -17,10 +17,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from pipeline import tfdata
 from pipeline.format import manifest as manifest_lib
 from pipeline.format import records
 from pipeline.io import outputs
-from trainers import common
+from trainers import common, loop
 from trainers.common import Checkpointer, Progress, TrainConfig, resume_problem
 from trainers.distributed import LocalBackend, make_backend
 from trainers.microbatch import StepOutput, check_microbatches, emulated_step, split_microbatches
@@ -161,13 +162,34 @@ def test_resume_with_another_data_order_is_refused(data, tmp_path):
 
 
 def test_resume_problem_rules():
-    sig = {"shards": "x", "batch_size": 4, "dp_size": 8, "seed": 1, "shuffle": True, "reader": {}}
-    assert resume_problem(sig, dict(sig), 17) is None
-    assert resume_problem(sig, {**sig, "dp_size": 16}, 0) is None  # epoch boundary: exact
-    msg = resume_problem(sig, {**sig, "dp_size": 16}, 3)
-    assert "dp_size" in msg and "epoch boundary" in msg
+    sig = {"shards": "x", "global_batch_size": 32, "seed": 1, "shuffle": True, "shuffle_buffer": None,
+           "order": tfdata.ORDER}
+    assert resume_problem(sig, dict(sig), 17) is None  # any number of ranks: not part of the order
+    assert resume_problem(sig, {**sig, "global_batch_size": 64}, 0) is None  # epoch boundary: exact
+    msg = resume_problem(sig, {**sig, "global_batch_size": 64}, 3)
+    assert "global_batch_size" in msg and "--global_batch_size 32" in msg
     assert "seed" in resume_problem(sig, {**sig, "seed": 2}, 0)
-    assert "shards" in resume_problem(sig, {**sig, "shards": "y", "dp_size": 16}, 0)
+    assert "order" in resume_problem(sig, {**sig, "order": "another"}, 0)
+    assert "shards" in resume_problem(sig, {**sig, "shards": "y", "global_batch_size": 64}, 0)
+
+
+def test_the_data_signature_does_not_depend_on_the_number_of_ranks(data, tmp_path):
+    manifest = manifest_lib.load_manifest(str(data / "train"))
+    fixed = _cfg(data, tmp_path, global_batch_size=8)
+    assert common.data_signature(fixed, manifest, 1) == common.data_signature(fixed, manifest, 4)
+    assert common.batch_sizes(fixed, 4) == (2, 8) and common.peak_learning_rate(fixed, 4) == fixed.learning_rate
+    with pytest.raises(SystemExit, match="multiple"):
+        common.batch_sizes(fixed, 3)
+    per_rank = _cfg(data, tmp_path)  # --batch_size: the global batch grows with the ranks
+    assert common.data_signature(per_rank, manifest, 1) != common.data_signature(per_rank, manifest, 2)
+    assert common.peak_learning_rate(per_rank, 4) == 4 * per_rank.learning_rate
+
+
+def test_debug_dump_records_which_records_each_step_saw(data, tmp_path):
+    summary = common.train(_cfg(data, tmp_path, max_steps=3, eval_steps=0, global_batch_size=4), LocalBackend())
+    assert sorted(summary["batches"]) == [1, 2, 3] and all(len(d) == 4 for d in summary["batches"].values())
+    ds = tfdata.make_dataset(str(data / "train"), global_batch_size=4, seed=3, features=())
+    assert [loop.record_digests(b) for b in ds.take(3)] == [summary["batches"][k] for k in (1, 2, 3)]
 
 
 def test_progress_rolls_over_epochs():

@@ -12,18 +12,23 @@ Horovod's six steps, each marked `# Horovod (step N)` where it happens:
   6. checkpoint on rank 0 only (`Checkpointer`), and log on rank 0 only (`MetricsLogger`).
 
 Data: the reader (`pipeline.tfdata.make_dataset`) with `dp_rank = backend.rank()`, `dp_size =
-backend.size()`. Every rank gets the same number of batches (no Horovod deadlock), and the data
-position (epoch, step in epoch) is part of every checkpoint, so a resumed run consumes exactly the
-batches an uninterrupted run would have (it passes them back as `epoch`/`start_step`).
+backend.size()`, each rank taking its slice of every global batch. Every rank gets the same number
+of batches (no Horovod deadlock), and the data position (epoch, step in epoch) is part of every
+checkpoint, so a resumed run consumes exactly the batches an uninterrupted run would have (it
+passes them back as `epoch`/`start_step`). The reader's global batches do not depend on the number
+of ranks, so with `--global_batch_size` a run resumes exactly on any number of ranks that divides
+it (a spot job stopped on 16 GPUs continues on 8).
 
 Loss: token-level cross-entropy over label positions with `loss_mask == 1` (padding excluded),
 normalized by the number of real tokens *across all ranks*, so the averaged gradient is the gradient
 of the global token mean whatever the padding on each rank.
 
 Checkpoint = model + optimizer (moments, iteration count) + progress (global step, epoch, step in
-epoch, and a signature of everything that fixes the data order). Resuming with a different data
-order is refused, except a different number of ranks at an epoch boundary (the reader is exact
-there).
+epoch, and a signature of everything that fixes the data order: the shards, the global batch size,
+seed, shuffling, window and the reader's order). Resuming with a different data order is refused,
+except a different global batch size at an epoch boundary (a new epoch starts whole). The step
+loop itself (logging, evaluation and checkpoint cadence) is trainers/loop.py, shared with the
+model-parallel trainer.
 """
 
 from __future__ import annotations
@@ -35,15 +40,15 @@ import json
 import logging
 import os
 import posixpath
-import time
 
 import numpy as np
 import tensorflow as tf
 
 from pipeline.format import manifest as manifest_lib
+from trainers import loop
 from trainers.model import PRESETS, ModelConfig, build_model, model_config
 from trainers.optim import AdamW, WarmupCosine
-from trainers.profiling import MetricsLogger, ProfileWindow, StepTimer
+from trainers.profiling import MetricsLogger, ProfileWindow
 
 LOG = logging.getLogger("trainers")
 
@@ -118,7 +123,8 @@ class TrainConfig:
     tie_embeddings: bool = True
     mixed_precision: bool = False  # bfloat16 compute
     use_document_boundaries: bool = True  # use segment_ids/positions when the shards have them
-    batch_size: int = 8  # per rank
+    batch_size: int = 8  # per rank (ignored with global_batch_size)
+    global_batch_size: int | None = None  # per step over all ranks: fixes the data order for any number of ranks
     max_steps: int = 1000  # length of the run (and of the learning-rate schedule)
     stop_at: int | None = None  # end this process after this global step (resume later); schedule unchanged
     learning_rate: float = 3e-4  # for one worker; times the number of workers with scale_lr
@@ -148,8 +154,8 @@ class TrainConfig:
     def __post_init__(self):
         if self.model not in PRESETS:
             raise ValueError(f"--model {self.model!r}: choose one of {sorted(PRESETS)}")
-        if self.batch_size < 1 or self.max_steps < 1:
-            raise ValueError("--batch_size and --max_steps must be >= 1")
+        if self.batch_size < 1 or self.max_steps < 1 or (self.global_batch_size or 1) < 1:
+            raise ValueError("--batch_size, --global_batch_size and --max_steps must be >= 1")
         if self.log_every < 1 or self.eval_steps < 0 or self.checkpoint_every < 0 or self.eval_every < 0:
             raise ValueError("--log_every must be >= 1; --eval_steps/--eval_every/--checkpoint_every >= 0")
         if self.learning_rate <= 0:
@@ -199,15 +205,21 @@ def add_train_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--use_document_boundaries", type=_bool, default=d.use_document_boundaries,
                    help="mask attention to each packed document and restart positions (when the "
                         "shards were written with --document_boundaries)")
-    p.add_argument("--batch_size", type=int, default=d.batch_size, help="per rank")
+    p.add_argument("--batch_size", type=int, default=d.batch_size, help="per rank (without --global_batch_size)")
+    p.add_argument("--global_batch_size", type=int, default=None,
+                   help="records per step over all ranks (each rank takes 1/size of it): the data order is "
+                        "then the same for any number of ranks, and a run resumes on another number of "
+                        "ranks that divides it; --learning_rate is then for this batch (not scaled)")
     p.add_argument("--max_steps", type=int, default=d.max_steps,
                    help="total steps of the run; the learning-rate schedule spans them")
     p.add_argument("--stop_at", type=int, default=None,
                    help="stop this process after this global step and checkpoint (a time-limited job); "
                         "a later run with the same flags resumes")
-    p.add_argument("--learning_rate", type=float, default=d.learning_rate, help="for one worker")
+    p.add_argument("--learning_rate", type=float, default=d.learning_rate,
+                   help="for one worker (for the whole batch with --global_batch_size)")
     p.add_argument("--scale_lr", type=_bool, default=d.scale_lr,
-                   help="multiply the learning rate by the number of workers (Horovod's recipe)")
+                   help="multiply the learning rate by the number of workers (Horovod's recipe, for a "
+                        "global batch that grows with them; not with --global_batch_size)")
     p.add_argument("--warmup_steps", type=int, default=d.warmup_steps)
     p.add_argument("--min_lr_ratio", type=float, default=d.min_lr_ratio)
     p.add_argument("--weight_decay", type=float, default=d.weight_decay)
@@ -217,7 +229,7 @@ def add_train_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--shuffle", type=_bool, default=d.shuffle)
     p.add_argument("--shuffle_buffer", type=int, default=None, help="reader's records per shuffle window")
-    p.add_argument("--num_parallel_reads", type=int, default=None, help="reader's concurrent shards")
+    p.add_argument("--num_parallel_reads", type=int, default=None, help="reader's concurrent windows")
     p.add_argument("--verify_data", type=_bool, nargs="?", const=True, default=d.verify_data)
     p.add_argument("--log_every", type=int, default=d.log_every)
     p.add_argument("--eval_every", type=int, default=d.eval_every, help="0: after the last step only")
@@ -256,7 +268,7 @@ def resolve_model_config(cfg: TrainConfig, manifest: dict) -> ModelConfig:
 
 
 def reader_kwargs(cfg: TrainConfig) -> dict:
-    """Reader options that change the data order (omitted: the reader's defaults)."""
+    """Reader options the run sets (omitted: the reader's defaults)."""
     out = {}
     if cfg.shuffle_buffer is not None:
         out["shuffle_buffer"] = cfg.shuffle_buffer
@@ -265,37 +277,54 @@ def reader_kwargs(cfg: TrainConfig) -> dict:
     return out
 
 
+def batch_sizes(cfg: TrainConfig, dp_size: int) -> tuple[int, int]:
+    """(records per rank, records per global step) for `dp_size` data-parallel ranks."""
+    if cfg.global_batch_size is None:
+        return cfg.batch_size, cfg.batch_size * dp_size
+    if cfg.global_batch_size % dp_size:
+        raise SystemExit(
+            f"--global_batch_size {cfg.global_batch_size} is not a multiple of the {dp_size} data-parallel "
+            "ranks; run on a number of ranks that divides it"
+        )
+    return cfg.global_batch_size // dp_size, cfg.global_batch_size
+
+
+def peak_learning_rate(cfg: TrainConfig, dp_size: int) -> float:
+    """The schedule's peak: scaled by the number of workers only when the global batch grows with them."""
+    return cfg.learning_rate * (dp_size if cfg.scale_lr and cfg.global_batch_size is None else 1)
+
+
 def data_signature(cfg: TrainConfig, manifest: dict, dp_size: int) -> dict:
-    """Everything that fixes which batches a rank sees at a given (epoch, step)."""
+    """Everything that fixes which records global step k holds (not the number of ranks)."""
+    from pipeline import tfdata
+
     # By name, not path: a rerun of the same job writes the same shards into another run directory.
     listed = [(posixpath.basename(s["path"]), s["records"], s.get("sha256")) for s in manifest["shards"]]
     shards = hashlib.sha256(json.dumps(listed).encode()).hexdigest()
     return {
         "shards": shards,
-        "batch_size": cfg.batch_size,
-        "dp_size": dp_size,
+        "global_batch_size": batch_sizes(cfg, dp_size)[1],
         "seed": cfg.seed,
         "shuffle": cfg.shuffle,
-        "reader": reader_kwargs(cfg),
+        "shuffle_buffer": cfg.shuffle_buffer,
+        "order": tfdata.ORDER,
     }
 
 
 def resume_problem(saved: dict, current: dict, step_in_epoch: int) -> str | None:
     """Why resuming `saved` as `current` would not be exact, or None when it is.
 
-    A different dp_size is fine at an epoch boundary (step_in_epoch == 0): the reader gives the
-    new ranks a fresh, complete epoch.
+    The number of ranks is not part of the order. A different global batch size is fine at an epoch
+    boundary (step_in_epoch == 0): the new epoch is planned whole for it.
     """
     diff = sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
-    if diff == ["dp_size"] and step_in_epoch == 0:
-        return None
-    if not diff:
+    if not diff or (diff == ["global_batch_size"] and step_in_epoch == 0):
         return None
     details = ", ".join(f"{k}: checkpoint {saved.get(k)!r} vs now {current.get(k)!r}" for k in diff)
     hint = ""
-    if "dp_size" in diff:
-        hint = (" Changing the number of workers is exact only at an epoch boundary; resume with the "
-                "old number until the epoch ends, or start a new checkpoint directory.")
+    if "global_batch_size" in diff:
+        hint = (" To resume on another number of workers, keep the global batch: pass --global_batch_size "
+                f"{saved.get('global_batch_size')} (it must be a multiple of the number of workers).")
     return f"the checkpoint was written with another data order ({details}).{hint}"
 
 
@@ -411,33 +440,33 @@ def make_eval_step(model, use_document_boundaries: bool):
     return eval_step
 
 
-def make_eval_dataset(cfg: TrainConfig, backend, make_dataset, steps_per_epoch):
-    """This rank's validation batches (the same ones at every evaluation), or None."""
+def train_dataset(cfg: TrainConfig, dp_rank: int, dp_size: int, epoch: int, step_in_epoch: int):
+    """This rank's training batches from a data position on (forever: the loop decides when to stop)."""
+    from pipeline import tfdata
+
+    return tfdata.make_dataset(
+        cfg.train_data, global_batch_size=batch_sizes(cfg, dp_size)[1], dp_rank=dp_rank, dp_size=dp_size,
+        seed=cfg.seed, shuffle=cfg.shuffle, epoch=epoch, start_step=step_in_epoch, num_epochs=None,
+        verify=cfg.verify_data, features=_features(cfg), **reader_kwargs(cfg),
+    )
+
+
+def eval_dataset(cfg: TrainConfig, dp_rank: int, dp_size: int, is_chief: bool):
+    """This rank's validation batches (the same global batches at every evaluation), or None."""
+    from pipeline import tfdata
+
     if not cfg.val_data or cfg.eval_steps == 0:
         return None
-    steps = min(cfg.eval_steps, steps_per_epoch(cfg.val_data, cfg.batch_size, backend.size()))
+    global_batch = batch_sizes(cfg, dp_size)[1]
+    steps = min(cfg.eval_steps, tfdata.steps_per_epoch(cfg.val_data, global_batch))
     if steps == 0:
-        if backend.is_chief:
-            LOG.warning("validation data %s cannot fill one batch of %d per rank: no evaluation",
-                        cfg.val_data, cfg.batch_size)
+        if is_chief:
+            LOG.warning("validation data %s cannot fill one global batch of %d: no evaluation", cfg.val_data,
+                        global_batch)
         return None
-    ds = make_dataset(cfg.val_data, cfg.batch_size, dp_rank=backend.rank(), dp_size=backend.size(),
-                      shuffle=False, num_epochs=1, features=_features(cfg), **reader_kwargs(cfg))
+    ds = tfdata.make_dataset(cfg.val_data, global_batch_size=global_batch, dp_rank=dp_rank, dp_size=dp_size,
+                             shuffle=False, num_epochs=1, features=_features(cfg), **reader_kwargs(cfg))
     return ds.take(steps)
-
-
-def evaluate(eval_step, backend, dataset) -> dict:
-    """Mean token loss and perplexity over every rank's validation batches."""
-    total = tf.constant(0.0)
-    count = tf.constant(0.0)
-    for batch in dataset:
-        loss_sum, n = eval_step(batch)
-        total += loss_sum
-        count += n
-    total = float(backend.allreduce_sum(total))
-    count = float(backend.allreduce_sum(count))
-    loss = total / max(count, 1.0)
-    return {"loss": loss, "perplexity": float(np.exp(min(loss, 50.0))), "tokens": count}
 
 
 def _features(cfg: TrainConfig):
@@ -512,7 +541,8 @@ def train(cfg: TrainConfig, backend) -> dict:
 
     Returns:
         {"rank", "size", "start_step", "final_step", "losses" {step: loss}, "evals" [...],
-         "checkpoints" [...] (empty off rank 0), "restored_from", "weights_sha256"}.
+         "checkpoints" [...] (empty off rank 0), "restored_from", "weights_sha256", "batches" (with
+         debug_dump: {step: digests of this rank's records})}.
     """
     from pipeline import tfdata
 
@@ -525,17 +555,18 @@ def train(cfg: TrainConfig, backend) -> dict:
     manifest = manifest_lib.load_manifest(cfg.train_data)
     mcfg = resolve_model_config(cfg, manifest)
     seq_len = int(manifest["seq_len"])
-    spe = tfdata.steps_per_epoch(cfg.train_data, cfg.batch_size, size)
+    per_rank, global_batch = batch_sizes(cfg, size)
+    spe = tfdata.steps_per_epoch(cfg.train_data, global_batch)
     if spe == 0:
         raise SystemExit(
-            f"{cfg.train_data}: {manifest['totals'].get('records', '?')} records cannot fill one batch "
-            f"of {cfg.batch_size} on each of {size} ranks; lower --batch_size"
+            f"{cfg.train_data}: {manifest['totals'].get('records', '?')} records cannot fill one global batch "
+            f"of {global_batch}; lower the batch size"
         )
 
     seed_everything(cfg.seed)  # same initial weights everywhere (broadcast anyway)
     model = build_model(mcfg)
-    # Horovod (step 3): scale the learning rate by the number of workers.
-    peak_lr = cfg.learning_rate * (size if cfg.scale_lr else 1)
+    # Horovod (step 3): scale the learning rate by the number of workers (when the batch grows with them).
+    peak_lr = peak_learning_rate(cfg, size)
     schedule = WarmupCosine(peak_lr, cfg.warmup_steps, cfg.max_steps, cfg.min_lr_ratio)
     optimizer = AdamW(schedule, beta_1=cfg.beta_1, beta_2=cfg.beta_2, weight_decay=cfg.weight_decay,
                       clip_norm=cfg.clip_norm)
@@ -579,72 +610,31 @@ def train(cfg: TrainConfig, backend) -> dict:
                              cfg.profile_steps, enabled=chief)
     train_step = make_train_step(model, optimizer, backend, cfg.use_document_boundaries)
     eval_step = make_eval_step(model, cfg.use_document_boundaries)
-    eval_ds = make_eval_dataset(cfg, backend, tfdata.make_dataset, tfdata.steps_per_epoch)
+    eval_ds = eval_dataset(cfg, rank, size, chief)
+    hooks = loop.Hooks(
+        step=lambda batch, step: train_step(batch, _dropout_seed(cfg.seed, rank, step)),
+        save=ckpt.save,
+        evaluate=None if eval_ds is None else lambda: loop.evaluate(eval_step, backend.allreduce_sum, eval_ds),
+    )
     summary = {"rank": rank, "size": size, "start_step": start_step, "restored_from": restored_from,
-               "losses": {}, "evals": [], "checkpoints": ckpt.saved, "steps_per_epoch": spe}
+               "losses": {}, "evals": [], "checkpoints": [], "steps_per_epoch": spe, "batches": {}}
 
     end_step = cfg.max_steps if cfg.stop_at is None else min(cfg.stop_at, cfg.max_steps)
     if start_step < end_step:
-        ds = tfdata.make_dataset(
-            cfg.train_data, cfg.batch_size, dp_rank=rank, dp_size=size, seed=cfg.seed,
-            shuffle=cfg.shuffle, epoch=epoch, start_step=step_in_epoch, num_epochs=None,
-            verify=cfg.verify_data, features=_features(cfg), **reader_kwargs(cfg),
-        )
-        iterator = iter(ds)
-        timer = StepTimer(cfg.batch_size * seq_len * size)
+        iterator = iter(train_dataset(cfg, rank, size, epoch, step_in_epoch))
         if chief:
             LOG.info("training steps %d..%d of %d: %d steps/epoch, %d ranks x batch %d x %d tokens, lr %.3g",
-                     start_step, end_step, cfg.max_steps, spe, size, cfg.batch_size, seq_len, peak_lr)
-        for step in range(start_step, end_step):
-            profiler.before_step(step)
-            timer.start_fetch()
-            batch = next(iterator)
-            timer.end_fetch()
-            lr = float(optimizer.current_learning_rate())
-            loss, grad_norm = train_step(batch, _dropout_seed(cfg.seed, rank, step))
-            timer.step_done()
-            progress.advance(spe)
-            done = step + 1
-            last = done == end_step
-            if done % cfg.log_every == 0 or last:
-                loss_value = float(loss)  # host sync: the window's device work is done
-                if not np.isfinite(loss_value):
-                    raise FloatingPointError(f"rank {rank}: loss is {loss_value} at step {done}")
-                metrics = {"loss": loss_value, "learning_rate": lr, "grad_norm": float(grad_norm),
-                           **timer.window_metrics()}
-                summary["losses"][done] = loss_value
-                logger.log(done, metrics, epoch=int(progress.epoch.numpy()))
-                if chief:
-                    LOG.info("step %d/%d loss %.4f lr %.3g %.0f tok/s step %.3fs input wait %.0f%%",
-                             done, cfg.max_steps, loss_value, lr, metrics["tokens_per_sec"],
-                             metrics["step_time_s"], 100 * metrics["input_wait_fraction"])
-            profiler.after_step(step)
-            if (cfg.eval_every and done % cfg.eval_every == 0 and not last):
-                _run_eval(eval_step, backend, eval_ds, logger, summary, done)
-                timer.reset()
-            if (cfg.checkpoint_every and done % cfg.checkpoint_every == 0) or last:
-                path = ckpt.save(done)
-                if path:
-                    LOG.info("checkpoint %s", path)
-                timer.reset()
-        profiler.close()
+                     start_step, end_step, cfg.max_steps, spe, size, per_rank, seq_len, peak_lr)
+        with tfdata.shard_errors():  # a damaged shard: ShardIntegrityError naming it, on the rank that read it
+            loop.run_steps(cfg, hooks, iterator=iterator, start_step=start_step, end_step=end_step,
+                           steps_per_epoch=spe, tokens_per_step=global_batch * seq_len, optimizer=optimizer,
+                           progress=progress, logger=logger, profiler=profiler, summary=summary, rank=rank,
+                           is_chief=chief)
     elif chief:
         LOG.info("checkpoint is at step %d, the run ends at %d: nothing to train", start_step, end_step)
 
-    _run_eval(eval_step, backend, eval_ds, logger, summary, int(progress.global_step.numpy()))
+    loop.run_eval(hooks, logger, summary, int(progress.global_step.numpy()), chief)
     logger.close()
     finish_summary(cfg, rank, model, progress, summary)
     backend.barrier()
     return summary
-
-
-def _run_eval(eval_step, backend, eval_ds, logger, summary, step) -> None:
-    if eval_ds is None:
-        return
-    start = time.perf_counter()
-    result = evaluate(eval_step, backend, eval_ds)
-    summary["evals"].append({"step": step, **result})
-    logger.log(step, {"loss": result["loss"], "perplexity": result["perplexity"]}, prefix="val")
-    if backend.is_chief:
-        LOG.info("step %d validation loss %.4f perplexity %.2f (%d tokens, %.1fs)", step, result["loss"],
-                 result["perplexity"], result["tokens"], time.perf_counter() - start)

@@ -11,8 +11,8 @@ checkpoints; tests do that.
 The library's recipe, marked `# SMP:` where it happens:
   * `smp.init()`; the model subclasses `smp.DistributedModel` (here around the shared DecoderStack);
   * the reader shards by `smp.dp_rank()` / `smp.dp_size()` (model-parallel peers of one replica get
-    the same batches), drops incomplete batches (`drop_remainder=True`) and seeds its shuffle with
-    (seed, epoch, dp_rank);
+    the same batches, each replica its slice of the global batch), drops incomplete batches and
+    seeds its order with (seed, epoch);
   * forward and backward run inside an `@smp.step` function, once per microbatch; outside it the
     gradients are `accumulate()`d, the loss `reduce_mean()`ed (predictions would be `merge()`d);
   * several model replicas (hybrid model + data parallelism, `"horovod": true` in the parameters)
@@ -20,7 +20,8 @@ The library's recipe, marked `# SMP:` where it happens:
     step (the partitioned model exists only once the first step has run);
   * checkpoints with `smp.CheckpointManager`, saved by `dp_rank() == 0` (one writer per partition).
 
-Differences from the data-parallel trainer: the loss is each microbatch's token mean, averaged over
+The step loop (logging, evaluation and checkpoint cadence) is trainers/loop.py, shared with the
+data-parallel trainer. Differences from it: the loss is each microbatch's token mean, averaged over
 microbatches (equal to the token mean unless padding differs between microbatches: only one record
 per pipeline job is padded); dropout is the library-friendly stateful kind, so an exact resume
 needs --dropout 0.
@@ -38,32 +39,35 @@ import sys
 if __package__ in (None, ""):  # run as a file (SageMaker's entry_point): make the repo importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from pipeline.format import manifest as manifest_lib
+from pipeline.format import manifest as manifest_lib  # noqa: E402
+from trainers import loop  # noqa: E402
 from trainers.common import (  # noqa: E402
     LOG,
     Progress,
     TrainConfig,
     _write_json,
     add_train_args,
+    batch_sizes,
     config_from_args,
     configure_tensorflow,
     data_signature,
+    eval_dataset,
     finish_summary,
     masked_lm_loss,
     model_inputs,
-    reader_kwargs,
+    peak_learning_rate,
     resolve_model_config,
     resume_problem,
     seed_everything,
     token_losses,
+    train_dataset,
 )
 from trainers.microbatch import check_microbatches  # noqa: E402
 from trainers.model import DecoderStack, ModelConfig  # noqa: E402
 from trainers.optim import AdamW, WarmupCosine  # noqa: E402
-from trainers.profiling import MetricsLogger, ProfileWindow, StepTimer  # noqa: E402
+from trainers.profiling import MetricsLogger, ProfileWindow  # noqa: E402
 
 MISSING_LIBRARY = (
     "smdistributed.modelparallel.tensorflow is not importable: SageMaker's model parallelism library "
@@ -186,17 +190,18 @@ def train(cfg: TrainConfig, smp, microbatches_default: int = 1, mp_parameters: s
         import horovod.tensorflow as hvd
 
     microbatches = num_microbatches(smp, microbatches_default, mp_parameters)
-    check_microbatches(cfg.batch_size, microbatches)
+    per_replica, global_batch = batch_sizes(cfg, dp_size)
+    check_microbatches(per_replica, microbatches)
     manifest = manifest_lib.load_manifest(cfg.train_data)
     mcfg = resolve_model_config(cfg, manifest)
     seq_len = int(manifest["seq_len"])
-    spe = tfdata.steps_per_epoch(cfg.train_data, cfg.batch_size, dp_size)
+    spe = tfdata.steps_per_epoch(cfg.train_data, global_batch)
     if spe == 0:
-        raise SystemExit(f"{cfg.train_data}: too few records for one batch of {cfg.batch_size} per replica")
+        raise SystemExit(f"{cfg.train_data}: too few records for one global batch of {global_batch}")
 
     seed_everything(cfg.seed)
     model = make_smp_model(smp, mcfg)  # SMP: partitioned on the first smp.step call
-    peak_lr = cfg.learning_rate * (dp_size if cfg.scale_lr else 1)
+    peak_lr = peak_learning_rate(cfg, dp_size)
     optimizer = AdamW(WarmupCosine(peak_lr, cfg.warmup_steps, cfg.max_steps, cfg.min_lr_ratio),
                       beta_1=cfg.beta_1, beta_2=cfg.beta_2, weight_decay=cfg.weight_decay,
                       clip_norm=cfg.clip_norm)
@@ -206,7 +211,7 @@ def train(cfg: TrainConfig, smp, microbatches_default: int = 1, mp_parameters: s
     # forward pass on a dummy batch, then create the optimizer's slots, so that a checkpoint is
     # restored into existing variables (restoring into variables created later, inside the first
     # training step, is fragile: Keras 3 then creates a second, orphaned embedding table).
-    eval_step(_dummy_batch(cfg.batch_size, seq_len, cfg.use_document_boundaries, manifest))
+    eval_step(_dummy_batch(per_replica, seq_len, cfg.use_document_boundaries, manifest))
     optimizer.build(model.trainable_variables)
     checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, progress=progress)
     manager = smp.CheckpointManager(checkpoint, directory=cfg.resolved_checkpoint_dir,
@@ -227,7 +232,7 @@ def train(cfg: TrainConfig, smp, microbatches_default: int = 1, mp_parameters: s
     progress.signature.assign(json.dumps(signature, sort_keys=True))
     if chief:
         LOG.info("model %s: %s parameters; %d replica(s) x %d microbatches of %d", cfg.model,
-                 f"{mcfg.num_params():,}", dp_size, microbatches, cfg.batch_size // microbatches)
+                 f"{mcfg.num_params():,}", dp_size, microbatches, per_replica // microbatches)
         _write_json(os.path.join(cfg.output_dir, "model_config.json"), mcfg.to_dict())
         _write_json(os.path.join(cfg.output_dir, "train_config.json"), dataclasses.asdict(cfg))
 
@@ -238,70 +243,38 @@ def train(cfg: TrainConfig, smp, microbatches_default: int = 1, mp_parameters: s
     start_step, epoch, step_in_epoch = progress.position()
     end_step = cfg.max_steps if cfg.stop_at is None else min(cfg.stop_at, cfg.max_steps)
     summary = {"rank": rank, "dp_rank": dp_rank, "dp_size": dp_size, "start_step": start_step,
-               "restored_from": restored_from, "losses": {}, "evals": [], "checkpoints": [],
+               "restored_from": restored_from, "losses": {}, "evals": [], "checkpoints": [], "batches": {},
                "microbatches": microbatches, "emulated": bool(getattr(smp, "EMULATED", False))}
-    features = None if cfg.use_document_boundaries else ()
 
+    def reduce_sum(value):
+        if hvd is None:
+            return value
+        return hvd.allreduce(tf.convert_to_tensor(value), op=hvd.Sum)
+
+    def after_first_step():
+        if hvd is not None:  # Horovod: after the first step, when the partitioned variables exist.
+            hvd.broadcast_variables(model.variables, root_rank=0)
+            hvd.broadcast_variables(optimizer.variables, root_rank=0)
+
+    def save(done: int) -> str | None:
+        return manager.save() if dp_rank == 0 else None  # SMP: one writer per partition
+
+    val = eval_dataset(cfg, dp_rank, dp_size, chief)
+    hooks = loop.Hooks(
+        step=lambda batch, step: train_step(batch),
+        save=save,
+        evaluate=None if val is None else lambda: loop.evaluate(eval_step, reduce_sum, val),
+        after_first_step=after_first_step,
+    )
     if start_step < end_step:
-        # SMP: shard by dp_rank/dp_size; drop_remainder and per-dp_rank seeds are the reader's.
-        ds = tfdata.make_dataset(cfg.train_data, cfg.batch_size, dp_rank=dp_rank, dp_size=dp_size,
-                                 seed=cfg.seed, shuffle=cfg.shuffle, epoch=epoch, start_step=step_in_epoch,
-                                 num_epochs=None, verify=cfg.verify_data, features=features,
-                                 **reader_kwargs(cfg))
-        iterator = iter(ds)
-        timer = StepTimer(cfg.batch_size * seq_len * dp_size)
-        for step in range(start_step, end_step):
-            profiler.before_step(step)
-            timer.start_fetch()
-            batch = next(iterator)
-            timer.end_fetch()
-            lr = float(optimizer.current_learning_rate())
-            loss, grad_norm = train_step(batch)
-            if step == start_step and hvd is not None:
-                # Horovod: after the first step, when the partitioned variables exist.
-                hvd.broadcast_variables(model.variables, root_rank=0)
-                hvd.broadcast_variables(optimizer.variables, root_rank=0)
-            timer.step_done()
-            progress.advance(spe)
-            done = step + 1
-            last = done == end_step
-            if done % cfg.log_every == 0 or last:
-                value = float(loss)
-                if not np.isfinite(value):
-                    raise FloatingPointError(f"loss is {value} at step {done}")
-                metrics = {"loss": value, "learning_rate": lr, "grad_norm": float(grad_norm),
-                           **timer.window_metrics()}
-                summary["losses"][done] = value
-                logger.log(done, metrics, epoch=int(progress.epoch.numpy()))
-                if chief:
-                    LOG.info("step %d/%d loss %.4f lr %.3g %.0f tok/s input wait %.0f%%", done, cfg.max_steps,
-                             value, lr, metrics["tokens_per_sec"], 100 * metrics["input_wait_fraction"])
-            profiler.after_step(step)
-            if (cfg.checkpoint_every and done % cfg.checkpoint_every == 0) or last:
-                if dp_rank == 0:  # SMP: one writer per partition
-                    summary["checkpoints"].append(manager.save())
-                timer.reset()
-        profiler.close()
-
-    if cfg.val_data and cfg.eval_steps:
-        steps = min(cfg.eval_steps, tfdata.steps_per_epoch(cfg.val_data, cfg.batch_size, dp_size))
-        if steps:
-            val = tfdata.make_dataset(cfg.val_data, cfg.batch_size, dp_rank=dp_rank, dp_size=dp_size,
-                                      shuffle=False, num_epochs=1, features=features,
-                                      **reader_kwargs(cfg)).take(steps)
-            total, count = 0.0, 0.0
-            for batch in val:
-                s, n = eval_step(batch)
-                total, count = total + float(s), count + float(n)
-            if hvd is not None:
-                total = float(hvd.allreduce(tf.constant(total), op=hvd.Sum))
-                count = float(hvd.allreduce(tf.constant(count), op=hvd.Sum))
-            result = {"step": int(progress.global_step.numpy()), "loss": total / max(count, 1.0),
-                      "tokens": count}
-            result["perplexity"] = float(np.exp(min(result["loss"], 50.0)))
-            summary["evals"].append(result)
-            logger.log(result["step"], {"loss": result["loss"], "perplexity": result["perplexity"]},
-                       prefix="val")
+        # SMP: shard by dp_rank/dp_size: the replica's slice of every global batch.
+        iterator = iter(train_dataset(cfg, dp_rank, dp_size, epoch, step_in_epoch))
+        with tfdata.shard_errors():
+            loop.run_steps(cfg, hooks, iterator=iterator, start_step=start_step, end_step=end_step,
+                           steps_per_epoch=spe, tokens_per_step=global_batch * seq_len, optimizer=optimizer,
+                           progress=progress, logger=logger, profiler=profiler, summary=summary, rank=rank,
+                           is_chief=chief)
+    loop.run_eval(hooks, logger, summary, int(progress.global_step.numpy()), chief)
     logger.close()
     finish_summary(cfg, rank, model, progress, summary)
     smp.barrier()

@@ -81,7 +81,8 @@ def tokenizer_json(job: Job) -> dict:
     }
 
 
-def build_manifest(job: Job, shards: list[dict], stats: dict, dead_letters: list[dict], num_shards: int) -> dict:
+def build_manifest(job: Job, shards: list[dict], stats: dict, dead_letters: list[dict], num_shards: int,
+                   provenance: list[dict] | None = None) -> dict:
     """The manifest's content (pure, so tests can check it without Beam)."""
     cfg = job.config
     shards = sorted(shards, key=lambda s: s["path"])
@@ -130,6 +131,8 @@ def build_manifest(job: Job, shards: list[dict], stats: dict, dead_letters: list
             "shuffle": {"method": "feistel permutation of global record index", "seed": cfg.seed,
                         "num_shards": num_shards},
             "config": cfg.to_json(),
+            # Only with --provenance, so that the default output stays the same bytes.
+            **({"provenance": {"files": sorted(provenance, key=lambda f: f["path"])}} if cfg.provenance else {}),
         }
     )
 
@@ -179,19 +182,20 @@ def build_pipeline(p: beam.Pipeline, job: Job) -> None:
     processed = chunks | "TokenizeAndPack" >> beam.ParDo(
         transforms.ProcessChunkFn(cfg, job.special, job.backend.name, job.execution.encode_threads, spill_dir,
                                   _reporter(job))
-    ).with_outputs(transforms.TAILS, transforms.DEAD_LETTERS, transforms.STATS, transforms.COUNTS, main="records")
+    ).with_outputs(transforms.TAILS, transforms.DEAD_LETTERS, transforms.STATS, transforms.COUNTS,
+                   transforms.PROVENANCE, main="records")
     file_tails = (
         processed[transforms.TAILS]
         | "GroupTailsByFile" >> beam.GroupByKey()  # ((copy, file), [(chunk, Piece)])
         | "PackTails" >> beam.ParDo(transforms.PackTailsFn(cfg, job.special, spill_dir)).with_outputs(
-            transforms.TAILS, transforms.STATS, transforms.COUNTS, main="records"
+            transforms.TAILS, transforms.STATS, transforms.COUNTS, transforms.PROVENANCE, main="records"
         )
     )
     final = (
         file_tails[transforms.TAILS]
         | "GroupLastTails" >> beam.GroupByKey()  # (None, [((copy, file), Piece)]): one small group
         | "PackFinal" >> beam.ParDo(transforms.PackFinalFn(cfg, job.special, spill_dir)).with_outputs(
-            transforms.STATS, transforms.COUNTS, main="records"
+            transforms.STATS, transforms.COUNTS, transforms.PROVENANCE, main="records"
         )
     )
     all_records = (processed.records, file_tails.records, final.records) | "AllRecords" >> beam.Flatten()
@@ -223,6 +227,16 @@ def build_pipeline(p: beam.Pipeline, job: Job) -> None:
         | "AllStats" >> beam.Flatten()
         | "SumStats" >> beam.CombineGlobally(merge_stats)
     )
+    provenance = p | "NoProvenance" >> beam.Create([])
+    if cfg.provenance:
+        provenance = (
+            (processed[transforms.PROVENANCE], file_tails[transforms.PROVENANCE], final[transforms.PROVENANCE])
+            | "AllProvenance" >> beam.Flatten()
+            # One file per input file, one for the job's last records: (file_index or -1, block)
+            | "KeyProvenanceByFile" >> beam.Map(lambda block: (block[0][2] if block[0][0] < 2 else -1, block))
+            | "GroupProvenance" >> beam.GroupByKey()
+            | "WriteProvenance" >> beam.ParDo(transforms.WriteProvenanceFn(cfg, job.run_id))
+        )
     # The manifest is written last: its side inputs exist only once every shard has been written.
     # An output that must not be used (no records, too many dead letters) gets no manifest.
     _ = (
@@ -236,12 +250,13 @@ def build_pipeline(p: beam.Pipeline, job: Job) -> None:
             stats=beam.pvalue.AsSingleton(stats),
             dead_letters=beam.pvalue.AsList(dead),
             plan=plan,
+            provenance=beam.pvalue.AsList(provenance),
         )
     )
 
 
-def _write_manifest(_, job: Job, shards, stats, dead_letters, plan: ShardPlan) -> str:
-    manifest = build_manifest(job, list(shards), stats, list(dead_letters), plan.num_shards)
+def _write_manifest(_, job: Job, shards, stats, dead_letters, plan: ShardPlan, provenance) -> str:
+    manifest = build_manifest(job, list(shards), stats, list(dead_letters), plan.num_shards, list(provenance))
     path = commit_output(job.config.output_dir, manifest, job.config.max_dead_letter_fraction)
     LOG.info("wrote %s: %d shards, %d records", path, len(manifest["shards"]), manifest["totals"]["records"])
     return path

@@ -12,8 +12,11 @@ Element shapes are noted at each stage:
   (source_id, Records) + offsets + plan    -> AssignShardsFn    -> (shard, (positions, Records))
   (shard, [(positions, Records)]) + plan   -> WriteShardFn      -> shard info dict
   ((file, chunk), [dead letter])           -> WriteDeadLetters  -> dead-letter file info dicts
+  (file or -1, [(source_id, n, spans)])    -> WriteProvenanceFn -> provenance file info dict
 source_id = (kind, copy, file_index, chunk_index): kind 0 chunk records, 1 per-file tails, 2 final.
 positions: the permuted global positions of those records in that shard, as little-endian int64 bytes.
+With --provenance, the three packing DoFns also emit (source_id, records, spans) on PROVENANCE: where
+the labels of that block of records come from (pipeline/core/provenance.py).
 Records: a block of TFRecord-framed records, one element for many records: a FramedRecords
 (pipeline/format/framing.py) or, with a spill directory (one machine), a SpilledRecords reference to
 the same bytes in a local file (pipeline/io/spill.py).
@@ -31,10 +34,11 @@ from apache_beam.metrics import Metrics
 
 from pipeline.beam.progress import Reporter
 from pipeline.config.job import PipelineConfig
-from pipeline.core import documents, packing
+from pipeline.core import documents, packing, provenance
 from pipeline.core.epochs import copies_of
 from pipeline.core.shuffle import Permutation, ShardPlan
 from pipeline.core.sources import SourceOffsets
+from pipeline.format import provenance as provenance_files
 from pipeline.format import records
 from pipeline.format.framing import FramedRecords, serialize_records
 from pipeline.io import frames, inputs, outputs
@@ -53,10 +57,16 @@ STATS = "stats"
 COUNTS = "counts"  # (source_id, number of records): what the shard plan needs, without the records
 DEAD_LETTER_SPAN = 64  # consecutive chunks of a file whose dead letters share a file (256 MB of input)
 DEAD_LETTER_OWN_BYTES = 1 << 20  # a chunk with more dead letters than this gets a file of its own
+PROVENANCE = "provenance"  # (source_id, number of records, spans), with --provenance
 
 
 def _counter(name: str):
     return Metrics.counter(NAMESPACE, name)
+
+
+def _spans_out(source: tuple, count: int, spans: np.ndarray, labels: int):
+    """The PROVENANCE element of a block of `count` records holding the first `labels` labels of a stream."""
+    return beam.pvalue.TaggedOutput(PROVENANCE, (source, count, provenance.split_spans(spans, labels)[0]))
 
 
 class ReadChunksFn(beam.DoFn):
@@ -240,6 +250,10 @@ class ProcessChunkFn(_EmitsRecords):
                 ids, offsets, copies > copy, bos_id=special.bos_id if special.add_bos else None,
                 eos_id=special.eos_id if special.add_eos else None, separator_id=special.separator_id,
             )
+            if cfg.provenance:  # the documents in stream order, as packed
+                chosen = copies > copy
+                numbers = np.array([line.number for line in kept_lines], np.int64)
+                stream.spans = provenance.document_spans(chunk.file_index, numbers[chosen], lengths[chosen])
             tokens, starts, remainder = packing.pack(stream, cfg.seq_len)
             self._tokens.inc(len(stream))
             if len(tokens):
@@ -249,6 +263,8 @@ class ProcessChunkFn(_EmitsRecords):
                     tokens, starts, dtype=self._dtype, document_boundaries=cfg.document_boundaries
                 ))
                 yield beam.pvalue.TaggedOutput(COUNTS, (source, len(tokens)))
+                if stream.spans is not None:
+                    yield _spans_out(source, len(tokens), stream.spans, len(tokens) * cfg.seq_len)
             if len(remainder):
                 yield beam.pvalue.TaggedOutput(TAILS, ((copy, chunk.file_index), (chunk.chunk_index, remainder)))
 
@@ -282,6 +298,9 @@ class PackTailsFn(_EmitsRecords):
                 tokens, starts, dtype=self._dtype, document_boundaries=self._config.document_boundaries
             ))
             yield beam.pvalue.TaggedOutput(COUNTS, ((1, copy, file_index, 0), len(tokens)))
+            if stream.spans is not None:
+                labels = len(tokens) * self._config.seq_len
+                yield _spans_out((1, copy, file_index, 0), len(tokens), stream.spans, labels)
         if len(remainder):
             yield beam.pvalue.TaggedOutput(TAILS, (None, ((copy, file_index), remainder)))
         yield beam.pvalue.TaggedOutput(STATS, {"packing": {"records_from_tails": len(tokens)}})
@@ -319,6 +338,9 @@ class PackFinalFn(_EmitsRecords):
         if len(out):
             yield (2, 0, 0, 0), self._emit(out)
             yield beam.pvalue.TaggedOutput(COUNTS, ((2, 0, 0, 0), len(out)))
+            if stream.spans is not None:  # the padded record holds the remainder's labels
+                yield _spans_out((2, 0, 0, 0), len(out), stream.spans,
+                                 len(stream) if stats.get("padded_records") else len(tokens) * cfg.seq_len)
         yield beam.pvalue.TaggedOutput(STATS, {"packing": stats})
 
 
@@ -374,6 +396,21 @@ class WriteShardFn(beam.DoFn):
         _counter("shards_written").inc()
         LOG.info("wrote %s: %d records, %.1f MB", name, info["records"], info["bytes"] / 1e6)
         yield info
+
+
+class WriteProvenanceFn(beam.DoFn):
+    """(file_index or -1, [(source_id, records, spans)]) -> info of run-<id>/provenance/<split>-<file|final>.npz."""
+
+    def __init__(self, config: PipelineConfig, run_id: str):
+        self._config = config
+        self._run_id = run_id
+
+    def process(self, element):
+        file_index, blocks = element
+        name = outputs.run_path(self._run_id, provenance_files.file_name(
+            self._config.split, None if file_index < 0 else file_index))
+        size, sha = publish(posixpath.join(self._config.output_dir, name), [provenance_files.encode(list(blocks))])
+        yield {"path": name, "bytes": size, "sha256": sha}
 
 
 def dead_letter_part(element):

@@ -13,6 +13,7 @@ COMMANDS = {
     "run": ("pipeline.cli.run", "JSON-lines files -> token shards + manifest (the Beam job)"),
     "show": ("pipeline.cli.show", "an output's summary and its first batch, detokenized"),
     "data-path": ("pipeline.cli.data_path", "Megatron's --data-path / NeMo's data_prefix for a Megatron output"),
+    "provenance": ("pipeline.cli.provenance", "the documents in global step k of a training run (--provenance)"),
     "train-tokenizer": ("pipeline.cli.train_tokenizer", "train a SentencePiece model on a stratified sample"),
     "tokenizer-report": ("pipeline.cli.tokenizer_report", "compare tokenizers per subset (table, PNG, JSON)"),
 }

@@ -72,6 +72,9 @@ class PipelineConfig:
     remainder: str = option("pad", choices=REMAINDER_POLICIES,
                             help="the job's one partial record: pad (marked by valid_labels) or drop")
     document_boundaries: bool = option(False, help="also write seqio-style segment_ids and positions")
+    provenance: bool = option(False, recorded=False,
+                              help="also write provenance/: each record's source spans (file, line, tokens), "
+                              "for `pile-pipeline provenance`; the shards are the same bytes")
     chunk_mb: float = option(4.0, help="decompressed MiB per unit of work (part of the output's identity)")
     max_line_mb: float = option(64.0, help="longer lines are dead-lettered without being held in memory")
     on_corrupt_file: str = option(

@@ -25,6 +25,8 @@ import dataclasses
 
 import numpy as np
 
+from pipeline.core import provenance
+
 
 @dataclasses.dataclass
 class Piece:
@@ -33,11 +35,14 @@ class Piece:
     context: the token before labels[0] (the input that predicts it).
     labels:  int32 tokens, each to become a label exactly once.
     starts:  bool per label, True where a segment (document or fragment) starts.
+    spans:   where the labels come from (pipeline/core/provenance.py), or None when not recorded;
+             packing carries them along with the labels.
     """
 
     context: int
     labels: np.ndarray
     starts: np.ndarray
+    spans: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -98,7 +103,10 @@ def concat_pieces(pieces: list[Piece], separator_id: int) -> Piece:
     starts = np.concatenate([p.starts for p in pieces])
     firsts = np.cumsum([0] + [len(p) for p in pieces[:-1]])
     starts[firsts] = True
-    return Piece(pieces[0].context, np.concatenate([p.labels for p in pieces]), starts)
+    spans = None
+    if all(p.spans is not None for p in pieces):
+        spans = provenance.concat_spans([p.spans for p in pieces])
+    return Piece(pieces[0].context, np.concatenate([p.labels for p in pieces]), starts, spans)
 
 
 def pack(piece: Piece, seq_len: int) -> tuple[np.ndarray, np.ndarray, Piece]:
@@ -119,7 +127,8 @@ def pack(piece: Piece, seq_len: int) -> tuple[np.ndarray, np.ndarray, Piece]:
     rest_starts = piece.starts[cut:].copy()
     if len(rest_starts):
         rest_starts[0] = True
-    remainder = Piece(int(tokens[cut]), piece.labels[cut:], rest_starts)
+    rest_spans = None if piece.spans is None else provenance.split_spans(piece.spans, cut)[1]
+    remainder = Piece(int(tokens[cut]), piece.labels[cut:], rest_starts, rest_spans)
     return records, starts, remainder
 
 

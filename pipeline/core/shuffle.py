@@ -43,6 +43,14 @@ class Permutation:
                 left, right = right, left ^ (mix64(right ^ key) & self._mask)
         return (left << np.uint64(self._half)) | right
 
+    def _decrypt(self, y: np.ndarray) -> np.ndarray:
+        left = y >> np.uint64(self._half)
+        right = y & self._mask
+        with np.errstate(over="ignore"):
+            for key in reversed(self._keys):
+                left, right = right ^ (mix64(left ^ key) & self._mask), left
+        return (left << np.uint64(self._half)) | right
+
     def __call__(self, index: np.ndarray) -> np.ndarray:
         """Permuted positions of the given indices (each in [0, n))."""
         x = np.asarray(index, np.uint64)
@@ -55,6 +63,19 @@ class Permutation:
             y[outside] = self._encrypt(y[outside])
             outside = y >= np.uint64(self.n)
         return y.astype(np.int64)
+
+    def inverse(self, position: np.ndarray) -> np.ndarray:
+        """The indices whose permuted positions these are (each in [0, n)): `p.inverse(p(i)) == i`."""
+        y = np.asarray(position, np.uint64)
+        if y.size and int(y.max()) >= self.n:
+            raise ValueError(f"position out of range [0, {self.n})")
+        x = self._decrypt(y)
+        # Cycle walking backwards: the first value inside [0, n) is the preimage.
+        outside = x >= np.uint64(self.n)
+        while outside.any():
+            x[outside] = self._decrypt(x[outside])
+            outside = x >= np.uint64(self.n)
+        return x.astype(np.int64)
 
 
 @dataclasses.dataclass(frozen=True)

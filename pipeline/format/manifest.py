@@ -17,6 +17,8 @@ Every field is described in docs/output-format.md; in short (format_version 1):
                                        byte_order_mark, duplicate_keys {ambiguous, elsewhere}[, damaged]
   shuffle                              method, seed, num_shards
   config                               the options that decide the output bytes
+  provenance                           with --provenance only: files [{path, bytes, sha256}]
+                                       (pipeline/format/provenance.py)
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@
       manifest.json                                        written last, create-only
       run-<run id>/train-00000-of-00042.tfrecord ...       the shards of the run the manifest names
       run-<run id>/train-00000-of-00042.bin/.idx ...       or those of a Megatron output (pipeline/format/megatron.py)
-      run-<run id>/dead_letters/train-00001-00000.jsonl    malformed lines of chunk 0 of input file 1
+      run-<run id>/dead_letters/train-00001-00000.jsonl    malformed lines of input file 1, chunks 0-63
+      run-<run id>/provenance/train-00001.npz              with --provenance: source spans of file 1's records
       .pile-pipeline.lock                                  while a run writes (pipeline/io/lock.py)
       .NAME.tmp-<uuid>                                     temporary names (pipeline/io/publish.py), spill files
 
@@ -46,10 +47,13 @@ from pipeline.io.urls import is_local, reaching, redact_url
 
 DEAD_LETTER_DIR = "dead_letters"
 RUN_DIR = re.compile(r"^run-([0-9a-f]{16})$")
-# The files a run writes into its run directory: TFRecord shards, Megatron .bin/.idx pairs, dead letters.
+PROVENANCE_DIR = "provenance"  # pipeline/format/provenance.py
+# The files a run writes into its run directory: TFRecord shards, Megatron .bin/.idx pairs, dead
+# letters, provenance.
 _RUN_FILE = re.compile(r"^run-([0-9a-f]{16})/([A-Za-z0-9_]+-\d{5}-of-\d{5}\.tfrecord|"
                        r"[A-Za-z0-9_]+(-[A-Za-z0-9_]+)?-\d{5}-of-\d{5}\.(bin|idx)|"
-                       + DEAD_LETTER_DIR + r"/[A-Za-z0-9_]+-\d{5}-\d{5}(-only)?\.jsonl)$")
+                       + DEAD_LETTER_DIR + r"/[A-Za-z0-9_]+-\d{5}-\d{5}(-only)?\.jsonl|"
+                       + PROVENANCE_DIR + r"/[A-Za-z0-9_]+-(\d{5}|final)\.npz)$")
 MAX_LISTED = 20
 
 

@@ -1,1 +1,1 @@
-"""The tf.data reader: the epoch plan, the shards and their integrity, the dataset graph (no Beam)."""
+"""The tf.data reader: the global order, the shards and their checks, one integrity error, the graph (no Beam)."""

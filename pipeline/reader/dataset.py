@@ -1,85 +1,46 @@
-"""tf.data reader: `manifest.json` -> per-data-parallel-rank, seeded, exactly resumable batches.
+"""tf.data reader: `manifest.json` -> per-rank batches of one global order, seeded, resumable on any number of ranks.
 
 Importable with only TensorFlow, NumPy and fsspec (no Apache Beam, no SentencePiece)::
 
-    from pipeline.tfdata import make_dataset, steps_per_epoch, dp_from_horovod
+    from pipeline.tfdata import make_dataset, dp_from_horovod
 
     dp_rank, dp_size = dp_from_horovod()            # or dp_from_smp() under SageMaker model parallel
-    ds = make_dataset("s3://bucket/pile/train", batch_size=8, dp_rank=dp_rank, dp_size=dp_size,
-                      seed=1234, epoch=0, start_step=step_from_checkpoint, num_epochs=None)
-    for batch in ds:  # {"inputs", "labels": int32 [8, L], "loss_mask": float32 [8, L], ...}
+    ds = make_dataset("s3://bucket/pile/train", global_batch_size=64, dp_rank=dp_rank, dp_size=dp_size,
+                      seed=1234, start_step=global_step_from_checkpoint, num_epochs=None)
+    for batch in ds:  # {"inputs", "labels": int32 [64 / dp_size, L], "loss_mask": float32 [.., L], ...}
         ...
 
-How one epoch is laid out (everything below is a pure function of the manifest and the arguments,
-computed identically on every rank; nothing depends on timing, the clock or the number of threads):
+The order (pipeline/reader/plan.py) is a function of the manifest, the global batch size, the seed,
+the epoch and the window size only: global batch k holds the same records whatever the number of
+ranks, each rank receiving its contiguous slice of it (rank r: positions [r*B, (r+1)*B)). So a
+run checkpointed at global step k on W ranks continues exactly on W' ranks (same global batch
+size, `start_step=k`), and a rank reads only the records it uses, in runs of about
+``window / dp_size`` records located by byte offset (every full record has the same size:
+pipeline/format/layout.py).
 
-1. **Shard order.** With ``shuffle=True`` the shards are permuted by a hash of (seed, epoch); without
-   shuffling they keep the manifest's order. Concatenated in that order they form the epoch's
-   *stream* of N records (N = the sum of the manifest's record counts).
-2. **Equal slices.** ``steps = N // (dp_size * batch_size)`` and every rank gets ``P = steps *
-   batch_size`` records: rank r takes stream positions ``[r*P, (r+1)*P)``. The last
-   ``N - dp_size*P`` records of the stream (fewer than ``dp_size * batch_size``: the tail of the
-   epoch's last shard(s) in shard order, so a different tail each epoch when shuffling) are dropped
-   for that epoch. With at least as many shards as ranks this is file-level sharding: a rank reads
-   whole shards, and only the (at most two) shards on its slice's edges are split by record between
-   two ranks. With fewer shards than ranks it degrades to a record-level split: each rank reads a
-   record range inside one or two shards, never the whole dataset. Worked example, shards of
-   ``[5, 3, 4]`` records, shard order ``[2, 0, 1]``, ``dp_size=2``, ``batch_size=2``: N = 12, steps =
-   3, P = 6; rank 0 reads shard 2 records 0-3 and shard 0 records 0-1; rank 1 reads shard 0 records
-   2-4 and shard 1 records 0-2; nothing is dropped.
-3. **Windows and lanes.** A rank's slice is a list of *segments* (shard, first record, end record).
-   Each segment is cut into *windows* of ``shuffle_buffer`` consecutive records (by default about
-   8 MiB of token ids: 2048 records at seq_len 2048; the last window may be shorter), followed by
-   an empty end-of-segment marker. Segment k is read by lane
-   ``k % num_parallel_reads``; the lanes read their shards concurrently (a parallel interleave, one
-   TFRecordDataset and one thread per lane), and the rank's order is round-robin over the lanes,
-   one window (or marker) at a time: lane 0's first window, lane 1's first window, ..., lane 0's
-   second window, ... (a lane that has run out is passed over). Every window is checked against the
-   record count the plan expects, the marker included: a shard that reads short is named at once.
-4. **Record shuffle.** Each window's records are permuted by a hash of (seed, epoch, dp_rank,
-   window number). This replaces a tf.data shuffle buffer, whose order depends on everything that
-   went in before it: here every window's content and permutation follow from the plan alone,
-   which is what makes resumption exact and cheap. The shards themselves were already shuffled
-   globally by the pipeline (records assigned to shards by a hashed key), so windows mix records
-   from all over the corpus; the window shuffle changes their order every epoch.
-5. **Batches.** Each window is parsed in one ``parse_example`` call (token ids stay in the shard's
-   dtype until the end), permuted, and the windows are re-cut into batches of ``batch_size``
-   (``drop_remainder=True``; P is a multiple of the batch size, so nothing is lost here), which
-   become int32 ``inputs``/``labels`` and a float ``loss_mask``. Every rank yields exactly ``steps``
-   batches per epoch: no Horovod deadlock from uneven ranks. Epochs follow one another
-   (``num_epochs``, or forever with ``None``); each epoch's plan is computed when the epoch starts.
+The graph, per epoch: the rank's plan (NumPy, once per epoch) -> for each window, its runs read
+from the shards at their byte offsets (`num_parallel_reads` windows in flight, in order) and parsed
+in one `parse_example` call per run -> the window's records put in batch order (one gather, a
+permutation computed once per window) -> batches -> int32 `inputs`/`labels`, float `loss_mask`.
+Python runs once per epoch and once per window, never per record.
 
-Resumption at ``(epoch, start_step)``: the plan gives the window holding record ``start_step *
-batch_size`` and, for every lane, the window it reads next; each lane opens its current shard and
-skips to that window's first record (TFRecord skipping reads but does not parse; at most one partial
-shard per lane, the lanes skipping concurrently), the first window is permuted as in the
-uninterrupted run and its leading records dropped (at most one window re-read). The epoch is never
-replayed. ``start_step`` may exceed an epoch (pass the global step with ``epoch=0``); it carries
-into later epochs. Resuming exactly requires the same manifest, ``batch_size``, ``dp_size``,
-``seed``, ``shuffle``, ``shuffle_buffer`` and ``num_parallel_reads``; a different number of ranks is
-exact at an epoch boundary (``epoch=e+1, start_step=0``), not inside one. The iterator can also be
-saved with ``tf.train.Checkpoint(iterator=it)`` (its buffered windows then go into the checkpoint);
-storing the step and passing ``start_step`` is cheaper.
+Forms: a dict per batch (default); ``keras=True`` gives ``(x, y, sample_weight)`` for `model.fit`
+(x = inputs, or a dict with segment_ids/positions when they are requested; sample_weight = the
+loss mask). tf.distribute: pass ``input_context`` in `distribute_datasets_from_function` (each input
+pipeline reads only its slice, elements are per-replica batches); a dataset built without ranks
+(``dp_size=1``) can go to `experimental_distribute_dataset` (the strategy splits every global batch;
+each worker then reads all of it). The auto-shard policy is set accordingly (OFF when the reader
+already sharded, DATA otherwise), so the strategy never tries to shard by file.
 
-Integrity: ``make_dataset`` checks, on every rank and before step 0, that every shard the manifest
-lists exists with its byte size (a file cut at a record boundary reads as clean TFRecord, so only
-this check catches it); ``verify=True`` also checks every shard's sha256 (every rank then reads
-every shard once: costly on large outputs). While reading, a record that fails its CRC or a shard
-that reads short or has vanished stops the rank at that window with an error naming the file
-(``ShardIntegrityError: <path>`` inside a ``tf.errors.OpError``; the TFRecord error itself is
-logged); nothing is skipped silently. Other ranks then wait in their next collective until the
-launcher (mpirun, horovodrun, SageMaker) ends the job on the failed rank's exit; pass
-``verify=True`` to catch corruption on every rank before step 0 instead. Shards on a filesystem
-TensorFlow cannot open (``s3://`` without tensorflow-io, ``memory://``) are copied through fsspec
-into a local cache, checked against the manifest's size and sha256 on the way (so corruption is
-caught before any of the shard's records is used), and read from there; at most ``2 *
-num_parallel_reads + 2`` copies exist at a time.
-
-Speed: lanes read concurrently with 8 MiB reads (few round trips on EFS / NFS), windows are parsed
-in parallel (one call per window), batches are finished in parallel and prefetched (AUTOTUNE); see
-BENCHMARKS.md (reader section) for rates against raw TFRecordDataset. Memory is bounded by a few
-windows per lane plus the prefetched batches. Python (``tf.numpy_function``) runs once per epoch
-(the plan) and once per window (its permutation), never per record.
+Integrity: before step 0, on every rank, the manifest must add up and every listed shard must
+exist with its byte size and have its last record where the size arithmetic puts it
+(`ShardIntegrityError` / `ManifestError`, naming the file; ``verify=True`` also checks every
+shard's sha256, which reads every shard). While reading, every run is checked against the record
+count the plan expects: a record that fails its CRC, a shard cut short or gone stops the rank at
+that window with a `tf.errors.InvalidArgumentError` carrying ``ShardIntegrityError: <path>: ...``
+(the TFRecord error itself is logged); `shard_errors()` turns it into `ShardIntegrityError`.
+Nothing is skipped silently. Shards on a filesystem TensorFlow cannot open (``s3://`` without
+tensorflow-io, ``memory://``) are read through fsspec by byte range into a local cache.
 """
 
 from __future__ import annotations
@@ -90,22 +51,24 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from pipeline.core.hashing import keyed_permutation
 from pipeline.format import records
+from pipeline.reader.integrity import short_read_message
 from pipeline.reader.plan import (
     DEFAULT_PARALLEL_READS,
     default_window,
-    plan_epoch,
+    global_order,
+    rank_plan,
     steps_for,
+    window_gather,
 )
 from pipeline.reader.shards import (
     DTYPES,
     OPTIONAL_FEATURES,
     ShardCache,
-    ShardSource,
     check_checksums,
     check_sizes,
     load_source,
+    locate_records,
     tf_can_open,
     tf_path,
 )
@@ -113,11 +76,12 @@ from pipeline.reader.shards import (
 log = logging.getLogger(__name__)
 
 DEFAULT_READ_BUFFER_BYTES = 8 << 20  # large sequential reads: few round trips on EFS / NFS
+_no_autograph = tf.autograph.experimental.do_not_convert
 
 
 def _ignore_errors(ds: tf.data.Dataset) -> tf.data.Dataset:
-    # A read error ends this shard's records (TFRecordDataset moves past the file); the count check
-    # that follows turns the shortfall into an error naming the file. The original error is logged.
+    # A read error ends this run's records; the count check that follows turns the shortfall into
+    # an error naming the file. The original error is logged.
     if hasattr(ds, "ignore_errors"):
         return ds.ignore_errors(log_warning=True)
     return ds.apply(tf.data.experimental.ignore_errors(log_warning=True))
@@ -126,44 +90,63 @@ def _ignore_errors(ds: tf.data.Dataset) -> tf.data.Dataset:
 def _rebatch(ds: tf.data.Dataset, batch_size: int) -> tf.data.Dataset:
     if hasattr(ds, "rebatch"):
         return ds.rebatch(batch_size, drop_remainder=True)
-    return ds.unbatch().batch(batch_size, drop_remainder=True)  # TF < 2.12
+    return ds.unbatch().batch(batch_size, drop_remainder=True)
 
 
-_no_autograph = tf.autograph.experimental.do_not_convert
+def _records_at(path, offset, count, buffer_size) -> tf.data.Dataset:
+    """`count` serialized records of the TFRecord file(s) `path` (a vector: 0 or 1 file), from byte `offset`.
 
-
-@_no_autograph
-def _read_windows(path, first, count, *, window: int, read_buffer: int, literal: bool) -> tf.data.Dataset:
-    """Records [first, first + count) of one shard in windows of `window`, then an empty marker.
-
-    A read error ends the shard's records early (`_ignore_errors` logs it); the marker then arrives
-    where the plan expects a full window (or a window arrives short), and the window check in
-    `make_dataset` raises an error naming the file. `ignore_errors` would retry a file that cannot
-    be opened forever, so a file that has vanished since the start check is looked up first
-    (`matching_files` of the literal path: no glob characters) and read as an empty list instead.
+    `tf.data.TFRecordDataset` has no byte-offset argument; the public raw op behind it does, and
+    `from_variant` wraps it. Build it only inside a dataset function (flat_map, interleave): TF
+    cannot serialize the op's byte offsets, which an iterator over a top-level one needs (TF 2.15
+    and 2.21). tests/test_tfdata.py reads at offsets and fails if any of this changes.
     """
-    files = tf.io.matching_files(path) if literal else path
-    recs = tf.data.TFRecordDataset(files, buffer_size=read_buffer).skip(first).take(count)
-    marker = tf.data.Dataset.from_tensors(tf.zeros([0], tf.string))
-    return _ignore_errors(recs).batch(window).concatenate(marker)
+    variant = tf.raw_ops.TFRecordDatasetV2(
+        filenames=path, compression_type="", buffer_size=tf.cast(buffer_size, tf.int64),
+        byte_offsets=tf.fill(tf.shape(path), tf.cast(offset, tf.int64)),
+    )
+    return tf.data.experimental.from_variant(variant, tf.TensorSpec([], tf.string)).take(count)
 
 
-def _parse_spec(source: ShardSource, optional: tuple[str, ...]) -> dict:
-    spec = {
-        records.TOKENS: tf.io.FixedLenFeature([], tf.string),
-        records.VALID_LABELS: tf.io.FixedLenFeature([], tf.int64, default_value=source.seq_len),
-    }
-    for name in optional:
-        spec[name] = tf.io.FixedLenFeature([], tf.string)
-    return spec
+def _batch_sizes(batch_size, global_batch_size, dp_rank, dp_size, input_context) -> tuple[int, int, int, int]:
+    """(records per rank and batch, records per element, dp_rank, dp_size) from the arguments."""
+    if input_context is not None:
+        if dp_rank != 0 or dp_size != 1:
+            raise ValueError("pass either input_context or dp_rank/dp_size, not both")
+        pipelines, replicas = input_context.num_input_pipelines, input_context.num_replicas_in_sync
+        if replicas % pipelines:
+            raise ValueError(f"{replicas} replicas do not split evenly over {pipelines} input pipelines")
+        if (batch_size is None) == (global_batch_size is None):
+            raise ValueError("pass global_batch_size (or batch_size per replica) with input_context")
+        if global_batch_size is not None:
+            per_replica = input_context.get_per_replica_batch_size(global_batch_size)
+        else:
+            per_replica = int(batch_size)
+        local = replicas // pipelines
+        return per_replica * local, per_replica, input_context.input_pipeline_id, pipelines
+    if (batch_size is None) == (global_batch_size is None):
+        raise ValueError("pass batch_size (per rank) or global_batch_size, one of them")
+    if dp_size < 1 or not 0 <= dp_rank < dp_size:
+        raise ValueError(f"dp_rank {dp_rank} must be in [0, dp_size={dp_size})")
+    if global_batch_size is not None:
+        if global_batch_size < 1 or global_batch_size % dp_size:
+            raise ValueError(f"global_batch_size {global_batch_size} is not a positive multiple of dp_size {dp_size}")
+        rank_batch = global_batch_size // dp_size
+    else:
+        rank_batch = int(batch_size)
+    if rank_batch < 1:
+        raise ValueError(f"batch_size {rank_batch} must be >= 1")
+    return rank_batch, rank_batch, dp_rank, dp_size
 
 
 def make_dataset(
     manifest: str | os.PathLike,
-    batch_size: int,
+    batch_size: int | None = None,
     *,
+    global_batch_size: int | None = None,
     dp_rank: int = 0,
     dp_size: int = 1,
+    input_context: tf.distribute.InputContext | None = None,
     seed: int | None = None,
     shuffle: bool = True,
     epoch: int = 0,
@@ -172,33 +155,41 @@ def make_dataset(
     shuffle_buffer: int | None = None,
     verify: bool = False,
     features: tuple[str, ...] | list[str] | None = None,
+    keras: bool = False,
     num_parallel_reads: int = DEFAULT_PARALLEL_READS,
     read_buffer_bytes: int = DEFAULT_READ_BUFFER_BYTES,
     cache_dir: str | None = None,
 ) -> tf.data.Dataset:
-    """Batches for one data-parallel rank, driven by the output's `manifest.json`.
+    """Batches for one data-parallel rank (or one tf.distribute input pipeline), driven by `manifest.json`.
 
     Args:
         manifest: the pipeline's output directory or its manifest.json (local path or fsspec URL).
-        batch_size: per-rank batch size B.
+        batch_size: per-rank batch size B (per replica with `input_context`); or give
+            `global_batch_size` instead. The global batch B * dp_size fixes the order.
+        global_batch_size: records per global step, over all ranks; each rank gets its slice.
         dp_rank: this rank's data-parallel index (`hvd.rank()`, or `smp.dp_rank()` under SMP:
             model-parallel peers of one data-parallel group must pass the same value).
         dp_size: number of data-parallel ranks.
-        seed: base seed for the shard order and record permutations; required when shuffling.
-        shuffle: False reads shards in manifest order and windows unpermuted (still sharded).
+        input_context: a `tf.distribute.InputContext` (from `distribute_datasets_from_function`):
+            sets the rank and size from the input pipeline; elements are per-replica batches.
+        seed: base seed for the order; required when shuffling.
+        shuffle: False reads the manifest's order, each window's records dealt to its batches in
+            turn (pipeline/reader/plan.py).
         epoch: first epoch to produce (changes the order when shuffling).
-        start_step: batches of `epoch` already consumed (may exceed one epoch).
+        start_step: global batches of `epoch` already consumed (may exceed one epoch).
         num_epochs: epochs to produce, counted from `epoch` (the first starting at `start_step`);
             None repeats forever.
-        shuffle_buffer: records per shuffle window (the unit of reading, parsing and shuffling);
-            None: `default_window(seq_len, token bytes)`, about 8 MiB of token ids per window.
+        shuffle_buffer: records per window of the global order (the shuffle unit, rounded to
+            whole global batches); each rank holds about shuffle_buffer / dp_size of them. None:
+            `default_window(seq_len, token bytes)`, about 8 MiB of token ids.
         verify: also check every shard's sha256 before starting (reads every shard).
         features: optional features to return besides inputs/labels/loss_mask: a subset of
             ("segment_ids", "positions"); None returns those the manifest declares.
-        num_parallel_reads: shards each rank reads concurrently.
-        read_buffer_bytes: read size per shard reader.
-        cache_dir: where shards on filesystems TensorFlow cannot open are copied (default: the
-            system temporary directory).
+        keras: yield `(x, y, sample_weight)` tuples for `model.fit` instead of dicts.
+        num_parallel_reads: windows each rank reads concurrently (does not change the order).
+        read_buffer_bytes: largest read per request.
+        cache_dir: where byte ranges of shards on filesystems TensorFlow cannot open are copied
+            (default: the system temporary directory).
 
     Returns:
         A `tf.data.Dataset` of dicts: "inputs", "labels" int32 [B, L]; "loss_mask" float32 [B, L]
@@ -207,10 +198,11 @@ def make_dataset(
 
     Raises:
         ValueError: on invalid arguments, including `shuffle=True` without a seed.
-        pipeline.manifest.ManifestError: no usable manifest.
-        ShardIntegrityError: a listed shard is missing, has another size or (with `verify`) another
-            checksum. While iterating, a shard that reads short or fails its CRC raises a
-            `tf.errors.OpError` whose message starts with "ShardIntegrityError:" and the shard's path.
+        ManifestError: no usable manifest, or one whose numbers do not add up.
+        ShardIntegrityError: a listed shard is missing, has another size or record layout or
+            (with `verify`) another checksum. While iterating, a shard that reads short or fails its
+            CRC raises a `tf.errors.InvalidArgumentError` carrying "ShardIntegrityError: <path>";
+            `shard_errors()` turns it into ShardIntegrityError.
     """
     if shuffle and seed is None:
         raise ValueError(
@@ -219,8 +211,8 @@ def make_dataset(
         )
     if seed is not None and not 0 <= int(seed) < 2**64:
         raise ValueError(f"seed {seed} must be an integer in [0, 2**64)")
-    if not 0 <= dp_rank < dp_size:
-        raise ValueError(f"dp_rank {dp_rank} must be in [0, dp_size={dp_size})")
+    rank_batch, element_batch, dp_rank, dp_size = _batch_sizes(
+        batch_size, global_batch_size, dp_rank, dp_size, input_context)
     if epoch < 0 or start_step < 0:
         raise ValueError(f"epoch ({epoch}) and start_step ({start_step}) must be >= 0")
     if num_epochs is not None and num_epochs < 1:
@@ -240,168 +232,186 @@ def make_dataset(
                 f"features {optional!r}: choose from {OPTIONAL_FEATURES} among those the manifest "
                 f"declares ({source.optional}); write them with document boundaries enabled"
             )
-    steps = steps_for(sum(source.counts), batch_size, dp_size)
+    global_batch = rank_batch * dp_size
+    steps = steps_for(sum(source.counts), global_batch)
     if steps == 0:
         raise ValueError(
-            f"{source.manifest_file}: {sum(source.counts)} records cannot fill one batch of "
-            f"{batch_size} on each of {dp_size} ranks; lower batch_size or dp_size"
+            f"{source.manifest_file}: {sum(source.counts)} records cannot fill one global batch of "
+            f"{global_batch} ({dp_size} ranks x {rank_batch}); lower the batch size"
         )
     check_sizes(source)
+    source = locate_records(source)
     if verify:
         check_checksums(source)
 
     first_epoch, first_step = epoch + start_step // steps, start_step % steps
     end_epoch = None if num_epochs is None else epoch + num_epochs
-    lanes = num_parallel_reads
     token_bytes = 2 if source.token_dtype == "uint16" else 4
     window = shuffle_buffer or default_window(source.seq_len, token_bytes)
     tf_dtype = DTYPES[source.token_dtype]
     seq_len = source.seq_len
-    spec = _parse_spec(source, optional)
+    widths = ((records.TOKENS, seq_len + 1), *((name, seq_len) for name in optional))
+    spec = {
+        records.TOKENS: tf.io.FixedLenFeature([], tf.string),
+        records.VALID_LABELS: tf.io.FixedLenFeature([], tf.int64, default_value=seq_len),
+        **{name: tf.io.FixedLenFeature([], tf.string) for name in optional},
+    }
     counts = np.array(source.counts, dtype=np.int64)
+    layout = source.layout
+    first_column = dp_rank * rank_batch
 
     def plan_arrays(e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         e = int(e)
-        p = plan_epoch(
-            counts,
-            batch_size,
-            dp_rank=dp_rank,
-            dp_size=dp_size,
-            seed=seed,
-            epoch=e,
-            shuffle=shuffle,
-            window=window,
-            lanes=lanes,
-            start_step=first_step if e == first_epoch else 0,
-        )
-        return p.reads, p.windows
+        order = global_order(counts, global_batch, seed=seed, epoch=e, shuffle=shuffle, window=window)
+        plan = rank_plan(order, dp_rank, dp_size, first_step if e == first_epoch else 0)
+        shard, first, n = plan.reads[:, 0], plan.reads[:, 1], plan.reads[:, 2]
+        begin = layout.offsets(shard, first)
+        # (shard, byte offset, records, bytes) of every run, window after window
+        reads = np.stack([shard, begin, n, layout.offsets(shard, first + n) - begin], axis=1).reshape(-1, 4)
+        return plan.windows, reads.astype(np.int64)
+
+    def gather(e: np.ndarray, w: np.ndarray, batches: np.ndarray) -> np.ndarray:
+        return window_gather(seed, int(e), shuffle, int(w), int(batches), first_column, rank_batch)
 
     urls = tf.constant(list(source.urls))  # for error messages
+    cache = None
     if tf_can_open(source.urls[0]):
         local_paths = [tf_path(u) for u in source.urls]
         literal = not any(c in p for p in local_paths for c in "*?[]{}\\")
         paths = tf.constant(local_paths)
 
-        def shard_path(shard, count):
-            return tf.gather(paths, shard)
+        def locate(pieces):
+            # pieces: [k, 4] (shard, byte offset, records, bytes) -> (files, offsets), each [k]
+            return tf.gather(paths, pieces[:, 0]), pieces[:, 1]
 
     else:
-        cache = ShardCache(source, cache_dir, keep=2 * lanes + 2)
+        cache = ShardCache(source, cache_dir)
         literal = True
 
-        def shard_path(shard, count):
-            path = tf.numpy_function(cache.fetch, [shard, count], tf.string, stateful=False)
-            path.set_shape([])
-            return path
+        def locate(pieces):
+            files = tf.numpy_function(cache.fetch_all, [pieces], tf.string, stateful=True)
+            files.set_shape([None])
+            return files, tf.zeros_like(pieces[:, 1])
 
-    @_no_autograph
-    def read(row):
-        # row: (lane, shard index, first record, record count) -> windows of serialized records
-        return _read_windows(
-            shard_path(row[1], row[3]), row[2], row[3], window=window, read_buffer=read_buffer_bytes, literal=literal
-        )
-
-    @_no_autograph
-    def parse_window(recs, meta):
-        # recs: serialized records [n]; meta: (n, permutation key, records to drop, shard index)
-        n = tf.size(recs, out_type=tf.int64)
-        ok = tf.debugging.Assert(
-            tf.equal(n, meta[0]),
-            [
-                "ShardIntegrityError:",
-                tf.gather(urls, meta[3]),
-                ": read",
-                n,
-                "records where the manifest promises",
-                meta[0],
-                "(the shard is truncated, corrupted or replaced; the read error is logged above)",
-            ],
-        )
-        with tf.control_dependencies([ok]):
-            parsed = tf.io.parse_example(recs, spec)
-        # The window parsed in one call; token arrays stay in the shard's dtype until `finish`.
-        out = {
-            name: tf.reshape(tf.io.decode_raw(parsed[name], tf_dtype, little_endian=True), [-1, width])
-            for name, width in ((records.TOKENS, seq_len + 1), *((name, seq_len) for name in optional))
-        }
-        out[records.VALID_LABELS] = parsed[records.VALID_LABELS]
-        if shuffle:
-            perm = tf.numpy_function(keyed_permutation, [meta[1], n], tf.int64, stateful=False)
-            perm.set_shape([None])
-            out = {name: tf.gather(value, perm) for name, value in out.items()}
-        return {name: value[meta[2] :] for name, value in out.items()}
+    def read_piece(i, path, offset, piece):
+        # One piece of a window's run: its records, each tagged with the piece's index in the window.
+        # A file that vanished since the start checks reads as no file (ignore_errors would retry
+        # opening it forever); `matching_files` of the literal path, which has no glob characters.
+        files = tf.io.matching_files(path) if literal else tf.reshape(path, [1])
+        reads = (piece[3] + read_buffer_bytes - 1) // read_buffer_bytes
+        buffer = (piece[3] + reads - 1) // reads  # equal reads that end where the piece ends
+        recs = _ignore_errors(_records_at(files, offset, piece[2], buffer))
+        return tf.data.Dataset.zip((recs, tf.data.Dataset.from_tensors(i).repeat()))
 
     @_no_autograph
     def epoch_dataset(e):
-        reads, windows = tf.numpy_function(plan_arrays, [e], (tf.int64, tf.int64), stateful=False)
-        reads = tf.reshape(reads, [-1, 4])
-        windows = tf.reshape(windows, [-1, 5])
+        windows, pieces = tf.numpy_function(plan_arrays, [e], (tf.int64, tf.int64), stateful=False)
+        windows = tf.reshape(windows, [-1, 6])
+        pieces = tf.reshape(pieces, [-1, 4])
 
         @_no_autograph
-        def lane_dataset(lane):
-            mine = tf.boolean_mask(reads, tf.equal(reads[:, 0], lane))
-            return tf.data.Dataset.from_tensor_slices(mine).flat_map(read)
+        def read_window(w):
+            # w: (window, batches, records, records to drop, first piece, pieces) -> one element: the
+            # window's serialized records, the index of the piece each came from, the files read.
+            mine = pieces[w[4] : w[4] + w[5]]
+            files, offsets = locate(mine)
+            recs = tf.data.Dataset.from_tensor_slices((tf.range(w[5]), files, offsets, mine)).flat_map(read_piece)
+            empty = tf.data.Dataset.from_tensors((tf.zeros([0], tf.string), tf.zeros([0], tf.int64)))
+            return recs.batch(w[2]).concatenate(empty).take(1).map(lambda r, owner: (r, owner, files))
 
-        # Round-robin over the lanes, one window each, lanes read concurrently: the plan's order.
-        # A resumed epoch starts at the lane of its first window, so the lanes are rotated.
-        first_lane = tf.concat([windows[:1, 0], tf.zeros([1], tf.int64)], 0)[0]
-        lane_order = tf.math.floormod(tf.range(lanes, dtype=tf.int64) + first_lane, lanes)
-        chosen = tf.data.Dataset.from_tensor_slices(lane_order).interleave(
-            lane_dataset, cycle_length=lanes, block_length=1, num_parallel_calls=lanes, deterministic=True
+        @_no_autograph
+        def parse_window(recs, owner, files, w):
+            # Each piece must have given exactly its records; then one parse, one gather into batch order.
+            expected = pieces[w[4] : w[4] + w[5], 2]
+            got = tf.math.bincount(tf.cast(owner, tf.int32), minlength=tf.cast(w[5], tf.int32),
+                                   maxlength=tf.cast(w[5], tf.int32), dtype=tf.int64)
+            first_bad = tf.concat([tf.where(tf.not_equal(got, expected))[:, 0], tf.zeros([1], tf.int64)], 0)[0]
+            shard = pieces[w[4] + first_bad, 0]
+            message = short_read_message(tf.gather(urls, shard), got[first_bad], expected[first_bad])
+            checks = [tf.debugging.Assert(tf.reduce_all(tf.equal(got, expected)), [message])]
+            if cache is not None:  # the window is read: its cached copies can go
+                with tf.control_dependencies(checks):
+                    checks.append(tf.numpy_function(cache.release, [files], tf.int64, stateful=True))
+            with tf.control_dependencies(checks):
+                parsed = tf.io.parse_example(recs, spec)
+            # Token arrays stay in the shard's dtype until `finish`.
+            out = {name: tf.reshape(tf.io.decode_raw(parsed[name], tf_dtype, little_endian=True), [-1, width])
+                   for name, width in widths}
+            out[records.VALID_LABELS] = parsed[records.VALID_LABELS]
+            # The window's records (column after column) -> its batches, in order, from the resume point.
+            order = tf.numpy_function(gather, [e, w[0], w[1]], tf.int64, stateful=False)
+            order = tf.reshape(order, [-1])[w[3] :]
+            return {name: tf.reshape(tf.gather(v, order), [-1, rank_batch, *v.shape[1:]]) for name, v in out.items()}
+
+        read = tf.data.Dataset.from_tensor_slices(windows).interleave(
+            read_window, cycle_length=num_parallel_reads, block_length=1, num_parallel_calls=num_parallel_reads,
+            deterministic=True,
         )
-        meta = tf.data.Dataset.from_tensor_slices(windows[:, 1:])
-        parsed = tf.data.Dataset.zip((chosen, meta)).map(parse_window, num_parallel_calls=lanes, deterministic=True)
-        return _rebatch(parsed, batch_size)
+        meta = tf.data.Dataset.from_tensor_slices(windows)
+        parsed = tf.data.Dataset.zip((read, meta)).map(
+            lambda r, w: parse_window(*r, w), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        return parsed.unbatch()
 
     @_no_autograph
     def finish(b):
-        tokens = tf.reshape(tf.cast(b[records.TOKENS], tf.int32), [batch_size, seq_len + 1])
-        valid = tf.reshape(b[records.VALID_LABELS], [batch_size, 1])
+        tokens = tf.reshape(tf.cast(b[records.TOKENS], tf.int32), [rank_batch, seq_len + 1])
+        valid = tf.reshape(b[records.VALID_LABELS], [rank_batch, 1])
         out = {
             "inputs": tokens[:, :-1],
             "labels": tokens[:, 1:],
             "loss_mask": tf.cast(tf.range(seq_len, dtype=tf.int64)[None, :] < valid, tf.float32),
         }
         for name in optional:
-            out[name] = tf.reshape(tf.cast(b[name], tf.int32), [batch_size, seq_len])
+            out[name] = tf.reshape(tf.cast(b[name], tf.int32), [rank_batch, seq_len])
         return out
 
     last = tf.int64.max if end_epoch is None else max(end_epoch, first_epoch)
     ds = tf.data.Dataset.range(first_epoch, last).flat_map(epoch_dataset)
     ds = ds.map(finish, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    per_step = rank_batch // element_batch
+    if per_step > 1:  # tf.distribute: the pipeline's slice, cut into its replicas' batches
+        ds = _rebatch(ds, element_batch)
+    if keras:
+        ds = ds.map(_keras_form, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     if end_epoch is not None:
         total = max(0, (end_epoch - first_epoch) * steps - first_step) if end_epoch > first_epoch else 0
-        ds = ds.apply(tf.data.experimental.assert_cardinality(total))
+        ds = ds.apply(tf.data.experimental.assert_cardinality(total * per_step))
     else:
         ds = ds.apply(tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))
     ds = ds.prefetch(tf.data.AUTOTUNE)
     options = tf.data.Options()
     options.deterministic = True
+    # The reader shards by itself: a strategy must not shard by file (there is no file list to
+    # shard). Already sharded: OFF; one dataset for all workers: DATA (each takes its part).
+    sharded = dp_size > 1 or input_context is not None
+    options.experimental_distribute.auto_shard_policy = (
+        tf.data.experimental.AutoShardPolicy.OFF if sharded else tf.data.experimental.AutoShardPolicy.DATA)
     ds = ds.with_options(options)
     log.info(
-        "tfdata: %s rank %d/%d: %d shards, %d steps/epoch of %d, from epoch %d step %d",
-        source.manifest_file,
-        dp_rank,
-        dp_size,
-        len(source.urls),
-        steps,
-        batch_size,
-        first_epoch,
+        "tfdata: %s rank %d/%d: %d shards, %d steps/epoch of %d x %d records, from epoch %d step %d",
+        source.manifest_file, dp_rank, dp_size, len(source.urls), steps, dp_size, rank_batch, first_epoch,
         first_step,
     )
     return ds
 
 
-def steps_per_epoch(manifest, batch_size: int, dp_size: int) -> int:
-    """Batches every rank yields per epoch: total records // (batch_size * dp_size).
+def _keras_form(batch: dict) -> tuple:
+    """(x, y, sample_weight): x = inputs (with segment_ids/positions, a dict), y = labels."""
+    extra = {name: batch[name] for name in OPTIONAL_FEATURES if name in batch}
+    x = {"inputs": batch["inputs"], **extra} if extra else batch["inputs"]
+    return x, batch["labels"], batch["loss_mask"]
+
+
+def steps_per_epoch(manifest, batch_size: int, dp_size: int = 1) -> int:
+    """Global batches per epoch (the same on every rank): total records // (batch_size * dp_size).
 
     Args:
         manifest: output directory, manifest.json path, or an already loaded manifest dict.
-        batch_size: per-rank batch size.
+        batch_size: per-rank batch size (or the global batch size with dp_size=1).
         dp_size: number of data-parallel ranks.
 
     Returns:
-        The number of steps (0 when the data cannot fill one batch per rank).
+        The number of steps (0 when the data cannot fill one global batch).
     """
     if isinstance(manifest, dict):
         total = sum(int(s["records"]) for s in manifest["shards"])

@@ -1,55 +1,44 @@
-"""The shards a manifest lists, as the reader sees them: locations, counts, and integrity checks.
+"""The shards a manifest lists, as the reader sees them: locations, counts, layout, and integrity checks.
 
-A shard that is missing, has another size, or (when asked) another sha256 than the manifest says is
-a `ShardIntegrityError` naming the file, before step 0. Shards on a filesystem TensorFlow cannot open
-(`s3://` without tensorflow-io, `memory://`) are copied through fsspec into a local cache, checked
-on the way, and read from there.
+Before step 0, on every rank (`load_source`, `check_sizes`, `locate_records`, optionally
+`check_checksums`): the manifest must add up (record counts x record size = byte counts, totals and
+packing stats = the shard list: pipeline/format/layout.py); every listed shard must exist with its
+byte size; the header of every shard's last record must sit where that arithmetic puts it (one
+12-byte read per shard, concurrently), which also finds the padded record. Anything else is a
+`ShardIntegrityError` (or a `ManifestError` for the manifest itself) naming the file.
+
+Shards on a filesystem TensorFlow cannot open (`s3://` without tensorflow-io, `memory://`) are read
+through fsspec: each byte range a rank reads is copied into a local cache file and read from there.
 """
 
 from __future__ import annotations
 
 import atexit
-import collections
 import concurrent.futures
 import dataclasses
-import hashlib
 import os
 import posixpath
 import shutil
 import tempfile
-import threading
 
 import fsspec
 import numpy as np
 import tensorflow as tf
 
 from pipeline.core.hashing import sha256_stream
+from pipeline.format import layout as layout_lib
 from pipeline.format import manifest as manifest_lib
 from pipeline.format import records
+from pipeline.reader.integrity import ShardIntegrityError
 
 DTYPES = {"uint16": tf.uint16, "int32": tf.int32}
 OPTIONAL_FEATURES = (records.SEGMENT_IDS, records.POSITIONS)
-
-
-class ShardIntegrityError(ValueError):
-    """A shard the manifest lists is missing, has the wrong size or checksum, or reads short.
-
-    Attributes:
-        path: the shard's location, as derived from the manifest.
-    """
-
-    def __init__(self, path: str, problem: str):
-        self.path = path
-        self.problem = problem
-        super().__init__(f"ShardIntegrityError: {path}: {problem}")
-
-    def __reduce__(self):
-        return type(self), (self.path, self.problem)
+_PROBE_THREADS = 8
 
 
 @dataclasses.dataclass(frozen=True)
 class ShardSource:
-    """What the reader needs of a manifest: where the shards are, their counts, sizes and digests."""
+    """What the reader needs of a manifest: where the shards are, their counts, sizes, digests, layout."""
 
     manifest_file: str
     seq_len: int
@@ -59,6 +48,7 @@ class ShardSource:
     counts: tuple[int, ...]
     sizes: tuple[int, ...]
     sha256: tuple[str | None, ...]
+    layout: layout_lib.ShardLayout
 
 
 def _manifest_file(manifest: str | os.PathLike) -> str:
@@ -67,7 +57,11 @@ def _manifest_file(manifest: str | os.PathLike) -> str:
 
 
 def load_source(manifest: str | os.PathLike) -> ShardSource:
-    """The shards of a manifest (an output directory or its manifest.json), checked for what the reader reads."""
+    """The shards of a manifest (an output directory or its manifest.json), checked for what the reader reads.
+
+    Raises:
+        ManifestError: no manifest, or one that does not describe a usable, consistent output.
+    """
     path = _manifest_file(manifest)
     m = manifest_lib.load_manifest(path)
     features = m.get("features") or {}
@@ -93,6 +87,7 @@ def load_source(manifest: str | os.PathLike) -> ShardSource:
         counts=tuple(int(s["records"]) for s in shards),
         sizes=tuple(int(s["bytes"]) for s in shards),
         sha256=tuple(s.get("sha256") for s in shards),
+        layout=layout_lib.shard_layout(m, path),
     )
 
 
@@ -153,54 +148,95 @@ def tf_path(url: str) -> str:
     return path if protocol in ("file", "local") else url
 
 
-class ShardCache:
-    """Copies shards TensorFlow cannot open into a local directory, verifying size and sha256.
+def _read_at(url: str):
+    fs, path = fsspec.core.url_to_fs(url)
 
-    At most `keep` copies exist at once; the oldest is deleted when a new one arrives (a reader
-    still holding it open keeps reading on POSIX filesystems).
+    def read(offset: int, size: int) -> bytes:
+        return fs.cat_file(path, start=offset, end=offset + size)
+
+    return read
+
+
+def locate_records(source: ShardSource) -> ShardSource:
+    """Check that each shard's last record starts where the size arithmetic says; find the padded record.
+
+    One 12-byte header read per shard (concurrently), plus ~log2(records) for the shard holding
+    the padded record. Call after `check_sizes`.
+
+    Returns:
+        The source, its layout completed with the padded record's position.
+
+    Raises:
+        ShardIntegrityError: a shard whose record headers are not where its records should be.
+    """
+    layout = source.layout
+    if layout.padded_shard >= 0:
+        url = source.urls[layout.padded_shard]
+        try:
+            index = layout_lib.locate_padded(_read_at(url), source.counts[layout.padded_shard], layout)
+        except (ValueError, OSError) as e:
+            raise ShardIntegrityError(url, f"its records are not where the manifest's sizes put them ({e})") from e
+        layout = dataclasses.replace(layout, padded_index=index)
+    full = layout.record_bytes - layout_lib.HEADER_BYTES - layout_lib.FOOTER_BYTES
+
+    def check(i: int) -> None:
+        count = source.counts[i]
+        if count == 0:
+            return
+        last = int(layout.offsets([i], [count - 1])[0])
+        padded_last = i == layout.padded_shard and layout.padded_index == count - 1
+        expected = full + (layout.padded_extra if padded_last else 0)
+        try:
+            length = layout_lib.header_length(_read_at(source.urls[i])(last, layout_lib.HEADER_BYTES))
+        except OSError as e:
+            raise ShardIntegrityError(source.urls[i], f"cannot read its last record ({e})") from e
+        if length != expected:
+            raise ShardIntegrityError(
+                source.urls[i],
+                f"no record header at byte {last}, where record {count - 1} of {count} records of "
+                f"{layout.record_bytes} bytes must start (the file does not hold the manifest's records)",
+            )
+
+    workers = min(_PROBE_THREADS, len(source.urls))
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        list(pool.map(check, range(len(source.urls))))
+    return dataclasses.replace(source, layout=layout)
+
+
+class ShardCache:
+    """Copies byte ranges of shards TensorFlow cannot open into local files, each removed once read.
+
+    A file must exist until TensorFlow has opened it (a missing file would make the read retry
+    forever under `ignore_errors`), so the reader releases each one only after its run has been
+    read and parsed; whatever is left is removed at exit.
     """
 
-    def __init__(self, source: ShardSource, cache_dir: str | None, keep: int):
+    def __init__(self, source: ShardSource, cache_dir: str | None):
         self._source = source
         self._dir = tempfile.mkdtemp(prefix="tfdata-shards-", dir=cache_dir)
-        self._keep = keep
-        self._held: collections.OrderedDict[int, str] = collections.OrderedDict()
-        self._lock = threading.Lock()
-        self._empty = os.path.join(self._dir, "empty.tfrecord")  # for reads of 0 records
-        open(self._empty, "wb").close()
         atexit.register(shutil.rmtree, self._dir, True)
 
-    def fetch(self, shard: np.ndarray, count: np.ndarray) -> bytes:
-        """Local path of shard `shard` (copied and verified now), or of an empty file if `count` is 0."""
-        if int(count) == 0:
-            return self._empty.encode()
-        index = int(shard)
-        url = self._source.urls[index]
-        local = os.path.join(self._dir, f"{index:06d}.tfrecord")
-        digest, size = hashlib.sha256(), 0
-        tmp = local + ".partial"
-        try:
-            with fsspec.open(url, "rb") as src, open(tmp, "wb") as dst:
-                while chunk := src.read(8 << 20):
-                    digest.update(chunk)
-                    size += len(chunk)
-                    dst.write(chunk)
-        except FileNotFoundError as e:
-            raise ShardIntegrityError(url, "missing (listed in the manifest, not on the filesystem)") from e
-        if size != self._source.sizes[index]:
-            raise ShardIntegrityError(url, f"read {size} bytes, the manifest says {self._source.sizes[index]}")
-        expected = self._source.sha256[index]
-        if expected and digest.hexdigest() != expected:
-            raise ShardIntegrityError(url, f"sha256 {digest.hexdigest()}, the manifest says {expected}")
-        os.replace(tmp, local)
-        with self._lock:
-            self._held[index] = local
-            self._held.move_to_end(index)
-            while len(self._held) > self._keep:
-                _, old = self._held.popitem(last=False)
-                if old != local:
-                    try:
-                        os.remove(old)
-                    except FileNotFoundError:
-                        pass
-        return local.encode()
+    def fetch_all(self, pieces: np.ndarray) -> np.ndarray:
+        """Local paths of new files holding each piece's bytes (pieces: rows of shard, offset, records, bytes)."""
+        out = []
+        for shard, start, _, size in np.asarray(pieces).reshape(-1, 4).tolist():
+            url = self._source.urls[shard]
+            try:
+                data = _read_at(url)(start, size)
+            except FileNotFoundError as e:
+                raise ShardIntegrityError(url, "missing (listed in the manifest, not on the filesystem)") from e
+            # A short range reads as a short piece: the window's count check names the shard.
+            fd, local = tempfile.mkstemp(prefix=f"{shard:06d}-{start}-", suffix=".tfrecord", dir=self._dir)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            out.append(local.encode())
+        return np.array(out, dtype=object)
+
+    def release(self, paths: np.ndarray) -> np.int64:
+        """Remove files `fetch_all` returned, once their records are read."""
+        for path in np.asarray(paths).reshape(-1).tolist():
+            try:
+                os.remove(path.decode() if isinstance(path, bytes) else str(path))
+            except FileNotFoundError:
+                pass
+        return np.int64(0)

@@ -1,0 +1,131 @@
+"""`pile-pipeline provenance OUTPUT_DIR --step K --global_batch_size G --seed S`: the documents in global step k.
+
+For an output written with `--provenance`, prints every record of global batch k as the reader
+(pipeline/reader/plan.py) orders it for that seed, global batch size, epoch and window, and for
+each record the document pieces it holds: subset, input file, line, token range and first
+characters. The answer does not depend on the number of ranks that trained: the reader gives the
+same global batches to any number of them. `--step` is the global step (it may run past the first
+epoch, or give `--epoch` and the step within it), as a trainer counts it.
+
+Pass the reader's settings of the run in question: `--seed`, `--global_batch_size` (per-rank
+batch x ranks), and `--shuffle_buffer` / `--no_shuffle` when the run changed them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+from pipeline.core.documents import BadRecord, parse_line
+from pipeline.core.options import ArgumentParser, UsageError
+from pipeline.format.manifest import ManifestError, load_manifest, manifest_path
+from pipeline.format.provenance import ProvenanceIndex
+from pipeline.io.lookup import lines_at
+from pipeline.reader.plan import batch_records, default_window, global_order, steps_for
+
+
+@dataclasses.dataclass(frozen=True)
+class Piece:
+    """Labels of one record taken from one document: tokens [first_token, first_token + tokens)."""
+
+    subset: str
+    file: str
+    line: int
+    first_token: int
+    tokens: int
+    text: str  # the whole document
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordSource:
+    """One record of the global batch: where it is stored and the document pieces of its labels."""
+
+    position: int  # in the global batch
+    shard: str
+    record: int  # in the shard
+    pieces: tuple[Piece, ...]
+
+
+def step_documents(output_dir: str, step: int, global_batch_size: int, seed: int | None, *, epoch: int = 0,
+                   shuffle: bool = True, shuffle_buffer: int | None = None) -> list[RecordSource]:
+    """The records of global step `step` (of epoch `epoch`, or past it) and the documents they hold."""
+    manifest = load_manifest(output_dir)
+    path = manifest_path(output_dir) if not output_dir.endswith(".json") else output_dir
+    index = ProvenanceIndex(path, manifest)
+    counts = [int(s["records"]) for s in manifest["shards"]]
+    steps = steps_for(sum(counts), global_batch_size)
+    if steps == 0:
+        raise ValueError(f"{sum(counts)} records cannot fill one global batch of {global_batch_size}")
+    token_bytes = 2 if manifest["features"]["tokens"]["dtype"] == "uint16" else 4
+    window = shuffle_buffer or default_window(int(manifest["seq_len"]), token_bytes)
+    order = global_order(counts, global_batch_size, seed=seed, epoch=epoch + step // steps, shuffle=shuffle,
+                         window=window)
+    shards, records = batch_records(order, step % steps)
+    spans = index.spans(shards, records)
+
+    inputs = [entry["path"] for entry in manifest["inputs"]]
+    max_line = int(float(manifest["config"].get("max_line_mb", 64.0)) * (1 << 20))
+    wanted: dict[int, set[int]] = {}
+    for rows in spans:
+        for file_index, line, _, _ in rows.tolist():
+            wanted.setdefault(file_index, set()).add(line)
+    documents = {}
+    for file_index, numbers in sorted(wanted.items()):
+        for number, line in lines_at(inputs[file_index], numbers, max_line).items():
+            try:
+                documents[file_index, number] = parse_line(line, max_line)
+            except BadRecord as e:
+                raise LookupError(f"{inputs[file_index]} line {number} is not the document it was ({e})") from e
+    out = []
+    for position, (shard, record, rows) in enumerate(zip(shards.tolist(), records.tolist(), spans, strict=True)):
+        pieces = []
+        for file_index, line, first, tokens in rows.tolist():
+            text, subset = documents[file_index, line]
+            pieces.append(Piece(subset, inputs[file_index], line, first, tokens, text))
+        out.append(RecordSource(position, manifest["shards"][shard]["path"], record, tuple(pieces)))
+    return out
+
+
+def format_step(records: list[RecordSource], chars: int = 60) -> str:
+    """One line per document piece: position, shard:record, subset, file:line, token range, first characters."""
+    lines = []
+    for r in records:
+        for i, p in enumerate(r.pieces):
+            where = f"{r.position:5d} {r.shard}:{r.record}" if i == 0 else " " * (6 + len(r.shard) + len(str(r.record)))
+            start = " ".join(p.text[:chars].split())
+            span = f"tokens {p.first_token}..{p.first_token + p.tokens}"
+            lines.append(f"{where}  {p.subset:<18} {p.file}:{p.line}  {span}  {start!r}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    """Parse the flags and print the documents of the step."""
+    p = ArgumentParser(prog="pile-pipeline provenance", description=__doc__)
+    p.add_argument("output_dir", help="the pipeline's output directory, written with --provenance")
+    p.add_argument("--step", type=int, required=True, help="the global step (as the trainer counts it)")
+    p.add_argument("--global_batch_size", type=int, required=True, help="records per global step (all ranks)")
+    p.add_argument("--seed", type=int, help="the reader's seed (required unless --no_shuffle)")
+    p.add_argument("--epoch", type=int, default=0, help="the epoch --step counts from (default: 0)")
+    p.add_argument("--shuffle_buffer", type=int, help="the reader's window, if the run set one")
+    p.add_argument("--no_shuffle", action="store_true", help="the run read without shuffling")
+    p.add_argument("--chars", type=int, default=60, help="characters of each document to show (default: 60)")
+    args = p.parse_args(argv)
+    if args.seed is None and not args.no_shuffle:
+        raise UsageError("--seed is required (the reader's seed of the run), or --no_shuffle")
+    records = step_documents(args.output_dir, args.step, args.global_batch_size, args.seed, epoch=args.epoch,
+                             shuffle=not args.no_shuffle, shuffle_buffer=args.shuffle_buffer)
+    print(format_step(records, args.chars))
+
+
+def cli(argv=None) -> int:
+    """The command: exit status 0, or 2 with one line."""
+    try:
+        main(argv)
+    except (UsageError, ManifestError, FileNotFoundError, LookupError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

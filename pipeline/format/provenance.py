@@ -1,0 +1,116 @@
+"""`provenance/*.npz`: the source spans of every record (written with `--provenance`), and their lookup.
+
+One file per input file (the records of its chunks and of its joined tails) and one for the job's
+last records, each an .npz of int64 arrays:
+
+    sources      [S, 4]  (kind, copy, file_index, chunk_index): a block of records the job made
+    records      [S]     how many records each block holds
+    span_starts  [S + 1] block i's spans are spans[span_starts[i]:span_starts[i + 1]]
+    spans        [M, 4]  (file_index, line, first_token, tokens): pipeline/core/provenance.py
+
+A block's spans cover its records' labels in order: record j of a block holds the block's labels
+[j * seq_len, (j + 1) * seq_len) (the padded record: its valid labels only).
+
+Finding a record of a shard: the job numbers all records by a global index g, blocks in sorted
+source order and records in order within each block, and writes g at position
+`Permutation(N, seed)(g)` of the shuffled order; shard s holds positions [bounds[s], bounds[s + 1])
+in order (pipeline/core/shuffle.py). So (shard, record) -> position -> g (the permutation's
+inverse) -> block and record in it -> its spans.
+"""
+
+from __future__ import annotations
+
+import io
+import posixpath
+
+import fsspec
+import numpy as np
+
+from pipeline.core import provenance
+from pipeline.core.shuffle import Permutation, ShardPlan
+from pipeline.format.manifest import ManifestError
+
+DIRECTORY = "provenance"
+
+
+def file_name(split: str, file_index: int | None) -> str:
+    """Where the spans of one input file's records go (None: the job's last records)."""
+    tail = "final" if file_index is None else f"{file_index:05d}"
+    return posixpath.join(DIRECTORY, f"{split}-{tail}.npz")
+
+
+def encode(blocks: list[tuple[tuple, int, np.ndarray]]) -> bytes:
+    """The .npz bytes of blocks (source id, records, spans), in source order."""
+    blocks = sorted(blocks, key=lambda b: tuple(b[0]))
+    sizes = np.array([len(spans) for _, _, spans in blocks], np.int64)
+    buffer = io.BytesIO()
+    np.savez_compressed(
+        buffer,
+        sources=np.array([list(s) for s, _, _ in blocks], np.int64).reshape(-1, 4),
+        records=np.array([n for _, n, _ in blocks], np.int64),
+        span_starts=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
+        spans=provenance.concat_spans([spans for _, _, spans in blocks]),
+    )
+    return buffer.getvalue()
+
+
+class ProvenanceIndex:
+    """The spans of any record of an output, from its manifest and provenance files."""
+
+    def __init__(self, manifest_file: str, manifest: dict):
+        entry = manifest.get("provenance")
+        if not entry:
+            raise ManifestError(
+                f"{manifest_file}: this output was written without --provenance; run the job again "
+                "with --provenance to record where each record comes from"
+            )
+        base = posixpath.dirname(manifest_file)
+        self._urls = [posixpath.join(base, f["path"]) for f in entry["files"]]
+        self._seq_len = int(manifest["seq_len"])
+        shuffle = manifest["shuffle"]
+        self._num_records = int(manifest["totals"]["records"])
+        self._plan = ShardPlan(self._num_records, int(shuffle["num_shards"]))
+        self._perm = Permutation(self._num_records, int(shuffle["seed"]))
+        sources, records, owners = [], [], []
+        for i, url in enumerate(self._urls):
+            with fsspec.open(url, "rb") as f, np.load(f) as z:
+                sources.append(z["sources"])
+                records.append(z["records"])
+                owners.append(np.full(len(z["records"]), i, np.int64))
+        self._sources = np.concatenate(sources)
+        self._records = np.concatenate(records)
+        self._owner = np.concatenate(owners)
+        self._row = np.concatenate([np.arange(len(r)) for r in records])
+        order = np.lexsort(self._sources.T[::-1])  # sorted source ids: the job's global order
+        self._sorted = order
+        self._offsets = np.concatenate([[0], np.cumsum(self._records[order])])
+        if int(self._offsets[-1]) != self._num_records:
+            raise ManifestError(
+                f"{manifest_file}: the provenance files account for {int(self._offsets[-1])} records, "
+                f"the output holds {self._num_records}"
+            )
+        self._loaded: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def _spans_of_file(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        if i not in self._loaded:
+            with fsspec.open(self._urls[i], "rb") as f, np.load(f) as z:
+                self._loaded[i] = (z["span_starts"], z["spans"])
+        return self._loaded[i]
+
+    def global_index(self, shard_index, positions_in_shard) -> np.ndarray:
+        """The job's global record index of records given as (shard, record in shard)."""
+        bounds = self._plan.bounds()
+        return self._perm.inverse(bounds[np.asarray(shard_index)] + np.asarray(positions_in_shard))
+
+    def spans(self, shard_index, positions_in_shard) -> list[np.ndarray]:
+        """The spans of each record given as (shard, record in shard)."""
+        out = []
+        for g in self.global_index(shard_index, positions_in_shard).tolist():
+            k = int(np.searchsorted(self._offsets, g, side="right")) - 1
+            block = int(self._sorted[k])
+            j = g - int(self._offsets[k])
+            starts, spans = self._spans_of_file(int(self._owner[block]))
+            row = int(self._row[block])
+            mine = spans[starts[row] : starts[row + 1]]
+            out.append(provenance.cut(mine, j * self._seq_len, (j + 1) * self._seq_len))
+        return out
