@@ -98,8 +98,8 @@ def format_step(records: list[RecordSource], chars: int = 60) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> None:
-    """Parse the flags and print the documents of the step."""
+def build_parser() -> ArgumentParser:
+    """The command's flags."""
     p = ArgumentParser(prog="pile-pipeline provenance", description=__doc__)
     p.add_argument("output_dir", help="the pipeline's output directory, written with --provenance")
     p.add_argument("--step", type=int, required=True, help="the global step (as the trainer counts it)")
@@ -109,7 +109,12 @@ def main(argv=None) -> None:
     p.add_argument("--shuffle_buffer", type=int, help="the reader's window, if the run set one")
     p.add_argument("--no_shuffle", action="store_true", help="the run read without shuffling")
     p.add_argument("--chars", type=int, default=60, help="characters of each document to show (default: 60)")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> None:
+    """Parse the flags and print the documents of the step."""
+    args = build_parser().parse_args(argv)
     if args.seed is None and not args.no_shuffle:
         raise UsageError("--seed is required (the reader's seed of the run), or --no_shuffle")
     records = step_documents(args.output_dir, args.step, args.global_batch_size, args.seed, epoch=args.epoch,
