@@ -14,4 +14,5 @@ export PILE_REQUIRE_FAST_BACKENDS=1
 .venv/bin/ruff check .
 # --noconftest: the shared conftest needs sentencepiece/zstandard, which the training env lacks.
 .venv-hvd/bin/python -m pytest --noconftest -q -p no:cacheprovider tests/test_model.py tests/test_trainers.py
-.venv/bin/python -m pytest "$@"
+# Two test processes (PYTEST_WORKERS=0: one): most tests wait on subprocesses or I/O part of the time.
+.venv/bin/python -m pytest -n "${PYTEST_WORKERS:-2}" "$@"
