@@ -1,14 +1,22 @@
-"""The benchmarks' baseline: what one process does with no pipeline at all.
+"""What the benchmarks share: the baseline loop, and timing a command with its memory.
 
-zstd stream-decompress, split lines, `json.loads`, one `sp.encode` per document (+1 for its EOS).
-Shared by bench_pipeline.py and bench_tokenizer_backends.py so both compare against the same loop.
+The baseline is what one process does with no pipeline at all: zstd stream-decompress, split lines,
+`json.loads`, one `sp.encode` per document (+1 for its EOS), so that every benchmark compares
+against the same loop.
 """
 
 from __future__ import annotations
 
 import glob
 import json
+import os
+import subprocess
+import threading
 import time
+
+import psutil
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def bare_loop(pattern: str, model: str, part: str = "0/1") -> dict:
@@ -41,3 +49,41 @@ def bare_loop(pattern: str, model: str, part: str = "0/1") -> dict:
                 docs += 1
     return {"docs": docs, "tokens": tokens, "bytes": size, "wall": time.perf_counter() - wall,
             "cpu": time.process_time() - cpu}
+
+
+def _tree_rss(proc: psutil.Process) -> int:
+    total = 0
+    for p in [proc, *proc.children(recursive=True)]:
+        try:
+            total += p.memory_info().rss
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def timed(cmd: list[str]) -> tuple[float, int, str]:
+    """Run a command; returns (seconds, peak RSS of its process tree, stdout)."""
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=REPO,
+                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    peak = 0
+    ps = psutil.Process(proc.pid)
+    done = threading.Event()
+
+    def sample():
+        nonlocal peak
+        while not done.is_set():
+            try:
+                peak = max(peak, _tree_rss(ps))
+            except psutil.NoSuchProcess:
+                return
+            time.sleep(0.05)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    out, _ = proc.communicate()
+    done.set()
+    sampler.join()
+    if proc.returncode:
+        raise SystemExit(f"{cmd} failed with {proc.returncode}")
+    return time.monotonic() - start, peak, out

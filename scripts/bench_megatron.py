@@ -37,7 +37,7 @@ import tempfile
 
 import numpy as np
 import zstandard
-from bench_pipeline import timed  # scripts/bench_pipeline.py (scripts/ is on sys.path when run as a script)
+from baseline import timed  # scripts/baseline.py (scripts/ is on sys.path when run as a script)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)

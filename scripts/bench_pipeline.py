@@ -1,164 +1,181 @@
-"""Pipeline throughput vs a bare single-process loop over the same documents, in one run.
+"""The whole pipeline against the bare tokenizer loop and Megatron-LM's preprocess_data.py, on real text.
 
-    python scripts/bench_pipeline.py [--scale 16] [--train_files 8] [--memory_scales 2,16] [--repeats 3]
+    python scripts/bench_pipeline.py [--mb 180] [--files 1,2,8] [--repeats 2] [--workers 2]
+        [--megatron_lm DIR] [--workdir DIR]
 
-1. Composes a corpus in the Pile layout (scripts/sample_corpus.py) at --scale.
-2. Times, in interleaved rounds (medians reported), the bare loop (one process: zstd
-   stream-decompress, split lines, json.loads, SentencePiece encode each document), two bare loops
-   side by side (the machine's two-process ceiling) and the pipeline (`python -m pipeline.run`,
-   DirectRunner multi_processing) on 1 worker with 1 tokenizer thread (one core), 1 worker with the
-   default threads, and 2 workers, each as a subprocess; prints docs/s, tokens/s, MB/s and the
-   ratios to the bare loop.
-3. Measures the peak RSS of the pipeline's whole process tree at the --memory_scales sizes.
-Prints a Markdown table for BENCHMARKS.md.
+1. Corpus: scripts/real_text_corpus.py composes --mb of real text from this machine in the Pile's
+   line format (log-normal document sizes up to several MB, non-ASCII text, \\u escapes) and trains
+   a Llama-2-style 32k BPE model on it; the same documents, in the same order, are written as 1, 2
+   and 8 `.jsonl.zst` files (--files), and decompressed into one corpus.jsonl for Megatron (outside
+   any timing: its tool reads plain JSON lines only).
+2. Timed, each as a whole command in a fresh subprocess, in --repeats interleaved rounds (medians
+   reported; every configuration sees the same drift of a shared machine): the bare loop (one
+   process: zstd stream-decompress, split lines, `json.loads`, `sp.encode` per document,
+   scripts/baseline.py), Megatron's `preprocess_data.py --append-eod --workers N` when --megatron_lm
+   and .venv-megatron (scripts/setup_megatron_env.sh --with-tools) are there (else skipped, with the reason), and
+   `python -m pipeline.run --direct_num_workers N --seq_len 512` with defaults, SentencePiece and
+   `--tokenizer_backend auto`, for each file count.
+3. For each run: wall time, CPU time of the process tree, the ratio to the bare loop, and its fixed
+   costs: start-up (command start to the first input read by a worker: interpreter, Beam, checks,
+   worker processes) and finish (last input read to exit: shard writing, manifest, shutdown).
+4. Checks: the `auto` shards equal the SentencePiece shards byte for byte, for every file count.
+5. Per stage: CPU seconds of each step of the per-token work on one file of the 2-file corpus, in one
+   process without Beam, one tokenizer thread (as each of the workers runs it), seq_len 512
+   (scripts/bench_tokenizer_backends.py `stage_costs`).
+Prints Markdown tables for docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
-import psutil
-from baseline import bare_loop  # scripts/baseline.py (scripts/ is on sys.path when run as a script)
+from baseline import bare_loop  # scripts/ is on sys.path when run as a script
+from bench_tokenizer_backends import stage_costs
+from real_text_corpus import compose, describe, train_model, write_files
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SAMPLE_CORPUS = os.path.join(REPO, "scripts", "sample_corpus.py")
-MODEL = os.path.join(REPO, "tokenizers", "sample", "sample.model")
+MEGATRON_PYTHON = os.path.join(REPO, ".venv-megatron", "bin", "python")
 
 
-def _tree_rss(proc: psutil.Process) -> int:
-    total = 0
-    for p in [proc, *proc.children(recursive=True)]:
-        try:
-            total += p.memory_info().rss
-        except psutil.NoSuchProcess:
-            pass
-    return total
+def _cpu_children() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
-def timed(cmd: list[str]) -> tuple[float, int, str]:
-    """Run a command; returns (seconds, peak RSS of its process tree, stdout)."""
-    start = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=REPO,
-                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
-    peak = 0
-    ps = psutil.Process(proc.pid)
-    done = threading.Event()
-
-    def sample():
-        nonlocal peak
-        while not done.is_set():
-            try:
-                peak = max(peak, _tree_rss(ps))
-            except psutil.NoSuchProcess:
-                return
-            time.sleep(0.05)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    out, _ = proc.communicate()
-    done.set()
-    sampler.join()
-    if proc.returncode:
-        raise SystemExit(f"{cmd} failed with {proc.returncode}")
-    return time.monotonic() - start, peak, out
+def _log_time(line: str) -> float | None:
+    """The epoch time of a log line that starts with Python logging's asctime."""
+    try:
+        return datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    except ValueError:
+        return None
 
 
-def pipeline_cmd(corpus: str, out: str, workers: int, *extra: str) -> list[str]:
-    """The pipeline as a user runs it."""
-    return [sys.executable, "-m", "pipeline.run", "--input", f"{corpus}/train/*.jsonl.zst", "--output_dir", out,
-            "--tokenizer_model", MODEL, "--overwrite", "--direct_num_workers", str(workers), *extra]
+def run(cmd: list[str], log_path: str) -> dict:
+    """Run a command to its end; wall and CPU seconds, the fixed costs read from its log, its stdout."""
+    cpu = _cpu_children()
+    start = time.time()
+    with open(log_path, "w") as log, open(log_path + ".out", "w") as out:
+        code = subprocess.call(cmd, stdout=out, stderr=log, cwd=REPO, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    end = time.time()
+    if code:
+        raise SystemExit(f"{cmd} failed with {code}; see {log_path}")
+    reads = [t for line in open(log_path) if "worker: reading " in line and (t := _log_time(line))]
+    done = [t for line in open(log_path) if "worker: read " in line and (t := _log_time(line))]
+    return {"wall": end - start, "cpu": _cpu_children() - cpu, "stdout": open(log_path + ".out").read(),
+            "startup": min(reads) - start if reads else None, "finish": end - max(done) if done else None}
 
 
-def make_corpus(root: str, scale: float, train_files: int) -> tuple[str, float]:
-    """Compose the corpus; returns its directory and its decompressed size in MB."""
-    corpus = os.path.join(root, f"corpus-{scale}")
-    if not os.path.exists(corpus):
-        subprocess.run([sys.executable, SAMPLE_CORPUS, corpus, "--scale", str(scale),
-                        "--train_files", str(train_files)], check=True, cwd=REPO, stdout=subprocess.DEVNULL)
-    return corpus, 0.0
+def corpus(root: str, mb: float, file_counts: list[int]) -> tuple[dict[int, str], str, str, str]:
+    """Write the corpus once per file count, the decompressed copy and the model; returns their paths."""
+    lines_path = os.path.join(root, "corpus.jsonl")
+    model = os.path.join(root, "real32k.model")
+    dirs = {n: os.path.join(root, f"files-{n}") for n in file_counts}
+    summary_path = os.path.join(root, "corpus.txt")
+    if not (os.path.exists(model) and all(os.path.isdir(d) for d in dirs.values())):
+        lines = compose(int(mb * 1e6))
+        for n, d in dirs.items():
+            write_files(lines, os.path.join(d, "train"), n)
+        with open(lines_path, "wb") as f:
+            f.writelines(line + b"\n" for line in lines)
+        train_model(lines, model[: -len(".model")])
+        with open(summary_path, "w") as f:
+            f.write(describe(lines))
+    with open(summary_path) as f:
+        return dirs, lines_path, model, f.read()
 
 
 def main() -> None:
     """Run the benchmark and print the tables."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--scale", type=float, default=16)
-    p.add_argument("--train_files", type=int, default=8)
-    p.add_argument("--memory_scales", default="2,16")
+    p.add_argument("--mb", type=float, default=180, help="MB (1e6 bytes) of JSON lines")
+    p.add_argument("--files", default="1,2,8", help="file counts to write the same documents into")
+    p.add_argument("--repeats", type=int, default=2, help="interleaved rounds; medians are reported")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--megatron_lm", help="a Megatron-LM checkout (tag core_v0.16.1) to time preprocess_data.py")
     p.add_argument("--workdir", default=None)
-    p.add_argument("--repeats", type=int, default=3, help="interleaved rounds; medians are reported")
-    p.add_argument("--skip_default_one_worker", action="store_true",
-                   help="leave out the 1-worker run with tokenizer threads on all cores (saves a run per round)")
     p.add_argument("--bare", help=argparse.SUPPRESS)
-    p.add_argument("--part", default="0/1", help=argparse.SUPPRESS)
+    p.add_argument("--model", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.bare:
-        print(json.dumps(bare_loop(args.bare, MODEL, args.part)))
+        print(json.dumps(bare_loop(args.bare, args.model)))
         return
     root = args.workdir or tempfile.mkdtemp(prefix="bench_pipeline_")
-    corpus, _ = make_corpus(root, args.scale, args.train_files)
-    # The runs are interleaved round by round and the median of each is reported: on a shared VM the
-    # CPU capacity drifts over minutes, and interleaving exposes every configuration to the same drift.
-    pair = f"{sys.executable} {__file__} --bare '{corpus}/train/*.jsonl.zst'"
-    configs = [
-        ("bare loop (1 process)", [sys.executable, __file__, "--bare", f"{corpus}/train/*.jsonl.zst"]),
-        # The machine's own ceiling for two processes: two bare loops side by side, half the files each.
-        ("2 bare loops side by side (half the files each)",
-         ["bash", "-c", f"{pair} --part 0/2 & {pair} --part 1/2 & wait"]),
-        # One worker process on one core: the pipeline's own overhead against the bare loop.
-        ("pipeline, 1 worker, 1 tokenizer thread (one core)",
-         pipeline_cmd(corpus, os.path.join(root, "out-1t"), 1, "--tokenizer_threads", "1")),
-        # The default for one worker: SentencePiece spreads each batch over the cores.
-        ("pipeline, 1 worker (default: tokenizer threads on all cores)",
-         pipeline_cmd(corpus, os.path.join(root, "out-1"), 1)),
-        ("pipeline, 2 workers", pipeline_cmd(corpus, os.path.join(root, "out-2"), 2)),
+    file_counts = [int(n) for n in args.files.split(",")]
+    dirs, lines_path, model, summary = corpus(root, args.mb, file_counts)
+    w = str(args.workers)
+    configs: list[tuple[str, int | None, list[str]]] = [
+        ("bare loop (1 process)", None,
+         [sys.executable, __file__, "--bare", f"{dirs[file_counts[0]]}/train/*.jsonl.zst", "--model", model]),
     ]
-    if args.skip_default_one_worker:
-        configs = [c for c in configs if not c[0].startswith("pipeline, 1 worker (default")]
-    samples: dict[str, list[tuple[float, int]]] = {name: [] for name, _ in configs}
-    out = ""
+    megatron = None
+    if not args.megatron_lm:
+        megatron = "skipped: no --megatron_lm checkout given"
+    elif not os.path.exists(MEGATRON_PYTHON):
+        megatron = f"skipped: {MEGATRON_PYTHON} missing (run scripts/setup_megatron_env.sh --with-tools)"
+    else:
+        configs.append((f"Megatron preprocess_data.py --workers {w} (on corpus.jsonl)", None,
+                        ["env", f"PYTHONPATH={args.megatron_lm}", MEGATRON_PYTHON, "-W", "ignore",
+                         os.path.join(args.megatron_lm, "tools", "preprocess_data.py"), "--input", lines_path,
+                         "--output-prefix", os.path.join(root, "mlm"), "--tokenizer-type",
+                         "GPTSentencePieceTokenizer", "--tokenizer-model", model, "--append-eod", "--workers", w,
+                         "--log-interval", "100000"]))
+    for n in file_counts:
+        for backend in ("sentencepiece", "auto"):
+            configs.append((f"ours, {backend}, {n} file{'s' if n > 1 else ''}", n, [
+                sys.executable, "-m", "pipeline.run", "--input", f"{dirs[n]}/train/*.jsonl.zst",
+                "--output_dir", os.path.join(root, f"out-{n}-{backend}"), "--tokenizer_model", model,
+                "--tokenizer_backend", backend, "--seq_len", "512", "--overwrite", "--direct_num_workers", w]))
+    samples: dict[str, list[dict]] = {name: [] for name, _, _ in configs}
     for round_ in range(args.repeats):
-        for name, cmd in configs:
-            seconds, peak, stdout = timed(cmd)
-            samples[name].append((seconds, peak))
-            if name.startswith("bare loop"):
-                out = stdout
-            print(f"round {round_ + 1}: {name}: {seconds:.1f} s", file=sys.stderr)
-    counts = json.loads(out)
-    rows = []
-    for name, _ in configs:
-        times = sorted(t for t, _ in samples[name])
-        rows.append((name, times[len(times) // 2], max(p for _, p in samples[name]), times))
-    manifest = json.load(open(os.path.join(root, "out-2", "manifest.json")))
-    same = all(manifest["shards"] == json.load(open(os.path.join(root, name, "manifest.json")))["shards"]
-               for name in ("out-1", "out-1t") if os.path.exists(os.path.join(root, name, "manifest.json")))
-    mb = counts["bytes"] / 1e6
-    print(f"corpus: scale {args.scale}, {args.train_files} train files, {counts['docs']} docs, "
-          f"{counts['tokens'] / 1e6:.1f} M tokens, {mb:.0f} MB of JSON lines; "
-          f"pipeline label tokens {manifest['totals']['label_tokens'] / 1e6:.1f} M; shards identical across the "
-          f"pipeline runs: {same}")
-    print(f"\n| run (median of {args.repeats} interleaved rounds) | seconds | all rounds | docs/s | M tokens/s | MB/s "
-          "| vs bare loop | peak RSS (MB) |")
-    print("|---|---|---|---|---|---|---|---|")
-    base = rows[0][1]
-    for name, secs, rss, times in rows:
-        print(f"| {name} | {secs:.1f} | {', '.join(f'{t:.1f}' for t in times)} | {counts['docs'] / secs:,.0f} | "
-              f"{counts['tokens'] / secs / 1e6:.2f} | {mb / secs:.1f} | {base / secs:.2f}x | {rss / 1e6:,.0f} |")
-    print(f"\npipeline 2 workers vs 2 bare loops side by side: {rows[1][1] / rows[-1][1]:.2f}x")
-    print("\n| input (JSON lines) | pipeline 2 workers peak RSS (MB) | seconds |")
-    print("|---|---|---|")
-    for scale in [float(s) for s in args.memory_scales.split(",")]:
-        corpus_m, _ = make_corpus(root, scale, args.train_files)
-        size = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(corpus_m) for f in fs
-                   if "train" in dp)
-        secs, rss, _ = timed(pipeline_cmd(corpus_m, os.path.join(root, f"mem-{scale}"), 2))
-        print(f"| scale {scale}: {size / 1e6:.0f} MB compressed | {rss / 1e6:,.0f} | {secs:.1f} |")
+        for name, _, cmd in configs:
+            result = run(cmd, os.path.join(root, "last.log"))
+            samples[name].append(result)
+            print(f"round {round_ + 1}: {name}: {result['wall']:.1f} s, {result['cpu']:.1f} CPU-s, "
+                  f"load {os.getloadavg()[0]:.1f}", file=sys.stderr)
+    bare = json.loads(samples[configs[0][0]][0]["stdout"])
+    print(f"corpus: {summary}; {bare['tokens'] / 1e6:.1f} M tokens with a 32k Llama-2-style BPE model; "
+          f"{os.cpu_count()} cores, {args.workers} workers, seq_len 512")
+    if megatron:
+        print(f"Megatron preprocess_data.py: {megatron}")
+    for n in file_counts:
+        sp, auto = (json.load(open(os.path.join(root, f"out-{n}-{b}", "manifest.json")))
+                    for b in ("sentencepiece", "auto"))
+        print(f"{n} file(s): auto backend {auto['tokenizer']['backend']['name']}; shards identical to "
+              f"SentencePiece's: {[s['sha256'] for s in auto['shards']] == [s['sha256'] for s in sp['shards']]}")
+
+    def median(values: list[float]) -> float:
+        values = sorted(values)
+        return values[len(values) // 2] if len(values) % 2 else sum(values[len(values) // 2 - 1:][:2]) / 2
+
+    base = median([s["wall"] for s in samples[configs[0][0]]])
+    print(f"\n| run (median of {args.repeats} interleaved rounds) | wall s | all rounds | x bare loop | CPU-s "
+          "| start-up s | finish s |")
+    print("|---|---|---|---|---|---|---|")
+    for name, _, _ in configs:
+        runs = samples[name]
+        wall = median([r["wall"] for r in runs])
+        fixed = [median([r[k] for r in runs]) if runs[0][k] is not None else None for k in ("startup", "finish")]
+        rounds = ", ".join(f"{r['wall']:.1f}" for r in runs)
+        print(f"| {name} | {wall:.1f} | {rounds} | {base / wall:.2f} | "
+              f"{median([r['cpu'] for r in runs]):.1f} | "
+              + " | ".join("" if f is None else f"{f:.1f}" for f in fixed) + " |")
+
+    train = os.path.join(dirs[2 if 2 in dirs else file_counts[0]], "train", "00.jsonl.zst")
+    costs = stage_costs(train, model, ["sentencepiece", "gigatoken"], seq_len=512, threads=1)
+    tokens = costs.pop("tokens")
+    print(f"\nPer stage, {train} ({tokens / 1e6:.1f} M tokens), one process, one tokenizer thread:\n")
+    print("| step | CPU s | M tokens per CPU-s |")
+    print("|---|---:|---:|")
+    for step, seconds in costs.items():
+        print(f"| {step} | {seconds:.2f} | {tokens / seconds / 1e6:.1f} |")
 
 
 if __name__ == "__main__":

@@ -49,8 +49,11 @@ def compose_corpus(out: str, scale: float) -> str:
     return out
 
 
-def stage_costs(path: str, model: str, backends: list[str]) -> dict:
-    """CPU seconds of each step of the tokenize-and-pack work on one file, in one process, without Beam."""
+def stage_costs(path: str, model: str, backends: list[str], seq_len: int = 2048, threads: int | None = None) -> dict:
+    """CPU seconds of each step of the tokenize-and-pack work on one file, in one process, without Beam.
+
+    `threads`: per tokenizer batch (None: the library's default, all cores; 1: as one of several workers).
+    """
     import numpy as np
 
     from pipeline.core import documents, packing
@@ -71,7 +74,7 @@ def stage_costs(path: str, model: str, backends: list[str]) -> dict:
                                                        for c in chunks])
     flat = None
     for backend in backends:
-        encoder = Encoder(model, backend)
+        encoder = Encoder(model, backend, threads=threads)
         encoder.load()
         flat = timed(f"encode: {backend}", lambda e=encoder: [e.encode_flat(t) for t in texts])
     dtype = records.token_dtype_for(8000)
@@ -81,7 +84,7 @@ def stage_costs(path: str, model: str, backends: list[str]) -> dict:
         for ids, offsets in flat:
             piece = packing.build_stream_flat(ids, offsets, np.ones(len(offsets) - 1, bool), bos_id=None, eos_id=2,
                                               separator_id=2)
-            out.append(packing.pack(piece, 2048)[:2])
+            out.append(packing.pack(piece, seq_len)[:2])
         return out
 
     packed = timed("pack: BOS/EOS, stream, records", pack)

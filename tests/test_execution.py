@@ -1,32 +1,69 @@
 """How a job spreads over workers: fan-out, tokenizer threads, files balanced per worker."""
 
+import json
 import os
+import time
 
 import pytest
+from corpus_helpers import write_lines
 
-from pipeline.beam.execution import balance, plan_execution
+from pipeline.beam.execution import balance, plan_execution, share_files
+from pipeline.io.frames import Stripe, iter_unit_chunks
 
 FILES = [f"f{i}" for i in range(8)]
 
 
-def test_direct_runner_with_enough_files_gives_each_worker_whole_files():
-    plan = plan_execution("DirectRunner", 2, FILES)
-    assert not plan.fan_out and plan.workers == 2
+def test_direct_runner_reads_on_the_workers_without_a_fan_out():
+    for files in (FILES, FILES[:1]):
+        plan = plan_execution("DirectRunner", 2, files)
+        assert not plan.fan_out and plan.share and plan.workers == 2
     assert plan.encode_threads == max(1, (os.cpu_count() or 1) // 2)
+
+
+@pytest.mark.parametrize(("sizes", "workers", "read_share", "want"), [
+    ([100], 2, 0.05, [2]),  # one file: both workers read it, each tokenizes half
+    ([100, 100], 2, 0.05, [1, 1]),  # balanced whole
+    ([100, 100, 100], 2, 0.05, [2, 1, 1]),  # 3 on 2: split one
+    ([100, 50], 2, 0.05, [2, 2]),
+    ([100, 95], 2, 0.05, [1, 1]),  # within what a stripe's extra read costs
+    ([100, 95], 2, 0.01, [2, 2]),  # SentencePiece: reading is cheaper next to tokenizing
+    ([100] * 8, 2, 0.05, [1] * 8),
+    ([300, 100, 100], 4, 0.05, [4, 2, 2]),
+    ([100], 1, 0.05, [1]),
+])
+def test_share_files_splits_files_only_when_it_shortens_the_run(sizes, workers, read_share, want):
+    assert share_files(sizes, workers, read_share) == want
+
+
+def test_share_files_is_quick_with_many_files():
+    start = time.monotonic()
+    assert share_files(list(range(1, 2001)), 16, 0.05) == [1] * 2000
+    assert share_files([10_000] + [1] * 1999, 16, 0.05)[0] > 1
+    assert time.monotonic() - start < 5
+
+
+def test_stripes_of_a_file_are_its_chunks_once_each(tmp_path):
+    lines = [json.dumps({"text": f"line {i} " * (i % 50), "meta": {"pile_set_name": "Pile-CC"}}).encode()
+             for i in range(3000)]
+    path = write_lines(str(tmp_path / "in.jsonl.zst"), lines)
+    whole = list(iter_unit_chunks(path, 0, None, 4096, 1 << 20))
+    for count in (2, 3):
+        parts = [c for k in range(count) for c in iter_unit_chunks(path, 0, Stripe(k, count), 4096, 1 << 20)]
+        assert sorted(parts, key=lambda c: c.chunk_index) == whole and len(whole) > 10
 
 
 def test_zero_direct_workers_means_one_per_core():
     assert plan_execution("DirectRunner", 0, FILES).workers == (os.cpu_count() or 1)
 
 
-def test_few_files_or_a_distributed_runner_fan_chunks_out():
-    assert plan_execution("DirectRunner", 2, FILES[:3]).fan_out  # 3 files < 2 per worker
+def test_a_distributed_runner_fans_chunks_out():
     dataflow = plan_execution("DataflowRunner", None, FILES * 10)
-    assert dataflow.fan_out and dataflow.encode_threads == 1  # one SDK process per vCPU there
+    assert dataflow.fan_out and not dataflow.share and dataflow.encode_threads == 1  # one SDK process per vCPU
 
 
 def test_explicit_choices_win():
-    assert plan_execution("DirectRunner", 2, FILES[:1], "no").fan_out is False
+    no = plan_execution("DirectRunner", 2, FILES[:1], "no")
+    assert no.fan_out is False and no.share is False
     assert plan_execution("DirectRunner", 1, FILES, "yes").fan_out is True
     assert plan_execution("DirectRunner", 1, FILES, encode_threads=3).encode_threads == 3
     with pytest.raises(ValueError, match="--fan_out"):

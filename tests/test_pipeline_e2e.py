@@ -161,9 +161,10 @@ def test_corrupt_file_fails_the_job_by_default_and_is_recorded_with_skip(tmp_pat
 
 
 def test_determinism_across_workers_and_fan_out(tmp_path, tiny_model):
-    """Same bytes on 1 and 2 worker processes, with chunks fanned out or whole files per worker.
+    """Same bytes on 1 and 2 worker processes, whole files, stripes of files or chunks fanned out.
 
-    3 files: on 1 worker `auto` gives each worker whole files, on 2 workers it fans chunks out.
+    3 equal files on 2 workers: `auto` reads one of them in two stripes (pipeline/beam/execution.py),
+    `no` reads each whole, `yes` fans chunks out through the shuffle.
     """
     rng = np.random.default_rng(2)
     for f in range(3):
@@ -171,7 +172,7 @@ def test_determinism_across_workers_and_fan_out(tmp_path, tiny_model):
         lines[7] = b'{"text": "no meta"}'  # dead letters are part of the output too
         write_lines(str(tmp_path / "in" / f"{f:02d}.jsonl.zst"), lines)
     digests = []
-    for workers, fan_out in (("1", "auto"), ("2", "auto"), ("2", "no")):
+    for workers, fan_out in (("1", "auto"), ("2", "auto"), ("2", "no"), ("2", "yes")):
         out = tmp_path / f"out{workers}-{fan_out}"
         _run([str(tmp_path / "in" / "*.zst")], out, tiny_model, "--chunk_mb", "0.01", "--shard_size_mb", "0.02",
              "--fan_out", fan_out,
@@ -182,7 +183,7 @@ def test_determinism_across_workers_and_fan_out(tmp_path, tiny_model):
                         for f in files if f.name != "manifest.json"})
         digests[-1]["manifest.json"] = run_free(json.loads((out / "manifest.json").read_text()))
     assert len(digests[0]) > 3 and any(name.startswith("dead_letters/") for name in digests[0])
-    assert digests[0] == digests[1] == digests[2]
+    assert digests[0] == digests[1] == digests[2] == digests[3]
 
 
 def test_shards_respect_the_size_bound(tmp_path, tiny_model):

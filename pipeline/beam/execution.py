@@ -1,14 +1,16 @@
-"""How a job spreads over the machine: fan-out of chunks, tokenizer threads, files per worker.
+"""How a job spreads over the machine: which worker reads what, tokenizer threads.
 
 None of this changes a byte of the output (chunk boundaries and record order come from the input
 and the config alone), so it is kept out of the config and the manifest.
 
-Why it matters on DirectRunner: its workers are separate processes and every element that crosses
-a stage boundary goes through the driver process, one stage after another. Fanning chunks out costs
-a full pass of the decompressed text through the driver before any tokenizing starts; with enough
-files per worker, handing each worker whole files instead (balanced by size) lets each one stream
-read -> tokenize -> pack in one fused stage. Distributed runners (Dataflow, Flink, Spark) always fan
-out: their worker count changes at run time and a few unsplittable 14 GB files would cap parallelism.
+Distributed runners (Dataflow, Flink, Spark) fan chunks out through a shuffle: their worker count
+changes at run time and a few unsplittable 14 GB files would cap parallelism. On DirectRunner every
+element that crosses a stage boundary goes through the driver process, so a fan-out there costs a
+full pass of the decompressed text through the driver before any tokenizing starts. Instead each
+worker reads its own work items and streams read -> tokenize -> pack in one fused stage; an item is
+a whole file or a stripe of one (every n-th chunk, pipeline/io/frames.py `Stripe`), chosen from
+measured costs by `share_files`: whole files when they balance over the workers, stripes of the
+big ones when they do not (one file, two files of unequal size, three files on two workers).
 """
 
 from __future__ import annotations
@@ -22,15 +24,21 @@ import fsspec
 from pipeline.config.job import FAN_OUT_CHOICES
 
 LOG = logging.getLogger(__name__)
-# Without the fan-out, each worker gets whole files: enough of them per worker keeps the load even.
-FILES_PER_WORKER_WITHOUT_FAN_OUT = 2
+# Reading a byte of a .zst file (decompress, split lines) against everything done with it, measured
+# on real text (scripts/bench_pipeline.py's corpus, one core): 90 MB are read in 0.16 s, tokenized,
+# packed and written in ~20 s with SentencePiece and ~3.5 s with gigatoken. Every worker sharing a
+# file reads all of it, so this is what a stripe costs beyond its share.
+READ_SHARE = {"sentencepiece": 0.01}
+READ_SHARE_FAST = 0.05  # the fast backends
+BALANCED = 1.02  # a plan within 2% of a perfect split is not improved further
 
 
 @dataclasses.dataclass(frozen=True)
 class Execution:
     """How one job runs.
 
-    fan_out: shuffle chunks to workers; workers: slots files are balanced over when not fanning out;
+    fan_out: shuffle chunks to workers; workers: slots work items are balanced over when not fanning out;
+    share: files may be shared between workers in stripes (`share_files`), else each is read whole;
     encode_threads: threads per tokenizer batch (None: the library's default, all cores);
     spill: records cross the shuffle as local files (all workers on this machine, pipeline/io/spill.py);
     spill_dir: where, once the job has made it;
@@ -40,6 +48,7 @@ class Execution:
 
     fan_out: bool = True
     workers: int = 1
+    share: bool = False
     encode_threads: int | None = None
     spill: bool = False
     spill_dir: str | None = None
@@ -60,16 +69,53 @@ def plan_execution(runner: str, direct_workers: int | None, input_files: list[st
         # One worker process per core wants one thread each; fewer workers share out the cores.
         # Distributed runners start one SDK process per vCPU (Dataflow's default), hence 1.
         encode_threads = max(1, (os.cpu_count() or 1) // workers) if direct else 1
-    if fan_out == "auto":
-        chosen = not direct or len(input_files) < FILES_PER_WORKER_WITHOUT_FAN_OUT * workers
-    else:
-        chosen = fan_out == "yes"
+    chosen = fan_out == "yes" or (fan_out == "auto" and not direct)
+    share = direct and fan_out == "auto"
     if not chosen and not direct:
         LOG.warning("--fan_out no on %s: each input file is read and tokenized by one worker", runner)
     LOG.info("execution: %s, %d tokenizer thread(s) per worker%s", "chunks fanned out to workers" if chosen else
-             f"whole files on {workers} worker(s), balanced by size", encode_threads,
-             ", records to the shard writers through local spill files" if direct else "")
-    return Execution(fan_out=chosen, workers=workers, encode_threads=encode_threads, spill=direct)
+             f"work items on {workers} worker(s): " + ("whole files or stripes of them" if share else "whole files"),
+             encode_threads, ", records to the shard writers through local spill files" if direct else "")
+    return Execution(fan_out=chosen, workers=workers, encode_threads=encode_threads, spill=direct, share=share)
+
+
+def share_files(sizes: list[int], workers: int, read_share: float) -> list[int]:
+    """How many stripes each file is read in (1: whole), for the shortest estimated run.
+
+    A file of size S in k stripes makes k work items of cost S * (read_share + 1 / k): each stripe
+    reads the whole file and processes a k-th of it. Items go to workers largest first (`balance`).
+    Starting from whole files, the file with the largest item is split once more, up to one stripe
+    per worker, keeping the best plan seen (ties: fewer stripes); it stops once a plan is within 2%
+    of a perfect split or `workers` splits in a row did not help.
+
+    >>> share_files([100], 2, 0.05), share_files([100, 100], 2, 0.05), share_files([100, 100, 100], 2, 0.05)
+    ([2], [1, 1], [2, 1, 1])
+    """
+    stripes = [1] * len(sizes)
+    if workers <= 1 or not sizes:
+        return stripes
+    ideal = sum(sizes) * (1 + read_share) / workers
+
+    def makespan(plan: list[int]) -> float:
+        costs = [size * (read_share + 1 / k) for size, k in zip(sizes, plan, strict=True) for _ in range(k)]
+        loads = [0.0] * workers
+        for cost, slot in zip(costs, balance(costs, workers), strict=True):
+            loads[slot] += cost
+        return max(loads)
+
+    best, best_span = list(stripes), makespan(stripes)
+    futile = 0
+    while best_span > ideal * BALANCED and futile < workers:
+        i = max(range(len(sizes)), key=lambda i: (sizes[i] / stripes[i] if stripes[i] < workers else -1, -i))
+        if stripes[i] >= workers:
+            break
+        stripes[i] += 1
+        span = makespan(stripes)
+        if span < best_span:
+            best, best_span, futile = list(stripes), span, 0
+        else:
+            futile += 1
+    return best
 
 
 def file_sizes(paths: list[str]) -> list[int]:
@@ -84,8 +130,8 @@ def file_sizes(paths: list[str]) -> list[int]:
     return sizes
 
 
-def balance(sizes: list[int], slots: int) -> list[int]:
-    """Slot of each file: biggest first onto the least-loaded slot (LPT), ties by index: deterministic."""
+def balance(sizes: list[float], slots: int) -> list[int]:
+    """Slot of each work item by its cost: biggest first onto the least-loaded slot (LPT), ties by index."""
     loads = [0] * max(1, slots)
     slot_of = [0] * len(sizes)
     for i in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):

@@ -9,7 +9,7 @@ import apache_beam as beam
 import numpy as np
 
 from pipeline.beam import megatron, transforms
-from pipeline.beam.execution import Execution, balance, file_sizes
+from pipeline.beam.execution import READ_SHARE, READ_SHARE_FAST, Execution, balance, file_sizes, share_files
 from pipeline.beam.progress import Reporter
 from pipeline.config.job import PipelineConfig
 from pipeline.core import documents
@@ -20,8 +20,9 @@ from pipeline.core.versions import created_by
 from pipeline.format import framing, records
 from pipeline.format import manifest as manifest_lib
 from pipeline.io.files import sha256_of
-from pipeline.io.frames import read_units
+from pipeline.io.frames import Stripe, read_units
 from pipeline.io.outputs import commit_output, new_run_id
+from pipeline.io.urls import redact_url
 from pipeline.tokenize.model import SpecialIds
 from pipeline.tokenize.self_check import BackendChoice, choose_backend
 
@@ -144,31 +145,61 @@ def _reporter(job: Job) -> Reporter:
 def _chunks(p: beam.Pipeline, job: Job):
     """Read the inputs into chunks on the workers: (chunks, read stats).
 
-    Fanned out (the default), any worker tokenizes any chunk. Otherwise (DirectRunner with enough
-    files, see pipeline.execution) each worker reads and tokenizes its own files, balanced by size.
+    Fanned out (distributed runners), any worker tokenizes any chunk. On DirectRunner each worker
+    reads and tokenizes its own work items, balanced by size (pipeline/beam/execution.py).
     """
     cfg, execution = job.config, job.execution
     files = list(enumerate(job.input_files))  # (file_index, path)
     read_chunks = transforms.ReadChunksFn(cfg.chunk_bytes, cfg.max_line_bytes, cfg.on_corrupt_file,
                                           _reporter(job))
+    # An indexed input (pipeline/io/frames.py) is read one frame per work item, on any worker.
+    frames_of = {i: read_units(path, cfg.chunk_bytes, cfg.max_line_bytes) for i, path in files}
     if execution.fan_out:
-        # An indexed input (pipeline/io/frames.py) is read one frame per work item, on any worker.
-        units = [(i, path, unit) for i, path in files for unit in read_units(path, cfg.chunk_bytes, cfg.max_line_bytes)]
+        units = [(i, path, unit) for i, path in files for unit in frames_of[i]]
         read_out = p | "ListInputs" >> beam.Create(units) | "ReadChunks" >> beam.ParDo(read_chunks).with_outputs(
             transforms.STATS, main="chunks")
         # A .zst file cannot be split: fan its chunks out so that 30 files do not cap parallelism.
         return read_out.chunks | "FanOut" >> beam.Reshuffle(), read_out[transforms.STATS]
-    slot_of = balance(file_sizes(list(job.input_files)), execution.workers)
-    by_slot = sorted((slot, f) for f, slot in zip(files, slot_of, strict=True))
+    units, costs = _work_items(job, files, frames_of)
+    slot_of = balance(costs, execution.workers)
+    by_slot = sorted(zip(slot_of, units, strict=True), key=lambda item: (item[0], item[1][0]))
     read_out = (
         p
         | "ListInputs" >> beam.Create(by_slot, reshuffle=False)
         # One group per worker: DirectRunner hands each worker whole groups.
         | "GroupFilesByWorker" >> beam.GroupByKey()
-        | "FilesOfWorker" >> beam.FlatMap(lambda kv: sorted(kv[1]))
+        | "FilesOfWorker" >> beam.FlatMap(lambda kv: sorted(kv[1], key=lambda unit: unit[:2]))
         | "ReadChunks" >> beam.ParDo(read_chunks).with_outputs(transforms.STATS, main="chunks")
     )
     return read_out.chunks, read_out[transforms.STATS]
+
+
+def _work_items(job: Job, files: list[tuple[int, str]], frames_of: dict) -> tuple[list[tuple], list[float]]:
+    """DirectRunner's work items ((file_index, path, Frame | Stripe | None)) and their estimated costs."""
+    sizes = file_sizes([path for _, path in files])
+    indexed = {i for i, _ in files if frames_of[i] != [None]}
+    read_share = READ_SHARE.get(job.backend.name, READ_SHARE_FAST)
+    whole = [j for j, (i, _) in enumerate(files) if i not in indexed]
+    stripes = dict.fromkeys(range(len(files)), 1)
+    if job.execution.share:
+        stripes.update(zip(whole, share_files([sizes[j] for j in whole], job.execution.workers, read_share),
+                           strict=True))
+    units, costs = [], []
+    for j, (i, path) in enumerate(files):
+        if i in indexed:
+            units += [(i, path, frame) for frame in frames_of[i]]
+            costs += [sizes[j] * frame.size / sum(f.size for f in frames_of[i]) for frame in frames_of[i]]
+        elif stripes[j] == 1:
+            units.append((i, path, None))
+            costs.append(sizes[j] * (1 + read_share))
+        else:
+            units += [(i, path, Stripe(k, stripes[j])) for k in range(stripes[j])]
+            costs += [sizes[j] * (read_share + 1 / stripes[j])] * stripes[j]
+    shared = {files[j][1]: k for j, k in stripes.items() if k > 1}
+    if shared:
+        LOG.info("files read in stripes by several workers: %s", ", ".join(
+            f"{redact_url(path)} ({k})" for path, k in sorted(shared.items())))
+    return units, costs
 
 
 def build_pipeline(p: beam.Pipeline, job: Job) -> None:
@@ -181,7 +212,7 @@ def build_pipeline(p: beam.Pipeline, job: Job) -> None:
         return
     processed = chunks | "TokenizeAndPack" >> beam.ParDo(
         transforms.ProcessChunkFn(cfg, job.special, job.backend.name, job.execution.encode_threads, spill_dir,
-                                  _reporter(job))
+                                  _reporter(job), job.backend.prepared)
     ).with_outputs(transforms.TAILS, transforms.DEAD_LETTERS, transforms.STATS, transforms.COUNTS,
                    transforms.PROVENANCE, main="records")
     file_tails = (

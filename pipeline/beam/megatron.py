@@ -48,7 +48,7 @@ from pipeline.io.outputs import commit_output, run_path
 from pipeline.io.publish import publish
 from pipeline.io.spill import SpilledRecords, SpillWriter, load
 from pipeline.io.urls import redact_url
-from pipeline.tokenize.engines import Encoder, TokenizerMismatch
+from pipeline.tokenize.engines import Encoder, Prepared, TokenizerMismatch
 from pipeline.tokenize.model import SpecialIds
 
 LOG = logging.getLogger(__name__)
@@ -74,11 +74,12 @@ class TokenizeDocumentsFn(beam.DoFn):
     """Chunk -> the kept documents' tokens, one block per (group, epoch copy); see the module docstring."""
 
     def __init__(self, config: PipelineConfig, special: SpecialIds, backend: str = "sentencepiece",
-                 encode_threads: int | None = None, spill_dir: str | None = None, progress: Reporter | None = None):
+                 encode_threads: int | None = None, spill_dir: str | None = None, progress: Reporter | None = None,
+                 prepared: Prepared | None = None):
         self._config = config
         self._special = special
         self._encoder = Encoder(config.tokenizer_model, backend, verify=config.verify_tokenizer != "off",
-                                threads=encode_threads)
+                                threads=encode_threads, prepared=prepared)
         self._selected = config.selection()
         self._schema = config.schema
         self._progress = progress or Reporter()
@@ -330,7 +331,8 @@ def build_megatron(p: beam.Pipeline, job, chunks, read_stats, tokenizer: dict, p
     cfg, spill_dir = job.config, job.execution.spill_dir
     dtype = fmt.token_dtype(job.special.vocab_size)
     docs = chunks | "TokenizeDocuments" >> beam.ParDo(
-        TokenizeDocumentsFn(cfg, job.special, job.backend.name, job.execution.encode_threads, spill_dir, progress)
+        TokenizeDocumentsFn(cfg, job.special, job.backend.name, job.execution.encode_threads, spill_dir, progress,
+                            job.backend.prepared)
     ).with_outputs(transforms.DEAD_LETTERS, transforms.STATS, transforms.COUNTS, main="documents")
     layout = (
         docs[transforms.COUNTS]

@@ -46,7 +46,7 @@ from pipeline.io.publish import publish
 from pipeline.io.spill import RecordReader, SpillWriter
 from pipeline.io.spool import OrderedSpool
 from pipeline.io.urls import redact_url
-from pipeline.tokenize.engines import Encoder, TokenizerMismatch
+from pipeline.tokenize.engines import Encoder, Prepared, TokenizerMismatch
 from pipeline.tokenize.model import SpecialIds
 
 LOG = logging.getLogger(__name__)
@@ -148,12 +148,13 @@ class ProcessChunkFn(_EmitsRecords):
     """Chunk -> validated, tokenized, packed and serialized records of each epoch copy."""
 
     def __init__(self, config: PipelineConfig, special: SpecialIds, backend: str = "sentencepiece",
-                 encode_threads: int | None = None, spill_dir: str | None = None, progress: Reporter | None = None):
+                 encode_threads: int | None = None, spill_dir: str | None = None, progress: Reporter | None = None,
+                 prepared: Prepared | None = None):
         super().__init__(spill_dir)
         self._config = config
         self._special = special
         self._encoder = Encoder(config.tokenizer_model, backend, verify=config.verify_tokenizer != "off",
-                                threads=encode_threads)
+                                threads=encode_threads, prepared=prepared)
         self._selected = config.selection()
         self._schema = config.schema
         self._progress = progress or Reporter()

@@ -95,8 +95,9 @@ class PipelineConfig:
                              help="replace a previous output of this pipeline in --output_dir")
     fan_out: str = option(
         "auto", choices=FAN_OUT_CHOICES, recorded=False,
-        help="shuffle chunks to any worker (yes), give each worker whole files (no), or auto; the "
-        "output is the same either way")
+        help="shuffle chunks to any worker (yes), give each worker whole files (no), or auto: fan out on "
+        "distributed runners; on DirectRunner whole files or stripes of them, by estimated cost. The output is "
+        "the same either way")
     tokenizer_threads: int | None = option(
         None, recorded=False, shown_default="cores / workers on DirectRunner, 1 elsewhere",
         help="threads per tokenizer batch")

@@ -176,7 +176,8 @@ def _text(obj: dict, schema: Schema, raw: bytes) -> str:
         value = value[key]
     if not isinstance(value, str):
         raise BadRecord("text_not_string", f"`{schema.text_key}` is {_kind(value)}")
-    if _SURROGATE_ESCAPE.search(raw) and _SURROGATE.search(value):
+    # bytes.find is several times faster than the regex on the many lines without a \ud escape.
+    if (b"\\ud" in raw or b"\\uD" in raw) and _SURROGATE_ESCAPE.search(raw) and _SURROGATE.search(value):
         raise BadRecord("invalid_unicode",
                         f"`{schema.text_key}` holds a lone surrogate escape (not encodable as UTF-8)")
     return value

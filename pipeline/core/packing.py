@@ -77,21 +77,22 @@ def build_stream_flat(
     array([5, 6, 9, 9], dtype=int32)
     """
     chosen = np.asarray(chosen, bool)
-    first, length = np.asarray(offsets[:-1])[chosen], np.diff(offsets)[chosen]
-    extra = (bos_id is not None) + (eos_id is not None)
-    out_start = np.zeros(len(length) + 1, np.int64)
-    np.cumsum(length + extra, out=out_start[1:])
-    labels = np.empty(int(out_start[-1]), np.int32)
-    # Output position of each kept id: its index within its document + where the document lands.
-    shift = np.repeat(out_start[:-1] + (bos_id is not None) - first, length)
-    source = np.repeat(first, length) + np.arange(int(length.sum())) - np.repeat(np.cumsum(length) - length, length)
-    labels[source + shift] = ids[source]
-    if bos_id is not None:
-        labels[out_start[:-1]] = bos_id
-    if eos_id is not None:
-        labels[out_start[1:] - 1] = eos_id
+    length = np.diff(np.asarray(offsets, np.int64))
+    ids = np.asarray(ids)[int(offsets[0]):int(offsets[-1])] if len(offsets) else np.zeros(0, np.int32)
+    if not chosen.all():
+        ids, length = ids[np.repeat(chosen, length)], length[chosen]
+    ends = np.cumsum(length)
+    # BOS before and EOS after each document, inserted in one pass; at equal positions np.insert
+    # keeps the order given, so an empty document still gets BOS then EOS, and a document's EOS
+    # comes before the next one's BOS.
+    marks = [(ends - length, bos_id), (ends, eos_id)]
+    marks = [(where, token) for where, token in marks if token is not None]
+    where = np.stack([w for w, _ in marks], axis=1).ravel() if marks else np.zeros(0, np.int64)
+    values = np.tile(np.array([t for _, t in marks], np.int32), len(length))
+    labels = np.insert(ids.astype(np.int32, copy=False), where, values)
+    extra = len(marks)
     starts = np.zeros(len(labels), bool)
-    starts[out_start[:-1][length + extra > 0]] = True
+    starts[(ends - length + extra * np.arange(len(length)))[length + extra > 0]] = True
     return Piece(separator_id, labels, starts)
 
 
@@ -118,8 +119,9 @@ def pack(piece: Piece, seq_len: int) -> tuple[np.ndarray, np.ndarray, Piece]:
     n = len(piece)
     k = n // seq_len
     tokens = np.concatenate([np.array([piece.context], np.int32), piece.labels])
-    index = np.arange(k)[:, None] * seq_len + np.arange(seq_len + 1)[None, :]
-    records = tokens[index]
+    # Rows overlap by one token: a strided view, copied once by whoever serializes it.
+    records = (np.lib.stride_tricks.sliding_window_view(tokens, seq_len + 1)[: k * seq_len : seq_len] if k
+               else np.zeros((0, seq_len + 1), np.int32))
     starts = piece.starts[: k * seq_len].reshape(k, seq_len).copy()
     if k:
         starts[:, 0] = True

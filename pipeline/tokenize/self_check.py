@@ -28,10 +28,12 @@ from pipeline.tokenize.engines import (
     FAST_BACKENDS,
     SENTENCEPIECE,
     BackendUnavailable,
+    Prepared,
     SentencePieceEngine,
     load_engine,
     mismatched,
     package_version,
+    prepare,
 )
 from pipeline.tokenize.model_facts import ModelFacts, model_problems
 
@@ -48,10 +50,11 @@ class BackendChoice:
     name: str  # the backend the workers use
     version: str  # its package version
     parity: dict  # how the choice was checked: result, documents, mismatches, reasons ({} for SentencePiece)
+    prepared: Prepared | None = dataclasses.field(default=None, compare=False)  # for the workers, not the manifest
 
     def to_json(self) -> dict:
         """Manifest form."""
-        return dataclasses.asdict(self)
+        return {"name": self.name, "version": self.version, "parity": self.parity}
 
 
 def adversarial_texts(facts: ModelFacts | None = None, long_line: int = 1 << 16) -> list[str]:
@@ -131,8 +134,8 @@ def sample_documents(input_files: list[str], total_bytes: int = SAMPLE_BYTES,
 
 
 def self_check(backend: str, proto: bytes, facts: ModelFacts, expected: dict, texts: list[str],
-               adversarial: list[str]) -> dict:
-    """Load `backend` and compare its ids with SentencePiece's; returns a dict for the manifest.
+               adversarial: list[str]) -> tuple[dict, Prepared | None]:
+    """Load `backend` and compare its ids with SentencePiece's: (a dict for the manifest, the engine prepared).
 
     `expected` holds SentencePiece's encodings of the "documents" and the "adversarial" strings.
     `result` is "passed", "mismatch" or "unavailable" (with a `reason`).
@@ -142,7 +145,7 @@ def self_check(backend: str, proto: bytes, facts: ModelFacts, expected: dict, te
     try:
         engine = load_engine(backend, proto, facts)
     except BackendUnavailable as e:
-        return {**out, "result": "unavailable", "reason": str(e)}
+        return {**out, "result": "unavailable", "reason": str(e)}, None
     bad_docs = mismatched(expected["documents"], engine.encode(texts))
     bad_adv = mismatched(expected["adversarial"], engine.encode(adversarial))
     out.update({
@@ -161,7 +164,7 @@ def self_check(backend: str, proto: bytes, facts: ModelFacts, expected: dict, te
         })
     else:
         out["result"] = "passed"
-    return out
+    return out, prepare(backend, engine, facts)
 
 
 def choose_backend(requested: str, model_path: str, input_files: list[str], *,
@@ -193,14 +196,15 @@ def choose_backend(requested: str, model_path: str, input_files: list[str], *,
             # SentencePiece's ids, computed once and only when some engine can be checked.
             reference = SentencePieceEngine(proto)
             expected = {"documents": reference.encode(texts), "adversarial": reference.encode(adversarial)}
-        check = self_check(backend, proto, facts, expected, texts, adversarial)
+        check, prepared = self_check(backend, proto, facts, expected, texts, adversarial)
         checks.append(check)
         if check["result"] == "passed":
             LOG.info("tokenizer backend %s %s: ids identical to SentencePiece's on %d sampled documents "
                      "(%.1f MB) and %d adversarial strings (%.1f s)", backend, check["version"],
                      len(texts), sample["text_bytes"] / 1e6, len(adversarial), time.monotonic() - start)
             return BackendChoice(backend, check["version"], {"requested": requested, "result": "passed",
-                                                             **sample, "mismatches": 0, "checks": checks})
+                                                             **sample, "mismatches": 0, "checks": checks},
+                                 prepared)
         if requested != AUTO:
             raise ValueError(
                 f"--tokenizer_backend {backend}: {check['reason']}. Use --tokenizer_backend "
