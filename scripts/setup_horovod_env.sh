@@ -29,6 +29,8 @@ RUNTIME_DEPS=("numpy>=1.26,<2" "fsspec>=2025.1.0" "pytest>=8" "pytest-timeout>=2
 BUILD_DEPS=("pip>=24" "setuptools>=69,<81" "wheel" "cmake>=3.13,<4" "packaging")
 
 log() { printf '[setup_horovod_env] %s\n' "$*" >&2; }
+# shellcheck source=scripts/venv_steps.sh
+source "$REPO/scripts/venv_steps.sh"
 
 check_env() {
   # Succeeds only when the venv has the pinned TF and a Horovod that was built with TF + Gloo.
@@ -61,17 +63,8 @@ if [[ "${HVD_FORCE:-0}" != "1" ]] && check_env; then
   exit 0
 fi
 
-command -v "$PYTHON" >/dev/null || { log "ERROR: $PYTHON not found (Python 3.11 is required)"; exit 1; }
 command -v g++ >/dev/null || { log "ERROR: g++ not found: Horovod builds from source (apt-get install g++)"; exit 1; }
-
-if [[ "${HVD_FORCE:-0}" == "1" && -d "$VENV" ]]; then
-  log "HVD_FORCE=1: removing $VENV"
-  rm -rf "$VENV"
-fi
-if [[ ! -x "$VENV/bin/python" ]]; then
-  log "creating virtualenv $VENV with $PYTHON"
-  "$PYTHON" -m venv "$VENV"
-fi
+fresh_venv HVD_FORCE
 
 log "installing build requirements and $TF_PIN"
 "$VENV/bin/pip" install --quiet "${BUILD_DEPS[@]}"

@@ -42,6 +42,8 @@ TOOL_PINS=(
 )
 
 log() { printf '[setup_megatron_env] %s\n' "$*" >&2; }
+# shellcheck source=scripts/venv_steps.sh
+source "$REPO/scripts/venv_steps.sh"
 
 check_env() {
   [[ -x "$VENV/bin/python" ]] || return 1
@@ -64,15 +66,7 @@ if [[ "${MEGATRON_FORCE:-0}" != "1" ]] && check_env; then
   log "megatron environment at $VENV is ready (torch 2.13.0+cpu, megatron-core 0.16.1); skipping install"
   exit 0
 fi
-command -v "$PYTHON" >/dev/null || { log "ERROR: $PYTHON not found (Python 3.11 is required)"; exit 1; }
-if [[ "${MEGATRON_FORCE:-0}" == "1" && -d "$VENV" ]]; then
-  log "MEGATRON_FORCE=1: removing $VENV"
-  rm -rf "$VENV"
-fi
-if [[ ! -x "$VENV/bin/python" ]]; then
-  log "creating virtualenv $VENV with $PYTHON"
-  "$PYTHON" -m venv "$VENV"
-fi
+fresh_venv MEGATRON_FORCE
 PACKAGES=("${PINS[@]}")
 if [[ "$TOOLS" == "1" ]]; then
   PACKAGES+=("${TOOL_PINS[@]}")

@@ -1,8 +1,9 @@
-"""Helpers for tests that write Pile-format corpora."""
+"""Helpers for tests that write Pile-format corpora and compare what runs wrote."""
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import os
 import re
@@ -43,3 +44,15 @@ def run_free(value):
     if isinstance(value, dict):
         value.pop("run_id", None)
     return value
+
+
+def output_digests(out) -> dict:
+    """Every file's sha256 by path under `out` (a Path), run-free: what two runs of one job share byte for byte."""
+    digests = {}
+    for p in sorted(out.rglob("*")):
+        if p.is_file():
+            data = p.read_bytes()
+            if p.name == "manifest.json":
+                data = json.dumps(run_free(json.loads(data)), sort_keys=True).encode()
+            digests[run_free(str(p.relative_to(out)))] = hashlib.sha256(data).hexdigest()
+    return digests

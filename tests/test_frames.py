@@ -1,12 +1,11 @@
 """Indexed inputs (pipeline/io/frames.py): same content, read a frame per work item, same output bytes."""
 
-import hashlib
 import json
 import os
 
 import pytest
 import zstandard
-from corpus_helpers import FAST_BEAM, pile_line, run_free, write_lines
+from corpus_helpers import FAST_BEAM, output_digests, pile_line, run_free, write_lines
 
 from pipeline.cli import run
 from pipeline.io import frames
@@ -38,18 +37,6 @@ def _corpus(root) -> list[str]:
     return [a, b]
 
 
-def _digests(out) -> dict:
-    """Every file's sha256 by path, without the run id (each run writes into a directory of its own)."""
-    digests = {}
-    for p in sorted(out.rglob("*")):
-        if p.is_file():
-            data = p.read_bytes()
-            if p.name == "manifest.json":
-                data = json.dumps(run_free(json.loads(data)), sort_keys=True).encode()
-            digests[run_free(str(p.relative_to(out)))] = hashlib.sha256(data).hexdigest()
-    return digests
-
-
 def _content(path) -> bytes:
     with open(path, "rb") as f:
         return zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True).read()
@@ -61,7 +48,7 @@ def test_a_reframed_input_gives_every_output_byte_of_the_original(tmp_path, tiny
             "--tokenizer_model", tiny_model, "--seq_len", "64", "--chunk_mb", str(CHUNK_MB),
             "--max_line_mb", str(MAX_LINE_MB), "--shard_size_mb", "0.2", "--fan_out", "yes", "--overwrite", *FAST_BEAM]
     original = run.main(argv)
-    before = _digests(tmp_path / "out")
+    before = output_digests(tmp_path / "out")
     contents = [_content(f) for f in files]
     for path in files:  # in place, several frames per file
         written = frames.reframe(path, path, CHUNK, MAX_LINE, frame_bytes=15_000)
@@ -84,7 +71,7 @@ def test_a_reframed_input_gives_every_output_byte_of_the_original(tmp_path, tiny
         frames.iter_unit_chunks = real_iter
     assert sorted(read, key=lambda u: (u.first_chunk, u.offset)) == sorted(
         [u for us in units for u in us], key=lambda u: (u.first_chunk, u.offset))  # one work item per frame
-    assert _digests(tmp_path / "out") == before
+    assert output_digests(tmp_path / "out") == before
     assert run_free(reframed) == run_free(original) and original["dead_letters"]["records"] > 10
 
 

@@ -10,7 +10,6 @@ import gzip
 import hashlib
 import io
 import json
-import logging
 import os
 import re
 import signal
@@ -24,7 +23,8 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 import zstandard
-from corpus_helpers import FAST_BEAM, pile_line, run_free, write_lines
+from corpus_helpers import FAST_BEAM, output_digests, pile_line, run_free, write_lines
+from s3_server import loopback_s3
 from sample_corpus import write_sample_corpus
 
 from pipeline.beam import megatron as beam_megatron
@@ -63,18 +63,6 @@ def _train(corpus) -> str:
 def _run(corpus, out, model, *extra, beam_args=FAST_BEAM):
     return run.main(["--input", _train(corpus), "--output_dir", str(out), "--tokenizer_model", model, *BASE,
                      *extra, *beam_args])
-
-
-def _digests(out: Path) -> dict:
-    """Every file's sha256 by path, without the run id (each run writes into a directory of its own)."""
-    digests = {}
-    for p in sorted(out.rglob("*")):
-        if p.is_file():
-            data = p.read_bytes()
-            if p.name == "manifest.json":
-                data = json.dumps(run_free(json.loads(data)), sort_keys=True).encode()
-            digests[run_free(str(p.relative_to(out)))] = hashlib.sha256(data).hexdigest()
-    return digests
 
 
 def read_output(out: Path) -> dict:
@@ -157,7 +145,7 @@ def test_every_file_is_listed_complete_and_shards_are_bounded(plain):
         assert len(lengths) == shard["documents"] and lengths.sum() == shard["tokens"]
         max_doc = max(max_doc, int(lengths.max()) * 2)
         assert shard["bin"]["bytes"] + shard["idx"]["bytes"] <= SHARD_MB * (1 << 20) + max_doc + 20
-    assert set(_digests(out)) == {run_free(path) for path in listed}
+    assert set(output_digests(out)) == {run_free(path) for path in listed}
     # One document is longer than a shard: the shards around it are still numbered 0..n-1.
     count = len(manifest["shards"])
     assert count > 3 and max_doc > SHARD_MB * (1 << 20)
@@ -170,7 +158,7 @@ def test_same_bytes_on_two_worker_processes(corpus, tiny_model, plain, tmp_path)
     out, _ = plain
     two = tmp_path / "two"
     _run(corpus, two, tiny_model, beam_args=["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"])
-    assert _digests(two) == _digests(out)
+    assert output_digests(two) == output_digests(out)
     assert not [p for p in two.iterdir() if TEMP.match(p.name)]  # the spill directory is gone
 
 
@@ -179,7 +167,7 @@ def test_portable_runner_writes_the_same_bytes(corpus, tiny_model, plain, tmp_pa
     portable = tmp_path / "portable"
     _run(corpus, portable, tiny_model, beam_args=["--runner", "PortableRunner", "--job_endpoint", "embed",
                                                    "--environment_type", "LOOPBACK"])
-    assert _digests(portable) == _digests(out)
+    assert output_digests(portable) == output_digests(out)
 
 
 def test_document_order_and_shards_do_not_depend_on_chunking(corpus, tiny_model, plain, tmp_path):
@@ -283,8 +271,8 @@ def test_fast_backend_writes_the_same_bytes(corpus, tiny_model, plain, tmp_path)
     fast = _run(corpus, tmp_path / "fast", tiny_model, "--tokenizer_backend", "auto", "--verify_tokenizer", "fail")
     if os.environ.get("PILE_REQUIRE_FAST_BACKENDS"):
         assert fast["tokenizer"]["backend"]["name"] != "sentencepiece", fast["tokenizer"]["backend"]
-    assert {k: v for k, v in _digests(tmp_path / "fast").items() if k != "manifest.json"} == {
-        k: v for k, v in _digests(out).items() if k != "manifest.json"}
+    assert {k: v for k, v in output_digests(tmp_path / "fast").items() if k != "manifest.json"} == {
+        k: v for k, v in output_digests(out).items() if k != "manifest.json"}
 
 
 def test_each_format_refuses_the_others_manifest(plain, tmp_path, corpus, tiny_model):
@@ -389,34 +377,14 @@ def test_sigkill_midway_then_overwrite_gives_the_clean_output(corpus, tiny_model
     with pytest.raises(FileExistsError, match="incomplete"):
         run.main(argv + FAST_BEAM)
     run.main(argv + FAST_BEAM + ["--overwrite"])
-    assert _digests(out) == _digests(clean)
+    assert output_digests(out) == output_digests(clean)
 
 
 @pytest.fixture
-def s3_env(tmp_path):
-    """A loopback S3 server (moto), found through AWS_ENDPOINT_URL_S3 as in tests/test_s3.py."""
-    import fsspec
-    import s3fs
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    env = {"AWS_ENDPOINT_URL_S3": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "AKIDTEST",
-           "AWS_SECRET_ACCESS_KEY": "secret", "AWS_DEFAULT_REGION": "us-east-1", "AWS_CONFIG_FILE": os.devnull,
-           "AWS_SHARED_CREDENTIALS_FILE": os.devnull, "AWS_EC2_METADATA_DISABLED": "true"}
-    with pytest.MonkeyPatch.context() as mp:
-        for key, value in env.items():
-            mp.setenv(key, value)
-        for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "FSSPEC_S3_ENDPOINT_URL"):
-            mp.delenv(key, raising=False)
-        s3fs.S3FileSystem.clear_instance_cache()
-        fs = fsspec.filesystem("s3")
-        fs.mkdir("bucket")
-        yield fs, env
-        s3fs.S3FileSystem.clear_instance_cache()
-    server.stop()
+def s3_env():
+    """A loopback S3 server (tests/s3_server.py) with an empty bucket."""
+    with loopback_s3("bucket") as server:
+        yield server
 
 
 def test_s3_output_is_byte_identical_to_a_local_run(corpus, tiny_model, s3_env, tmp_path):

@@ -9,7 +9,6 @@ message is searched for it.
 
 import hashlib
 import json
-import logging
 import os
 import struct
 import subprocess
@@ -19,9 +18,8 @@ from pathlib import Path
 
 import fsspec
 import pytest
-import s3fs
 from corpus_helpers import pile_line, run_free, write_lines
-from moto.server import ThreadedMotoServer
+from s3_server import loopback_s3
 from sample_corpus import write_sample_corpus
 
 from pipeline.cli import run
@@ -37,38 +35,15 @@ FLAGS = ["--seq_len", "128", "--chunk_mb", "0.05", "--shard_size_mb", "0.1"]
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
     """A loopback S3 server with the Pile's layout in s3://pile-bucket/pile/; yields (fs, env, local copy)."""
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # the server's request log
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    env = {
-        "AWS_ENDPOINT_URL_S3": f"http://{host}:{port}",
-        "AWS_ACCESS_KEY_ID": "AKIDPIPELINETEST",
-        "AWS_SECRET_ACCESS_KEY": SECRET,
-        "AWS_DEFAULT_REGION": "us-east-1",
-        # Nothing but the environment: no profile files, no instance metadata service.
-        "AWS_CONFIG_FILE": os.devnull,
-        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-        "AWS_EC2_METADATA_DISABLED": "true",
-    }
-    with pytest.MonkeyPatch.context() as mp:
-        for key, value in env.items():
-            mp.setenv(key, value)
-        for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "FSSPEC_S3_ENDPOINT_URL"):
-            mp.delenv(key, raising=False)
-        s3fs.S3FileSystem.clear_instance_cache()
+    with loopback_s3(BUCKET, SECRET) as (fs, env):
         local = tmp_path_factory.mktemp("pile")
         write_sample_corpus(str(local), train_files=3, docs_per_file=30)
         # A fourth train file with malformed lines between good ones: dead letters on S3.
         good = [pile_line(f"document {i} " * 40, "Wikipedia (en)") for i in range(30)]
         bad = [b"{not json", pile_line("x", "No Such Subset"), b'{"text": 5, "meta": {}}']
         write_lines(str(local / "train" / "03.jsonl.zst"), good[:10] + bad + good[10:])
-        fs = fsspec.filesystem("s3")
-        fs.mkdir(BUCKET)
         fs.put(str(local) + "/", f"{BUCKET}/pile/", recursive=True)
         yield fs, env, local
-        s3fs.S3FileSystem.clear_instance_cache()
-    server.stop()
 
 
 def _pipeline(env, *argv):

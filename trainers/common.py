@@ -44,6 +44,7 @@ import posixpath
 import numpy as np
 import tensorflow as tf
 
+from pipeline.core.options import parse_bool
 from pipeline.format import manifest as manifest_lib
 from trainers import loop
 from trainers.model import PRESETS, ModelConfig, build_model, model_config
@@ -172,14 +173,6 @@ class TrainConfig:
         return self.tensorboard_dir or os.path.join(self.output_dir, "tensorboard")
 
 
-def _bool(value: str) -> bool:
-    if str(value).lower() in ("1", "true", "yes", "on"):
-        return True
-    if str(value).lower() in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true/false, got {value!r}")
-
-
 def add_train_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The flags of every trainer (SageMaker passes hyperparameters as these flags)."""
     d = TrainConfig(train_data="", output_dir="")
@@ -199,10 +192,10 @@ def add_train_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     for name in ("d_model", "n_layers", "n_heads", "d_ff", "max_seq_len"):
         p.add_argument(f"--{name}", type=int, default=None, help="override the preset")
     p.add_argument("--dropout", type=float, default=d.dropout)
-    p.add_argument("--tie_embeddings", type=_bool, default=d.tie_embeddings)
-    p.add_argument("--mixed_precision", type=_bool, nargs="?", const=True, default=d.mixed_precision,
+    p.add_argument("--tie_embeddings", type=parse_bool, default=d.tie_embeddings)
+    p.add_argument("--mixed_precision", type=parse_bool, nargs="?", const=True, default=d.mixed_precision,
                    help="bfloat16 compute, float32 weights")
-    p.add_argument("--use_document_boundaries", type=_bool, default=d.use_document_boundaries,
+    p.add_argument("--use_document_boundaries", type=parse_bool, default=d.use_document_boundaries,
                    help="mask attention to each packed document and restart positions (when the "
                         "shards were written with --document_boundaries)")
     p.add_argument("--batch_size", type=int, default=d.batch_size, help="per rank (without --global_batch_size)")
@@ -217,7 +210,7 @@ def add_train_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         "a later run with the same flags resumes")
     p.add_argument("--learning_rate", type=float, default=d.learning_rate,
                    help="for one worker (for the whole batch with --global_batch_size)")
-    p.add_argument("--scale_lr", type=_bool, default=d.scale_lr,
+    p.add_argument("--scale_lr", type=parse_bool, default=d.scale_lr,
                    help="multiply the learning rate by the number of workers (Horovod's recipe, for a "
                         "global batch that grows with them; not with --global_batch_size)")
     p.add_argument("--warmup_steps", type=int, default=d.warmup_steps)
@@ -227,10 +220,10 @@ def add_train_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--beta_2", type=float, default=d.beta_2)
     p.add_argument("--clip_norm", type=float, default=d.clip_norm)
     p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--shuffle", type=_bool, default=d.shuffle)
+    p.add_argument("--shuffle", type=parse_bool, default=d.shuffle)
     p.add_argument("--shuffle_buffer", type=int, default=None, help="reader's records per shuffle window")
     p.add_argument("--num_parallel_reads", type=int, default=None, help="reader's concurrent windows")
-    p.add_argument("--verify_data", type=_bool, nargs="?", const=True, default=d.verify_data)
+    p.add_argument("--verify_data", type=parse_bool, nargs="?", const=True, default=d.verify_data)
     p.add_argument("--log_every", type=int, default=d.log_every)
     p.add_argument("--eval_every", type=int, default=d.eval_every, help="0: after the last step only")
     p.add_argument("--eval_steps", type=int, default=d.eval_steps, help="batches per rank")
@@ -239,9 +232,9 @@ def add_train_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--profile_start", type=int, default=None,
                    help="capture a tf.profiler trace from this step (rank 0)")
     p.add_argument("--profile_steps", type=int, default=d.profile_steps)
-    p.add_argument("--deterministic", type=_bool, nargs="?", const=True, default=d.deterministic)
+    p.add_argument("--deterministic", type=parse_bool, nargs="?", const=True, default=d.deterministic)
     p.add_argument("--threads", type=int, default=d.threads)
-    p.add_argument("--debug_dump", type=_bool, nargs="?", const=True, default=d.debug_dump,
+    p.add_argument("--debug_dump", type=parse_bool, nargs="?", const=True, default=d.debug_dump,
                    help="every rank writes its final weights and a summary to <output_dir>/debug")
     return p
 

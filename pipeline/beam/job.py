@@ -10,13 +10,12 @@ import numpy as np
 
 from pipeline.beam import megatron, transforms
 from pipeline.beam.execution import READ_SHARE, READ_SHARE_FAST, Execution, balance, file_sizes, share_files
+from pipeline.beam.manifest import shared_entries
 from pipeline.beam.progress import Reporter
 from pipeline.config.job import PipelineConfig
-from pipeline.core import documents
 from pipeline.core.shuffle import ShardPlan
 from pipeline.core.sources import SourceOffsets
-from pipeline.core.stats import merge_into, merge_stats, sorted_dict
-from pipeline.core.versions import created_by
+from pipeline.core.stats import merge_stats, sorted_dict
 from pipeline.format import framing, records
 from pipeline.format import manifest as manifest_lib
 from pipeline.io.files import sha256_of
@@ -88,54 +87,34 @@ def build_manifest(job: Job, shards: list[dict], stats: dict, dead_letters: list
     cfg = job.config
     shards = sorted(shards, key=lambda s: s["path"])
     packing_stats = stats.get("packing", {})
-    subsets = stats.get("subsets", {})
-    selection = cfg.selection()
-    for name, s in subsets.items():
-        s["epochs"] = cfg.epochs_of(name)
-        s["selected"] = name in selection
     num_records = sum(s["records"] for s in shards)
-    labels = num_records * cfg.seq_len - packing_stats.get("padding_labels", 0)
-    inputs = stats.get("inputs", {})
-    return sorted_dict(
-        {
-            "format": manifest_lib.FORMAT,
-            "format_version": manifest_lib.FORMAT_VERSION,
-            "created_by": created_by(),
-            "run_id": job.run_id,
-            "split": cfg.split,
-            "seq_len": cfg.seq_len,
-            "features": records.feature_spec(cfg.seq_len, job.token_dtype, cfg.document_boundaries),
-            "tokenizer": tokenizer_json(job),
-            "shards": shards,
-            "totals": {
-                "records": num_records,
-                "label_tokens": labels,
-                "bytes": sum(s["bytes"] for s in shards),
-                "documents_kept": sum(s.get("kept", 0) for s in subsets.values()),
-                "lines": stats.get("lines", 0),
-            },
-            "subsets": subsets,
-            "dead_letters": {
-                "by_reason": stats.get("dead_letters", {}),
-                "records": sum(d["records"] for d in dead_letters),
-                "files": sorted(dead_letters, key=lambda d: d["path"]),
-            },
-            "packing": {
-                "remainder_policy": cfg.remainder,
-                "records_from_chunks": num_records
-                - packing_stats.get("records_from_tails", 0)
-                - packing_stats.get("padded_records", 0),
-                **packing_stats,
-            },
-            # Validation's per-file counts are there for every file, read or empty.
-            "inputs": [merge_into(documents.file_stats(), inputs[k]) for k in sorted(inputs)],
-            "shuffle": {"method": "feistel permutation of global record index", "seed": cfg.seed,
-                        "num_shards": num_shards},
-            "config": cfg.to_json(),
-            # Only with --provenance, so that the default output stays the same bytes.
-            **({"provenance": {"files": sorted(provenance, key=lambda f: f["path"])}} if cfg.provenance else {}),
-        }
+    manifest = shared_entries(cfg, job.run_id, stats, dead_letters)
+    manifest["totals"].update(
+        records=num_records,
+        label_tokens=num_records * cfg.seq_len - packing_stats.get("padding_labels", 0),
+        bytes=sum(s["bytes"] for s in shards),
     )
+    manifest.update({
+        "format": manifest_lib.FORMAT,
+        "format_version": manifest_lib.FORMAT_VERSION,
+        "seq_len": cfg.seq_len,
+        "features": records.feature_spec(cfg.seq_len, job.token_dtype, cfg.document_boundaries),
+        "tokenizer": tokenizer_json(job),
+        "shards": shards,
+        "packing": {
+            "remainder_policy": cfg.remainder,
+            "records_from_chunks": num_records
+            - packing_stats.get("records_from_tails", 0)
+            - packing_stats.get("padded_records", 0),
+            **packing_stats,
+        },
+        "shuffle": {"method": "feistel permutation of global record index", "seed": cfg.seed,
+                    "num_shards": num_shards},
+        "config": cfg.to_json(),
+        # Only with --provenance, so that the default output stays the same bytes.
+        **({"provenance": {"files": sorted(provenance, key=lambda f: f["path"])}} if cfg.provenance else {}),
+    })
+    return sorted_dict(manifest)
 
 
 def _reporter(job: Job) -> Reporter:

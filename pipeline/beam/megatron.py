@@ -1,8 +1,9 @@
 """`--output_format megatron`: the job's documents written as Megatron's indexed dataset, in shards.
 
 Reading, validation, dead letters, subset selection, epochs, BOS/EOS and the tokenizer backends are
-the TFRecord job's (pipeline/beam/job.py hands over its chunks); instead of packing, every kept
-document becomes one sequence `[BOS] ids EOS` (pipeline/format/megatron.py has the format).
+the TFRecord job's (pipeline/beam/job.py hands over its chunks, transforms.ChunkDocumentsFn tokenizes
+them); instead of packing, every kept document becomes one sequence `[BOS] ids EOS`
+(pipeline/format/megatron.py has the format).
 
 Order: within a group of shards (the whole output, or one subset with --per_subset), documents are
 in input order: epoch copy, input file (sorted paths), line. Copy 0 is exactly what Megatron's
@@ -36,19 +37,17 @@ import numpy as np
 from apache_beam.metrics import Metrics
 
 from pipeline.beam import transforms
+from pipeline.beam.manifest import shared_entries
 from pipeline.beam.progress import Reporter
 from pipeline.config.job import PipelineConfig
-from pipeline.core import documents, packing
-from pipeline.core.epochs import copies_of
-from pipeline.core.stats import merge_into, merge_stats, sorted_dict
-from pipeline.core.versions import created_by
+from pipeline.core import packing
+from pipeline.core.stats import merge_stats, sorted_dict
 from pipeline.format import megatron as fmt
 from pipeline.format.framing import FramedRecords
 from pipeline.io.outputs import commit_output, run_path
 from pipeline.io.publish import publish
-from pipeline.io.spill import SpilledRecords, SpillWriter, load
-from pipeline.io.urls import redact_url
-from pipeline.tokenize.engines import Encoder, Prepared, TokenizerMismatch
+from pipeline.io.spill import SpilledRecords, load
+from pipeline.tokenize.engines import Prepared
 from pipeline.tokenize.model import SpecialIds
 
 LOG = logging.getLogger(__name__)
@@ -70,112 +69,26 @@ def _sizes(block: FramedRecords | SpilledRecords) -> np.ndarray:
     return np.diff(block.ends, prepend=0)
 
 
-class TokenizeDocumentsFn(beam.DoFn):
+class TokenizeDocumentsFn(transforms.ChunkDocumentsFn):
     """Chunk -> the kept documents' tokens, one block per (group, epoch copy); see the module docstring."""
 
     def __init__(self, config: PipelineConfig, special: SpecialIds, backend: str = "sentencepiece",
                  encode_threads: int | None = None, spill_dir: str | None = None, progress: Reporter | None = None,
                  prepared: Prepared | None = None):
-        self._config = config
-        self._special = special
-        self._encoder = Encoder(config.tokenizer_model, backend, verify=config.verify_tokenizer != "off",
-                                threads=encode_threads, prepared=prepared)
-        self._selected = config.selection()
-        self._schema = config.schema
-        self._progress = progress or Reporter()
-        self._dtype = fmt.token_dtype(special.vocab_size)
-        self._spill_dir = spill_dir
-        self._spill = None
-        self._docs = _counter("documents_kept")
-        self._tokens = _counter("tokens")
-        self._dead = _counter("dead_letters")
-        self._filtered = _counter("documents_filtered")
-
-    def setup(self):
-        self._encoder.load()
-
-    def finish_bundle(self):
-        self._progress.flush()
-
-    def teardown(self):
-        self._progress.close()
-        if self._spill is not None:
-            self._spill.close()
-
-    def _emit(self, block: FramedRecords):
-        if self._spill_dir is None:
-            return block
-        if self._spill is None:
-            self._spill = SpillWriter(self._spill_dir)
-        return self._spill.write(block)
-
-    def _dead_letter(self, chunk, line: documents.Line, reason: str, detail: str, dead: dict):
-        # The same records as the TFRecord job's (tests/test_megatron_output.py compares them).
-        dead[reason] = dead.get(reason, 0) + 1
-        self._dead.inc()
-        return beam.pvalue.TaggedOutput(transforms.DEAD_LETTERS, (
-            (chunk.file_index, chunk.chunk_index),
-            {"file": redact_url(chunk.path), "file_index": chunk.file_index, "line": line.number,
-             "offset": line.offset, "reason": reason, "detail": detail[:200], "prefix": documents.line_prefix(line)},
-        ))
+        super().__init__(config, special, fmt.token_dtype(special.vocab_size), backend, encode_threads, spill_dir,
+                         progress, prepared)
 
     def process(self, chunk):
         cfg, special = self._config, self._special
-        subsets: dict = {}
-        dead: dict[str, int] = {}
-        file_stats = documents.file_stats()
-        texts, kept = [], []  # kept: (subset, line)
-        for line in chunk.lines:
-            try:
-                doc = documents.validate(line, cfg.max_line_bytes, self._schema, file_stats)
-            except documents.BadRecord as bad:
-                yield self._dead_letter(chunk, line, bad.reason, bad.detail, dead)
-                continue
-            text, subset = doc.text, doc.subset
-            s = subsets.setdefault(subset, {"documents": 0, "kept": 0, "filtered": {}, "text_bytes": 0})
-            s["documents"] += 1
-            reason = documents.filter_reason(text, subset, self._selected)
-            if reason:
-                s["filtered"][reason] = s["filtered"].get(reason, 0) + 1
-                self._filtered.inc()
-                continue
-            s["kept"] += 1
-            s["text_bytes"] += len(line.data)
-            texts.append(text)
-            kept.append((subset, line))
-
-        # Every kept document's ids in one flat array: document i is ids[offsets[i]:offsets[i + 1]].
-        ids, offsets, mismatches = self._encoder.encode_verified(texts)
-        copies = np.array([copies_of(cfg.epochs_of(subset), cfg.seed, chunk.file_index, line.number)
-                           for subset, line in kept], np.int64)
-        lengths = np.diff(offsets)
-
-        def unkeep(i: int) -> dict:
-            s = subsets[kept[i][0]]
-            s["kept"] -= 1
-            s["text_bytes"] -= len(kept[i][1].data)
-            copies[i] = -1  # never written
-            return s
-
-        for i, detail in mismatches:  # only with --verify_tokenizer: the fast backend disagreed with SentencePiece
-            if cfg.verify_tokenizer == "fail":
-                raise TokenizerMismatch(f"{redact_url(chunk.path)} line {kept[i][1].number}: {detail}")
-            unkeep(i)["documents"] -= 1
-            yield self._dead_letter(chunk, kept[i][1], "tokenizer_mismatch", detail, dead)
-        for i in np.flatnonzero((lengths == 0) & (copies >= 0)).tolist():
-            filtered = unkeep(i)["filtered"]
+        docs, dead_letters = self._documents(chunk)
+        yield from dead_letters
+        copies = docs.copies
+        for i in np.flatnonzero((np.diff(docs.offsets) == 0) & (copies >= 0)).tolist():
+            filtered = docs.unkeep(i)["filtered"]
             filtered[NO_TOKENS] = filtered.get(NO_TOKENS, 0) + 1
             self._filtered.inc()
 
-        sizes = lengths + special.add_bos + special.add_eos  # tokens per written document
-        for (subset, _), size, count in zip(kept, sizes.tolist(), copies.tolist(), strict=True):
-            if count >= 0:
-                s = subsets[subset]
-                s["tokens"] = s.get("tokens", 0) + size
-                s["tokens_with_epochs"] = s.get("tokens_with_epochs", 0) + count * size
-        self._docs.inc(int((copies >= 0).sum()))
-
-        groups = np.array([subset if cfg.per_subset else "" for subset, _ in kept], object)
+        groups = np.array([subset if cfg.per_subset else "" for subset in docs.subsets], object)
         itemsize = self._dtype.itemsize
         counts: dict[str, list] = {}
         for group in sorted(set(groups[copies > 0].tolist())):
@@ -183,10 +96,10 @@ class TokenizeDocumentsFn(beam.DoFn):
             for copy in range(int(copies[in_group].max())):
                 chosen = in_group & (copies > copy)
                 stream = packing.build_stream_flat(
-                    ids, offsets, chosen, bos_id=special.bos_id if special.add_bos else None,
+                    docs.ids, docs.offsets, chosen, bos_id=special.bos_id if special.add_bos else None,
                     eos_id=special.eos_id if special.add_eos else None, separator_id=special.separator_id,
                 )
-                nbytes = sizes[chosen].astype(np.int64) * itemsize
+                nbytes = docs.sizes[chosen].astype(np.int64) * itemsize
                 block = FramedRecords(stream.labels.astype(self._dtype).tobytes(), np.cumsum(nbytes))
                 source = (group, copy, chunk.file_index, chunk.chunk_index)
                 self._tokens.inc(len(stream.labels))
@@ -195,11 +108,7 @@ class TokenizeDocumentsFn(beam.DoFn):
                                                      int(nbytes.sum()) + fmt.INDEX_BYTES_PER_DOCUMENT * len(nbytes)))
         if counts:
             yield beam.pvalue.TaggedOutput(transforms.COUNTS, {g: np.array(c, np.int64) for g, c in counts.items()})
-        yield beam.pvalue.TaggedOutput(transforms.STATS, {"subsets": subsets, "dead_letters": dead,
-                                                          "lines": len(chunk.lines),
-                                                          "inputs": {f"{chunk.file_index:05d}": file_stats}})
-        written = copies >= 0
-        self._progress.add(done=chunk.input_bytes, docs=int(written.sum()), tokens=int(sizes[written].sum()))
+        yield self._stats_out(chunk, docs)
 
 
 class AssignShardsFn(beam.DoFn):
@@ -280,18 +189,15 @@ def build_manifest(config: PipelineConfig, tokenizer: dict, dtype: np.dtype, sha
                    dead_letters: list[dict], run_id: str) -> dict:
     """The manifest of a Megatron output (pure, so tests can check it without Beam)."""
     shards = sorted(shards, key=lambda s: s["path"])
-    subsets = stats.get("subsets", {})
-    selection = config.selection()
-    for name, s in subsets.items():
-        s["epochs"] = config.epochs_of(name)
-        s["selected"] = name in selection
-    inputs = stats.get("inputs", {})
-    manifest = {
+    manifest = shared_entries(config, run_id, stats, dead_letters)
+    manifest["totals"].update(
+        documents=sum(s["documents"] for s in shards),
+        tokens=sum(s["tokens"] for s in shards),
+        bytes=sum(s["bin"]["bytes"] + s["idx"]["bytes"] for s in shards),
+    )
+    manifest.update({
         "format": fmt.FORMAT,
         "format_version": fmt.FORMAT_VERSION,
-        "created_by": created_by(),
-        "run_id": run_id,
-        "split": config.split,
         "megatron": {
             "dtype": np.dtype(dtype).name,
             "dtype_code": fmt.dtype_code(dtype),
@@ -300,23 +206,8 @@ def build_manifest(config: PipelineConfig, tokenizer: dict, dtype: np.dtype, sha
         },
         "tokenizer": tokenizer,
         "shards": shards,
-        "totals": {
-            "documents": sum(s["documents"] for s in shards),
-            "tokens": sum(s["tokens"] for s in shards),
-            "bytes": sum(s["bin"]["bytes"] + s["idx"]["bytes"] for s in shards),
-            "documents_kept": sum(s.get("kept", 0) for s in subsets.values()),
-            "lines": stats.get("lines", 0),
-        },
-        "subsets": subsets,
-        "dead_letters": {
-            "by_reason": stats.get("dead_letters", {}),
-            "records": sum(d["records"] for d in dead_letters),
-            "files": sorted(dead_letters, key=lambda d: d["path"]),
-        },
-        # Validation's per-file counts are there for every file, read or empty.
-        "inputs": [merge_into(documents.file_stats(), inputs[k]) for k in sorted(inputs)],
         "config": recorded_config(config),
-    }
+    })
     # Relative prefixes: usable from the output directory; `pile-pipeline data-path` gives full ones.
     manifest["megatron"]["data_path"] = fmt.data_path(fmt.blend(manifest))
     return sorted_dict(manifest)

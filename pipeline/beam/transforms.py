@@ -24,6 +24,7 @@ the same bytes in a local file (pipeline/io/spill.py).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import posixpath
 import time
@@ -139,37 +140,73 @@ class _EmitsRecords(beam.DoFn):
             self._spill = SpillWriter(self._spill_dir)
         return self._spill.write(block)
 
+    def _records_out(self, source: tuple, block: FramedRecords, stream: packing.Piece, labels: int):
+        """A block of packed records: the main output, its COUNTS and (with --provenance) its PROVENANCE."""
+        yield source, self._emit(block)
+        yield beam.pvalue.TaggedOutput(COUNTS, (source, len(block)))
+        if stream.spans is not None:
+            yield _spans_out(source, len(block), stream.spans, labels)
+
     def teardown(self):
         if self._spill is not None:
             self._spill.close()
 
 
-class ProcessChunkFn(_EmitsRecords):
-    """Chunk -> validated, tokenized, packed and serialized records of each epoch copy."""
+@dataclasses.dataclass
+class ChunkDocuments:
+    """A chunk's kept documents, tokenized, and the counts of its STATS output.
 
-    def __init__(self, config: PipelineConfig, special: SpecialIds, backend: str = "sentencepiece",
+    Document i (`lines[i]`, of subset `subsets[i]`) is ids[offsets[i]:offsets[i + 1]], `sizes[i]`
+    tokens once written with BOS/EOS, in `copies[i]` epoch copies (-1: left out after tokenizing).
+    """
+
+    lines: list[documents.Line]
+    subsets: list[str]
+    ids: np.ndarray
+    offsets: np.ndarray
+    sizes: np.ndarray
+    copies: np.ndarray
+    counts: dict  # per subset: documents, kept, filtered (by reason), text_bytes; then tokens
+    dead: dict  # dead letters by reason
+    file_stats: dict  # validation's counts (documents.file_stats())
+
+    def unkeep(self, i: int) -> dict:
+        """Leave out document i, counted as kept so far; returns its subset's counts."""
+        s = self.counts[self.subsets[i]]
+        s["kept"] -= 1
+        s["text_bytes"] -= len(self.lines[i].data)
+        self.copies[i] = -1  # never written
+        return s
+
+
+class ChunkDocumentsFn(_EmitsRecords):
+    """A chunk's lines -> kept documents, tokenized: what both output formats do before writing.
+
+    Validation and its dead letters, subset selection, the tokenizer, epoch copies, the subsets'
+    counts. ProcessChunkFn packs the documents into records; the Megatron job's TokenizeDocumentsFn
+    (pipeline/beam/megatron.py) writes them one per sequence. Their dead letters are the same records.
+    """
+
+    def __init__(self, config: PipelineConfig, special: SpecialIds, dtype: np.dtype, backend: str = "sentencepiece",
                  encode_threads: int | None = None, spill_dir: str | None = None, progress: Reporter | None = None,
                  prepared: Prepared | None = None):
         super().__init__(spill_dir)
         self._config = config
         self._special = special
+        self._dtype = dtype
         self._encoder = Encoder(config.tokenizer_model, backend, verify=config.verify_tokenizer != "off",
                                 threads=encode_threads, prepared=prepared)
         self._selected = config.selection()
         self._schema = config.schema
         self._progress = progress or Reporter()
-        self._dtype = records.token_dtype_for(special.vocab_size)
         self._docs = _counter("documents_kept")
         self._tokens = _counter("tokens")
         self._dead = _counter("dead_letters")
         self._filtered = _counter("documents_filtered")
-        self._records = _counter("records_from_chunks")
 
     def setup(self):
         # Heavy state loads once per worker, from the model's path.
         self._encoder.load()
-        self._last_log = time.monotonic()
-        self._done_chunks = 0
 
     def finish_bundle(self):
         self._progress.flush()
@@ -197,17 +234,18 @@ class ProcessChunkFn(_EmitsRecords):
             ),
         )
 
-    def process(self, chunk: inputs.Chunk):
+    def _documents(self, chunk: inputs.Chunk) -> tuple[ChunkDocuments, list]:
+        """The chunk's kept documents, tokenized, and the dead letters to output (bad lines, then mismatches)."""
         cfg, special = self._config, self._special
         subsets: dict = {}
         dead: dict[str, int] = {}
         file_stats = documents.file_stats()
-        kept_texts, kept_meta, kept_lines = [], [], []  # meta: (subset, line number)
+        dead_letters, texts, kept_subsets, kept_lines = [], [], [], []
         for line in chunk.lines:
             try:
                 doc = documents.validate(line, cfg.max_line_bytes, self._schema, file_stats)
             except documents.BadRecord as bad:
-                yield self._dead_letter(chunk, line, bad.reason, bad.detail, dead)
+                dead_letters.append(self._dead_letter(chunk, line, bad.reason, bad.detail, dead))
                 continue
             text, subset = doc.text, doc.subset
             s = subsets.setdefault(subset, {"documents": 0, "kept": 0, "filtered": {}, "text_bytes": 0})
@@ -219,68 +257,89 @@ class ProcessChunkFn(_EmitsRecords):
                 continue
             s["kept"] += 1
             s["text_bytes"] += len(line.data)
-            kept_texts.append(text)
-            kept_meta.append((subset, line.number))
+            texts.append(text)
+            kept_subsets.append(subset)
             kept_lines.append(line)
 
-        # (ids, offsets): every kept document's ids in one flat array; document i is ids[offsets[i]:offsets[i + 1]].
-        ids, offsets, mismatches = self._encoder.encode_verified(kept_texts)
-        # Epoch copies are packed as separate streams, so repeats of a document land in different
-        # records (and, after the global shuffle, far apart).
-        copies = np.array([copies_of(cfg.epochs_of(subset), cfg.seed, chunk.file_index, n) for subset, n in kept_meta],
-                          np.int64)
+        # (ids, offsets): every kept document's ids in one flat array.
+        ids, offsets, mismatches = self._encoder.encode_verified(texts)
+        copies = np.array([copies_of(cfg.epochs_of(subset), cfg.seed, chunk.file_index, line.number)
+                           for subset, line in zip(kept_subsets, kept_lines, strict=True)], np.int64)
+        sizes = np.diff(offsets) + special.add_bos + special.add_eos
+        docs = ChunkDocuments(kept_lines, kept_subsets, ids, offsets, sizes, copies, subsets, dead, file_stats)
         for i, detail in mismatches:  # only with --verify_tokenizer: the fast backend disagreed with SentencePiece
             if cfg.verify_tokenizer == "fail":
                 raise TokenizerMismatch(f"{redact_url(chunk.path)} line {kept_lines[i].number}: {detail}")
-            s = subsets[kept_meta[i][0]]
-            s["documents"] -= 1
-            s["kept"] -= 1
-            s["text_bytes"] -= len(kept_lines[i].data)
-            copies[i] = -1  # never packed
-            yield self._dead_letter(chunk, kept_lines[i], "tokenizer_mismatch", detail, dead)
-        lengths = np.diff(offsets) + special.add_bos + special.add_eos  # with BOS/EOS
-        for (subset, _), length, count in zip(kept_meta, lengths.tolist(), copies.tolist(), strict=True):
-            if count >= 0:
-                stats = subsets[subset]
-                stats["tokens"] = stats.get("tokens", 0) + length
-                stats["tokens_with_epochs"] = stats.get("tokens_with_epochs", 0) + count * length
-        self._docs.inc(int((copies >= 0).sum()))
+            docs.unkeep(i)["documents"] -= 1
+            dead_letters.append(self._dead_letter(chunk, kept_lines[i], "tokenizer_mismatch", detail, dead))
+        return docs, dead_letters
 
+    def _stats_out(self, chunk: inputs.Chunk, docs: ChunkDocuments):
+        """Count the tokens of the documents written and report progress; the chunk's STATS output."""
+        written = docs.copies >= 0
+        for subset, size, count in zip(docs.subsets, docs.sizes.tolist(), docs.copies.tolist(), strict=True):
+            if count >= 0:
+                s = docs.counts[subset]
+                s["tokens"] = s.get("tokens", 0) + size
+                s["tokens_with_epochs"] = s.get("tokens_with_epochs", 0) + count * size
+        self._docs.inc(int(written.sum()))
+        self._progress.add(done=chunk.input_bytes, docs=int(written.sum()), tokens=int(docs.sizes[written].sum()))
+        return beam.pvalue.TaggedOutput(STATS, {"subsets": docs.counts, "dead_letters": docs.dead,
+                                                "lines": len(chunk.lines),
+                                                "inputs": {f"{chunk.file_index:05d}": docs.file_stats}})
+
+
+class ProcessChunkFn(ChunkDocumentsFn):
+    """Chunk -> validated, tokenized, packed and serialized records of each epoch copy."""
+
+    def __init__(self, config: PipelineConfig, special: SpecialIds, backend: str = "sentencepiece",
+                 encode_threads: int | None = None, spill_dir: str | None = None, progress: Reporter | None = None,
+                 prepared: Prepared | None = None):
+        super().__init__(config, special, records.token_dtype_for(special.vocab_size), backend, encode_threads,
+                         spill_dir, progress, prepared)
+        self._records = _counter("records_from_chunks")
+
+    def setup(self):
+        super().setup()
+        self._last_log = time.monotonic()
+        self._done_chunks = 0
+
+    def process(self, chunk: inputs.Chunk):
+        cfg, special = self._config, self._special
+        docs, dead_letters = self._documents(chunk)
+        yield from dead_letters
+        copies = docs.copies
+        # Epoch copies are packed as separate streams, so repeats of a document land in different
+        # records (and, after the global shuffle, far apart).
         for copy in range(int(copies.max(initial=0))):
             stream = packing.build_stream_flat(
-                ids, offsets, copies > copy, bos_id=special.bos_id if special.add_bos else None,
+                docs.ids, docs.offsets, copies > copy, bos_id=special.bos_id if special.add_bos else None,
                 eos_id=special.eos_id if special.add_eos else None, separator_id=special.separator_id,
             )
             if cfg.provenance:  # the documents in stream order, as packed
                 chosen = copies > copy
-                numbers = np.array([line.number for line in kept_lines], np.int64)
-                stream.spans = provenance.document_spans(chunk.file_index, numbers[chosen], lengths[chosen])
+                numbers = np.array([line.number for line in docs.lines], np.int64)
+                stream.spans = provenance.document_spans(chunk.file_index, numbers[chosen], docs.sizes[chosen])
             tokens, starts, remainder = packing.pack(stream, cfg.seq_len)
             self._tokens.inc(len(stream))
             if len(tokens):
                 self._records.inc(len(tokens))
-                source = (0, copy, chunk.file_index, chunk.chunk_index)
-                yield source, self._emit(serialize_records(
-                    tokens, starts, dtype=self._dtype, document_boundaries=cfg.document_boundaries
-                ))
-                yield beam.pvalue.TaggedOutput(COUNTS, (source, len(tokens)))
-                if stream.spans is not None:
-                    yield _spans_out(source, len(tokens), stream.spans, len(tokens) * cfg.seq_len)
+                block = serialize_records(tokens, starts, dtype=self._dtype,
+                                          document_boundaries=cfg.document_boundaries)
+                yield from self._records_out((0, copy, chunk.file_index, chunk.chunk_index), block, stream,
+                                             len(tokens) * cfg.seq_len)
             if len(remainder):
                 yield beam.pvalue.TaggedOutput(TAILS, ((copy, chunk.file_index), (chunk.chunk_index, remainder)))
 
-        yield beam.pvalue.TaggedOutput(STATS, {"subsets": subsets, "dead_letters": dead, "lines": len(chunk.lines),
-                                               "inputs": {f"{chunk.file_index:05d}": file_stats}})
-        self._progress.add(done=chunk.input_bytes, docs=int((copies >= 0).sum()),
-                           tokens=int(lengths[copies >= 0].sum()))
+        yield self._stats_out(chunk, docs)
         self._done_chunks += 1
         if time.monotonic() - self._last_log > 30:
             LOG.info("worker progress: %d chunks tokenized and packed", self._done_chunks)
             self._last_log = time.monotonic()
 
 
-class PackTailsFn(_EmitsRecords):
-    """((copy, file), [(chunk_index, Piece)]) -> records of the joined tails, and their remainder."""
+class _PacksTails(_EmitsRecords):
+    """A DoFn that joins the tails of earlier packing, in order, and packs them."""
 
     def __init__(self, config: PipelineConfig, special: SpecialIds, spill_dir: str | None = None):
         super().__init__(spill_dir)
@@ -288,40 +347,36 @@ class PackTailsFn(_EmitsRecords):
         self._special = special
         self._dtype = records.token_dtype_for(special.vocab_size)
 
-    def process(self, element):
-        (copy, file_index), tails = element
+    def _pack(self, tails) -> tuple[packing.Piece, np.ndarray, np.ndarray, packing.Piece]:
+        """[(order key, Piece)] -> (the joined stream, its records' tokens and starts, the remainder)."""
         pieces = [piece for _, piece in sorted(tails, key=lambda t: t[0])]
         stream = packing.concat_pieces(pieces, self._special.separator_id)
-        tokens, starts, remainder = packing.pack(stream, self._config.seq_len)
+        return (stream, *packing.pack(stream, self._config.seq_len))
+
+
+class PackTailsFn(_PacksTails):
+    """((copy, file), [(chunk_index, Piece)]) -> records of the joined tails, and their remainder."""
+
+    def process(self, element):
+        (copy, file_index), tails = element
+        stream, tokens, starts, remainder = self._pack(tails)
         if len(tokens):
             _counter("records_from_tails").inc(len(tokens))
-            yield (1, copy, file_index, 0), self._emit(serialize_records(
-                tokens, starts, dtype=self._dtype, document_boundaries=self._config.document_boundaries
-            ))
-            yield beam.pvalue.TaggedOutput(COUNTS, ((1, copy, file_index, 0), len(tokens)))
-            if stream.spans is not None:
-                labels = len(tokens) * self._config.seq_len
-                yield _spans_out((1, copy, file_index, 0), len(tokens), stream.spans, labels)
+            block = serialize_records(tokens, starts, dtype=self._dtype,
+                                      document_boundaries=self._config.document_boundaries)
+            yield from self._records_out((1, copy, file_index, 0), block, stream, len(tokens) * self._config.seq_len)
         if len(remainder):
             yield beam.pvalue.TaggedOutput(TAILS, (None, ((copy, file_index), remainder)))
         yield beam.pvalue.TaggedOutput(STATS, {"packing": {"records_from_tails": len(tokens)}})
 
 
-class PackFinalFn(_EmitsRecords):
+class PackFinalFn(_PacksTails):
     """(None, [((copy, file), Piece)]) -> the last records, and the job's one partial record."""
-
-    def __init__(self, config: PipelineConfig, special: SpecialIds, spill_dir: str | None = None):
-        super().__init__(spill_dir)
-        self._config = config
-        self._special = special
-        self._dtype = records.token_dtype_for(special.vocab_size)
 
     def process(self, element):
         _, tails = element
         cfg = self._config
-        pieces = [piece for _, piece in sorted(tails, key=lambda t: t[0])]
-        stream = packing.concat_pieces(pieces, self._special.separator_id)
-        tokens, starts, remainder = packing.pack(stream, cfg.seq_len)
+        stream, tokens, starts, remainder = self._pack(tails)
         out = serialize_records(tokens, starts, dtype=self._dtype, document_boundaries=cfg.document_boundaries)
         stats = {"records_from_tails": len(tokens), "remainder_labels": len(remainder),
                  "padding_labels": 0, "dropped_labels": 0}
@@ -337,11 +392,9 @@ class PackFinalFn(_EmitsRecords):
             stats["dropped_labels"] = len(remainder)
             LOG.warning("--remainder drop: the job's last %d label tokens are dropped", len(remainder))
         if len(out):
-            yield (2, 0, 0, 0), self._emit(out)
-            yield beam.pvalue.TaggedOutput(COUNTS, ((2, 0, 0, 0), len(out)))
-            if stream.spans is not None:  # the padded record holds the remainder's labels
-                yield _spans_out((2, 0, 0, 0), len(out), stream.spans,
-                                 len(stream) if stats.get("padded_records") else len(tokens) * cfg.seq_len)
+            # The padded record holds the remainder's labels.
+            labels = len(stream) if stats.get("padded_records") else len(tokens) * cfg.seq_len
+            yield from self._records_out((2, 0, 0, 0), out, stream, labels)
         yield beam.pvalue.TaggedOutput(STATS, {"packing": stats})
 
 

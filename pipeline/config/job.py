@@ -21,6 +21,7 @@ from pipeline.core.subsets import (
     parse_selection,
     resolve_selection,
 )
+from pipeline.io.inputs import ChunkSizes
 from pipeline.tokenize.engines import BACKENDS
 
 _SPLIT_NAME = re.compile(r"^[A-Za-z0-9_]+$")
@@ -33,7 +34,7 @@ OUTPUT_FORMATS = ("tfrecord", "megatron")
 
 
 @dataclasses.dataclass(frozen=True)
-class PipelineConfig:
+class PipelineConfig(ChunkSizes):
     """Everything that decides the output bytes (plus where things are and how the work spreads)."""
 
     inputs: tuple[str, ...] = option(
@@ -141,8 +142,7 @@ class PipelineConfig:
                 raise ValueError(f"--epochs: {name}={value} must be within [0, 100]")
         if self.tokenizer_threads is not None and self.tokenizer_threads < 1:
             raise ValueError("--tokenizer_threads must be at least 1")
-        if self.chunk_mb <= 0 or self.max_line_mb <= 0:
-            raise ValueError("--chunk_mb and --max_line_mb must be > 0")
+        self.check_chunk_sizes()
         if not 0 <= self.max_dead_letter_fraction <= 1:
             raise ValueError(f"--max_dead_letter_fraction must be within [0, 1], got {self.max_dead_letter_fraction}")
         if self.progress_every < 0:
@@ -164,16 +164,6 @@ class PipelineConfig:
         """The selected subsets: `name in config.selection()`."""
         every = self.subsets == (ALL_NAMES,)
         return Selection(frozenset(() if every else self.subsets), every, frozenset(self.exclude_subsets))
-
-    @property
-    def chunk_bytes(self) -> int:
-        """Decompressed bytes per chunk."""
-        return int(self.chunk_mb * (1 << 20))
-
-    @property
-    def max_line_bytes(self) -> int:
-        """Longest line accepted, in bytes."""
-        return int(self.max_line_mb * (1 << 20))
 
     @property
     def shard_bytes(self) -> int:

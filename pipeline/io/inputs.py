@@ -33,13 +33,35 @@ from pipeline.core.documents import PREFIX_CHARS, Line
 from pipeline.io.decompress import MIB, CorruptInputError, WindowTooLargeError, decompressed_blocks
 from pipeline.io.urls import fs_path, is_local_url, reaching, redact_url
 
-__all__ = ["Chunk", "CorruptInputError", "InputError", "WindowTooLargeError", "expand_inputs", "iter_chunks",
-           "iter_lines", "max_window_bytes"]
+__all__ = ["Chunk", "ChunkSizes", "CorruptInputError", "InputError", "WindowTooLargeError", "expand_inputs",
+           "iter_chunks", "iter_lines", "max_window_bytes"]
 
 MAX_CHUNK_LINES = 1 << 16  # a chunk of tiny (or blank) lines stays small too
 PREFIX_BYTES = PREFIX_CHARS * 4  # what is kept of an over-long line (the dead letter's prefix)
 MIN_WINDOW = 8 * MIB  # zstd's levels 1-19 never declare more
 MAX_PROBLEMS_SHOWN = 20
+
+
+class ChunkSizes:
+    """Base of the configs that read inputs in chunks (the job's, the tokenizer sample's).
+
+    They declare `chunk_mb` and `max_line_mb` (MiB); this gives the sizes in bytes and checks them.
+    """
+
+    def check_chunk_sizes(self) -> None:
+        """Raise ValueError unless both sizes are positive."""
+        if self.chunk_mb <= 0 or self.max_line_mb <= 0:
+            raise ValueError("--chunk_mb and --max_line_mb must be > 0")
+
+    @property
+    def chunk_bytes(self) -> int:
+        """Decompressed bytes per chunk."""
+        return int(self.chunk_mb * MIB)
+
+    @property
+    def max_line_bytes(self) -> int:
+        """Longest input line accepted, in bytes."""
+        return int(self.max_line_mb * MIB)
 
 
 class InputError(FileNotFoundError):

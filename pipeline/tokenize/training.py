@@ -56,6 +56,7 @@ from pipeline.core.stats import sorted_dict
 from pipeline.core.subsets import PILE_SUBSETS, check_subset_names, parse_exclude, parse_subsets, pile_mix_weights
 from pipeline.core.versions import created_by
 from pipeline.io.files import sha256_of
+from pipeline.io.inputs import ChunkSizes
 from pipeline.io.publish import publish, publish_copy, publish_text
 
 LOG = logging.getLogger(__name__)
@@ -142,7 +143,7 @@ def take_smallest(docs: Iterable[SampleDoc], budget: int) -> list[SampleDoc]:
 
 
 @dataclasses.dataclass(frozen=True)
-class SampleConfig:
+class SampleConfig(ChunkSizes):
     """What decides the sample's bytes; recorded in the card. Every field is a flag of the command."""
 
     inputs: tuple[str, ...] = option(
@@ -170,8 +171,7 @@ class SampleConfig:
             raise ValueError("--sample_mb must be > 0")
         if self.max_doc_chars <= 0:
             raise ValueError("--max_doc_chars must be > 0")
-        if self.chunk_mb <= 0 or self.max_line_mb <= 0:
-            raise ValueError("--chunk_mb and --max_line_mb must be > 0")
+        self.check_chunk_sizes()
         if self.on_corrupt_file not in ("fail", "skip"):
             raise ValueError("--on_corrupt_file must be 'fail' or 'skip'")
         check_subset_names(self.subsets, "--subsets")
@@ -182,16 +182,6 @@ class SampleConfig:
         if not self.subsets:
             raise ValueError("The subset selection is empty: check --subsets and --exclude_subsets")
         self.normalized_weights()  # validates --weights
-
-    @property
-    def chunk_bytes(self) -> int:
-        """Decompressed bytes per chunk."""
-        return int(self.chunk_mb * (1 << 20))
-
-    @property
-    def max_line_bytes(self) -> int:
-        """Longest input line accepted, in bytes."""
-        return int(self.max_line_mb * (1 << 20))
 
     def normalized_weights(self) -> dict[str, float] | None:
         """Weight share of each selected subset; None for `natural` (one stratum)."""

@@ -1,0 +1,42 @@
+"""The manifest entries both output formats share.
+
+The TFRecord job's manifest (pipeline/beam/job.py) and the Megatron job's (pipeline/beam/megatron.py)
+add their own entries and totals to these.
+"""
+
+from __future__ import annotations
+
+from pipeline.config.job import PipelineConfig
+from pipeline.core import documents
+from pipeline.core.stats import merge_into
+from pipeline.core.versions import created_by
+
+
+def shared_entries(config: PipelineConfig, run_id: str, stats: dict, dead_letters: list[dict]) -> dict:
+    """Who wrote the output, the split, per-subset counts, dead letters, inputs; totals of documents and lines.
+
+    `stats`: the job's merged STATS outputs; its subsets gain their epochs and whether they were selected.
+    """
+    subsets = stats.get("subsets", {})
+    selection = config.selection()
+    for name, s in subsets.items():
+        s["epochs"] = config.epochs_of(name)
+        s["selected"] = name in selection
+    inputs = stats.get("inputs", {})
+    return {
+        "created_by": created_by(),
+        "run_id": run_id,
+        "split": config.split,
+        "totals": {
+            "documents_kept": sum(s.get("kept", 0) for s in subsets.values()),
+            "lines": stats.get("lines", 0),
+        },
+        "subsets": subsets,
+        "dead_letters": {
+            "by_reason": stats.get("dead_letters", {}),
+            "records": sum(d["records"] for d in dead_letters),
+            "files": sorted(dead_letters, key=lambda d: d["path"]),
+        },
+        # Validation's per-file counts are there for every file, read or empty.
+        "inputs": [merge_into(documents.file_stats(), inputs[k]) for k in sorted(inputs)],
+    }
