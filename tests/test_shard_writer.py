@@ -14,6 +14,7 @@ from pipeline.core.shuffle import Permutation, ShardPlan
 from pipeline.core.sources import SourceOffsets, source_key
 from pipeline.format.framing import FramedRecords, frame
 from pipeline.io import spill
+from pipeline.io import spool as spool_module
 from pipeline.io.spool import BUCKET_BYTES, OrderedSpool, SpoolError
 
 RECORD_PAYLOAD = 16384  # ~ a seq_len 8192 record of uint16 tokens
@@ -90,6 +91,71 @@ def test_spool_keeps_sparse_places_in_order_and_refuses_repeats(tmp_path):
     with OrderedSpool(5, total_bytes=5, dense=False) as spool, pytest.raises(SpoolError, match="twice"):
         spool.add(2, b"a")
         spool.add(2, b"b")
+        list(spool)
+
+
+def _items(n: int, sizes) -> tuple[list[bytes], bytes, np.ndarray, np.ndarray]:
+    """n items of `sizes` (one or per item), at shuffled offsets of one buffer with gaps between them."""
+    rng = np.random.default_rng(n)
+    sizes = np.broadcast_to(sizes, n)
+    items = [rng.integers(0, 256, int(size), np.uint8).tobytes() for size in sizes]
+    layout = rng.permutation(n)
+    buffer, starts = b"", np.zeros(n, np.int64)
+    for i in layout.tolist():
+        buffer += b"gap"
+        starts[i] = len(buffer)
+        buffer += items[i]
+    return items, buffer, starts, starts + sizes
+
+
+@pytest.mark.parametrize("sizes", ["mixed", "uniform"])
+def test_spool_add_many_gives_the_same_bytes_as_adding_items_one_by_one(tmp_path, monkeypatch, sizes):
+    monkeypatch.setattr(spool_module, "PIECE_BYTES", 300)  # several pieces per bucket
+    n = 1000
+    items, buffer, starts, ends = _items(n, np.arange(1000) % 53 if sizes == "mixed" else 37)
+    places = np.random.default_rng(1).permutation(n)
+    expected = b"".join(items[i] for i in np.argsort(places).tolist())
+    total = int((ends - starts).sum())
+    with OrderedSpool(n, total, directory=str(tmp_path), bucket_bytes=2000) as one_by_one:
+        for i in range(n):
+            one_by_one.add(int(places[i]), items[i])
+        assert b"".join(one_by_one) == expected
+    with OrderedSpool(n, total, directory=str(tmp_path), bucket_bytes=2000) as spool:
+        for lo in range(0, n, 170):
+            spool.add_many(places[lo : lo + 170], buffer, starts[lo : lo + 170], ends[lo : lo + 170])
+        spool.add_many(places[:0], b"", starts[:0], ends[:0])
+        assert len(spool) == n
+        pieces = list(spool)
+    assert b"".join(pieces) == expected
+    assert max(map(len, pieces)) <= 300 + 53 and len(pieces) > total // 350
+    # Both ways in one spool, and a sparse one.
+    with OrderedSpool(n, total, bucket_bytes=2000) as spool:
+        spool.add_many(places[1:], np.frombuffer(buffer, np.uint8), starts[1:], ends[1:])
+        spool.add(int(places[0]), items[0])
+        assert b"".join(spool) == expected
+    with OrderedSpool(5 * n, total, dense=False, bucket_bytes=2000) as spool:
+        chosen = np.arange(n)[::-3]
+        spool.add_many(places[chosen] * 5, buffer, starts[chosen], ends[chosen])
+        assert b"".join(spool) == b"".join(items[i] for i in chosen[np.argsort(places[chosen])].tolist())
+
+
+@pytest.mark.parametrize("problem", ["missing", "twice", "twice in one batch", "negative", "past the end"])
+def test_spool_add_many_refuses_places_that_do_not_cover_the_group(problem):
+    items, buffer, starts, ends = _items(10, 4)
+    places = np.arange(10)
+    if problem == "missing":
+        places, starts, ends = places[:-1], starts[:-1], ends[:-1]
+    elif problem == "twice in one batch":
+        places = np.array([0, 1, 2, 3, 4, 5, 6, 7, 8, 8])
+    elif problem in ("negative", "past the end"):
+        places = np.array([-1 if problem == "negative" else 10, *range(1, 10)])
+    message = {"missing": "9 items", "negative": "outside", "past the end": "outside"}.get(problem, "twice")
+    with OrderedSpool(10, 40, bucket_bytes=8) as spool, pytest.raises(SpoolError, match=message):
+        if problem == "twice":
+            spool.add_many(places[:5], buffer, starts[:5], ends[:5])
+            spool.add_many([4, *places[6:]], buffer, starts[5:], ends[5:])
+        else:
+            spool.add_many(places, buffer, starts, ends)
         list(spool)
 
 

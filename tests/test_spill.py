@@ -39,6 +39,61 @@ def test_a_truncated_spill_file_is_an_error_not_short_data(tmp_path):
         ref.load()
 
 
+def _records_of(buffer, starts, ends) -> list[bytes]:
+    return [bytes(buffer[s:e]) for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
+
+
+def _counting_preads(monkeypatch) -> list[int]:
+    sizes = []
+    real_pread = os.pread
+
+    def pread(fd, n, offset):
+        sizes.append(n)
+        return real_pread(fd, n, offset)
+
+    monkeypatch.setattr(spill.os, "pread", pread)
+    return sizes
+
+
+def test_read_block_gives_all_records_of_either_kind_with_one_read_when_dense(tmp_path, monkeypatch):
+    block = FramedRecords.of(_records(9))
+    expected = [bytes(block.framed(i)) for i in range(9)]
+    writer = spill.SpillWriter(str(tmp_path))
+    writer.write(FramedRecords.of(_records(3, start=100)))  # the block does not start the file
+    ref = writer.write(block)
+    writer.close()
+    reads = _counting_preads(monkeypatch)
+    with spill.RecordReader() as reader:
+        assert _records_of(*reader.read_block(block)) == expected
+        assert reads == []
+        assert _records_of(*reader.read_block(ref)) == expected
+        picked = [8, 2, 3, 0]  # a reordering subset that spans most of the block
+        assert _records_of(*reader.read_block(ref.take(picked))) == [expected[i] for i in picked]
+        buffer, starts, ends = reader.read_block(ref.take([]))
+        assert len(buffer) == len(starts) == len(ends) == 0
+    assert len(reads) == 2 and reads[0] == len(block.data)
+
+
+def test_read_block_reads_only_the_records_of_a_sparse_subset(tmp_path, monkeypatch):
+    """A block split among many shards: each writer reads its records, not the block's span."""
+    records = [bytes([i % 251]) * 1000 for i in range(4000)]  # ~4 MB
+    writer = spill.SpillWriter(str(tmp_path))
+    ref = writer.write(FramedRecords.of(records))
+    writer.close()
+    picked = [0, 1, 2, *range(100, 4000, 400), 3999, 3998, 7]  # runs of consecutive records count once
+    reads = _counting_preads(monkeypatch)
+    with spill.RecordReader() as reader:
+        buffer, starts, ends = reader.read_block(ref.take(picked))
+    framed = FramedRecords.of(records)
+    assert _records_of(buffer, starts, ends) == [bytes(framed.framed(i)) for i in picked]
+    assert len(reads) == len(picked) - 2 and sum(reads) == len(buffer) == int((ends - starts).sum())
+    os.truncate(ref.path, int(ref.ends[-1]) - 1)
+    with spill.RecordReader() as reader, pytest.raises(OSError, match="shorter"):
+        reader.read_block(ref.take(picked))
+    with spill.RecordReader() as reader, pytest.raises(OSError, match="shorter"):
+        reader.read_block(ref)
+
+
 def test_spill_dir_is_hidden_in_a_local_output_and_removed(tmp_path):
     path = spill.make_spill_dir(str(tmp_path))
     assert os.path.dirname(path) == str(tmp_path) and os.path.basename(path).startswith(".spill.tmp-")

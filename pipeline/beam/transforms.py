@@ -425,8 +425,8 @@ class AssignShardsFn(beam.DoFn):
 class WriteShardFn(beam.DoFn):
     """(shard, [(positions, Records)]) + plan -> shard info; records in permuted order, temp file + rename.
 
-    The group is read once, each record put into a local spool at its place in the shard
-    (pipeline/io/spool.py), and written from there in order: the writer holds one element of the
+    The group is read once, an element at a time, its records put into a local spool at their places
+    in the shard (pipeline/io/spool.py), and written from there in order: the writer holds one element of the
     group and one ~8 MB bucket, whatever the shard's size, as long as the runner hands the group
     over lazily (docs/operations.md: which runners do). The sha256 is computed while writing. Shards
     go into the run's own directory (pipeline/io/outputs.py).
@@ -443,8 +443,7 @@ class WriteShardFn(beam.DoFn):
         name = outputs.run_path(self._run_id, outputs.shard_name(self._config.split, shard, plan.num_shards))
         with OrderedSpool(end - first, (end - first) * self._record_bytes) as spool, RecordReader() as reader:
             for positions, recs in groups:
-                for i, position in enumerate(np.frombuffer(positions, "<i8").tolist()):
-                    spool.add(position - first, reader.read(recs, i))
+                spool.add_many(np.frombuffer(positions, "<i8") - first, *reader.read_block(recs))
             size, sha = publish(posixpath.join(self._config.output_dir, name), spool)
         info = {"path": name, "records": end - first, "bytes": size, "sha256": sha}
         _counter("shards_written").inc()

@@ -64,26 +64,50 @@ def load(block: FramedRecords | SpilledRecords) -> FramedRecords:
 
 
 class RecordReader:
-    """Reads single framed records from blocks of either kind, keeping spill files open.
+    """Reads framed records from blocks of either kind, keeping spill files open.
 
-    A shard writer takes its records one at a time (into its spool), so it never holds the shard.
+    A shard writer takes its records one block at a time (into its spool), so it never holds the shard.
     """
+
+    # A spilled block's records are read with one read of the file range they span when it holds
+    # little else: `take` splits a block among shards, and with hundreds of shards reading the whole
+    # range for each would read every block hundreds of times.
+    SPAN_SLACK_BYTES = 1 << 20
 
     def __init__(self):
         self._files: dict[str, int] = {}
+
+    def _pread(self, path: str, start: int, end: int) -> bytes:
+        fd = self._files.get(path)
+        if fd is None:
+            fd = self._files[path] = os.open(path, os.O_RDONLY)
+        data = os.pread(fd, end - start, start)
+        if len(data) != end - start:
+            raise OSError(f"spill file {path} is shorter than its records ({start}..{end})")
+        return data
 
     def read(self, block: FramedRecords | SpilledRecords, i: int) -> bytes | memoryview:
         """Record i of `block`, framed."""
         if not isinstance(block, SpilledRecords):
             return block.framed(i)
-        fd = self._files.get(block.path)
-        if fd is None:
-            fd = self._files[block.path] = os.open(block.path, os.O_RDONLY)
-        start, end = int(block.starts[i]), int(block.ends[i])
-        data = os.pread(fd, end - start, start)
-        if len(data) != end - start:
-            raise OSError(f"spill file {block.path} is shorter than its records ({start}..{end})")
-        return data
+        return self._pread(block.path, int(block.starts[i]), int(block.ends[i]))
+
+    def read_block(self, block: FramedRecords | SpilledRecords) -> tuple[bytes, np.ndarray, np.ndarray]:
+        """All records of `block`, framed: (buffer, starts, ends), record i is buffer[starts[i]:ends[i]]."""
+        if not isinstance(block, SpilledRecords):
+            return block.data, np.concatenate([[0], block.ends[:-1]]).astype(np.int64), block.ends
+        starts, ends = block.starts.astype(np.int64), block.ends.astype(np.int64)
+        if not len(starts):
+            return b"", starts, ends
+        lo, hi = int(starts.min()), int(ends.max())
+        if hi - lo <= 2 * int((ends - starts).sum()) + self.SPAN_SLACK_BYTES:
+            return self._pread(block.path, lo, hi), starts - lo, ends - lo
+        # Sparse: one read per run of records that follow each other in the file, in block order.
+        breaks = np.flatnonzero(starts[1:] != ends[:-1]) + 1
+        data = b"".join(self._pread(block.path, int(starts[a]), int(ends[b - 1]))
+                        for a, b in zip([0, *breaks.tolist()], [*breaks.tolist(), len(starts)], strict=True))
+        new_ends = np.cumsum(ends - starts)
+        return data, new_ends - (ends - starts), new_ends
 
     def close(self) -> None:
         """Close the spill files opened so far."""
