@@ -36,8 +36,9 @@ import sysconfig
 import tempfile
 
 import numpy as np
+import real_text_corpus  # scripts/ is on sys.path when run as a script
 import zstandard
-from baseline import timed  # scripts/baseline.py (scripts/ is on sys.path when run as a script)
+from baseline import timed
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -119,25 +120,10 @@ def build_corpus(root: str, megabytes: float) -> tuple[str, str, dict]:
 
 def train_model(root: str, joined: str) -> str:
     """A Llama-2-style 32k BPE model trained on every 4th document's lines (once)."""
-    import sentencepiece as spm
-
     prefix = os.path.join(root, "llama_style_32k")
-    if os.path.exists(prefix + ".model"):
-        return prefix + ".model"
-
-    def sentences():
+    if not os.path.exists(prefix + ".model"):
         with open(joined, "rb") as f:
-            for i, line in enumerate(f):
-                if i % 4 == 0:
-                    yield from (s for s in json.loads(line)["text"].split("\n") if s.strip())
-
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=sentences(), model_prefix=prefix, vocab_size=32000, model_type="bpe",
-        normalization_rule_name="identity", remove_extra_whitespaces=False, add_dummy_prefix=True,
-        split_digits=True, byte_fallback=True, character_coverage=0.99995, input_sentence_size=400_000,
-        shuffle_input_sentence=True, max_sentence_length=4192, unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
-        num_threads=os.cpu_count() or 1, minloglevel=2, seed_sentencepiece_size=400_000,
-    )
+            real_text_corpus.train_model([line.rstrip(b"\n") for line in f], prefix)
     return prefix + ".model"
 
 
