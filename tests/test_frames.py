@@ -73,6 +73,9 @@ def test_a_reframed_input_gives_every_output_byte_of_the_original(tmp_path, tiny
         [u for us in units for u in us], key=lambda u: (u.first_chunk, u.offset))  # one work item per frame
     assert output_digests(tmp_path / "out") == before
     assert run_free(reframed) == run_free(original) and original["dead_letters"]["records"] > 10
+    # DirectRunner's own plan (work items on the workers, no fan-out) reads the frames too.
+    on_workers = run.main(["auto" if a == "yes" else a for a in argv])
+    assert output_digests(tmp_path / "out") == before and run_free(on_workers) == run_free(original)
 
 
 def test_frames_are_the_files_chunks_numbered_as_in_the_whole_file(tmp_path):
