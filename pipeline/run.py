@@ -2,9 +2,10 @@
 
 import sys
 
+from pipeline.cli.main import exiting
 from pipeline.cli.run import cli, main
 
 __all__ = ["main"]
 
 if __name__ == "__main__":
-    sys.exit(cli())
+    sys.exit(exiting(cli()))

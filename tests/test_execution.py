@@ -7,7 +7,7 @@ import time
 import pytest
 from corpus_helpers import write_lines
 
-from pipeline.beam.execution import balance, plan_execution, share_files
+from pipeline.beam.execution import balance, plan_execution, running_mode, share_files
 from pipeline.io.frames import Stripe, iter_unit_chunks
 
 FILES = [f"f{i}" for i in range(8)]
@@ -76,3 +76,12 @@ def test_balance_puts_biggest_files_on_least_loaded_workers():
     loads = [sum(s for s, k in zip(sizes, slots, strict=True) if k == w) for w in range(3)]
     assert sorted(loads) == [15, 16, 16] and balance(sizes, 3) == slots
     assert balance([5, 5], 4) == [0, 1] and balance([], 2) == []
+
+
+def test_worker_threads_while_the_gil_is_not_the_limit():
+    # The tokenizers release the GIL; the Python around them does not (GIL_SHARE of a worker's time).
+    assert running_mode(2, "sentencepiece") == "multi_threading"
+    assert running_mode(8, "sentencepiece") == "multi_threading"
+    assert running_mode(2, "gigatoken") == "multi_threading"
+    assert running_mode(4, "gigatoken") == "multi_processing"
+    assert running_mode(64, "sentencepiece") == "multi_processing"

@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import logging
 import os
 from collections import Counter
 
@@ -160,11 +161,12 @@ def test_corrupt_file_fails_the_job_by_default_and_is_recorded_with_skip(tmp_pat
     assert good
 
 
-def test_determinism_across_workers_and_fan_out(tmp_path, tiny_model):
-    """Same bytes on 1 and 2 worker processes, whole files, stripes of files or chunks fanned out.
+def test_determinism_across_workers_and_fan_out(tmp_path, tiny_model, caplog):
+    """Same bytes on 1 and 2 workers (processes or threads), whole files, stripes of files or chunks fanned out.
 
     3 equal files on 2 workers: `auto` reads one of them in two stripes (pipeline/beam/execution.py),
-    `no` reads each whole, `yes` fans chunks out through the shuffle.
+    `no` reads each whole, `yes` fans chunks out through the shuffle. Without --direct_running_mode
+    the job chooses: worker threads, with SentencePiece on 2 workers.
     """
     rng = np.random.default_rng(2)
     for f in range(3):
@@ -172,18 +174,24 @@ def test_determinism_across_workers_and_fan_out(tmp_path, tiny_model):
         lines[7] = b'{"text": "no meta"}'  # dead letters are part of the output too
         write_lines(str(tmp_path / "in" / f"{f:02d}.jsonl.zst"), lines)
     digests = []
-    for workers, fan_out in (("1", "auto"), ("2", "auto"), ("2", "no"), ("2", "yes")):
-        out = tmp_path / f"out{workers}-{fan_out}"
-        _run([str(tmp_path / "in" / "*.zst")], out, tiny_model, "--chunk_mb", "0.01", "--shard_size_mb", "0.02",
-             "--fan_out", fan_out,
-             beam=["--runner", "DirectRunner", "--direct_running_mode", "multi_processing",
-                   "--direct_num_workers", workers])
+    for workers, fan_out, mode in (("1", "auto", "multi_processing"), ("2", "auto", "multi_processing"),
+                                   ("2", "no", "multi_processing"), ("2", "yes", "multi_processing"),
+                                   ("2", "auto", None), ("2", "yes", None)):
+        out = tmp_path / f"out{workers}-{fan_out}-{mode}"
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="pipeline"):
+            _run([str(tmp_path / "in" / "*.zst")], out, tiny_model, "--chunk_mb", "0.01", "--shard_size_mb", "0.02",
+                 "--fan_out", fan_out,
+                 beam=["--runner", "DirectRunner", "--direct_num_workers", workers,
+                       *(["--direct_running_mode", mode] if mode else [])])
+        chosen = "execution: 2 DirectRunner worker threads in this process" in caplog.text
+        assert chosen == (mode is None)
         files = sorted(p for p in out.rglob("*") if p.is_file())
         digests.append({run_free(str(f.relative_to(out))): hashlib.sha256(f.read_bytes()).hexdigest()
                         for f in files if f.name != "manifest.json"})
         digests[-1]["manifest.json"] = run_free(json.loads((out / "manifest.json").read_text()))
     assert len(digests[0]) > 3 and any(name.startswith("dead_letters/") for name in digests[0])
-    assert digests[0] == digests[1] == digests[2] == digests[3]
+    assert all(d == digests[0] for d in digests[1:])
 
 
 def test_shards_respect_the_size_bound(tmp_path, tiny_model):

@@ -31,6 +31,13 @@ LOG = logging.getLogger(__name__)
 READ_SHARE = {"sentencepiece": 0.01}
 READ_SHARE_FAST = 0.05  # the fast backends
 BALANCED = 1.02  # a plan within 2% of a perfect split is not improved further
+# A worker's time spent holding the GIL (reading, JSON, validation, packing, framing: Python) against
+# its whole time, the tokenizers releasing it; measured on the same corpus, one core
+# (scripts/bench_pipeline.py's per-stage table): 0.76 of 20.6 CPU-s with SentencePiece, of 3.35 with
+# gigatoken.
+GIL_SHARE = {"sentencepiece": 0.04}
+GIL_SHARE_FAST = 0.25
+THREADS_UP_TO = 0.6  # workers x GIL share: above it, threads would queue for the GIL
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +84,18 @@ def plan_execution(runner: str, direct_workers: int | None, input_files: list[st
              f"work items on {workers} worker(s): " + ("whole files or stripes of them" if share else "whole files"),
              encode_threads, ", records to the shard writers through local spill files" if direct else "")
     return Execution(fan_out=chosen, workers=workers, encode_threads=encode_threads, spill=direct, share=share)
+
+
+def running_mode(workers: int, backend: str) -> str:
+    """DirectRunner's workers as threads of the driver while the GIL is not what limits them, else processes.
+
+    Threads start in milliseconds and hand elements over in memory; each worker process imports Beam
+    and our modules and unpickles the job (~1.5-2.5 s before it reads a byte, more on a busy machine)
+    and every element crosses a socket. The tokenizers release the GIL, so threads tokenize in
+    parallel; the Python around them does not: with a fast tokenizer on many cores, processes win.
+    """
+    share = GIL_SHARE.get(backend, GIL_SHARE_FAST)
+    return "multi_threading" if workers * share <= THREADS_UP_TO else "multi_processing"
 
 
 def share_files(sizes: list[int], workers: int, read_share: float) -> list[int]:

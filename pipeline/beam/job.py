@@ -191,7 +191,7 @@ def build_pipeline(p: beam.Pipeline, job: Job) -> None:
         return
     processed = chunks | "TokenizeAndPack" >> beam.ParDo(
         transforms.ProcessChunkFn(cfg, job.special, job.backend.name, job.execution.encode_threads, spill_dir,
-                                  _reporter(job), job.backend.prepared)
+                                  _reporter(job))
     ).with_outputs(transforms.TAILS, transforms.DEAD_LETTERS, transforms.STATS, transforms.COUNTS,
                    transforms.PROVENANCE, main="records")
     file_tails = (

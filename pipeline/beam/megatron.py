@@ -47,7 +47,6 @@ from pipeline.format.framing import FramedRecords
 from pipeline.io.outputs import commit_output, run_path
 from pipeline.io.publish import publish
 from pipeline.io.spill import SpilledRecords, load
-from pipeline.tokenize.engines import Prepared
 from pipeline.tokenize.model import SpecialIds
 
 LOG = logging.getLogger(__name__)
@@ -73,10 +72,9 @@ class TokenizeDocumentsFn(transforms.ChunkDocumentsFn):
     """Chunk -> the kept documents' tokens, one block per (group, epoch copy); see the module docstring."""
 
     def __init__(self, config: PipelineConfig, special: SpecialIds, backend: str = "sentencepiece",
-                 encode_threads: int | None = None, spill_dir: str | None = None, progress: Reporter | None = None,
-                 prepared: Prepared | None = None):
+                 encode_threads: int | None = None, spill_dir: str | None = None, progress: Reporter | None = None):
         super().__init__(config, special, fmt.token_dtype(special.vocab_size), backend, encode_threads, spill_dir,
-                         progress, prepared)
+                         progress)
 
     def process(self, chunk):
         cfg, special = self._config, self._special
@@ -222,8 +220,7 @@ def build_megatron(p: beam.Pipeline, job, chunks, read_stats, tokenizer: dict, p
     cfg, spill_dir = job.config, job.execution.spill_dir
     dtype = fmt.token_dtype(job.special.vocab_size)
     docs = chunks | "TokenizeDocuments" >> beam.ParDo(
-        TokenizeDocumentsFn(cfg, job.special, job.backend.name, job.execution.encode_threads, spill_dir, progress,
-                            job.backend.prepared)
+        TokenizeDocumentsFn(cfg, job.special, job.backend.name, job.execution.encode_threads, spill_dir, progress)
     ).with_outputs(transforms.DEAD_LETTERS, transforms.STATS, transforms.COUNTS, main="documents")
     layout = (
         docs[transforms.COUNTS]

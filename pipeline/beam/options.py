@@ -61,8 +61,17 @@ def flag_names() -> set[str]:
 BEAM = Runner(unknown=unknown_flags, flags=flag_names)
 
 
+def running_mode_given(beam_args: list[str]) -> bool:
+    """Whether the command line (or a config file) chose DirectRunner's running mode."""
+    return any(a.startswith("--direct_running_mode") for a in beam_args)
+
+
 def pipeline_options(beam_args: list[str]) -> PipelineOptions:
-    """Beam options; DirectRunner defaults to multi-processing on all cores."""
+    """Beam options; DirectRunner defaults to all cores, one worker process each.
+
+    `pile-pipeline run` may then run those workers as threads instead (`running_mode` in
+    pipeline/beam/execution.py), once it knows the tokenizer, unless the running mode was given.
+    """
     options = PipelineOptions(beam_args)
     test = options.view_as(TestOptions)
     if isinstance(test.dry_run, str):
@@ -79,7 +88,7 @@ def pipeline_options(beam_args: list[str]) -> PipelineOptions:
     if standard.runner in (None, "DirectRunner", "direct"):
         standard.runner = "DirectRunner"
         direct = options.view_as(DirectOptions)
-        if not any(a.startswith("--direct_running_mode") for a in beam_args):
+        if not running_mode_given(beam_args):
             direct.direct_running_mode = "multi_processing"
         if not any(a.startswith("--direct_num_workers") for a in beam_args):
             direct.direct_num_workers = os.cpu_count() or 1

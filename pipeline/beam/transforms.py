@@ -47,7 +47,7 @@ from pipeline.io.publish import publish
 from pipeline.io.spill import RecordReader, SpillWriter
 from pipeline.io.spool import OrderedSpool
 from pipeline.io.urls import redact_url
-from pipeline.tokenize.engines import Encoder, Prepared, TokenizerMismatch
+from pipeline.tokenize.engines import Encoder, TokenizerMismatch
 from pipeline.tokenize.model import SpecialIds
 
 LOG = logging.getLogger(__name__)
@@ -188,14 +188,13 @@ class ChunkDocumentsFn(_EmitsRecords):
     """
 
     def __init__(self, config: PipelineConfig, special: SpecialIds, dtype: np.dtype, backend: str = "sentencepiece",
-                 encode_threads: int | None = None, spill_dir: str | None = None, progress: Reporter | None = None,
-                 prepared: Prepared | None = None):
+                 encode_threads: int | None = None, spill_dir: str | None = None, progress: Reporter | None = None):
         super().__init__(spill_dir)
         self._config = config
         self._special = special
         self._dtype = dtype
         self._encoder = Encoder(config.tokenizer_model, backend, verify=config.verify_tokenizer != "off",
-                                threads=encode_threads, prepared=prepared)
+                                threads=encode_threads)
         self._selected = config.selection()
         self._schema = config.schema
         self._progress = progress or Reporter()
@@ -293,10 +292,9 @@ class ProcessChunkFn(ChunkDocumentsFn):
     """Chunk -> validated, tokenized, packed and serialized records of each epoch copy."""
 
     def __init__(self, config: PipelineConfig, special: SpecialIds, backend: str = "sentencepiece",
-                 encode_threads: int | None = None, spill_dir: str | None = None, progress: Reporter | None = None,
-                 prepared: Prepared | None = None):
+                 encode_threads: int | None = None, spill_dir: str | None = None, progress: Reporter | None = None):
         super().__init__(config, special, records.token_dtype_for(special.vocab_size), backend, encode_threads,
-                         spill_dir, progress, prepared)
+                         spill_dir, progress)
         self._records = _counter("records_from_chunks")
 
     def setup(self):

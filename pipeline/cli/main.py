@@ -6,6 +6,7 @@ chosen one alone, so `pile-pipeline show` does not load Beam.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import sys
 
@@ -40,5 +41,21 @@ def main(argv: list[str] | None = None) -> int:
     return importlib.import_module(COMMANDS[name][0]).cli(rest)
 
 
+def exiting(status: int) -> int:
+    """`status`, for a process about to exit: the objects alive now are left out of garbage collection.
+
+    The interpreter's shutdown collects garbage over every object again; after a Beam job (~2,300
+    modules loaded) that is ~0.35 s of every command. Only for the last step of a process: whatever
+    is frozen is never collected.
+    """
+    gc.freeze()
+    return status
+
+
+def console() -> int:
+    """The `pile-pipeline` console script."""
+    return exiting(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console())

@@ -22,10 +22,10 @@ import time
 import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, PortableOptions, StandardOptions, TestOptions
 
-from pipeline.beam.execution import file_sizes, plan_execution
+from pipeline.beam.execution import file_sizes, plan_execution, running_mode
 from pipeline.beam.job import build_pipeline, resolve_job
 from pipeline.beam.logs import JobFailed, configure_logging, failure_line
-from pipeline.beam.options import BEAM, pipeline_options
+from pipeline.beam.options import BEAM, pipeline_options, running_mode_given
 from pipeline.beam.progress import Monitor
 from pipeline.beam.remote import check_workers_can_read, workers_of
 from pipeline.config.job import PipelineConfig
@@ -109,6 +109,11 @@ def main(argv: list[str] | None = None) -> dict | None:
         try:
             execution = dataclasses.replace(execution, progress=monitor.address, input_bytes=input_bytes)
             job = resolve_job(config, input_files, special, execution, run_id)
+            if runner == "DirectRunner" and not running_mode_given(beam_args):
+                mode = running_mode(execution.workers, job.backend.name)
+                options.view_as(DirectOptions).direct_running_mode = mode
+                LOG.info("execution: %d DirectRunner worker %s", execution.workers,
+                         "threads in this process" if mode == "multi_threading" else "processes")
             LOG.info("%d input files -> %s (runner %s, run %s)", len(input_files), redact_url(config.output_dir),
                      runner, run_id)
             start = time.monotonic()

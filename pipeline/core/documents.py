@@ -29,6 +29,8 @@ import json
 import re
 import threading
 
+import orjson
+
 from pipeline.core.subsets import PILE_SUBSETS, subset_name_problem
 
 PREFIX_CHARS = 120  # characters of a bad line kept in its dead-letter record
@@ -37,6 +39,9 @@ _KNOWN_SUBSETS = frozenset(PILE_SUBSETS)
 _SURROGATE = re.compile("[\ud800-\udfff]")
 # Lone surrogates can only come from JSON \u escapes: scan the raw bytes first (8x cheaper).
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+# Where a key can end: a quote, JSON whitespace, a colon (`_key_ends` drops escaped quotes).
+_KEY_END = re.compile(rb'"[ \t\r\n]*:')
+_BACKSLASH = 0x5C
 NOT_SELECTED = "subset_not_selected"
 EMPTY_TEXT = "empty_text"
 
@@ -164,7 +169,8 @@ def _kind(value) -> str:
     return "null" if value is None else type(value).__name__
 
 
-def _text(obj: dict, schema: Schema, raw: bytes) -> str:
+def _text(obj: dict, schema: Schema, raw: bytes | None) -> str:
+    # raw: the line, to look for lone surrogates; None when the parser has refused them already.
     path = schema.text_path
     value = obj
     for depth, key in enumerate(path):
@@ -177,7 +183,8 @@ def _text(obj: dict, schema: Schema, raw: bytes) -> str:
     if not isinstance(value, str):
         raise BadRecord("text_not_string", f"`{schema.text_key}` is {_kind(value)}")
     # bytes.find is several times faster than the regex on the many lines without a \ud escape.
-    if (b"\\ud" in raw or b"\\uD" in raw) and _SURROGATE_ESCAPE.search(raw) and _SURROGATE.search(value):
+    if (raw is not None and (b"\\ud" in raw or b"\\uD" in raw) and _SURROGATE_ESCAPE.search(raw)
+            and _SURROGATE.search(value)):
         raise BadRecord("invalid_unicode",
                         f"`{schema.text_key}` holds a lone surrogate escape (not encodable as UTF-8)")
     return value
@@ -231,6 +238,9 @@ def _parse(line: Line, max_line_bytes: int, schema: Schema) -> Document:
     data = line.data[:-1] if line.data.endswith(b"\r") else line.data
     if has_byte_order_mark(line):
         data = data[len(BYTE_ORDER_MARK):]
+    document = _parse_plain(data, schema)
+    if document is not None:
+        return document
     try:
         text_of_line = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -246,6 +256,55 @@ def _parse(line: Line, max_line_bytes: int, schema: Schema) -> Document:
     text = _text(obj, schema, data)
     subset = _subset(obj, schema)
     return Document(text, subset, repeated)
+
+
+def _key_ends(data: bytes, limit: int) -> int:
+    r"""Unescaped quotes followed by a colon (JSON whitespace between), counted up to `limit`.
+
+    Every key ends so; so can a string that starts with a colon, never anything else. A quote is
+    escaped when an odd number of backslashes precedes it (the regex alone would count `\":`).
+    """
+    ends = 0
+    for match in _KEY_END.finditer(data):
+        i = j = match.start()
+        while j and data[j - 1] == _BACKSLASH:
+            j -= 1
+        if (i - j) % 2 == 0:
+            ends += 1
+            if ends >= limit:
+                break
+    return ends
+
+
+def _parse_plain(data: bytes, schema: Schema) -> Document | None:
+    """The document of a line that is plainly valid, read by orjson (~2x json's speed); else None.
+
+    None sends the line through json's full path, which names every problem exactly: orjson refuses
+    invalid UTF-8, lone surrogates, NaN and numbers out of range, and a line it accepts is used only
+    when its text and subset name validate and no key can have been repeated. orjson keeps one value
+    per key without saying whether a key came twice; a line has no repeated key when it has no more
+    key ends (`_key_ends`) than the keys orjson kept.
+    """
+    try:
+        obj = orjson.loads(data)
+    except Exception:  # whatever orjson refuses, json's full path decides
+        return None
+    if not isinstance(obj, dict):
+        return None
+    keys, values = 0, [obj]
+    while values:
+        value = values.pop()
+        if isinstance(value, dict):
+            keys += len(value)
+            values.extend(value.values())
+        elif isinstance(value, list):
+            values.extend(value)
+    if _key_ends(data, keys + 1) != keys:
+        return None
+    try:
+        return Document(_text(obj, schema, None), _subset(obj, schema), False)
+    except BadRecord:
+        return None
 
 
 def file_stats() -> dict:

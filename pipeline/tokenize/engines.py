@@ -18,18 +18,18 @@ Python int per token.
 
 `Encoder` is what workers use. With `verify` it also runs SentencePiece on every document and
 returns the documents whose ids differ (the pipeline dead-letters them or fails: `--verify_tokenizer`).
-The driver ships what it already built for its self-check (the model's facts, gigatoken's converted
-model: `Prepared`) with the DoFn, so that no worker spends its start-up converting the model again
-(~0.3 s alone, ~1 s while the other workers start too).
+A model's facts and gigatoken's converted model are built once per process (`model_facts`,
+`gigatoken_json` keep the last few): DirectRunner's worker threads reuse what the driver built for its
+self-check, and nothing of the model travels inside a pickled DoFn (Beam compresses those with bz2,
+~0.2 s per copy of a converted 32k model, several copies per job).
 """
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import itertools
 import json
 import logging
-import zlib
 
 import numpy as np
 import sentencepiece as spm
@@ -55,15 +55,6 @@ class BackendUnavailable(RuntimeError):
 
 class TokenizerMismatch(JobError, RuntimeError):
     """A fast backend gave ids that differ from SentencePiece's (raised under `--verify_tokenizer fail`)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Prepared:
-    """A backend's model as the driver built it: its facts and, for gigatoken, its converted model."""
-
-    backend: str
-    facts: ModelFacts
-    converted: bytes | None = None  # zlib-compressed, so that it travels cheaply with the DoFn
 
 
 def package_version(backend: str) -> str | None:
@@ -109,8 +100,15 @@ class _KitokenEngine:
         return flatten([self._kt.encode(text, False) for text in texts])
 
 
-def gigatoken_json(proto: bytes, facts: ModelFacts) -> str:
-    """The tokenizer.json gigatoken needs for a .model, with special-token matching off.
+@functools.lru_cache(maxsize=4)
+def model_facts(proto: bytes) -> ModelFacts:
+    """`ModelFacts.from_proto`, once per process and model."""
+    return ModelFacts.from_proto(proto)
+
+
+@functools.lru_cache(maxsize=4)
+def gigatoken_json(proto: bytes) -> str:
+    """The tokenizer.json gigatoken needs for a .model, with special-token matching off (once per process).
 
     gigatoken's converter lists control pieces (<s>, </s>) as added special tokens, which it
     matches in the text: a literal "<s>" in a document would become id 1. SentencePiece never
@@ -123,6 +121,7 @@ def gigatoken_json(proto: bytes, facts: ModelFacts) -> str:
     # tests/test_backends.py::test_gigatoken_private_converter_is_still_there fails loudly if it moves.
     from gigatoken._load.sentencepiece import sentencepiece_to_tokenizer_json
 
+    facts = model_facts(proto)
     spec = json.loads(sentencepiece_to_tokenizer_json(proto))
     spec["added_tokens"] = [t for t in spec["added_tokens"] if t["content"] not in facts.control_pieces]
     model = spec["model"]
@@ -132,7 +131,7 @@ def gigatoken_json(proto: bytes, facts: ModelFacts) -> str:
 
 
 class _GigatokenEngine:
-    def __init__(self, proto: bytes, facts: ModelFacts, threads: int | None = None, converted: bytes | None = None):
+    def __init__(self, proto: bytes, facts: ModelFacts, threads: int | None = None):
         try:
             import awkward
             import gigatoken
@@ -142,14 +141,10 @@ class _GigatokenEngine:
         self._tokenizer_cls = gigatoken.Tokenizer
         self._parallel = threads is None or threads > 1
         try:
-            self._json = zlib.decompress(converted).decode() if converted else gigatoken_json(proto, facts)
+            self._json = gigatoken_json(proto)
             self._load()
         except Exception as e:  # the converter raises ValueError; the Rust loader its own errors
             raise BackendUnavailable(f"gigatoken cannot load the model: {e}") from None
-
-    def converted(self) -> bytes:
-        """The converted model, for `Prepared`."""
-        return zlib.compress(self._json.encode(), 1)
 
     def _load(self) -> None:
         self._tok = self._tokenizer_cls.from_json(self._json)
@@ -175,30 +170,20 @@ class _GigatokenEngine:
 _ENGINES = {SENTENCEPIECE: SentencePieceEngine, "gigatoken": _GigatokenEngine, "kitoken": _KitokenEngine}
 
 
-def load_engine(backend: str, proto: bytes, facts: ModelFacts | None = None, threads: int | None = None,
-                converted: bytes | None = None):
+def load_engine(backend: str, proto: bytes, facts: ModelFacts | None = None, threads: int | None = None):
     """An engine for `backend` from the model bytes; raises BackendUnavailable with the reason.
 
-    `threads`: how many threads one batch may use (None: the engine's default, all cores);
-    `converted`: the model as `Prepared.converted` holds it (gigatoken), instead of converting again.
+    `threads`: how many threads one batch may use (None: the engine's default, all cores).
     """
     if backend not in _ENGINES:
         raise ValueError(f"unknown tokenizer backend {backend!r}; choose one of {BACKENDS}")
     if backend == SENTENCEPIECE:
         return SentencePieceEngine(proto, threads=threads)
-    facts = facts or ModelFacts.from_proto(proto)
+    facts = facts or model_facts(proto)
     problems = model_problems(backend, facts)
     if problems:
         raise BackendUnavailable("; ".join(problems))
-    if converted is not None:
-        return _ENGINES[backend](proto, facts, threads, converted)
     return _ENGINES[backend](proto, facts, threads)
-
-
-def prepare(backend: str, engine, facts: ModelFacts) -> Prepared:
-    """What workers need to rebuild `engine` without redoing the driver's work."""
-    converted = engine.converted() if hasattr(engine, "converted") else None
-    return Prepared(backend, facts, converted)
 
 
 def mismatched(expected: tuple[np.ndarray, np.ndarray], got: tuple[np.ndarray, np.ndarray]) -> list[int]:
@@ -224,11 +209,9 @@ class Encoder:
     `threads`: threads per batch (None: all cores; 1 when each core runs its own worker process).
     """
 
-    def __init__(self, model_path: str, backend: str, verify: bool = False, threads: int | None = None,
-                 prepared: Prepared | None = None):
+    def __init__(self, model_path: str, backend: str, verify: bool = False, threads: int | None = None):
         self._model_path = model_path
         self._backend = backend
-        self._prepared = prepared if prepared is not None and prepared.backend == backend else None
         self._threads = threads
         self._verify = verify and backend != SENTENCEPIECE
         self._engine = None
@@ -243,12 +226,8 @@ class Encoder:
     def load(self) -> None:
         """Load the model (call once per worker, in DoFn.setup)."""
         proto = read_bytes(self._model_path)
-        prepared = self._prepared
         try:
-            if prepared is None:
-                engine = load_engine(self._backend, proto, threads=self._threads)
-            else:
-                engine = load_engine(self._backend, proto, prepared.facts, self._threads, prepared.converted)
+            engine = load_engine(self._backend, proto, threads=self._threads)
         except BackendUnavailable as e:
             # The driver checked this backend; a worker without it must not quietly use another.
             raise RuntimeError(f"tokenizer backend {self._backend}, chosen by the driver, fails on this "

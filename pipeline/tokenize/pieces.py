@@ -155,8 +155,23 @@ class PieceEncoder:
         return np.concatenate(per_text).astype(np.int32, copy=False), offsets
 
 
+_CHECKED: dict[tuple[type, bytes], tuple[bool, bool, str]] = {}  # per process: DirectRunner's worker threads share it
+
+
 def check_model(engine, proto: bytes) -> tuple[bool, bool, str]:
-    """(newline cuts are safe, space cuts are safe, why not) for a model and an engine built from it."""
+    """(newline cuts are safe, space cuts are safe, why not) for a model and an engine built from it.
+
+    Once per process, engine type and model: engines of one type built from one model give the same ids.
+    """
+    key = (type(engine), proto)
+    if key not in _CHECKED:
+        if len(_CHECKED) >= 8:
+            _CHECKED.clear()
+        _CHECKED[key] = _check_model(engine, proto)
+    return _CHECKED[key]
+
+
+def _check_model(engine, proto: bytes) -> tuple[bool, bool, str]:
     sp = spm.SentencePieceProcessor()
     sp.LoadFromSerializedProto(proto)
     vocab = [sp.id_to_piece(i) for i in range(sp.get_piece_size())

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import sentencepiece as spm
 
@@ -28,12 +29,11 @@ from pipeline.tokenize.engines import (
     FAST_BACKENDS,
     SENTENCEPIECE,
     BackendUnavailable,
-    Prepared,
     SentencePieceEngine,
     load_engine,
     mismatched,
+    model_facts,
     package_version,
-    prepare,
 )
 from pipeline.tokenize.model_facts import ModelFacts, model_problems
 
@@ -50,7 +50,6 @@ class BackendChoice:
     name: str  # the backend the workers use
     version: str  # its package version
     parity: dict  # how the choice was checked: result, documents, mismatches, reasons ({} for SentencePiece)
-    prepared: Prepared | None = dataclasses.field(default=None, compare=False)  # for the workers, not the manifest
 
     def to_json(self) -> dict:
         """Manifest form."""
@@ -133,11 +132,17 @@ def sample_documents(input_files: list[str], total_bytes: int = SAMPLE_BYTES,
     return texts, len(chosen)
 
 
-def self_check(backend: str, proto: bytes, facts: ModelFacts, expected: dict, texts: list[str],
-               adversarial: list[str]) -> tuple[dict, Prepared | None]:
-    """Load `backend` and compare its ids with SentencePiece's: (a dict for the manifest, the engine prepared).
+def reference_ids(proto: bytes, texts: list[str], adversarial: list[str]) -> dict:
+    """SentencePiece's encodings of the sampled "documents" and of the "adversarial" strings."""
+    reference = SentencePieceEngine(proto)
+    return {"documents": reference.encode(texts), "adversarial": reference.encode(adversarial)}
 
-    `expected` holds SentencePiece's encodings of the "documents" and the "adversarial" strings.
+
+def self_check(backend: str, proto: bytes, facts: ModelFacts, expected: Future, texts: list[str],
+               adversarial: list[str]) -> dict:
+    """Load `backend` and compare its ids with SentencePiece's: a dict for the manifest.
+
+    `expected`: `reference_ids`, being computed while the engine loads.
     `result` is "passed", "mismatch" or "unavailable" (with a `reason`).
     """
     out: dict = {"backend": backend, "version": package_version(backend)}
@@ -145,7 +150,8 @@ def self_check(backend: str, proto: bytes, facts: ModelFacts, expected: dict, te
     try:
         engine = load_engine(backend, proto, facts)
     except BackendUnavailable as e:
-        return {**out, "result": "unavailable", "reason": str(e)}, None
+        return {**out, "result": "unavailable", "reason": str(e)}
+    expected = expected.result()
     bad_docs = mismatched(expected["documents"], engine.encode(texts))
     bad_adv = mismatched(expected["adversarial"], engine.encode(adversarial))
     out.update({
@@ -164,7 +170,7 @@ def self_check(backend: str, proto: bytes, facts: ModelFacts, expected: dict, te
         })
     else:
         out["result"] = "passed"
-    return out, prepare(backend, engine, facts)
+    return out
 
 
 def choose_backend(requested: str, model_path: str, input_files: list[str], *,
@@ -184,33 +190,33 @@ def choose_backend(requested: str, model_path: str, input_files: list[str], *,
         return BackendChoice(SENTENCEPIECE, sp_version, {})
     start = time.monotonic()
     proto = read_bytes(model_path)
-    facts = ModelFacts.from_proto(proto)
+    facts = model_facts(proto)
     texts, files = sample_documents(input_files, sample_bytes, schema=schema)
     adversarial = adversarial_texts(facts)
     sample = {"files_sampled": files, "documents": len(texts),
               "text_bytes": sum(len(t.encode("utf-8")) for t in texts), "adversarial_strings": len(adversarial)}
-    expected: dict = {}
+    expected = None
     checks = []
-    for backend in FAST_BACKENDS if requested == AUTO else (requested,):
-        if not expected and not model_problems(backend, facts) and package_version(backend):
-            # SentencePiece's ids, computed once and only when some engine can be checked.
-            reference = SentencePieceEngine(proto)
-            expected = {"documents": reference.encode(texts), "adversarial": reference.encode(adversarial)}
-        check, prepared = self_check(backend, proto, facts, expected, texts, adversarial)
-        checks.append(check)
-        if check["result"] == "passed":
-            LOG.info("tokenizer backend %s %s: ids identical to SentencePiece's on %d sampled documents "
-                     "(%.1f MB) and %d adversarial strings (%.1f s)", backend, check["version"],
-                     len(texts), sample["text_bytes"] / 1e6, len(adversarial), time.monotonic() - start)
-            return BackendChoice(backend, check["version"], {"requested": requested, "result": "passed",
-                                                             **sample, "mismatches": 0, "checks": checks},
-                                 prepared)
-        if requested != AUTO:
-            raise ValueError(
-                f"--tokenizer_backend {backend}: {check['reason']}. Use --tokenizer_backend "
-                "sentencepiece (or auto, which falls back to it)."
-            )
-        LOG.warning("tokenizer backend %s not used (%s): %s", backend, check["result"], check["reason"])
+    with ThreadPoolExecutor(1) as pool:
+        for backend in FAST_BACKENDS if requested == AUTO else (requested,):
+            if expected is None and not model_problems(backend, facts) and package_version(backend):
+                # SentencePiece's ids, computed once, only when some engine can be checked, and while the
+                # engine loads (SentencePiece releases the GIL; converting the model holds it).
+                expected = pool.submit(reference_ids, proto, texts, adversarial)
+            check = self_check(backend, proto, facts, expected, texts, adversarial)
+            checks.append(check)
+            if check["result"] == "passed":
+                LOG.info("tokenizer backend %s %s: ids identical to SentencePiece's on %d sampled documents "
+                         "(%.1f MB) and %d adversarial strings (%.1f s)", backend, check["version"],
+                         len(texts), sample["text_bytes"] / 1e6, len(adversarial), time.monotonic() - start)
+                return BackendChoice(backend, check["version"], {"requested": requested, "result": "passed",
+                                                                 **sample, "mismatches": 0, "checks": checks})
+            if requested != AUTO:
+                raise ValueError(
+                    f"--tokenizer_backend {backend}: {check['reason']}. Use --tokenizer_backend "
+                    "sentencepiece (or auto, which falls back to it)."
+                )
+            LOG.warning("tokenizer backend %s not used (%s): %s", backend, check["result"], check["reason"])
     reason = "; ".join(f"{c['backend']}: {c['reason']}" for c in checks)
     LOG.warning("tokenizer backend: falling back to SentencePiece %s", sp_version)
     return BackendChoice(SENTENCEPIECE, sp_version, {"requested": requested, "result": "fallback",

@@ -121,6 +121,37 @@ def test_every_hostile_line_gets_the_expected_outcome():
     assert got == {name: EXPECTED[name] for name, _ in LINES}
 
 
+# Lines where a repeated key hides from a plain count of `":` (escaped quotes, keys ending in a
+# backslash, whitespace before the colon, strings starting with a colon, objects inside lists).
+REPEATS = [
+    b'{"a\\": 1, "a\\": 2, "text": "ok", "b": ":x", "meta": {"pile_set_name": "Github"}}',
+    b'{"text": "say \\"k\\": v", "x": 1, "x": 2, "meta": {"pile_set_name": "Github"}}',
+    b'{"text" : "ok", "x" :1, "x"\t:2, "meta" : {"pile_set_name" : "Github"}}',
+    b'{"text": "ok", "meta": {"pile_set_name": "Github"}, "l": [{"k": 1, "k": 2}]}',
+    b'{"text": "ends\\\\", "x": 1, "x": 2, "meta": {"pile_set_name": "Github"}}',
+    b'{"text": "ok", "meta": {"pile_set_name": "Github", "pile_set_name": "Github"}}',
+]
+
+
+def _full_path(raw: bytes, monkeypatch) -> object:
+    with monkeypatch.context() as m:
+        m.setattr(documents, "_parse_plain", lambda data, schema: None)
+        return _outcome(raw)
+
+
+def test_the_orjson_path_gives_what_json_gives_or_steps_aside(monkeypatch):
+    # Every hostile line, the repeats and the usual shapes: the outcome is the same with and without
+    # the orjson path (documents equal, dead letters with the same reason).
+    plain = [b'{"text": "caf\xc3\xa9 \\u00e9 \\ud83d\\ude00 \\"q\\": 1", "meta": {"pile_set_name": "Github"}}',
+             b'{"meta": {"pile_set_name": "ArXiv"}, "text": "x", "extra": [1, {"y": null}]}']
+    for raw in [r for _, r in LINES] + REPEATS + plain:
+        assert _outcome(raw) == _full_path(raw, monkeypatch), raw[:80]
+    for raw in REPEATS:  # a line with a repeated key never takes the orjson path
+        assert documents._parse_plain(raw, documents.PILE) is None, raw
+    for raw in plain:  # the usual lines do
+        assert documents._parse_plain(raw, documents.PILE) == _outcome(raw), raw
+
+
 def test_any_subset_names_refuse_what_cannot_be_a_name():
     schema = documents.Schema(any_names=True)
     for value, reason in (('"x\\u0007y"', "subset_invalid"), ('"   "', "subset_invalid"),
