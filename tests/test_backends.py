@@ -4,6 +4,7 @@ import json
 import os
 import pickle
 import random
+import subprocess
 import sys
 
 import numpy as np
@@ -17,6 +18,7 @@ from pipeline.tokenize import engines, model_facts, self_check
 
 # CI sets PILE_REQUIRE_FAST_BACKENDS=1 so that a missing engine fails the parity tests instead of skipping them.
 _REQUIRED = os.environ.get("PILE_REQUIRE_FAST_BACKENDS") == "1"
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAST = [pytest.param(name, marks=pytest.mark.skipif(not _REQUIRED and engines.package_version(name) is None,
                                                     reason=f"{name} not installed"))
         for name in engines.FAST_BACKENDS]
@@ -190,6 +192,42 @@ def test_auto_picks_a_fast_backend_after_the_self_check(backend, tiny_model, tmp
     assert parity["documents"] == 63 and parity["files_sampled"] == 3 and parity["adversarial_strings"] > 100
     assert [c["backend"] for c in parity["checks"]] == [backend]
     json.dumps(choice.to_json())  # goes into the manifest
+
+
+EARLY = """
+import json, sys, time
+from pipeline.tokenize import engines, self_check
+model, files = sys.argv[1], sys.argv[2:]
+early = self_check.EarlyChoice("auto", model, files[:1] + [files[1].rsplit("/", 1)[0] + "/0[12]*"], self_check.documents.PILE)
+started = early._process is not None
+choice = early.result("auto", model, files, self_check.documents.PILE)
+proto = open(model, "rb").read()
+adopted = proto in engines.converted_models()
+# Asked for other inputs than it checked: no result, the driver checks itself.
+other = self_check.EarlyChoice("auto", model, files, self_check.documents.PILE)
+mismatch = other.result("auto", model, files[:2], self_check.documents.PILE)
+stopped = self_check.EarlyChoice("auto", model, files, self_check.documents.PILE)
+stopped.cancel()
+print(json.dumps({"started": started, "choice": choice.to_json(), "adopted": adopted,
+                  "mismatch": mismatch is None, "stopped": stopped.result("auto", model, files, self_check.documents.PILE)
+                  is None, "inline": self_check.choose_backend("auto", model, files).to_json()}))
+"""
+
+
+def test_the_self_check_started_early_is_the_drivers_own(tiny_model, tmp_path):
+    # In a fresh interpreter (a command's state when it starts): the forked check gives exactly the
+    # choice the driver would make, and its converted model; asked about other inputs, it gives none.
+    files = _corpus(tmp_path)
+    out = subprocess.run([sys.executable, "-c", EARLY, tiny_model, *files], capture_output=True, text=True,
+                         cwd=REPO, env={**os.environ, "PYTHONPATH": REPO}, timeout=300)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.splitlines()[-1])
+    assert got["started"] and got["mismatch"] and got["stopped"]
+    for choice in (got["choice"], got["inline"]):
+        for check in choice["parity"]["checks"]:
+            check.pop("seconds")  # how long the check took
+    assert got["choice"] == got["inline"] and got["choice"]["name"] != "sentencepiece"
+    assert got["adopted"] == (got["choice"]["name"] == "gigatoken")
 
 
 def test_sentencepiece_needs_no_check(tiny_model):

@@ -55,9 +55,15 @@ class Job:
 
 
 def resolve_job(config: PipelineConfig, input_files: list[str], special: SpecialIds,
-                execution: Execution | None = None, run_id: str | None = None) -> Job:
-    """Bundle what the pipeline needs to know up front (including the tokenizer backend check)."""
-    backend = choose_backend(config.tokenizer_backend, config.tokenizer_model, input_files, schema=config.schema)
+                execution: Execution | None = None, run_id: str | None = None,
+                backend: BackendChoice | None = None) -> Job:
+    """Bundle what the pipeline needs to know up front (including the tokenizer backend check).
+
+    `backend`: the check's result when it was made already for these inputs (`EarlyChoice`).
+    """
+    if backend is None:
+        backend = choose_backend(config.tokenizer_backend, config.tokenizer_model, input_files,
+                                 schema=config.schema)
     return Job(config, tuple(input_files), special, sha256_of(config.tokenizer_model), backend,
                execution or Execution(), run_id or new_run_id())
 

@@ -264,6 +264,22 @@ def parse_command_line(parser: ArgumentParser, argv: list[str],
     Returns (our namespace, the runner's flags). Without a runner, anything left over is an error.
     The parser should declare --config (for --help); it is handled here.
     """
+    namespace, rest = parse_own_flags(parser, argv)
+    unknown = (runner.unknown(rest) if runner else rest) if rest else []
+    for arg in unknown:
+        if arg.startswith("-"):
+            name = arg.split("=", 1)[0]
+            candidates = parser.flags | (runner.flags() if runner else set())
+            raise UsageError(f"unknown flag {name}{suggest(name, candidates)}")
+        raise UsageError(
+            f"unexpected argument {arg!r}: quote glob patterns ('dir/*.jsonl.zst') so the shell does not "
+            "expand them, or give several paths after one --input"
+        )
+    return namespace, rest
+
+
+def parse_own_flags(parser: ArgumentParser, argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """`parse_command_line` without the runner's check: (our namespace, everything else, unchecked)."""
     ours = parser.flags
     pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument("--config")
@@ -274,15 +290,4 @@ def parse_command_line(parser: ArgumentParser, argv: list[str],
         file_ours = [a for a in file_ours if not a.startswith("--input=")]
     _refuse_placeholders(known.config, file_ours + file_beam, argv)
     namespace, rest = parser.parse_known_args(file_ours + argv)
-    rest = file_beam + rest
-    unknown = (runner.unknown(rest) if runner else rest) if rest else []
-    for arg in unknown:
-        if arg.startswith("-"):
-            name = arg.split("=", 1)[0]
-            candidates = ours | (runner.flags() if runner else set())
-            raise UsageError(f"unknown flag {name}{suggest(name, candidates)}")
-        raise UsageError(
-            f"unexpected argument {arg!r}: quote glob patterns ('dir/*.jsonl.zst') so the shell does not "
-            "expand them, or give several paths after one --input"
-        )
-    return namespace, rest
+    return namespace, file_beam + rest

@@ -19,9 +19,10 @@ Python int per token.
 `Encoder` is what workers use. With `verify` it also runs SentencePiece on every document and
 returns the documents whose ids differ (the pipeline dead-letters them or fails: `--verify_tokenizer`).
 A model's facts and gigatoken's converted model are built once per process (`model_facts`,
-`gigatoken_json` keep the last few): DirectRunner's worker threads reuse what the driver built for its
-self-check, and nothing of the model travels inside a pickled DoFn (Beam compresses those with bz2,
-~0.2 s per copy of a converted 32k model, several copies per job).
+`gigatoken_json` keep the last few; `adopt_converted` takes them from the process that ran the
+self-check): DirectRunner's worker threads reuse what the driver built for its self-check, and
+nothing of the model travels inside a pickled DoFn (Beam compresses those with bz2, ~0.2 s per copy
+of a converted 32k model, several copies per job).
 """
 
 from __future__ import annotations
@@ -106,7 +107,27 @@ def model_facts(proto: bytes) -> ModelFacts:
     return ModelFacts.from_proto(proto)
 
 
-@functools.lru_cache(maxsize=4)
+_CONVERTED: dict[bytes, str] = {}  # model bytes -> gigatoken_json, the last few models of this process
+
+
+def converted_models() -> dict[bytes, str]:
+    """What `gigatoken_json` has built in this process (for `adopt_converted` in another)."""
+    return dict(_CONVERTED)
+
+
+def adopt_converted(converted: dict[bytes, str]) -> None:
+    """Take conversions made by another process (the driver's self-check) as this one's."""
+    for proto, spec in converted.items():
+        _remember(proto, spec)
+
+
+def _remember(proto: bytes, spec: str) -> str:
+    if len(_CONVERTED) >= 4:
+        _CONVERTED.clear()
+    _CONVERTED[proto] = spec
+    return spec
+
+
 def gigatoken_json(proto: bytes) -> str:
     """The tokenizer.json gigatoken needs for a .model, with special-token matching off (once per process).
 
@@ -119,6 +140,8 @@ def gigatoken_json(proto: bytes) -> str:
     # with the control pieces kept as added tokens; the converter that produces the intermediate
     # tokenizer.json is only reachable privately. gigatoken is pinned (pyproject.toml), and
     # tests/test_backends.py::test_gigatoken_private_converter_is_still_there fails loudly if it moves.
+    if proto in _CONVERTED:
+        return _CONVERTED[proto]
     from gigatoken._load.sentencepiece import sentencepiece_to_tokenizer_json
 
     facts = model_facts(proto)
@@ -127,7 +150,7 @@ def gigatoken_json(proto: bytes) -> str:
     model = spec["model"]
     special = {piece for piece, i in model["vocab"].items() if facts.piece_types[i] not in (NORMAL, USER_DEFINED)}
     model["merges"] = [m for m in model["merges"] if m[0] + m[1] not in special]
-    return json.dumps(spec, ensure_ascii=False)
+    return _remember(proto, json.dumps(spec, ensure_ascii=False))
 
 
 class _GigatokenEngine:
