@@ -18,11 +18,14 @@ size, `start_step=k`), and a rank reads only the records it uses, in runs of abo
 ``window / dp_size`` records located by byte offset (every full record has the same size:
 pipeline/format/layout.py).
 
-The graph, per epoch: the rank's plan (NumPy, once per epoch) -> for each window, its runs read
-from the shards at their byte offsets (`num_parallel_reads` windows in flight, in order) and parsed
-in one `parse_example` call per run -> the window's records put in batch order (one gather, a
-permutation computed once per window) -> batches -> int32 `inputs`/`labels`, float `loss_mask`.
-Python runs once per epoch and once per window, never per record.
+The graph, one pipeline over all epochs: the rank's plan (NumPy, once per epoch) -> its pieces
+(a window's run of records within one shard), each read at its byte offset into one batch of
+serialized records (`num_parallel_reads` pieces in flight, in order; the TFRecord reader checks
+every record's CRC) -> one `parse_example` per piece -> the pieces of a window joined -> the whole
+window put in batch order (one gather, a permutation computed once per window) and converted
+(int32 `inputs`/`labels`, float `loss_mask`) -> one element per batch, a slice of the window.
+Python runs once per epoch and once per window, never per record; no tf.data stage runs per
+record except the read itself, and every function is instantiated once per iterator.
 
 Forms: a dict per batch (default); ``keras=True`` gives ``(x, y, sample_weight)`` for `model.fit`
 (x = inputs, or a dict with segment_ids/positions when they are requested; sample_weight = the
@@ -35,7 +38,7 @@ already sharded, DATA otherwise), so the strategy never tries to shard by file.
 Integrity: before step 0, on every rank, the manifest must add up and every listed shard must
 exist with its byte size and have its last record where the size arithmetic puts it
 (`ShardIntegrityError` / `ManifestError`, naming the file; ``verify=True`` also checks every
-shard's sha256, which reads every shard). While reading, every run is checked against the record
+shard's sha256, which reads every shard). While reading, every piece is checked against the record
 count the plan expects: a record that fails its CRC, a shard cut short or gone stops the rank at
 that window with a `tf.errors.InvalidArgumentError` carrying ``ShardIntegrityError: <path>: ...``
 (the TFRecord error itself is logged); `shard_errors()` turns it into `ShardIntegrityError`.
@@ -77,10 +80,15 @@ log = logging.getLogger(__name__)
 
 DEFAULT_READ_BUFFER_BYTES = 8 << 20  # large sequential reads: few round trips on EFS / NFS
 _no_autograph = tf.autograph.experimental.do_not_convert
+# A row of the plan's pieces: a run of consecutive records of one shard (its bytes from byte_offset),
+# and the window it belongs to (epoch, window index, batches, records the resume drops, whether the
+# piece is the window's last).
+PIECE_FIELDS = ("shard", "byte_offset", "records", "bytes", "epoch", "window", "batches", "drop", "ends_window")
+_SHARD, _OFFSET, _RECORDS, _BYTES, _EPOCH, _WINDOW, _BATCHES, _DROP, _ENDS_WINDOW = range(len(PIECE_FIELDS))
 
 
 def _ignore_errors(ds: tf.data.Dataset) -> tf.data.Dataset:
-    # A read error ends this run's records; the count check that follows turns the shortfall into
+    # A read error ends this piece's records; the count check that follows turns the shortfall into
     # an error naming the file. The original error is logged.
     if hasattr(ds, "ignore_errors"):
         return ds.ignore_errors(log_warning=True)
@@ -186,7 +194,8 @@ def make_dataset(
         features: optional features to return besides inputs/labels/loss_mask: a subset of
             ("segment_ids", "positions"); None returns those the manifest declares.
         keras: yield `(x, y, sample_weight)` tuples for `model.fit` instead of dicts.
-        num_parallel_reads: windows each rank reads concurrently (does not change the order).
+        num_parallel_reads: pieces (a window's records in one shard) each rank reads
+            concurrently (does not change the order).
         read_buffer_bytes: largest read per request.
         cache_dir: where byte ranges of shards on filesystems TensorFlow cannot open are copied
             (default: the system temporary directory).
@@ -260,15 +269,19 @@ def make_dataset(
     layout = source.layout
     first_column = dp_rank * rank_batch
 
-    def plan_arrays(e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def plan_pieces(e: np.ndarray) -> np.ndarray:
+        # The epoch's pieces, window after window: int64 [k, len(PIECE_FIELDS)].
         e = int(e)
         order = global_order(counts, global_batch, seed=seed, epoch=e, shuffle=shuffle, window=window)
         plan = rank_plan(order, dp_rank, dp_size, first_step if e == first_epoch else 0)
         shard, first, n = plan.reads[:, 0], plan.reads[:, 1], plan.reads[:, 2]
         begin = layout.offsets(shard, first)
-        # (shard, byte offset, records, bytes) of every run, window after window
-        reads = np.stack([shard, begin, n, layout.offsets(shard, first + n) - begin], axis=1).reshape(-1, 4)
-        return plan.windows, reads.astype(np.int64)
+        owner = np.repeat(np.arange(len(plan.windows)), plan.windows[:, 5])
+        last = np.zeros(len(owner), np.int64)
+        last[np.cumsum(plan.windows[:, 5]) - 1] = 1
+        w = plan.windows[owner]
+        return np.stack([shard, begin, n, layout.offsets(shard, first + n) - begin, np.full(len(owner), e),
+                         w[:, 0], w[:, 1], w[:, 3], last], axis=1).reshape(-1, len(PIECE_FIELDS)).astype(np.int64)
 
     def gather(e: np.ndarray, w: np.ndarray, batches: np.ndarray) -> np.ndarray:
         return window_gather(seed, int(e), shuffle, int(w), int(batches), first_column, rank_batch)
@@ -280,94 +293,97 @@ def make_dataset(
         literal = not any(c in p for p in local_paths for c in "*?[]{}\\")
         paths = tf.constant(local_paths)
 
-        def locate(pieces):
-            # pieces: [k, 4] (shard, byte offset, records, bytes) -> (files, offsets), each [k]
-            return tf.gather(paths, pieces[:, 0]), pieces[:, 1]
+        def locate(piece):
+            # a piece -> (file [1], byte offset in it)
+            return tf.reshape(paths[piece[_SHARD]], [1]), piece[_OFFSET]
 
     else:
         cache = ShardCache(source, cache_dir)
         literal = True
 
-        def locate(pieces):
-            files = tf.numpy_function(cache.fetch_all, [pieces], tf.string, stateful=True)
-            files.set_shape([None])
-            return files, tf.zeros_like(pieces[:, 1])
+        def locate(piece):
+            files = tf.numpy_function(cache.fetch_all, [piece[None, : _BYTES + 1]], tf.string, stateful=True)
+            return tf.reshape(files, [1]), tf.zeros([], tf.int64)
 
-    def read_piece(i, path, offset, piece):
-        # One piece of a window's run: its records, each tagged with the piece's index in the window.
-        # A file that vanished since the start checks reads as no file (ignore_errors would retry
-        # opening it forever); `matching_files` of the literal path, which has no glob characters.
-        files = tf.io.matching_files(path) if literal else tf.reshape(path, [1])
-        reads = (piece[3] + read_buffer_bytes - 1) // read_buffer_bytes
-        buffer = (piece[3] + reads - 1) // reads  # equal reads that end where the piece ends
-        recs = _ignore_errors(_records_at(files, offset, piece[2], buffer))
-        return tf.data.Dataset.zip((recs, tf.data.Dataset.from_tensors(i).repeat()))
+    def read_piece(piece):
+        # A piece -> exactly one element: (its serialized records [k], the file read [1], the piece);
+        # k = the piece's records, or the records read before a read error. A file that vanished
+        # since the start checks reads as no file (ignore_errors would retry opening it forever):
+        # `matching_files` of the literal path, which has no glob characters. No transformation
+        # taking a function (map, filter, ...) in here: this dataset is built once per piece, and
+        # such a function would be instantiated (graph optimization passes included) every time.
+        path, offset = locate(piece)
+        files = tf.io.matching_files(path[0]) if literal else path
+        reads = (piece[_BYTES] + read_buffer_bytes - 1) // read_buffer_bytes
+        buffer = (piece[_BYTES] + reads - 1) // reads  # equal reads that end where the piece ends
+        recs = _ignore_errors(_records_at(files, offset, piece[_RECORDS], buffer)).batch(piece[_RECORDS])
+        recs = recs.concatenate(tf.data.Dataset.from_tensors(tf.zeros([0], tf.string))).take(1)
+        return tf.data.Dataset.zip((recs, tf.data.Dataset.from_tensors(path), tf.data.Dataset.from_tensors(piece)))
 
     @_no_autograph
-    def epoch_dataset(e):
-        windows, pieces = tf.numpy_function(plan_arrays, [e], (tf.int64, tf.int64), stateful=False)
-        windows = tf.reshape(windows, [-1, 6])
-        pieces = tf.reshape(pieces, [-1, 4])
-
-        @_no_autograph
-        def read_window(w):
-            # w: (window, batches, records, records to drop, first piece, pieces) -> one element: the
-            # window's serialized records, the index of the piece each came from, the files read.
-            mine = pieces[w[4] : w[4] + w[5]]
-            files, offsets = locate(mine)
-            recs = tf.data.Dataset.from_tensor_slices((tf.range(w[5]), files, offsets, mine)).flat_map(read_piece)
-            empty = tf.data.Dataset.from_tensors((tf.zeros([0], tf.string), tf.zeros([0], tf.int64)))
-            return recs.batch(w[2]).concatenate(empty).take(1).map(lambda r, owner: (r, owner, files))
-
-        @_no_autograph
-        def parse_window(recs, owner, files, w):
-            # Each piece must have given exactly its records; then one parse, one gather into batch order.
-            expected = pieces[w[4] : w[4] + w[5], 2]
-            got = tf.math.bincount(tf.cast(owner, tf.int32), minlength=tf.cast(w[5], tf.int32),
-                                   maxlength=tf.cast(w[5], tf.int32), dtype=tf.int64)
-            first_bad = tf.concat([tf.where(tf.not_equal(got, expected))[:, 0], tf.zeros([1], tf.int64)], 0)[0]
-            shard = pieces[w[4] + first_bad, 0]
-            message = short_read_message(tf.gather(urls, shard), got[first_bad], expected[first_bad])
-            checks = [tf.debugging.Assert(tf.reduce_all(tf.equal(got, expected)), [message])]
-            if cache is not None:  # the window is read: its cached copies can go
-                with tf.control_dependencies(checks):
-                    checks.append(tf.numpy_function(cache.release, [files], tf.int64, stateful=True))
+    def parse_piece(recs, path, piece):
+        # The piece must have given exactly its records; then one parse, token arrays kept in the
+        # shard's dtype: {name: [k, width]}, valid_labels [k].
+        got = tf.size(recs, tf.int64)
+        message = short_read_message(urls[piece[_SHARD]], got, piece[_RECORDS])
+        checks = [tf.debugging.Assert(tf.equal(got, piece[_RECORDS]), [message])]
+        if cache is not None:  # the piece is read: its cached copy can go
             with tf.control_dependencies(checks):
-                parsed = tf.io.parse_example(recs, spec)
-            # Token arrays stay in the shard's dtype until `finish`.
-            out = {name: tf.reshape(tf.io.decode_raw(parsed[name], tf_dtype, little_endian=True), [-1, width])
-                   for name, width in widths}
-            out[records.VALID_LABELS] = parsed[records.VALID_LABELS]
-            # The window's records (column after column) -> its batches, in order, from the resume point.
-            order = tf.numpy_function(gather, [e, w[0], w[1]], tf.int64, stateful=False)
-            order = tf.reshape(order, [-1])[w[3] :]
-            return {name: tf.reshape(tf.gather(v, order), [-1, rank_batch, *v.shape[1:]]) for name, v in out.items()}
-
-        read = tf.data.Dataset.from_tensor_slices(windows).interleave(
-            read_window, cycle_length=num_parallel_reads, block_length=1, num_parallel_calls=num_parallel_reads,
-            deterministic=True,
-        )
-        meta = tf.data.Dataset.from_tensor_slices(windows)
-        parsed = tf.data.Dataset.zip((read, meta)).map(
-            lambda r, w: parse_window(*r, w), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        return parsed.unbatch()
+                checks.append(tf.numpy_function(cache.release, [path], tf.int64, stateful=True))
+        with tf.control_dependencies(checks):
+            parsed = tf.io.parse_example(recs, spec)
+        out = {name: tf.reshape(tf.io.decode_raw(parsed[name], tf_dtype, little_endian=True), [-1, width])
+               for name, width in widths}
+        out[records.VALID_LABELS] = parsed[records.VALID_LABELS]
+        return out, piece
 
     @_no_autograph
-    def finish(b):
-        tokens = tf.reshape(tf.cast(b[records.TOKENS], tf.int32), [rank_batch, seq_len + 1])
-        valid = tf.reshape(b[records.VALID_LABELS], [rank_batch, 1])
+    def join(acc, parsed_piece):
+        # The pieces of one window, joined: emits (window complete?, its arrays so far, piece). The
+        # first piece of a window is joined to none of the previous arrays ([:0]): no tf.cond.
+        part, piece = parsed_piece
+        keep = (1 - acc[0]) * tf.shape(acc[1][records.VALID_LABELS], out_type=tf.int64)[0]
+        joined = {name: tf.concat([acc[1][name][:keep], v], 0) for name, v in part.items()}
+        return (piece[_ENDS_WINDOW], joined), (piece[_ENDS_WINDOW], joined, piece)
+
+    @_no_autograph
+    def window_batches(arrays, piece):
+        # A whole window (its last piece's row) -> its batches, in order from the resume point,
+        # converted once for the window: {name: [batches, rank_batch, seq_len]}. Its batches are
+        # slices of these arrays, which live until the window's last batch is consumed.
+        order = tf.numpy_function(gather, [piece[_EPOCH], piece[_WINDOW], piece[_BATCHES]], tf.int64, stateful=False)
+        order = tf.reshape(order, [-1])[piece[_DROP] :]
+        shape = [-1, rank_batch, seq_len]
+        tokens = tf.cast(tf.gather(arrays[records.TOKENS], order), tf.int32)
+        valid = tf.gather(arrays[records.VALID_LABELS], order)
         out = {
-            "inputs": tokens[:, :-1],
-            "labels": tokens[:, 1:],
-            "loss_mask": tf.cast(tf.range(seq_len, dtype=tf.int64)[None, :] < valid, tf.float32),
+            "inputs": tf.reshape(tokens[:, :-1], shape),
+            "labels": tf.reshape(tokens[:, 1:], shape),
+            "loss_mask": tf.reshape(
+                tf.cast(tf.range(seq_len, dtype=tf.int64)[None, :] < valid[:, None], tf.float32), shape),
         }
         for name in optional:
-            out[name] = tf.reshape(tf.cast(b[name], tf.int32), [rank_batch, seq_len])
+            out[name] = tf.reshape(tf.cast(tf.gather(arrays[name], order), tf.int32), shape)
         return out
 
+    @_no_autograph
+    def epoch_pieces(e):
+        pieces = tf.numpy_function(plan_pieces, [e], tf.int64, stateful=False)
+        return tf.data.Dataset.from_tensor_slices(tf.reshape(pieces, [-1, len(PIECE_FIELDS)]))
+
+    # One pipeline over all epochs' pieces, so that each function below is instantiated once.
     last = tf.int64.max if end_epoch is None else max(end_epoch, first_epoch)
-    ds = tf.data.Dataset.range(first_epoch, last).flat_map(epoch_dataset)
-    ds = ds.map(finish, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    pieces = tf.data.Dataset.range(first_epoch, last).flat_map(epoch_pieces)
+    read = pieces.interleave(read_piece, cycle_length=num_parallel_reads, block_length=1,
+                             num_parallel_calls=num_parallel_reads, deterministic=True)
+    parsed = read.map(parse_piece, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    empty = {name: tf.zeros([0, width], tf_dtype) for name, width in widths}
+    empty[records.VALID_LABELS] = tf.zeros([0], tf.int64)
+    windows = parsed.scan((tf.constant(1, tf.int64), empty), join).filter(lambda done, arrays, piece: done > 0)
+    ds = windows.map(lambda done, arrays, piece: window_batches(arrays, piece),
+                     num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    # One element per batch: a slice of its window's arrays (no copy when the slice is aligned).
+    ds = ds.flat_map(tf.data.Dataset.from_tensor_slices)
     per_step = rank_batch // element_batch
     if per_step > 1:  # tf.distribute: the pipeline's slice, cut into its replicas' batches
         ds = _rebatch(ds, element_batch)

@@ -46,7 +46,7 @@ from pipeline.core.hashing import fold64, keyed_permutation, mix64
 
 WINDOW_BYTES = 8 << 20  # default window: ~8 MiB of token ids (2048 records at seq_len 2048, uint16)
 MIN_WINDOW, MAX_WINDOW = 256, 8192  # default window bounds, in records
-DEFAULT_PARALLEL_READS = 4  # windows each rank reads concurrently
+DEFAULT_PARALLEL_READS = 4  # pieces (a window's run in one shard) each rank reads concurrently
 # Names the algorithm below: a checkpoint records it, so that a resume under another order is refused.
 ORDER = "global-columns-1"
 _SHARD_ORDER_TAG = 0x5348  # domain separation: "SH"
