@@ -293,6 +293,23 @@ def test_portable_runner_writes_the_same_bytes_as_direct_runner(direct_run, job_
     assert not [f for f in os.listdir(out) if ".tmp-" in f]
 
 
+def test_direct_runner_jobs_run_on_the_fn_api_runner_never_prism(direct_run, monkeypatch):
+    """Beam's DirectRunner would try Prism (a binary it downloads) where the network allows: ours never do."""
+    from apache_beam.runners.portability import prism_runner
+
+    def refuse(*_, **__):
+        raise AssertionError("a DirectRunner job went to the Prism runner")
+
+    monkeypatch.setattr(prism_runner.PrismRunner, "run_pipeline", refuse)
+    monkeypatch.setattr(prism_runner.PrismJobServer, "__init__", refuse)
+    argv, out, manifest, digests = direct_run
+    again = run.main(argv + ["--runner", "DirectRunner", "--direct_num_workers", "2"])
+    assert _digests(out) == digests and run_free(again) == run_free(manifest)
+    options = beam_options.pipeline_options(["--runner", "DirectRunner"])
+    assert type(beam_options.direct_runner(options)).__name__ == "FnApiRunner"
+    assert beam_options.direct_runner(beam_options.pipeline_options(["--runner", "PortableRunner"])) is None
+
+
 def test_external_worker_pool_writes_the_same_bytes(direct_run, job_service_spy):
     """SDK workers from a separate worker pool (EXTERNAL environment: how EMR nodes run them) == DirectRunner."""
     argv, out, manifest, digests = direct_run

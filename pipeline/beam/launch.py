@@ -17,7 +17,7 @@ from apache_beam.options.pipeline_options import DirectOptions, PortableOptions,
 from pipeline.beam.execution import file_sizes, plan_execution, running_mode
 from pipeline.beam.job import build_pipeline, resolve_job
 from pipeline.beam.logs import JobFailed, failure_line
-from pipeline.beam.options import pipeline_options, running_mode_given
+from pipeline.beam.options import direct_runner, pipeline_options, running_mode_given
 from pipeline.beam.progress import Monitor
 from pipeline.beam.remote import check_workers_can_read, workers_of
 from pipeline.config.job import PipelineConfig
@@ -101,7 +101,7 @@ def _run(config: PipelineConfig, beam_args: list[str], early: EarlyChoice | None
             LOG.info("%d input files -> %s (runner %s, run %s)", len(input_files), redact_url(config.output_dir),
                      runner, run_id)
             start = time.monotonic()
-            with beam.Pipeline(options=options) as p:
+            with beam.Pipeline(runner=direct_runner(options), options=options) as p:
                 build_pipeline(p, job)
         except Exception as e:
             line = failure_line(e)

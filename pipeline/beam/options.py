@@ -61,6 +61,26 @@ def flag_names() -> set[str]:
 BEAM = Runner(unknown=unknown_flags, flags=flag_names)
 
 
+def direct_runner(options: PipelineOptions):
+    """The runner object of a DirectRunner job: Beam's FnApiRunner; None for other runners (Beam makes them).
+
+    Beam's DirectRunner first tries its Prism runner, a Go binary it downloads from GitHub at run
+    time, and falls back to the FnApiRunner when that fails (offline, for one): the same command
+    would run on two different runners depending on the network. Ours always run on the FnApiRunner,
+    with the pipeline options handed to its workers as DirectRunner hands them.
+    """
+    if options.view_as(StandardOptions).runner != "DirectRunner":
+        return None
+    from apache_beam.portability.api import beam_provision_api_pb2
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+    from apache_beam.runners.portability.fn_api_runner.fn_runner import ExtendedProvisionInfo
+    from apache_beam.runners.portability.portable_runner import JobServiceHandle
+
+    encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
+    return FnApiRunner(provision_info=ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(
+        pipeline_options=encoded)))
+
+
 def running_mode_given(beam_args: list[str]) -> bool:
     """Whether the command line (or a config file) chose DirectRunner's running mode."""
     return any(a.startswith("--direct_running_mode") for a in beam_args)
