@@ -4,7 +4,7 @@
 
 For each scale it writes a Pile-layout corpus (`python scripts/sample_corpus.py DIR --scale S`;
 scale 1 is ~15 MB of decompressed train text in 4 files), runs `python -m pipeline.run` on it in
-a subprocess (DirectRunner, multi_processing, `--direct_num_workers` workers by default) and
+a subprocess (DirectRunner, worker threads (`--mode`), `--direct_num_workers` workers by default) and
 samples, every 50 ms, the resident memory of the whole process tree (driver + worker processes,
 found with psutil), keeping the peak of the sum and the peak of the largest single process. The
 sum of RSS counts shared pages once per process, so it overstates the tree a little: a safe bound.
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scales", type=float, nargs="+", default=[1, 4, 16])
     p.add_argument("--workers", type=int, default=2, help="--direct_num_workers (default 2)")
-    p.add_argument("--mode", default="multi_processing", choices=("multi_processing", "in_memory"))
+    p.add_argument("--mode", default="multi_threading", choices=("multi_threading", "multi_processing", "in_memory"))
     p.add_argument("--fan_out", default="auto", choices=("auto", "yes", "no"), help="the pipeline's --fan_out")
     p.add_argument("--tokenizer_model", default=os.path.join(REPO, "tokenizers/sample/sample.model"))
     p.add_argument("--work_dir", default=None, help="where corpora and outputs go (default: a temp dir)")
@@ -164,7 +164,7 @@ def render(rows: list[dict], args) -> str:
         f"{psutil.cpu_count()} cores, {psutil.virtual_memory().total / (1 << 30):.0f} GiB RAM, "
         f"Python {platform.python_version()}; `python scripts/bench_memory.py --scales "
         f"{' '.join(f'{s:g}' for s in args.scales)}"
-        + (f" --mode {args.mode}" if args.mode != "multi_processing" else "")
+        + (f" --mode {args.mode}" if args.mode != "multi_threading" else "")
         + (f" --workers {args.workers}" if args.workers != 2 else "")
         + (f" --fan_out {args.fan_out}" if args.fan_out != "auto" else "") + "`.",
         "",

@@ -31,6 +31,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -43,6 +44,10 @@ from real_text_corpus import compose, describe, train_model, write_files
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MEGATRON_PYTHON = os.path.join(REPO, ".venv-megatron", "bin", "python")
+
+
+READING = re.compile(r"(worker|pipeline\.beam\.transforms): reading ")
+READ = re.compile(r"(worker|pipeline\.beam\.transforms): read ")
 
 
 def _cpu_children() -> float:
@@ -67,8 +72,9 @@ def run(cmd: list[str], log_path: str) -> dict:
     end = time.time()
     if code:
         raise SystemExit(f"{cmd} failed with {code}; see {log_path}")
-    reads = [t for line in open(log_path) if "worker: reading " in line and (t := _log_time(line))]
-    done = [t for line in open(log_path) if "worker: read " in line and (t := _log_time(line))]
+    # Workers log "reading FILE" / "read FILE: ..." (through the runner's log when they are processes).
+    reads = [t for line in open(log_path) if READING.search(line) and (t := _log_time(line))]
+    done = [t for line in open(log_path) if READ.search(line) and (t := _log_time(line))]
     return {"wall": end - start, "cpu": _cpu_children() - cpu, "stdout": open(log_path + ".out").read(),
             "startup": min(reads) - start if reads else None, "finish": end - max(done) if done else None}
 

@@ -195,22 +195,24 @@ def test_auto_picks_a_fast_backend_after_the_self_check(backend, tiny_model, tmp
 
 
 EARLY = """
-import json, sys, time
-from pipeline.tokenize import engines, self_check
+import json, sys
+from pipeline.tokenize import engines, pieces, self_check
 model, files = sys.argv[1], sys.argv[2:]
-early = self_check.EarlyChoice("auto", model, files[:1] + [files[1].rsplit("/", 1)[0] + "/0[12]*"], self_check.documents.PILE)
+pile = self_check.documents.PILE
+early = self_check.EarlyChoice("auto", model, files[:1] + [files[1].rsplit("/", 1)[0] + "/0[12]*"], pile)
 started = early._process is not None
-choice = early.result("auto", model, files, self_check.documents.PILE)
+choice = early.result("auto", model, files, pile)
 proto = open(model, "rb").read()
-adopted = proto in engines.converted_models()
+built = engines.built_from_models()
+adopted = [proto in built["facts"], any(key[1] == proto for key in built["cuts"])]
 # Asked for other inputs than it checked: no result, the driver checks itself.
-other = self_check.EarlyChoice("auto", model, files, self_check.documents.PILE)
-mismatch = other.result("auto", model, files[:2], self_check.documents.PILE)
-stopped = self_check.EarlyChoice("auto", model, files, self_check.documents.PILE)
+mismatch = self_check.EarlyChoice("auto", model, files, pile).result("auto", model, files[:2], pile)
+stopped = self_check.EarlyChoice("auto", model, files, pile)
 stopped.cancel()
 print(json.dumps({"started": started, "choice": choice.to_json(), "adopted": adopted,
-                  "mismatch": mismatch is None, "stopped": stopped.result("auto", model, files, self_check.documents.PILE)
-                  is None, "inline": self_check.choose_backend("auto", model, files).to_json()}))
+                  "converted": proto in built["converted"], "mismatch": mismatch is None,
+                  "stopped": stopped.result("auto", model, files, pile) is None,
+                  "inline": self_check.choose_backend("auto", model, files).to_json()}))
 """
 
 
@@ -227,7 +229,8 @@ def test_the_self_check_started_early_is_the_drivers_own(tiny_model, tmp_path):
         for check in choice["parity"]["checks"]:
             check.pop("seconds")  # how long the check took
     assert got["choice"] == got["inline"] and got["choice"]["name"] != "sentencepiece"
-    assert got["adopted"] == (got["choice"]["name"] == "gigatoken")
+    assert got["adopted"] == [True, True]  # what the workers derive from the model, done once
+    assert got["converted"] == (got["choice"]["name"] == "gigatoken")
 
 
 def test_sentencepiece_needs_no_check(tiny_model):

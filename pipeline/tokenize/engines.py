@@ -19,7 +19,7 @@ Python int per token.
 `Encoder` is what workers use. With `verify` it also runs SentencePiece on every document and
 returns the documents whose ids differ (the pipeline dead-letters them or fails: `--verify_tokenizer`).
 A model's facts and gigatoken's converted model are built once per process (`model_facts`,
-`gigatoken_json` keep the last few; `adopt_converted` takes them from the process that ran the
+`gigatoken_json` keep the last few; `adopt_built` takes them from the process that ran the
 self-check): DirectRunner's worker threads reuse what the driver built for its self-check, and
 nothing of the model travels inside a pickled DoFn (Beam compresses those with bz2, ~0.2 s per copy
 of a converted 32k model, several copies per job).
@@ -27,7 +27,6 @@ of a converted 32k model, several copies per job).
 
 from __future__ import annotations
 
-import functools
 import itertools
 import json
 import logging
@@ -37,9 +36,10 @@ import sentencepiece as spm
 
 from pipeline.core import versions
 from pipeline.core.errors import JobError
+from pipeline.core.memo import ProcessMemo
 from pipeline.io.files import read_bytes
 from pipeline.tokenize.model_facts import NORMAL, USER_DEFINED, ModelFacts, model_problems
-from pipeline.tokenize.pieces import PieceEncoder
+from pipeline.tokenize.pieces import CUTS, PieceEncoder
 
 LOG = logging.getLogger(__name__)
 
@@ -101,31 +101,25 @@ class _KitokenEngine:
         return flatten([self._kt.encode(text, False) for text in texts])
 
 
-@functools.lru_cache(maxsize=4)
+_FACTS = ProcessMemo()  # model bytes -> ModelFacts
+_CONVERTED = ProcessMemo()  # model bytes -> gigatoken_json
+
+
 def model_facts(proto: bytes) -> ModelFacts:
     """`ModelFacts.from_proto`, once per process and model."""
-    return ModelFacts.from_proto(proto)
+    return _FACTS.get(proto, lambda: ModelFacts.from_proto(proto))
 
 
-_CONVERTED: dict[bytes, str] = {}  # model bytes -> gigatoken_json, the last few models of this process
+def built_from_models() -> dict:
+    """What this process has derived from models (facts, conversions, safe cuts), for `adopt_built`."""
+    return {"facts": _FACTS.items(), "converted": _CONVERTED.items(), "cuts": CUTS.items()}
 
 
-def converted_models() -> dict[bytes, str]:
-    """What `gigatoken_json` has built in this process (for `adopt_converted` in another)."""
-    return dict(_CONVERTED)
-
-
-def adopt_converted(converted: dict[bytes, str]) -> None:
-    """Take conversions made by another process (the driver's self-check) as this one's."""
-    for proto, spec in converted.items():
-        _remember(proto, spec)
-
-
-def _remember(proto: bytes, spec: str) -> str:
-    if len(_CONVERTED) >= 4:
-        _CONVERTED.clear()
-    _CONVERTED[proto] = spec
-    return spec
+def adopt_built(built: dict) -> None:
+    """Take what another process derived from models (the self-check's) as this one's."""
+    _FACTS.adopt(built["facts"])
+    _CONVERTED.adopt(built["converted"])
+    CUTS.adopt(built["cuts"])
 
 
 def gigatoken_json(proto: bytes) -> str:
@@ -140,8 +134,10 @@ def gigatoken_json(proto: bytes) -> str:
     # with the control pieces kept as added tokens; the converter that produces the intermediate
     # tokenizer.json is only reachable privately. gigatoken is pinned (pyproject.toml), and
     # tests/test_backends.py::test_gigatoken_private_converter_is_still_there fails loudly if it moves.
-    if proto in _CONVERTED:
-        return _CONVERTED[proto]
+    return _CONVERTED.get(proto, lambda: _convert(proto))
+
+
+def _convert(proto: bytes) -> str:
     from gigatoken._load.sentencepiece import sentencepiece_to_tokenizer_json
 
     facts = model_facts(proto)
@@ -150,7 +146,7 @@ def gigatoken_json(proto: bytes) -> str:
     model = spec["model"]
     special = {piece for piece, i in model["vocab"].items() if facts.piece_types[i] not in (NORMAL, USER_DEFINED)}
     model["merges"] = [m for m in model["merges"] if m[0] + m[1] not in special]
-    return _remember(proto, json.dumps(spec, ensure_ascii=False))
+    return json.dumps(spec, ensure_ascii=False)
 
 
 class _GigatokenEngine:

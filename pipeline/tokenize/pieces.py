@@ -36,6 +36,8 @@ import re
 import numpy as np
 import sentencepiece as spm
 
+from pipeline.core.memo import ProcessMemo
+
 LOG = logging.getLogger(__name__)
 
 LONG_TEXT_CHARS = 1 << 20  # longer texts are encoded in pieces
@@ -155,7 +157,7 @@ class PieceEncoder:
         return np.concatenate(per_text).astype(np.int32, copy=False), offsets
 
 
-_CHECKED: dict[tuple[type, bytes], tuple[bool, bool, str]] = {}  # per process: DirectRunner's worker threads share it
+CUTS = ProcessMemo(8)  # (engine type, model bytes) -> check_model's answer
 
 
 def check_model(engine, proto: bytes) -> tuple[bool, bool, str]:
@@ -163,12 +165,7 @@ def check_model(engine, proto: bytes) -> tuple[bool, bool, str]:
 
     Once per process, engine type and model: engines of one type built from one model give the same ids.
     """
-    key = (type(engine), proto)
-    if key not in _CHECKED:
-        if len(_CHECKED) >= 8:
-            _CHECKED.clear()
-        _CHECKED[key] = _check_model(engine, proto)
-    return _CHECKED[key]
+    return CUTS.get((type(engine), proto), lambda: _check_model(engine, proto))
 
 
 def _check_model(engine, proto: bytes) -> tuple[bool, bool, str]:

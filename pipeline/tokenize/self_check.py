@@ -32,9 +32,10 @@ from pipeline.tokenize.engines import (
     FAST_BACKENDS,
     SENTENCEPIECE,
     BackendUnavailable,
+    Encoder,
     SentencePieceEngine,
-    adopt_converted,
-    converted_models,
+    adopt_built,
+    built_from_models,
     load_engine,
     mismatched,
     model_facts,
@@ -263,8 +264,8 @@ class EarlyChoice:
         self.cancel()
         if got is None or got[0] != list(input_files):
             return None
-        _, choice, converted = got
-        adopt_converted(converted)  # the workers on this machine need not convert the model again
+        _, choice, built = got
+        adopt_built(built)  # the workers on this machine need not derive it from the model again
         return choice
 
     def cancel(self) -> None:
@@ -291,6 +292,7 @@ def _choose_and_send(sent, requested: str, model_path: str, patterns: list[str],
     try:
         files = inputs.expand_inputs(patterns)
         choice = choose_backend(requested, model_path, files, schema=schema)
-        sent.send((files, choice, converted_models()))
+        Encoder(model_path, choice.name, threads=1).load()  # what each worker derives from the model
+        sent.send((files, choice, built_from_models()))
     except BaseException:  # noqa: BLE001 -- the driver checks again itself and reports what is wrong
         sent.send(None)
