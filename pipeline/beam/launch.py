@@ -42,16 +42,9 @@ def run_job(config: PipelineConfig, beam_args: list[str], early: EarlyChoice | N
     With `--dry_run True` (DataflowRunner) or `--output_executable_path` (Flink/Spark jar) the job
     is translated but not run here: the output directory is left untouched (dry run) or checked
     and prepared (jar), and there is no manifest to return. `early`: the backend self-check, if the
-    command started it already (its result is used only where it matches what is decided here).
+    command started it already (its result is used only where it matches what is decided here; the
+    command stops it).
     """
-    try:
-        return _run(config, beam_args, early)
-    finally:
-        if early is not None:
-            early.cancel()
-
-
-def _run(config: PipelineConfig, beam_args: list[str], early: EarlyChoice | None) -> dict | None:
     paths = [("--input", u) for u in config.inputs] + [("--output_dir", config.output_dir),
                                                          ("--tokenizer_model", config.tokenizer_model)]
     refuse_credentials(paths)
