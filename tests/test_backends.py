@@ -6,6 +6,7 @@ import pickle
 import random
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from corpus_helpers import pile_line, write_lines
 from sample_corpus import compose_lines
 
 from pipeline.core import packing
+from pipeline.core.memo import ProcessMemo
 from pipeline.tokenize import engines, model_facts, self_check
 
 # CI sets PILE_REQUIRE_FAST_BACKENDS=1 so that a missing engine fails the parity tests instead of skipping them.
@@ -112,16 +114,39 @@ def test_flat_encoding_matches_lists(backend, tiny_model):
 @pytest.mark.skipif(not _REQUIRED and engines.package_version("gigatoken") is None, reason="gigatoken not installed")
 def test_gigatoken_is_rebuilt_to_bound_its_cache(tiny_model, monkeypatch):
     monkeypatch.setattr(engines, "GIGATOKEN_RELOAD_BYTES", 1000)
+    monkeypatch.setattr(engines, "_GIGATOKENS", ProcessMemo(2))
     encoder = engines.Encoder(tiny_model, "gigatoken")
     encoder.load()
-    engine = encoder._engine
-    loads = []
-    original = engine._load
-    monkeypatch.setattr(engine, "_load", lambda: (loads.append(1), original()))
+    shared = encoder._engine._shared
+    first = shared._tok
     texts = _fuzz(1, 200)
     assert encoder.encode(texts) == _sp_ids(tiny_model, texts)
     assert encoder.encode(texts) == _sp_ids(tiny_model, texts)
-    assert loads  # rebuilt, same ids
+    assert shared._tok is not first  # rebuilt, same ids
+
+
+@pytest.mark.skipif(not _REQUIRED and engines.package_version("gigatoken") is None, reason="gigatoken not installed")
+def test_gigatoken_encoders_of_a_process_share_one_and_threads_get_the_same_ids(tiny_model, monkeypatch):
+    monkeypatch.setattr(engines, "_GIGATOKENS", ProcessMemo(2))
+    encoders = [engines.Encoder(tiny_model, "gigatoken", threads=1) for _ in range(4)]
+    for encoder in encoders:
+        encoder.load()
+    assert len({id(e._engine._shared) for e in encoders}) == 1
+    batches = [_fuzz(seed, 300) for seed in range(8)]
+    want = [_sp_ids(tiny_model, texts) for texts in batches]
+    got: dict = {}
+
+    def work(k):
+        for i in range(k, len(batches), len(encoders)):
+            for _ in range(3):
+                got.setdefault(i, []).append(encoders[k].encode(batches[i]))
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(encoders))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(got[i] == [want[i]] * 3 for i in range(len(batches)))
 
 
 # --- What each engine is known to get wrong is refused before any text is encoded.

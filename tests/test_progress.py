@@ -73,6 +73,15 @@ def test_counts_from_several_workers_add_up_and_a_lost_datagram_costs_nothing():
     assert monitor.address is None
 
 
+def test_stop_ends_the_listening_thread_without_waiting_out_its_timeout():
+    monitor = Monitor(total_bytes=10, every_s=3600).start()
+    monitor._sock.settimeout(600)  # a wait that only a wake-up can end within stop's join
+    time.sleep(0.5)  # the thread is waiting with that timeout now
+    thread = monitor._thread
+    monitor.stop()
+    assert not thread.is_alive()
+
+
 def test_a_reporter_without_a_monitor_only_counts_metrics():
     reporter = Reporter(None, 10)
     reporter.add(read=5, done=5, docs=1, tokens=2)

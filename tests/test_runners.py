@@ -47,7 +47,7 @@ from pipeline.tokenize.model import load_processor, resolve_special_ids
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = sorted(glob.glob(str(REPO / "beam_configs" / "*.toml")))
 STAGES = {"ListInputs", "ReadChunks", "FanOut", "TokenizeAndPack", "GroupTailsByFile", "PackTails",
-          "GroupLastTails", "PackFinal", "AssignShards", "GroupByShard", "WriteShards", "GroupDeadLetters",
+          "GroupLastTails", "PackFinal", "AssignShards", "GroupByShard", "WriteShards",
           "WriteDeadLetters", "SumStats", "WriteManifest"}
 REQUIRED = ["--input", "in/*.jsonl.zst", "--output_dir", "/tmp/out", "--tokenizer_model", "m.model"]
 # What a real Dataflow job replaces of beam_configs/dataflow.toml's placeholders.

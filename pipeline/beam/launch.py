@@ -21,6 +21,7 @@ from pipeline.beam.options import direct_runner, pipeline_options, running_mode_
 from pipeline.beam.progress import Monitor
 from pipeline.beam.remote import check_workers_can_read, workers_of
 from pipeline.config.job import PipelineConfig
+from pipeline.core import gc_policy
 from pipeline.core.options import UsageError
 from pipeline.format import megatron
 from pipeline.format.manifest import load_manifest
@@ -96,6 +97,7 @@ def run_job(config: PipelineConfig, beam_args: list[str], early: EarlyChoice | N
             start = time.monotonic()
             with beam.Pipeline(runner=direct_runner(options), options=options) as p:
                 build_pipeline(p, job)
+                gc_policy.resume()  # the job's own objects are collected as usual
         except Exception as e:
             line = failure_line(e)
             if line is None:

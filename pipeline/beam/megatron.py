@@ -79,7 +79,7 @@ class TokenizeDocumentsFn(transforms.ChunkDocumentsFn):
     def process(self, chunk):
         cfg, special = self._config, self._special
         docs, dead_letters = self._documents(chunk)
-        yield from dead_letters
+        yield from self._dead_letters_out(chunk, dead_letters)
         copies = docs.copies
         for i in np.flatnonzero((np.diff(docs.offsets) == 0) & (copies >= 0)).tolist():
             filtered = docs.unkeep(i)["filtered"]
@@ -241,11 +241,7 @@ def build_megatron(p: beam.Pipeline, job, chunks, read_stats, tokenizer: dict, p
         | "GroupByShard" >> beam.GroupByKey()
         | "WriteShards" >> beam.ParDo(WriteShardFn(cfg, dtype, job.run_id), beam.pvalue.AsSingleton(names))
     )
-    dead = (
-        docs[transforms.DEAD_LETTERS]
-        | "GroupDeadLetters" >> beam.GroupByKey()  # ((file_index, chunk_index), [dict])
-        | "WriteDeadLetters" >> transforms.WriteDeadLetters(cfg, job.run_id)
-    )
+    dead = docs[transforms.DEAD_LETTERS] | "WriteDeadLetters" >> transforms.WriteDeadLetters(cfg, job.run_id)
     stats = (
         (read_stats, docs[transforms.STATS])
         | "AllStats" >> beam.Flatten()

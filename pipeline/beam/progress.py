@@ -192,11 +192,20 @@ class Monitor:
         """Stop receiving and showing (idempotent)."""
         self._stopping.set()
         if self._thread is not None:
+            self._wake()
             self._thread.join(timeout=5)
             self._thread = None
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+
+    def _wake(self) -> None:
+        # An empty datagram ends the loop's wait at once (it ignores it), rather than at its timeout.
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.sendto(b"", self._sock.getsockname())
+        except OSError:
+            pass  # the timeout ends the wait anyway
 
     def totals(self) -> Totals:
         """The counts received so far, summed over senders."""

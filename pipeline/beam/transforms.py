@@ -4,14 +4,14 @@ Element shapes are noted at each stage:
   (file_index, path[, frame])              -> ReadChunksFn      -> Chunk
   Chunk                                    -> ProcessChunkFn    -> (source_id, Records)
                                                                  + tails ((copy, file), (chunk, Piece))
-                                                                 + dead letters (file_index, dict)
+                                                                 + dead letters ((file, span, own), (chunk, lines))
                                                                  + stats dict + counts (source_id, n)
   ((copy, file), [(chunk, Piece)])         -> PackTailsFn       -> (source_id, Records) + Piece
   (None, [((copy, file), Piece)])          -> PackFinalFn       -> (source_id, Records) + stats
-  [(source_id, n)]                         -> SourceOffsets.from_counts -> offsets -> plan_shards -> ShardPlan
+  stats dicts + (source_id, n)             -> TotalsFn          -> (stats, counts) -> offsets -> ShardPlan
   (source_id, Records) + offsets + plan    -> AssignShardsFn    -> (shard, (positions, Records))
   (shard, [(positions, Records)]) + plan   -> WriteShardFn      -> shard info dict
-  ((file, chunk), [dead letter])           -> WriteDeadLetters  -> dead-letter file info dicts
+  ((file, span, own), [(chunk, lines)])    -> WriteDeadLettersFn -> dead-letter file info dicts
   (file or -1, [(source_id, n, spans)])    -> WriteProvenanceFn -> provenance file info dict
 source_id = (kind, copy, file_index, chunk_index): kind 0 chunk records, 1 per-file tails, 2 final.
 positions: the permuted global positions of those records in that shard, as little-endian int64 bytes.
@@ -39,6 +39,7 @@ from pipeline.core import documents, packing, provenance
 from pipeline.core.epochs import copies_of
 from pipeline.core.shuffle import Permutation, ShardPlan
 from pipeline.core.sources import SourceOffsets
+from pipeline.core.stats import merge_into
 from pipeline.format import provenance as provenance_files
 from pipeline.format import records
 from pipeline.format.framing import FramedRecords, serialize_records
@@ -214,27 +215,27 @@ class ChunkDocumentsFn(_EmitsRecords):
         self._progress.close()
         super().teardown()
 
-    def _dead_letter(self, chunk: inputs.Chunk, line: documents.Line, reason: str, detail: str, dead: dict):
+    def _dead_letter(self, chunk: inputs.Chunk, line: documents.Line, reason: str, detail: str, dead: dict) -> dict:
         dead[reason] = dead.get(reason, 0) + 1
         self._dead.inc()
-        return beam.pvalue.TaggedOutput(
-            DEAD_LETTERS,
-            (
-                (chunk.file_index, chunk.chunk_index),  # a chunk's worth at most: no hot key
-                {
-                    "file": redact_url(chunk.path),
-                    "file_index": chunk.file_index,
-                    "line": line.number,
-                    "offset": line.offset,
-                    "reason": reason,
-                    "detail": detail[:200],
-                    "prefix": documents.line_prefix(line),
-                },
-            ),
-        )
+        return {
+            "file": redact_url(chunk.path),
+            "file_index": chunk.file_index,
+            "line": line.number,
+            "offset": line.offset,
+            "reason": reason,
+            "detail": detail[:200],
+            "prefix": documents.line_prefix(line),
+        }
 
-    def _documents(self, chunk: inputs.Chunk) -> tuple[ChunkDocuments, list]:
-        """The chunk's kept documents, tokenized, and the dead letters to output (bad lines, then mismatches)."""
+    @staticmethod
+    def _dead_letters_out(chunk: inputs.Chunk, dead_letters: list[dict]):
+        """The chunk's dead letters as one DEAD_LETTERS element (none without any): a chunk's worth at most."""
+        if dead_letters:
+            yield beam.pvalue.TaggedOutput(DEAD_LETTERS, dead_letter_part(chunk, dead_letters))
+
+    def _documents(self, chunk: inputs.Chunk) -> tuple[ChunkDocuments, list[dict]]:
+        """The chunk's kept documents, tokenized, and its dead letters (bad lines, then mismatches)."""
         cfg, special = self._config, self._special
         subsets: dict = {}
         dead: dict[str, int] = {}
@@ -305,7 +306,7 @@ class ProcessChunkFn(ChunkDocumentsFn):
     def process(self, chunk: inputs.Chunk):
         cfg, special = self._config, self._special
         docs, dead_letters = self._documents(chunk)
-        yield from dead_letters
+        yield from self._dead_letters_out(chunk, dead_letters)
         copies = docs.copies
         # Epoch copies are packed as separate streams, so repeats of a document land in different
         # records (and, after the global shuffle, far apart).
@@ -396,6 +397,41 @@ class PackFinalFn(_PacksTails):
         yield beam.pvalue.TaggedOutput(STATS, {"packing": stats})
 
 
+class TotalsFn(beam.CombineFn):
+    """STATS dicts and COUNTS (source_id, n) -> (summed stats, [(source_id, n)]): one combine for both."""
+
+    def create_accumulator(self):
+        return {}, []
+
+    def add_input(self, accumulator, element):
+        stats, counts = accumulator
+        if isinstance(element, dict):
+            merge_into(stats, element)
+        else:
+            counts.append(element)
+        return accumulator
+
+    def merge_accumulators(self, accumulators):
+        stats, counts = self.create_accumulator()
+        for more_stats, more_counts in accumulators:
+            merge_into(stats, more_stats)
+            counts += more_counts
+        return stats, counts
+
+    def extract_output(self, accumulator):
+        return accumulator
+
+
+def totals_stats(totals: tuple[dict, list]) -> dict:
+    """The job's summed stats, from TotalsFn's output."""
+    return totals[0]
+
+
+def totals_offsets(totals: tuple[dict, list]) -> SourceOffsets:
+    """Where each record source starts in the job's global record order, from TotalsFn's output."""
+    return SourceOffsets.from_counts(totals[1])
+
+
 def plan_shards(offsets: SourceOffsets, shard_bytes: int, record_bytes: int) -> ShardPlan:
     """How many shards, from the job's record count: all that writers and the manifest need to know."""
     return ShardPlan.for_size(offsets.num_records, record_bytes, shard_bytes)
@@ -464,16 +500,16 @@ class WriteProvenanceFn(beam.DoFn):
         yield {"path": name, "bytes": size, "sha256": sha}
 
 
-def dead_letter_part(element):
-    """((file, chunk), [dead-letter dict]) -> ((file, first chunk, own), (chunk, JSON lines)).
+def dead_letter_part(chunk: inputs.Chunk, items: list[dict]):
+    """A chunk's dead-letter dicts -> ((file, first chunk, own), (chunk, JSON lines)).
 
     The dead letters of DEAD_LETTER_SPAN consecutive chunks of a file share one output file, so a
     corpus with a bad line in every chunk makes ~1 file per 256 MB of input, not one per chunk;
     a chunk with more than DEAD_LETTER_OWN_BYTES of them (a garbage file) gets a file of its own,
     so no group holds more than DEAD_LETTER_SPAN x DEAD_LETTER_OWN_BYTES or one chunk's worth.
     """
-    (file_index, chunk_index), items = element
-    lines = b"".join(outputs.dead_letter_lines(list(items)))
+    file_index, chunk_index = chunk.file_index, chunk.chunk_index
+    lines = b"".join(outputs.dead_letter_lines(items))
     if len(lines) > DEAD_LETTER_OWN_BYTES:
         return (file_index, chunk_index, True), (chunk_index, lines)
     return (file_index, chunk_index - chunk_index % DEAD_LETTER_SPAN, False), (chunk_index, lines)
@@ -497,17 +533,16 @@ class WriteDeadLettersFn(beam.DoFn):
 
 
 class WriteDeadLetters(beam.PTransform):
-    """((file, chunk), [dead-letter dict]) grouped per chunk -> info of each dead_letters/ file."""
+    """The DEAD_LETTERS output ((file, first chunk, own), (chunk, JSON lines)) -> info of each dead_letters/ file."""
 
     def __init__(self, config: PipelineConfig, run_id: str):
         super().__init__()
         self._config = config
         self._run_id = run_id
 
-    def expand(self, per_chunk):
+    def expand(self, parts):
         return (
-            per_chunk
-            | "PartOfFile" >> beam.Map(dead_letter_part)
+            parts
             | "GroupByPart" >> beam.GroupByKey()  # ((file, first chunk, own), [(chunk, lines)])
             | "Write" >> beam.ParDo(WriteDeadLettersFn(self._config, self._run_id))
         )

@@ -22,6 +22,7 @@ import sys
 
 from pipeline.beam.logs import JobFailed, configure_logging
 from pipeline.config.job import PipelineConfig
+from pipeline.core import gc_policy
 from pipeline.core.options import (
     ArgumentParser,
     UsageError,
@@ -94,6 +95,7 @@ def cli(argv: list[str] | None = None) -> int:
     out of reach). 1: the job failed on a damaged input, a full disk or an output it refuses to publish.
     """
     configure_logging()
+    gc_policy.pause()  # until the job's graph is built (pipeline/beam/launch.py)
     try:
         with private_temp_dir():
             main(argv)
@@ -103,6 +105,8 @@ def cli(argv: list[str] | None = None) -> int:
     except (ValueError, OSError, ManifestError) as e:
         LOG.error("%s", e)
         return 2
+    finally:
+        gc_policy.resume()
     return 0
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import multiprocessing
+import os
 import sys
 import threading
 import time
@@ -36,6 +37,7 @@ from pipeline.tokenize.engines import (
     SentencePieceEngine,
     adopt_built,
     built_from_models,
+    import_backend,
     load_engine,
     mismatched,
     model_facts,
@@ -47,6 +49,7 @@ LOG = logging.getLogger(__name__)
 
 SAMPLE_BYTES = 2 << 20  # input text the self-check encodes with both engines (~1-2 s of SentencePiece)
 SAMPLE_FILES = 8  # spread over at most this many input files (evenly spaced in the sorted list)
+NICE = 10  # the early check's priority below the driver's
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,6 +260,11 @@ class EarlyChoice:
         if self._received is None or self._asked != (requested, model_path, schema):
             self.cancel()
             return None
+        # While the check finishes: the modules of the engine it most likely chooses, which this
+        # process's workers will need (the check's process was forked before they were loaded).
+        likely = [b for b in (FAST_BACKENDS if requested == AUTO else (requested,)) if package_version(b)]
+        if likely:
+            import_backend(likely[0])
         try:
             got = self._received.recv()
         except (EOFError, OSError):
@@ -290,6 +298,9 @@ def _can_fork() -> bool:
 
 def _choose_and_send(sent, requested: str, model_path: str, patterns: list[str], schema: documents.Schema) -> None:
     try:
+        # Below the driver, whose start (Beam's import) is the longer path: on a machine with few
+        # cores the check takes what the driver leaves, not the driver's core.
+        os.nice(NICE)
         files = inputs.expand_inputs(patterns)
         choice = choose_backend(requested, model_path, files, schema=schema)
         Encoder(model_path, choice.name, threads=1).load()  # what each worker derives from the model

@@ -166,7 +166,7 @@ def test_files_are_renamed_complete_within_their_directory(corpus, tiny_model, t
 
 def _record_groups(monkeypatch) -> dict:
     """Wrap the DoFns right after each GroupByKey to record the bytes of every group they get."""
-    groups = {"GroupByShard": [], "GroupTailsByFile": [], "GroupLastTails": [], "GroupDeadLetters": []}
+    groups = {"GroupByShard": [], "GroupTailsByFile": [], "GroupLastTails": [], "WriteDeadLetters/GroupByPart": []}
 
     def piece_bytes(piece):
         return piece.labels.nbytes + piece.starts.nbytes
@@ -188,7 +188,7 @@ def _record_groups(monkeypatch) -> dict:
         return pack_final(self, element)
 
     def dead(self, element):
-        groups["GroupDeadLetters"].append(sum(len(lines) for _, lines in element[1]))
+        groups["WriteDeadLetters/GroupByPart"].append(sum(len(lines) for _, lines in element[1]))
         return write_dead(self, element)
 
     monkeypatch.setattr(transforms.WriteShardFn, "process", shard)
@@ -203,7 +203,7 @@ def test_no_group_carries_more_than_one_shard(corpus, tiny_model, tmp_path, monk
 
     GroupByShard: one shard (<= shard_size_mb + one record, by the shard plan). GroupTailsByFile: one
     remainder (< seq_len tokens) per chunk of one (copy, file). GroupLastTails: one remainder per
-    (copy, file) of the whole job. GroupDeadLetters: one chunk's dead letters (see below).
+    (copy, file) of the whole job. WriteDeadLetters/GroupByPart: see below.
     """
     groups = _record_groups(monkeypatch)
     shard_mb = 0.02
@@ -248,7 +248,7 @@ def test_dead_letters_of_a_garbage_file_do_not_form_a_hot_key(tiny_model, tmp_pa
     assert len(garbage) == chunks["00.jsonl.zst"] > 3 and all(f["path"].endswith("-only.jsonl") for f in garbage)
     assert 1 < len(sparse) <= -(-chunks["01.jsonl.zst"] // 4) < chunks["01.jsonl.zst"]
     assert sum(f["records"] for f in files) == manifest["dead_letters"]["records"] == 3000 + 30
-    assert max(groups["GroupDeadLetters"]) <= max(lines_per_chunk * 1024, 4 * 20_000)
+    assert max(groups["WriteDeadLetters/GroupByPart"]) <= max(lines_per_chunk * 1024, 4 * 20_000)
 
 
 def test_what_a_killed_job_leaves_is_ours_so_overwrite_clears_it(tmp_path):
