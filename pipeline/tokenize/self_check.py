@@ -44,6 +44,7 @@ from pipeline.tokenize.engines import (
     package_version,
 )
 from pipeline.tokenize.model_facts import ModelFacts, model_problems
+from pipeline.tokenize.pieces import check_model
 
 LOG = logging.getLogger(__name__)
 
@@ -148,10 +149,11 @@ def reference_ids(proto: bytes, texts: list[str], adversarial: list[str]) -> dic
 
 
 def self_check(backend: str, proto: bytes, facts: ModelFacts, expected: Future, texts: list[str],
-               adversarial: list[str]) -> dict:
+               adversarial: list[str], pool: ThreadPoolExecutor | None = None) -> dict:
     """Load `backend` and compare its ids with SentencePiece's: a dict for the manifest.
 
-    `expected`: `reference_ids`, being computed while the engine loads.
+    `expected`: `reference_ids`, being computed while the engine loads. `pool`: a thread for what
+    workers derive from the engine, done while the ids are compared.
     `result` is "passed", "mismatch" or "unavailable" (with a `reason`).
     """
     out: dict = {"backend": backend, "version": package_version(backend)}
@@ -160,9 +162,14 @@ def self_check(backend: str, proto: bytes, facts: ModelFacts, expected: Future, 
         engine = load_engine(backend, proto, facts)
     except BackendUnavailable as e:
         return {**out, "result": "unavailable", "reason": str(e)}
+    # Which cuts of long documents keep this engine's ids: every worker needs it, once per process
+    # (pipeline/tokenize/pieces.py); a failure there is for the workers to report.
+    derived = pool.submit(check_model, engine, proto) if pool is not None else None
     expected = expected.result()
     bad_docs = mismatched(expected["documents"], engine.encode(texts))
     bad_adv = mismatched(expected["adversarial"], engine.encode(adversarial))
+    if derived is not None:
+        derived.exception()
     out.update({
         "documents": len(texts),
         "adversarial_strings": len(adversarial),
@@ -206,13 +213,13 @@ def choose_backend(requested: str, model_path: str, input_files: list[str], *,
               "text_bytes": sum(len(t.encode("utf-8")) for t in texts), "adversarial_strings": len(adversarial)}
     expected = None
     checks = []
-    with ThreadPoolExecutor(1) as pool:
+    with ThreadPoolExecutor(2) as pool:
         for backend in FAST_BACKENDS if requested == AUTO else (requested,):
             if expected is None and not model_problems(backend, facts) and package_version(backend):
                 # SentencePiece's ids, computed once, only when some engine can be checked, and while the
                 # engine loads (SentencePiece releases the GIL; converting the model holds it).
                 expected = pool.submit(reference_ids, proto, texts, adversarial)
-            check = self_check(backend, proto, facts, expected, texts, adversarial)
+            check = self_check(backend, proto, facts, expected, texts, adversarial, pool)
             checks.append(check)
             if check["result"] == "passed":
                 LOG.info("tokenizer backend %s %s: ids identical to SentencePiece's on %d sampled documents "
