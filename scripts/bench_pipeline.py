@@ -8,8 +8,9 @@
    a Llama-2-style 32k BPE model on it; the same documents, in the same order, are written as 1, 2
    and 8 `.jsonl.zst` files (--files), and decompressed into one corpus.jsonl for Megatron (outside
    any timing: its tool reads plain JSON lines only).
-2. Timed, each as a whole command in a fresh subprocess, in --repeats interleaved rounds (medians
-   reported; every configuration sees the same drift of a shared machine): the bare loop (one
+2. Timed (after compiling the package's .pyc, as an install does), each as a whole command in a
+   fresh subprocess, in --repeats interleaved rounds (medians reported; every configuration sees
+   the same drift of a shared machine): the bare loop (one
    process: zstd stream-decompress, split lines, `json.loads`, `sp.encode` per document,
    scripts/baseline.py), Megatron's `preprocess_data.py --append-eod --workers N` when --megatron_lm
    and .venv-megatron (scripts/setup_megatron_env.sh --with-tools) are there (else skipped, with the reason), and
@@ -139,6 +140,10 @@ def main() -> None:
                 sys.executable, "-m", "pipeline.run", "--input", f"{dirs[n]}/train/*.jsonl.zst",
                 "--output_dir", os.path.join(root, f"out-{n}-{backend}"), "--tokenizer_model", model,
                 "--tokenizer_backend", backend, "--seq_len", "512", "--overwrite", "--direct_num_workers", w]))
+    # As installed: pip compiles a package's .pyc, and a checkout writes them on first use unless
+    # PYTHONDONTWRITEBYTECODE is set (as on some CI machines and sandboxes): compile ours first, so
+    # that no timed run compiles ~100 modules from source.
+    subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(REPO, "pipeline")], check=True)
     samples: dict[str, list[dict]] = {name: [] for name, _, _ in configs}
     for round_ in range(args.repeats):
         for name, _, cmd in configs:
