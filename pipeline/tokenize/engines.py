@@ -172,7 +172,7 @@ class _SharedGigatoken:
     not once per thread (8-15% less CPU on two threads, measured), and the cache is held once.
     gigatoken's encoder may be called from several threads at once (the ids stay the same:
     tests/test_backends.py). After GIGATOKEN_RELOAD_BYTES of text through it a fresh encoder
-    (~0.2 s) replaces it, which bounds the cache on any corpus; a batch already running keeps the old.
+    (~0.1 s) replaces it, which bounds the cache on any corpus; a batch already running keeps the old.
     """
 
     def __init__(self, tokenizer_cls, spec: str):
