@@ -114,9 +114,12 @@ def sample_documents(input_files: list[str], total_bytes: int = SAMPLE_BYTES,
                      max_files: int = SAMPLE_FILES, schema: documents.Schema = documents.PILE) -> tuple[list[str], int]:
     """The first documents of up to `max_files` input files (evenly spaced), about `total_bytes` of text.
 
-    Returns (texts, number of files read). Lines that are not valid documents are skipped here
-    (the pipeline dead-letters them), and so are documents over max(share, 1 MB); no more than
-    16 shares of each file are read, so a file of huge documents cannot stall the driver.
+    Returns (texts, number of files read). Each file gives an equal share of the total, counted in
+    line bytes; the document that reaches a file's share is cut there (any prefix of a text is a
+    text to compare on), so the sample, and the check's time, is the same whatever the number of
+    files. Lines that are not valid documents are skipped here (the pipeline dead-letters them), and
+    so are documents over max(share, 1 MB); no more than 16 shares of each file are read, so a file
+    of huge documents cannot stall the driver.
     """
     if not input_files:
         return [], 0
@@ -135,7 +138,8 @@ def sample_documents(input_files: list[str], total_bytes: int = SAMPLE_BYTES,
                     text, _ = documents.parse_line(line, longest, schema)
                 except documents.BadRecord:
                     continue
-                texts.append(text)
+                room = share - taken
+                texts.append(text if len(line.data) <= room else text[:room])
                 taken += len(line.data)
         except inputs.CorruptInputError as e:
             LOG.warning("tokenizer self-check: %s (the job's read will report it)", e)
