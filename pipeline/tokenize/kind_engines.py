@@ -1,0 +1,163 @@
+"""Engines for Hugging Face and tiktoken tokenizers: the owning library's reference and its fast batch encode.
+
+    kind         backend            engine
+    huggingface  tokenizers         Tokenizer.encode per text (the reference)
+                 tokenizers_batch   Tokenizer.encode_batch_fast: the same library, the batch spread
+                                    over its thread pool, no offsets computed
+    tiktoken     tiktoken           Encoding.encode_ordinary per text (the reference)
+                 tiktoken_batch     Encoding.encode_ordinary_batch on `threads` threads
+
+Every engine encodes a batch of texts into (ids, offsets), like pipeline/tokenize/engines.py's,
+special-token strings as text, no BOS/EOS. A fast engine is used only after the driver's self-check
+(pipeline/tokenize/kind_check.py). `KindEncoder` is what workers use: it loads the tokenizer from
+its location (refusing one whose sha256 is not the checked one), encodes long documents in pieces
+(pipeline/tokenize/bpe_pieces.py) and, with `verify`, compares every document with the reference.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from pipeline.tokenize.bpe_pieces import BpePieceEncoder
+from pipeline.tokenize.engines import BackendUnavailable, first_difference, mismatched
+from pipeline.tokenize.kinds.base import HUGGINGFACE, TIKTOKEN, Tokenizer, flatten
+from pipeline.tokenize.kinds.detect import load_tokenizer
+
+AUTO = "auto"
+REFERENCE = {HUGGINGFACE: "tokenizers", TIKTOKEN: "tiktoken"}
+FAST = {HUGGINGFACE: ("tokenizers_batch",), TIKTOKEN: ("tiktoken_batch",)}  # the order `auto` tries them in
+
+
+def backends(kind: str) -> tuple[str, ...]:
+    """The `--tokenizer_backend` values for a kind: its reference, its fast engines, auto."""
+    if kind not in REFERENCE:
+        raise ValueError(f"no engines here for {kind!r} tokenizers (SentencePiece's: pipeline/tokenize/engines.py)")
+    return (REFERENCE[kind], *FAST[kind], AUTO)
+
+
+class ReferenceEngine:
+    """The tokenizer's own reference encode."""
+
+    def __init__(self, tokenizer: Tokenizer, threads: int | None = None):
+        self._tokenizer = tokenizer
+
+    def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, offsets) of the texts."""
+        return self._tokenizer.encode(texts)
+
+
+class TokenizersBatchEngine:
+    """`tokenizers.Tokenizer.encode_batch_fast` on the library's thread pool (every core).
+
+    threads=1 (a worker process that owns one core) turns the pool off for the process
+    (TOKENIZERS_PARALLELISM=false, which the library reads at every call): the batch then runs on the
+    calling thread, still without the offsets the reference computes.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, threads: int | None = None):
+        self._tok = tokenizer.library
+        if threads == 1:
+            os.environ["TOKENIZERS_PARALLELISM"] = "false"
+
+    def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, offsets) of the texts."""
+        if not texts:
+            return flatten([])
+        return flatten([e.ids for e in self._tok.encode_batch_fast(texts, add_special_tokens=False)])
+
+
+class TiktokenBatchEngine:
+    """`tiktoken.Encoding.encode_ordinary_batch` on `threads` threads (None: every core)."""
+
+    def __init__(self, tokenizer: Tokenizer, threads: int | None = None):
+        self._enc = tokenizer.library
+        self._threads = threads or os.cpu_count() or 1
+
+    def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, offsets) of the texts."""
+        if not texts:
+            return flatten([])
+        if self._threads == 1:
+            enc = self._enc
+            return flatten([enc.encode_ordinary(t) for t in texts])
+        return flatten(self._enc.encode_ordinary_batch(list(texts), num_threads=self._threads))
+
+
+_ENGINES = {"tokenizers": ReferenceEngine, "tiktoken": ReferenceEngine,
+            "tokenizers_batch": TokenizersBatchEngine, "tiktoken_batch": TiktokenBatchEngine}
+
+
+def load_kind_engine(backend: str, tokenizer: Tokenizer, threads: int | None = None):
+    """An engine for `backend` over a loaded tokenizer; BackendUnavailable when it does not apply."""
+    if backend not in backends(tokenizer.kind) or backend == AUTO:
+        raise BackendUnavailable(f"tokenizer backend {backend!r} does not encode {tokenizer.kind} tokenizers; "
+                                 f"choose one of {backends(tokenizer.kind)}")
+    return _ENGINES[backend](tokenizer, threads)
+
+
+class KindEncoder:
+    """Batch encoder used inside workers; pickles as its settings (location, sha256, backend, verify).
+
+    `tiktoken_name`: the built-in pattern and specials of a ranks file (as loaded by the driver).
+    `threads`: threads per batch (None: all cores; 1 when each core runs its own worker process).
+    """
+
+    def __init__(self, path: str, backend: str, *, sha256: str | None = None, tiktoken_name: str | None = None,
+                 verify: bool = False, threads: int | None = None):
+        self._path = path
+        self._backend = backend
+        self._sha256 = sha256
+        self._tiktoken_name = tiktoken_name
+        self._threads = threads
+        self._verify = verify
+        self._pieces = None
+        self._reference = None
+        self.tokenizer: Tokenizer | None = None
+
+    @property
+    def backend(self) -> str:
+        """The backend's name."""
+        return self._backend
+
+    def load(self) -> None:
+        """Load the tokenizer and the engine (call once per worker, in DoFn.setup)."""
+        tok = load_tokenizer(self._path, tiktoken_name=self._tiktoken_name, expected_sha256=self._sha256)
+        try:
+            engine = load_kind_engine(self._backend, tok, self._threads)
+        except BackendUnavailable as e:
+            raise RuntimeError(f"tokenizer backend {self._backend}, chosen by the driver, fails on this worker: "
+                               f"{e}") from None
+        self.tokenizer = tok
+        self._pieces = BpePieceEncoder(engine, tok)
+        self._verify = self._verify and self._backend != REFERENCE[tok.kind]
+        if self._verify:
+            self._reference = BpePieceEncoder(ReferenceEngine(tok), tok)
+
+    def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Every text's ids (without BOS/EOS) in one int32 array, and offsets (text i: ids[offsets[i]:offsets[i+1]])."""
+        if self._pieces is None:
+            self.load()
+        return self._pieces.encode(texts)
+
+    def encode(self, texts: list[str]) -> list[list[int]]:
+        """Token ids of each text, without BOS/EOS."""
+        ids, offsets = self.encode_flat(texts)
+        return [ids[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+
+    def encode_verified(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, list[tuple[int, str]]]:
+        """`encode_flat`, plus [(index, what differs)] for the texts whose ids differ from the reference's."""
+        ids, offsets = self.encode_flat(texts)
+        if not self._verify or not texts:
+            return ids, offsets, []
+        want, want_off = self._reference.encode(texts)
+        out = []
+        for i in mismatched((want, want_off), (ids, offsets)):
+            a, b = want[want_off[i] : want_off[i + 1]], ids[offsets[i] : offsets[i + 1]]
+            out.append((i, f"{self._backend} ids differ from {REFERENCE[self.tokenizer.kind]}'s from token "
+                           f"{first_difference(a, b)} ({len(b)} vs {len(a)} tokens)"))
+        return ids, offsets, out
+
+    def __getstate__(self):
+        return {**self.__dict__, "_pieces": None, "_reference": None, "tokenizer": None}

@@ -1,0 +1,100 @@
+"""What every kind of tokenizer file offers the pipeline: `Tokenizer`, and the errors of loading one.
+
+A `Tokenizer` is loaded from the user's files only (nothing is ever downloaded). Its `encode` is the
+reference: the owning library's own encode of each text, with special-token strings in the text
+encoded as text (never as control ids), no BOS/EOS. Its ids fit below `vocab_size`; its special ids
+(`bos_id`, `eos_id`, `pad_id`, `unk_id`, -1 when absent) come from the tokenizer's own files, and
+`special_sources` says which file named each.
+"""
+
+from __future__ import annotations
+
+import abc
+import itertools
+
+import numpy as np
+
+SENTENCEPIECE = "sentencepiece"
+HUGGINGFACE = "huggingface"
+TIKTOKEN = "tiktoken"
+KINDS = (SENTENCEPIECE, HUGGINGFACE, TIKTOKEN)
+
+
+class TokenizerFileError(ValueError):
+    """A tokenizer file (or one of its companions) that cannot be used; the message names the file."""
+
+
+class UnknownTokenizerKind(TokenizerFileError):
+    """A file that is none of the kinds the pipeline takes."""
+
+
+def flatten(lists: list) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, offsets) of a list of id lists: one flat int32 array, text i at ids[offsets[i]:offsets[i + 1]]."""
+    offsets = np.zeros(len(lists) + 1, np.int64)
+    np.cumsum([len(x) for x in lists], out=offsets[1:])
+    ids = np.fromiter(itertools.chain.from_iterable(lists), np.int32, int(offsets[-1]))
+    return ids, offsets
+
+
+class Tokenizer(abc.ABC):
+    """A loaded tokenizer of one kind. Subclasses set the attributes in their constructor."""
+
+    kind: str  # one of KINDS
+    path: str  # the location it was loaded from (a file, or a Hugging Face directory)
+    sha256: str  # of the main file: the .model, tokenizer.json or the ranks file
+    files: dict  # every file read: name -> sha256 (companions included)
+    vocab_size: int  # every id is below it (special and added tokens included)
+    bos_id: int = -1
+    eos_id: int = -1
+    pad_id: int = -1
+    unk_id: int = -1
+    special_sources: dict  # "bos"/"eos"/"pad"/"unk" -> where the id came from
+    special_tokens: dict  # control strings -> id: never produced from text by `encode`
+
+    @abc.abstractmethod
+    def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """The reference (ids, offsets) of the texts, without BOS/EOS."""
+
+    @abc.abstractmethod
+    def decode(self, ids) -> str:
+        """The text of some ids (special ids as their strings)."""
+
+    @abc.abstractmethod
+    def versions(self) -> dict[str, str]:
+        """The owning library's name and version (what the reference ids depend on)."""
+
+    def token_bytes(self) -> list[bytes] | None:
+        """The bytes of every token the model can produce from text, or None when unknown."""
+        return None
+
+    def piece_cut_problems(self) -> list[str]:
+        """Why this tokenizer's structure does not allow cutting long texts (pipeline/tokenize/bpe_pieces.py)."""
+        return ["no rule for cutting this kind of tokenizer"]
+
+    def encode_one(self, text: str) -> list[int]:
+        """The reference ids of one text."""
+        ids, _ = self.encode([text])
+        return ids.tolist()
+
+    def to_json(self) -> dict:
+        """The manifest's description: kind, file, sha256, vocab size, special ids and their sources, versions."""
+        return {
+            "kind": self.kind,
+            "path": self.path,
+            "sha256": self.sha256,
+            "files": dict(sorted(self.files.items())),
+            "vocab_size": self.vocab_size,
+            "bos_id": self.bos_id,
+            "eos_id": self.eos_id,
+            "pad_id": self.pad_id,
+            "unk_id": self.unk_id,
+            "special_sources": dict(sorted(self.special_sources.items())),
+            "versions": self.versions(),
+        }
+
+
+def check_ids(path: str, vocab_size: int, named: dict[str, int]) -> None:
+    """Refuse special ids outside the vocabulary (a companion file naming an id the model lacks)."""
+    for name, value in named.items():
+        if value >= vocab_size:
+            raise TokenizerFileError(f"{path}: {name} id {value} is outside the vocabulary (size {vocab_size})")

@@ -1,0 +1,90 @@
+"""Tokenizers of every kind, trained here (no hub): byte-level BPE tokenizer.json, tiktoken ranks, > 65,536 ids."""
+
+from __future__ import annotations
+
+import base64
+import inspect
+import json
+import random
+from pathlib import Path
+
+from sample_corpus import compose_lines
+
+from pipeline.tokenize.kinds import hf_json, tiktoken_bpe
+
+ENDOFTEXT = "<|endoftext|>"
+PADDING = "<|padding|>"
+SHIFT = 70_000  # ids added to every merged token of the big tokenizers: text ids above 65,535
+
+
+def real_documents() -> list[str]:
+    """Real text, a few hundred KB: Python's documentation topics and some large stdlib modules."""
+    import argparse
+    import collections
+    import email._header_value_parser as header_parser
+    import typing
+
+    docs = [inspect.getsource(m) for m in (argparse, typing, collections, header_parser)]
+    try:
+        from pydoc_data.topics import topics
+    except ImportError:  # a stripped Python: the sources above are still real text
+        topics = {}
+    names = sorted(topics)
+    docs += ["\n\n".join(topics[n] for n in names[i::3]) for i in range(3)]
+    return docs
+
+
+def training_texts() -> list[str]:
+    texts = [json.loads(line)["text"] for line in compose_lines(random.Random(3), 200)]
+    return texts + [p for doc in real_documents() for p in doc.split("\n\n")]
+
+
+def train_byte_level_bpe(vocab_size: int = 2000):
+    """GPT-NeoX-20B's recipe: NFC, ByteLevel pre-tokenizer and decoder, <|endoftext|> and <|padding|> first."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[ENDOFTEXT, PADDING],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(training_texts(), trainer)
+    return tok
+
+
+def write_hf_directory(tok, out: Path, *, config: bool = True) -> Path:
+    """A Hugging Face directory: tokenizer.json and (with `config`) the GPT-NeoX tokenizer_config.json."""
+    out.mkdir(parents=True, exist_ok=True)
+    tok.save(str(out / "tokenizer.json"))
+    if config:
+        (out / "tokenizer_config.json").write_text(json.dumps(
+            {"bos_token": ENDOFTEXT, "eos_token": ENDOFTEXT, "unk_token": ENDOFTEXT, "add_prefix_space": False}))
+    return out
+
+
+def shifted_hf_json(tok) -> str:
+    """The tokenizer's JSON with SHIFT unused vocabulary entries before its merged tokens: ids up to ~72,000."""
+    spec = json.loads(tok.to_str())
+    vocab = spec["model"]["vocab"]
+    first_merged = 2 + 256
+    shifted = {t: (i if i < first_merged else i + SHIFT) for t, i in vocab.items()}
+    shifted.update({f"<unused_{k}>": first_merged + k for k in range(SHIFT)})
+    spec["model"]["vocab"] = shifted
+    return json.dumps(spec, ensure_ascii=False)
+
+
+def write_ranks(tok, path: Path, *, shift: int = 0, pattern: str = tiktoken_bpe.CL100K_PATTERN) -> Path:
+    """A tiktoken ranks file from a byte-level BPE trained here, and its JSON (pattern, <|endoftext|>)."""
+    table = hf_json.byte_decoder()
+    vocab = sorted((i, t) for t, i in tok.get_vocab(with_added_tokens=False).items() if t not in (ENDOFTEXT, PADDING))
+    lines, rank = [], 0
+    for k, (_, token) in enumerate(vocab):
+        rank = k if k < 256 else k + shift
+        lines.append(f"{base64.b64encode(bytes(table[c] for c in token)).decode()} {rank}")
+    path.write_text("\n".join(lines) + "\n")
+    eot = rank + 1
+    Path(tiktoken_bpe.spec_path(str(path))).write_text(json.dumps(
+        {"pattern": pattern, "special_tokens": {ENDOFTEXT: eot}, "eos_token": ENDOFTEXT}))
+    return path
