@@ -290,8 +290,6 @@ def test_the_workers_encoder_pickles_as_its_settings_and_gives_the_reference_ids
 
 
 def test_verification_reports_each_document_whose_ids_differ(kinds, monkeypatch):
-    tok = load_tokenizer(kinds["tiktoken"])
-
     class Off(kind_engines.TiktokenBatchEngine):
         def encode(self, texts):
             ids, offsets = super().encode(texts)
