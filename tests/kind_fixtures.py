@@ -88,3 +88,18 @@ def write_ranks(tok, path: Path, *, shift: int = 0, pattern: str = tiktoken_bpe.
     Path(tiktoken_bpe.spec_path(str(path))).write_text(json.dumps(
         {"pattern": pattern, "special_tokens": {ENDOFTEXT: eot}, "eos_token": ENDOFTEXT}))
     return path
+
+
+def write_llama3_shaped_ranks(tok, path: Path) -> Path:
+    """A ranks file of exactly Llama 3's 128,000 ranks from a BPE trained here: its bytes, unused 4-byte
+    tokens no merge reaches, then its merged tokens in their order (ids ~125,000-128,000), for
+    `tiktoken_name="llama3"` (special ids 128,000-128,255)."""
+    table = hf_json.byte_decoder()
+    vocab = [t for _, t in sorted((i, t) for t, i in tok.get_vocab(with_added_tokens=False).items()
+                                  if t not in (ENDOFTEXT, PADDING))]
+    pieces = [bytes(table[c] for c in t) for t in vocab]
+    fillers = [b"\x00" + k.to_bytes(3, "big") for k in range(128_000 - len(pieces))]
+    ordered = pieces[:256] + fillers + pieces[256:]
+    assert len(set(ordered)) == 128_000
+    path.write_text("".join(f"{base64.b64encode(p).decode()} {rank}\n" for rank, p in enumerate(ordered)))
+    return path
