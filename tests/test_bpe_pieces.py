@@ -95,7 +95,8 @@ def test_cuts_are_where_the_split_patterns_end_a_pre_token():
     cuts = cut_points(text, 1, newlines=True, spaces=False)
     assert [text[c - 2 : c + 1] for c in cuts] == ["x\nw"]  # not after " \n", "\n\n", or before a space
     cuts = cut_points(text, 1, newlines=False, spaces=True)
-    assert cuts == [text.index(" it"), text.index(" a b"), text.index(" b\n")]  # not at a double space, nor before a newline
+    # Not at a double space, nor before a newline.
+    assert cuts == [text.index(" it"), text.index(" a b"), text.index(" b\n")]
     assert cut_points("aaaa\nbb cc dd", 6, newlines=True, spaces=True) == [5, 10]
     assert cut_points("a" * 50, 10, newlines=True, spaces=True) == []
 
