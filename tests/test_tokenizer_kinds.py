@@ -192,10 +192,10 @@ def test_literal_special_tokens_in_a_document_are_text(kinds, kind):
 @pytest.mark.parametrize("kind", ["huggingface", "tiktoken"])
 def test_the_fast_engine_also_encodes_special_strings_as_text(kinds, kind):
     tok = load_tokenizer(kinds[kind])
-    fast = load_kind_engine(kind_engines.FAST[kind][0], tok)
     texts = [f"{s} and {s}{s}" for s in tok.special_tokens]
-    ids, _ = fast.encode(texts)
-    assert not set(ids.tolist()) & set(tok.special_tokens.values())
+    for backend in kind_engines.FAST[kind]:
+        ids, _ = load_kind_engine(backend, tok).encode(texts)
+        assert not set(ids.tolist()) & set(tok.special_tokens.values()), backend
 
 
 # --- reference and fast engines: equal ids ---------------------------------------------------------------
@@ -243,14 +243,17 @@ def corpus(tmp_path_factory):
 def test_auto_uses_the_fast_engine_after_the_self_check(kinds, corpus, kind):
     tok = load_tokenizer(kinds[kind])
     choice = kind_check.choose_kind_backend("auto", tok, corpus)
-    assert choice.name == kind_engines.FAST[kind][0]
+    assert choice.name == kind_engines.AUTO_ORDER[kind][0]
     parity = choice.parity
     assert parity["result"] == "passed" and parity["mismatches"] == 0 and parity["documents"] > 200
     assert parity["adversarial_strings"] > 100
     reference = kind_check.choose_kind_backend(kind_engines.REFERENCE[kind], tok, corpus)
     assert reference.name == kind_engines.REFERENCE[kind] and reference.parity == {}
     with pytest.raises(ValueError, match="must be one of"):
-        kind_check.choose_kind_backend("gigatoken", tok, corpus)
+        kind_check.choose_kind_backend("kitoken", tok, corpus)
+    if kind == "huggingface":  # by name: checked the same way
+        named = kind_check.choose_kind_backend("gigatoken", tok, corpus)
+        assert named.name == "gigatoken" and named.parity["result"] == "passed"
 
 
 def test_auto_falls_back_on_a_mismatch_and_a_named_engine_fails(kinds, corpus, monkeypatch):

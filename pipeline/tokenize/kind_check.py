@@ -15,7 +15,7 @@ import time
 from pipeline.core import documents
 from pipeline.tokenize.bpe_pieces import check_tokenizer
 from pipeline.tokenize.engines import BackendUnavailable, mismatched
-from pipeline.tokenize.kind_engines import AUTO, FAST, REFERENCE, backends, load_kind_engine
+from pipeline.tokenize.kind_engines import AUTO, AUTO_ORDER, REFERENCE, backends, load_kind_engine
 from pipeline.tokenize.kinds.base import Tokenizer
 from pipeline.tokenize.self_check import SAMPLE_BYTES, BackendChoice, adversarial_texts, sample_documents
 
@@ -78,7 +78,7 @@ def choose_kind_backend(requested: str, tokenizer: Tokenizer, input_files: list[
               "text_bytes": sum(len(t.encode("utf-8")) for t in texts), "adversarial_strings": len(adversarial)}
     expected = {"documents": tokenizer.encode(texts), "adversarial": tokenizer.encode(adversarial)}
     checks = []
-    for backend in FAST[tokenizer.kind] if requested == AUTO else (requested,):
+    for backend in AUTO_ORDER[tokenizer.kind] if requested == AUTO else (requested,):
         check = check_kind_backend(backend, tokenizer, expected, texts, adversarial)
         checks.append(check)
         if check["result"] == "passed":

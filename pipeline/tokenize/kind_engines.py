@@ -4,6 +4,10 @@
     huggingface  tokenizers         Tokenizer.encode per text (the reference)
                  tokenizers_batch   Tokenizer.encode_batch_fast: the same library, the batch spread
                                     over its thread pool, no offsets computed
+                 gigatoken          gigatoken (MIT, beta) from the same tokenizer.json, its special
+                                    added tokens removed so that their strings in a text are text;
+                                    by name only (`auto` does not try it: its speed on these
+                                    tokenizers has not been measured here)
     tiktoken     tiktoken           Encoding.encode_ordinary per text (the reference)
                  tiktoken_batch     Encoding.encode_ordinary_batch on `threads` threads
 
@@ -16,18 +20,21 @@ its location (refusing one whose sha256 is not the checked one), encodes long do
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
 
+from pipeline.core.memo import ProcessMemo
 from pipeline.tokenize.bpe_pieces import BpePieceEncoder
-from pipeline.tokenize.engines import BackendUnavailable, first_difference, mismatched
+from pipeline.tokenize.engines import BackendUnavailable, _SharedGigatoken, first_difference, mismatched
 from pipeline.tokenize.kinds.base import HUGGINGFACE, TIKTOKEN, Tokenizer, flatten
 from pipeline.tokenize.kinds.detect import load_tokenizer
 
 AUTO = "auto"
 REFERENCE = {HUGGINGFACE: "tokenizers", TIKTOKEN: "tiktoken"}
-FAST = {HUGGINGFACE: ("tokenizers_batch",), TIKTOKEN: ("tiktoken_batch",)}  # the order `auto` tries them in
+FAST = {HUGGINGFACE: ("tokenizers_batch", "gigatoken"), TIKTOKEN: ("tiktoken_batch",)}
+AUTO_ORDER = {HUGGINGFACE: ("tokenizers_batch",), TIKTOKEN: ("tiktoken_batch",)}  # what `auto` tries, in order
 
 
 def backends(kind: str) -> tuple[str, ...]:
@@ -85,8 +92,50 @@ class TiktokenBatchEngine:
         return flatten(self._enc.encode_ordinary_batch(list(texts), num_threads=self._threads))
 
 
-_ENGINES = {"tokenizers": ReferenceEngine, "tiktoken": ReferenceEngine,
-            "tokenizers_batch": TokenizersBatchEngine, "tiktoken_batch": TiktokenBatchEngine}
+def gigatoken_spec(tokenizer: Tokenizer) -> str:
+    """The tokenizer.json gigatoken loads: without truncation, padding and special added tokens.
+
+    gigatoken matches added tokens in the text: a special one's string in a document would become its id.
+    """
+    spec = json.loads(tokenizer.data)
+    spec["added_tokens"] = [t for t in spec.get("added_tokens") or [] if not t.get("special")]
+    spec["truncation"] = spec["padding"] = None
+    return json.dumps(spec, ensure_ascii=False)
+
+
+_GIGATOKENS = ProcessMemo(2)  # tokenizer.json sha256 -> one shared gigatoken encoder (its cache bounded)
+
+
+class GigatokenEngine:
+    """gigatoken over a tokenizer.json (see `gigatoken_spec`), one encoder per process and tokenizer."""
+
+    def __init__(self, tokenizer: Tokenizer, threads: int | None = None):
+        try:
+            import awkward
+            import gigatoken
+        except ImportError as e:
+            raise BackendUnavailable(f"gigatoken is not installed ({e}); pip install 'pile-pipeline[fast]'") from None
+        self._ak = awkward
+        self._parallel = None if threads is None or threads > 1 else False
+        try:
+            self._shared = _GIGATOKENS.get(tokenizer.sha256,
+                                           lambda: _SharedGigatoken(gigatoken.Tokenizer, gigatoken_spec(tokenizer)))
+        except Exception as e:  # the Rust loader raises its own errors
+            raise BackendUnavailable(f"gigatoken cannot load the tokenizer: {e}") from None
+
+    def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, offsets) of the texts."""
+        if not texts:
+            return flatten([])
+        ak = self._ak
+        out = self._shared.take(sum(len(t) for t in texts)).encode_batch(texts, parallel=self._parallel)
+        offsets = np.zeros(len(texts) + 1, np.int64)
+        np.cumsum(ak.to_numpy(ak.num(out)), out=offsets[1:])
+        return ak.to_numpy(ak.flatten(out)).astype(np.int32), offsets
+
+
+_ENGINES = {"tokenizers": ReferenceEngine, "tiktoken": ReferenceEngine, "tokenizers_batch": TokenizersBatchEngine,
+            "tiktoken_batch": TiktokenBatchEngine, "gigatoken": GigatokenEngine}
 
 
 def load_kind_engine(backend: str, tokenizer: Tokenizer, threads: int | None = None):
