@@ -23,7 +23,7 @@ from pipeline.tokenize import kind_check, kind_engines
 from pipeline.tokenize.engines import BackendUnavailable
 from pipeline.tokenize.kind_engines import KindEncoder, load_kind_engine
 from pipeline.tokenize.kinds import tiktoken_bpe
-from pipeline.tokenize.kinds.base import TokenizerFileError, UnknownTokenizerKind
+from pipeline.tokenize.kinds.base import TokenizerFileError, UnknownTokenizerKind, special_ids
 from pipeline.tokenize.kinds.detect import detect_kind, load_tokenizer
 
 SAMPLE_MODEL = "tokenizers/sample/sample.model"
@@ -322,3 +322,42 @@ def test_a_hugging_face_tokenizer_with_more_than_65536_ids(bpe, tmp_path):
     assert max(ids) > 65_535 and tok.decode(ids) == text
     fast = load_kind_engine("tokenizers_batch", tok)
     assert fast.encode([text])[0].tolist() == ids
+
+
+# --- the boundary policy and locations ----------------------------------------------------------------
+
+def test_the_boundary_policy_takes_the_tokenizers_ids_or_the_flags(kinds, bpe, tmp_path):
+    neox = load_tokenizer(kinds["huggingface"])
+    ids = special_ids(neox, add_bos=False, add_eos=True)
+    assert (ids.eos_id, ids.separator_id, ids.vocab_size) == (bpe.token_to_id(ENDOFTEXT),) * 2 + (2000,)
+    tik = load_tokenizer(kinds["tiktoken"])
+    assert special_ids(tik, add_bos=False, add_eos=True).eos_id == tik.vocab_size - 1
+    with pytest.raises(ValueError, match="no BOS id .*ranks file's JSON.*--bos_id N"):
+        special_ids(tik, add_bos=True, add_eos=True)
+    assert special_ids(tik, add_bos=True, add_eos=True, bos_id=5).bos_id == 5
+    bare = load_tokenizer(str(write_hf_directory(bpe, tmp_path / "bare", config=False)))
+    with pytest.raises(ValueError, match="no EOS id .*tokenizer_config.json.*--eos_id N"):
+        special_ids(bare, add_bos=False, add_eos=True)
+    assert special_ids(bare, add_bos=False, add_eos=True, eos_id=1).padding_id == 1
+    with pytest.raises(ValueError, match="--eos_id=2000 is outside"):
+        special_ids(bare, add_bos=False, add_eos=True, eos_id=2000)
+    spm_ids = special_ids(load_tokenizer(kinds["sentencepiece"]), add_bos=True, add_eos=True)
+    assert (spm_ids.bos_id, spm_ids.eos_id) == (1, 2)
+
+
+def test_tokenizers_load_from_fsspec_locations(kinds):
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        fs.pipe(f"/hf/{name}", open(f"{kinds['huggingface']}/{name}", "rb").read())
+    for name in ("r.tiktoken", "r.tiktoken.json"):
+        source = kinds["tiktoken"] + (".json" if name.endswith(".json") else "")
+        fs.pipe(f"/tk/{name}", open(source, "rb").read())
+    hf = load_tokenizer("memory://hf")
+    assert hf.kind == "huggingface" and hf.eos_id >= 0 and set(hf.files) == {"tokenizer.json", "tokenizer_config.json"}
+    assert hf.sha256 == load_tokenizer(kinds["huggingface"]).sha256
+    tk = load_tokenizer("memory://tk/r.tiktoken")
+    assert tk.kind == "tiktoken" and tk.encode_one("hello world") == load_tokenizer(kinds["tiktoken"]).encode_one(
+        "hello world")
+    assert detect_kind("memory://hf") == "huggingface"

@@ -98,3 +98,36 @@ def check_ids(path: str, vocab_size: int, named: dict[str, int]) -> None:
     for name, value in named.items():
         if value >= vocab_size:
             raise TokenizerFileError(f"{path}: {name} id {value} is outside the vocabulary (size {vocab_size})")
+
+
+def special_ids(tokenizer: Tokenizer, *, add_bos: bool, add_eos: bool, bos_id: int | None = None,
+                eos_id: int | None = None, pad_id: int | None = None):
+    """The document-boundary policy applied to a tokenizer of any kind: a `model.SpecialIds`.
+
+    Overrides (flags) win over the tokenizer's own ids; a policy that needs an id the tokenizer lacks,
+    or an id outside the vocabulary, is a ValueError naming the flag and where the ids were looked for.
+    """
+    from pipeline.tokenize.model import SpecialIds
+
+    if not (add_bos or add_eos):
+        raise ValueError("Documents need a boundary token: with neither EOS nor BOS, packed documents would run "
+                         "into each other. Keep the default EOS or pass --add_bos.")
+    looked = {
+        SENTENCEPIECE: "the .model",
+        HUGGINGFACE: "{role}_token in tokenizer_config.json / special_tokens_map.json, the post-processor's template",
+        TIKTOKEN: "{role}_token in the ranks file's JSON or the built-in encoding",
+    }[tokenizer.kind]
+    chosen = {}
+    for role, wanted, value in (("bos", add_bos, bos_id), ("eos", add_eos, eos_id), ("pad", False, pad_id)):
+        own = getattr(tokenizer, f"{role}_id")
+        chosen[role] = own if value is None else value
+        flag = f"--{role}_id"
+        if value is not None and not 0 <= value < tokenizer.vocab_size:
+            raise ValueError(f"{flag}={value} is outside the vocabulary of {tokenizer.path} "
+                             f"(size {tokenizer.vocab_size})")
+        if wanted and chosen[role] < 0:
+            raise ValueError(f"The tokenizer {tokenizer.path} ({tokenizer.kind}) has no {role.upper()} id (looked for "
+                             f"{looked.format(role=role)}) and the pipeline is asked to add {role.upper()}: pass "
+                             f"{flag} N (an id below {tokenizer.vocab_size}) or turn {role.upper()} off.")
+    return SpecialIds(tokenizer.vocab_size, chosen["bos"], chosen["eos"], chosen["pad"], tokenizer.unk_id,
+                      add_bos, add_eos)
