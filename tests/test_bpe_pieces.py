@@ -2,6 +2,7 @@
 (pipeline/tokenize/bpe_pieces.py), on real text and fuzzed text, for byte-level BPEs trained here
 with the split patterns people use (GPT-2's, cl100k, o200k, Llama 3), and tokenizers that must not be cut."""
 
+import json
 import random
 
 import numpy as np
@@ -44,7 +45,11 @@ def tokenizers(bpe, tmp_path_factory):
     llama.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(tiktoken_bpe.LLAMA3_PATTERN), behavior="isolated"),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    out["tokenizer.json, Llama-3 style"] = load_tokenizer(str(write_hf_directory(llama, root / "llama")))
+    llama_dir = write_hf_directory(llama, root / "llama")
+    spec = json.loads((llama_dir / "tokenizer.json").read_text())
+    spec["model"]["ignore_merges"] = True  # as Llama 3's: a pre-token in the vocabulary is one token
+    (llama_dir / "tokenizer.json").write_text(json.dumps(spec))
+    out["tokenizer.json, Llama-3 style"] = load_tokenizer(str(llama_dir))
     for name, pattern in (("cl100k", tiktoken_bpe.CL100K_PATTERN), ("o200k", tiktoken_bpe.O200K_PATTERN),
                           ("llama3", tiktoken_bpe.LLAMA3_PATTERN), ("r50k", tiktoken_bpe.R50K_PATTERN)):
         path = write_ranks(bpe, root / f"{name}.tiktoken", pattern=pattern)

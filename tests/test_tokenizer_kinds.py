@@ -116,8 +116,11 @@ def test_hugging_face_special_ids_from_the_post_processor_template(bpe, tmp_path
 
     tok = Tokenizer.from_str(bpe.to_str())
     eot, pad = tok.token_to_id(ENDOFTEXT), tok.token_to_id(PADDING)
-    tok.post_processor = processors.TemplateProcessing(single=f"{PADDING} $A {ENDOFTEXT}",
-                                                       special_tokens=[(PADDING, pad), (ENDOFTEXT, eot)])
+    # As Llama 3's tokenizer.json has it: a Sequence of ByteLevel and the template.
+    tok.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=False),
+        processors.TemplateProcessing(single=f"{PADDING} $A {ENDOFTEXT}",
+                                      special_tokens=[(PADDING, pad), (ENDOFTEXT, eot)])])
     loaded = load_tokenizer(str(write_hf_directory(tok, tmp_path / "t", config=False)))
     assert (loaded.bos_id, loaded.eos_id) == (pad, eot)
     assert loaded.special_sources["eos"].startswith("tokenizer.json post_processor")
@@ -153,6 +156,9 @@ def test_tiktoken_pattern_and_specials_from_the_json_or_a_built_in(bpe, tmp_path
     (tmp_path / "r.tiktoken.json").write_text(json.dumps({"pattern": tiktoken_bpe.R50K_PATTERN,
                                                           "special_tokens": {ENDOFTEXT: 5}}))
     with pytest.raises(TokenizerFileError, match="ids of ranks"):
+        load_tokenizer(str(ranks))
+    (tmp_path / "r.tiktoken.json").write_text(json.dumps({"pattern": "(unclosed", "special_tokens": {}}))
+    with pytest.raises(TokenizerFileError, match="tiktoken refuses"):
         load_tokenizer(str(ranks))
     with pytest.raises(TokenizerFileError, match="line 2"):
         bad = tmp_path / "bad.tiktoken"
