@@ -367,3 +367,4 @@ def test_tokenizers_load_from_fsspec_locations(kinds):
     assert tk.kind == "tiktoken" and tk.encode_one("hello world") == load_tokenizer(kinds["tiktoken"]).encode_one(
         "hello world")
     assert detect_kind("memory://hf") == "huggingface"
+

@@ -40,7 +40,7 @@ class Tokenizer(abc.ABC):
     """A loaded tokenizer of one kind. Subclasses set the attributes in their constructor."""
 
     kind: str  # one of KINDS
-    path: str  # the location it was loaded from (a file, or a Hugging Face directory)
+    path: str  # the location it was loaded from, as shown (a URL with credentials redacted)
     sha256: str  # of the main file: the .model, tokenizer.json or the ranks file
     files: dict  # every file read: name -> sha256 (companions included)
     vocab_size: int  # every id is below it (special and added tokens included)
@@ -57,7 +57,7 @@ class Tokenizer(abc.ABC):
 
     @abc.abstractmethod
     def decode(self, ids) -> str:
-        """The text of some ids (special ids as their strings)."""
+        """The text of some ids."""
 
     @abc.abstractmethod
     def versions(self) -> dict[str, str]:

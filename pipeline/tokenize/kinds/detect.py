@@ -7,7 +7,8 @@
       (its pattern and special tokens from <file>.json or a built-in name)
 
 The extension says nothing (Llama 3's tiktoken file is called `tokenizer.model`). Anything else is
-`UnknownTokenizerKind`, one line naming the file. Locations are local paths or fsspec URLs.
+`UnknownTokenizerKind`, one line naming the file. Locations are local paths or fsspec URLs; what
+errors and the manifest show of them is redacted (no credentials).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import posixpath
 
 import fsspec
 
+from pipeline.io.urls import redact_url
 from pipeline.tokenize.kinds import hf_json, sp_model, tiktoken_bpe
 from pipeline.tokenize.kinds.base import (
     HUGGINGFACE,
@@ -72,14 +74,15 @@ def kind_of(path: str, data: bytes) -> str:
 
 def detect_kind(path: str) -> str:
     """The kind of the tokenizer at `path` (a file or a Hugging Face directory)."""
+    shown = redact_url(path)
     if _is_dir(path):
         if _read(posixpath.join(path.rstrip("/"), hf_json.TOKENIZER_JSON)) is None:
-            raise UnknownTokenizerKind(f"{path}: a directory without {hf_json.TOKENIZER_JSON}; expected {_KNOWN}")
+            raise UnknownTokenizerKind(f"{shown}: a directory without {hf_json.TOKENIZER_JSON}; expected {_KNOWN}")
         return HUGGINGFACE
     data = _read(path)
     if data is None:
-        raise TokenizerFileError(f"{path}: no such tokenizer file")
-    return kind_of(path, data)
+        raise TokenizerFileError(f"{shown}: no such tokenizer file")
+    return kind_of(shown, data)
 
 
 def load_tokenizer(path: str, *, tiktoken_name: str | None = None, expected_sha256: str | None = None) -> Tokenizer:
@@ -89,6 +92,7 @@ def load_tokenizer(path: str, *, tiktoken_name: str | None = None, expected_sha2
     instead of the `<file>.json` beside it. `expected_sha256`: refuse a main file whose sha256 differs
     (a worker loading what the driver checked).
     """
+    shown = redact_url(path)
     directory = None
     if _is_dir(path):
         directory = path.rstrip("/")
@@ -98,11 +102,11 @@ def load_tokenizer(path: str, *, tiktoken_name: str | None = None, expected_sha2
     data = _read(main)
     if data is None:
         if directory is not None:
-            raise UnknownTokenizerKind(f"{path}: a directory without {hf_json.TOKENIZER_JSON}; expected {_KNOWN}")
-        raise TokenizerFileError(f"{path}: no such tokenizer file")
-    kind = kind_of(main, data)
+            raise UnknownTokenizerKind(f"{shown}: a directory without {hf_json.TOKENIZER_JSON}; expected {_KNOWN}")
+        raise TokenizerFileError(f"{shown}: no such tokenizer file")
+    kind = kind_of(redact_url(main), data)
     if tiktoken_name is not None and kind != TIKTOKEN:
-        raise TokenizerFileError(f"{path}: a {kind} file, not a tiktoken ranks file: a tiktoken encoding name "
+        raise TokenizerFileError(f"{shown}: a {kind} file, not a tiktoken ranks file: a tiktoken encoding name "
                                  f"({tiktoken_name!r}) does not apply")
     if kind == HUGGINGFACE:
         base = directory or posixpath.dirname(main)
@@ -111,18 +115,18 @@ def load_tokenizer(path: str, *, tiktoken_name: str | None = None, expected_sha2
             raw = _read(posixpath.join(base, name)) if base else _read(name)
             if raw is not None:
                 companions[name] = raw
-        tokenizer: Tokenizer = hf_json.HuggingFaceTokenizer(path, data, companions)
+        tokenizer: Tokenizer = hf_json.HuggingFaceTokenizer(shown, data, companions)
     elif kind == TIKTOKEN:
         spec_bytes = _read(tiktoken_bpe.spec_path(main))
         spec = None
         if spec_bytes is not None:
             spec = _json(spec_bytes)
             if not isinstance(spec, dict):
-                raise TokenizerFileError(f"{tiktoken_bpe.spec_path(main)}: not a JSON object")
-        tokenizer = tiktoken_bpe.TiktokenTokenizer(path, data, name=tiktoken_name, spec=spec, spec_bytes=spec_bytes)
+                raise TokenizerFileError(f"{tiktoken_bpe.spec_path(redact_url(main))}: not a JSON object")
+        tokenizer = tiktoken_bpe.TiktokenTokenizer(shown, data, name=tiktoken_name, spec=spec, spec_bytes=spec_bytes)
     else:
-        tokenizer = sp_model.SentencePieceTokenizer(path, data)
+        tokenizer = sp_model.SentencePieceTokenizer(shown, data)
     if expected_sha256 is not None and tokenizer.sha256 != expected_sha256:
-        raise TokenizerFileError(f"{path}: sha256 {tokenizer.sha256} differs from the checked {expected_sha256}: "
+        raise TokenizerFileError(f"{shown}: sha256 {tokenizer.sha256} differs from the checked {expected_sha256}: "
                                  "the tokenizer changed while the job ran")
     return tokenizer
