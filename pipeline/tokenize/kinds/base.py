@@ -93,13 +93,6 @@ class Tokenizer(abc.ABC):
         }
 
 
-def check_ids(path: str, vocab_size: int, named: dict[str, int]) -> None:
-    """Refuse special ids outside the vocabulary (a companion file naming an id the model lacks)."""
-    for name, value in named.items():
-        if value >= vocab_size:
-            raise TokenizerFileError(f"{path}: {name} id {value} is outside the vocabulary (size {vocab_size})")
-
-
 def special_ids(tokenizer: Tokenizer, *, add_bos: bool, add_eos: bool, bos_id: int | None = None,
                 eos_id: int | None = None, pad_id: int | None = None):
     """The document-boundary policy applied to a tokenizer of any kind: a `model.SpecialIds`.

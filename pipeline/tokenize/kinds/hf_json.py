@@ -18,7 +18,7 @@ import re
 import numpy as np
 
 from pipeline.core import versions
-from pipeline.tokenize.kinds.base import HUGGINGFACE, Tokenizer, TokenizerFileError, check_ids, flatten
+from pipeline.tokenize.kinds.base import HUGGINGFACE, Tokenizer, TokenizerFileError, flatten
 
 TOKENIZER_JSON = "tokenizer.json"
 CONFIG_JSON = "tokenizer_config.json"
@@ -142,7 +142,6 @@ class HuggingFaceTokenizer(Tokenizer):
                                          "does not have")
             setattr(self, f"{role}_id", token_id)
             self.special_sources[role] = f"{source} ({token!r})"
-        check_ids(path, self.vocab_size, {})
 
     def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """The reference (ids, offsets) of the texts."""

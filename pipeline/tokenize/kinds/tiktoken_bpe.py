@@ -24,7 +24,7 @@ import re
 import numpy as np
 
 from pipeline.core import versions
-from pipeline.tokenize.kinds.base import TIKTOKEN, Tokenizer, TokenizerFileError, check_ids, flatten
+from pipeline.tokenize.kinds.base import TIKTOKEN, Tokenizer, TokenizerFileError, flatten
 
 ENDOFTEXT = "<|endoftext|>"
 R50K_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
@@ -165,7 +165,6 @@ class TiktokenTokenizer(Tokenizer):
                 raise TokenizerFileError(f"{path}: {role}_token {token!r} is not one of its special tokens")
             setattr(self, f"{role}_id", specials[token])
             self.special_sources[role] = f"{origin} ({token!r})"
-        check_ids(path, self.vocab_size, {})
         self.library_version = versions.package_version("tiktoken") or tiktoken.__version__
 
     def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
