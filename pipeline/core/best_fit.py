@@ -67,6 +67,7 @@ import numpy as np
 
 from pipeline.core import packing, provenance
 
+DEFAULT_WINDOW = 1024  # items per window: <= 1% padding at seq_len 2048 and 4096 (docs/benchmarks.md)
 PAD_FILE = -1  # the file index of provenance rows that stand for padding
 _BIN_BITS = 32  # a sequence's room and its index share one sorted integer key
 
