@@ -189,7 +189,7 @@ def check_totals(manifest: dict, path: str, padded_records: int) -> None:
         problems.append(f"totals.records is {totals['records']}, the shards hold {total}")
     if "bytes" in totals and int(totals["bytes"]) != sum(int(s["bytes"]) for s in shards):
         problems.append(f"totals.bytes is {totals['bytes']}, the shards hold {sum(int(s['bytes']) for s in shards)}")
-    if "remainder_policy" in packing:
+    if "remainder_policy" in packing or "mode" in packing:
         declared = int(packing.get("padded_records", 0))
         if declared != padded_records:
             problems.append(f"packing.padded_records is {declared}, {padded_records} shard(s) hold a padded record")
