@@ -418,3 +418,25 @@ def test_reader_refuses_a_best_fit_output_without_segment_ids(tmp_path):
                            features={records.TOKENS: {"kind": "bytes", "dtype": "uint16", "shape": [17]}})
     with pytest.raises(ManifestError, match="segment_ids"):
         tfdata.make_dataset(str(tmp_path), batch_size=2, shuffle=False)
+
+
+def test_provenance_lookup_of_a_best_fit_record_names_its_documents_only(tmp_path):
+    from pipeline.core.shuffle import Permutation
+    from pipeline.format import provenance as provenance_files
+    from pipeline.format.manifest import manifest_path
+
+    rng = np.random.default_rng(5)
+    docs = _random_docs(rng, 30, 16)
+    out = _write_best_fit_output(str(tmp_path), shards=1, docs=docs)
+    name = provenance_files.file_name("train", 0)
+    os.makedirs(tmp_path / "provenance")
+    (tmp_path / name).write_bytes(provenance_files.encode([((0, 0, 0, 0), len(out), out.spans)]))
+    manifest = {"seq_len": 16, "totals": {"records": len(out)}, "shuffle": {"seed": 3, "num_shards": 1},
+                "provenance": {"files": [{"path": name}]}}
+    index = provenance_files.ProvenanceIndex(manifest_path(str(tmp_path)), manifest)
+    perm = Permutation(len(out), 3)
+    for g in range(len(out)):
+        (spans,) = index.spans([0], [int(perm(np.array([g]))[0])])
+        assert (spans[:, 0] >= 0).all()
+        text = [docs[line - 1][first:first + n] for _, line, first, n in spans.tolist()]
+        assert np.concatenate(text).tolist() == out.tokens[g, 1:][out.segment_ids[g] > 0].tolist()
