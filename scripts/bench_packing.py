@@ -10,8 +10,8 @@
 2. Per seq_len: for concat, the documents split across records and the sequences; for best_fit,
    per window (items per window, each work item packed on its own), the documents cut, the
    padding fraction and the sequences.
-3. Speed, pure functions on real arrays of two work items (the most tokens, the most documents), side by side in one process
-   (interleaved rounds, the best of --repeats): concat = `packing.build_stream_flat` + `pack` +
+3. Speed, pure functions on real arrays of two work items (the most tokens, the most documents),
+   side by side in one process (interleaved rounds, the best of --repeats): concat = `packing.build_stream_flat` + `pack` +
    `framing.serialize_records`; best_fit = `build_stream_flat` + `best_fit.pack_documents` +
    `framing.serialize_packed`; and SentencePiece encoding the same documents, the job's main cost.
 Prints Markdown tables for docs/benchmarks.md.
@@ -142,8 +142,8 @@ def main(argv=None) -> None:
             for window in windows:
                 cut, pad, count = best_fit_stats([lengths[c] for c in chunks], seq_len, window)
                 print(f"| | {seq_len} | best_fit | {window} | {cut:.1%} | 0 | {pad:.2%} | {count:,} |")
-    print("\nSpeed on one work item (best of %d, interleaved), the one with the most tokens and the one with "
-          "the most documents:\n" % args.repeats)
+    print(f"\nSpeed on one work item (best of {args.repeats}, interleaved), the one with the most tokens and "
+          "the one with the most documents:\n")
     print("| work item | seq_len | concat s | best_fit s | best_fit - concat, s per M tokens | SentencePiece encode s "
           "| (best_fit - concat) / encode |")
     print("|---|---|---|---|---|---|---|")
