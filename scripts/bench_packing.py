@@ -12,8 +12,9 @@
    padding fraction and the sequences.
 3. Speed, pure functions on real arrays of two work items (the most tokens, the most documents),
    side by side in one process (interleaved rounds, the best of --repeats): concat =
-   `packing.build_stream_flat` + `pack` + `framing.serialize_records`; best_fit = `build_stream_flat` + `best_fit.pack_documents` +
-   `framing.serialize_packed`; and SentencePiece encoding the same documents, the job's main cost.
+   `packing.build_stream_flat` + `pack` + `framing.serialize_records`; best_fit =
+   `build_stream_flat` + `best_fit.pack_documents` + `framing.serialize_packed`; and SentencePiece
+   encoding the same documents, the job's main cost.
 Prints Markdown tables for docs/benchmarks.md.
 """
 
