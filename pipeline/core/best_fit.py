@@ -42,13 +42,16 @@ C = [4 5 6 7 8 9] (6 tokens: cut into [4 5 6 7] and the last piece [8 9], contex
     >>> out.padding, out.documents_cut, len(rest)
     (3, 1, 0)
 
-Windows and state. `pack_documents` packs a run of documents given in input order (a chunk's, in
-line order): the full pieces of cut documents become records at once; the items are packed window
-by window, and the last window, when it holds fewer than `window` items, is returned as the
-leftover (`Items`, at most `window` items of fewer than `seq_len + 1` tokens each) unless `final`.
-Leftovers are joined in input order (`concat_items`) and packed again with `pack_items`, exactly as
-concat joins its remainders, so the output depends on the input order and the window only, never on
-how work was spread. Memory is bounded by the window: one window of items and its sequences.
+Windows and state. `pack_documents` packs a run of documents given in input order (a work item's,
+in line order): the full pieces of cut documents become records at once; the items are packed
+window by window. With `final=True` the last window, however short, is packed too and nothing
+crosses to the next run: each work item is packed on its own, so the output depends on the input
+and its cut into work items only, never on how the work was spread. With `final=False` the last
+window, when it holds fewer than `window` items, is returned as the leftover (`Items`: fewer than
+`window` items of at most `seq_len` tokens each), to be joined with others in input order
+(`concat_items`) and packed again (`pack_items`), as concat joins its remainders; that pays only
+where a work item holds many windows. Besides the run's own stream and records, the working memory
+is one window of items and its sequences.
 
 Provenance: `Packed.spans` cover every label position of the records in order, `seq_len` per
 record; padding positions are rows `(PAD_FILE, 0, 0, n)`, so record j of a block holds the block's
