@@ -164,7 +164,8 @@ def main(argv=None) -> None:
             best = speed(ids, offsets, [texts[i] for i in item], sp, seq_len, best_fit.DEFAULT_WINDOW, args.repeats)
             extra = best["best_fit"] - best["concat"]
             print(f"| {len(item)} documents, {len(ids):,} tokens | {seq_len} | {best['concat']:.4f} | "
-                  f"{best['tokens_only']:.4f} | {best['best_fit']:.4f} | {extra / len(ids) * 1e6:+.3f} | {best['encode']:.3f} | "
+                  f"{best['tokens_only']:.4f} | {best['best_fit']:.4f} | {extra / len(ids) * 1e6:+.3f} | "
+                  f"{best['encode']:.3f} | "
                   f"{extra / best['encode']:+.1%} |")
 
 if __name__ == "__main__":
