@@ -159,6 +159,8 @@ def concat_packed(parts: list[Packed], seq_len: int) -> Packed:
     parts = [p for p in parts if len(p)]
     if not parts:
         return _empty_packed(seq_len, False)
+    if len(parts) == 1:
+        return parts[0]
     counts: dict = {}
     for p in parts:
         for subset, c in p.counts.items():
@@ -227,7 +229,9 @@ def split_documents(stream: packing.Piece, sizes, seq_len: int, subsets=None) ->
     piece_index = np.arange(len(piece_doc)) - np.repeat(np.cumsum(full) - full, full)
     piece_start = starts[piece_doc] + piece_index * seq_len
     extended = np.concatenate([[separator], labels])  # extended[i + 1] = labels[i]
-    tokens = extended[piece_start[:, None] + np.arange(seq_len + 1)]
+    # Rows of seq_len + 1 tokens at the pieces' starts: a copy of rows of a strided view.
+    tokens = (np.lib.stride_tricks.sliding_window_view(extended, seq_len + 1)[piece_start] if len(piece_start)
+              else np.zeros((0, seq_len + 1), np.int32))
     tokens[piece_index == 0, 0] = separator
     k = len(piece_doc)
     cut = sizes > seq_len
@@ -301,24 +305,26 @@ def pack_window(items: Items, seq_len: int, pad_id: int) -> Packed:
     before = np.cumsum(size) - size  # labels of earlier items, over all sequences
     per_seq = np.bincount(seq_of, minlength=count)
     firsts = np.cumsum(per_seq) - per_seq  # in `order`: each sequence's first item
-    offset = before - np.repeat(before[firsts], per_seq)  # item's first label position in its sequence
     rank = np.arange(n) - np.repeat(firsts, per_seq)
     total = int(size.sum())
-    dest = np.repeat(seq_of * seq_len + offset, size) + (np.arange(total) - np.repeat(before, size))
     item_starts = np.cumsum(lengths) - lengths
-    source = _ranges(item_starts[order], size)
-    flat = np.full(count * seq_len, pad_id, np.int32)
-    flat[dest] = items.labels[source]
-    segment_ids = np.zeros(count * seq_len, np.int32)
-    segment_ids[dest] = np.repeat(rank + 1, size)
-    positions = np.zeros(count * seq_len, np.int32)
-    positions[dest] = np.arange(total) - np.repeat(before, size)
-    tokens = np.empty((count, seq_len + 1), np.int32)
-    tokens[:, 0] = items.contexts[order[firsts]]
-    tokens[:, 1:] = flat.reshape(count, seq_len)
     used = np.bincount(where, lengths, minlength=count).astype(np.int64)
     pad = seq_len - used
-    out = Packed(tokens, segment_ids.reshape(count, seq_len), positions.reshape(count, seq_len), int(pad.sum()))
+    # Items sorted by sequence fill each sequence's first `used` positions in row-major order, so
+    # one boolean mask places every label, segment id and position.
+    real = np.arange(seq_len)[None, :] < used[:, None]
+    step = np.int32 if total < 2**31 else np.int64
+    within = np.arange(total, dtype=step) - np.repeat(before.astype(step), size)  # index inside the item
+    tokens = np.empty((count, seq_len + 1), np.int32)
+    tokens[:, 0] = items.contexts[order[firsts]]
+    body = tokens[:, 1:]
+    body[~real] = pad_id
+    body[real] = items.labels[within + np.repeat(item_starts[order].astype(step), size)]
+    segment_ids = np.zeros((count, seq_len), np.int32)
+    segment_ids[real] = np.repeat((rank + 1).astype(np.int32), size)
+    positions = np.zeros((count, seq_len), np.int32)
+    positions[real] = within
+    out = Packed(tokens, segment_ids, positions, int(pad.sum()))
     if items.subsets is not None:
         # A sequence's padding goes to the subset of the item that opened it (its largest).
         placed = np.argsort(-lengths, kind="stable")
