@@ -118,6 +118,23 @@ def serialize_records(
                               valid_labels, dtype)
             for i in range(len(tokens))
         )
+    return _serialize_full(tokens, seg, pos, dtype)
+
+
+def serialize_packed(tokens: np.ndarray, segment_ids: np.ndarray, positions: np.ndarray, *,
+                     dtype: np.dtype) -> FramedRecords:
+    """Serialize and frame best-fit records ([k, seq_len + 1] tokens, [k, seq_len] segment ids, positions).
+
+    Segment id 0 marks padding (pipeline/core/best_fit.py); every record has the same size.
+    """
+    tokens = np.atleast_2d(tokens)
+    return _serialize_full(tokens, np.atleast_2d(segment_ids), np.atleast_2d(positions), np.dtype(dtype))
+
+
+def _serialize_full(tokens: np.ndarray, seg: np.ndarray | None, pos: np.ndarray | None,
+                    dtype: np.dtype) -> FramedRecords:
+    """Full-size records (no valid_labels), with segment ids and positions or neither."""
+    document_boundaries = seg is not None
     if not len(tokens):
         return FramedRecords(b"", np.zeros(0, np.int64))
     layout = _layout(tokens.shape[1], dtype, document_boundaries)

@@ -10,6 +10,9 @@ padded record's position. Size <-> count is arithmetic: a manifest whose record 
 with its byte counts is refused before anything is read (`shard_layout`), and the file sizes are
 then checked against the byte counts by the reader.
 
+A best_fit output (`packing.mode`) has no such record: it pads inside its records (segment id 0), so
+every one of its records is ``R`` bytes.
+
 The padded record's position p is not in the manifest; `locate_padded` finds it with a binary search
 over record headers (12 bytes each, ~log2(n) reads): a TFRecord header is a length and a masked
 CRC-32C of it, so a header read at ``j * R`` is valid exactly for j <= p (after p the offset falls
@@ -141,8 +144,13 @@ def shard_layout(manifest: dict, path: str) -> ShardLayout:
     boundaries = _declares(features, records.SEGMENT_IDS) and _declares(features, records.POSITIONS)
     if _declares(features, records.SEGMENT_IDS) != _declares(features, records.POSITIONS):
         raise ManifestError(f"{path}: features declare only one of segment_ids / positions")
+    try:
+        mode = records.packing_mode(manifest)
+    except ValueError as e:
+        raise ManifestError(f"{path}: {e}") from None
     size = payload_bytes(seq_len, dtype, boundaries) + HEADER_BYTES + FOOTER_BYTES
-    extras = padded_extras(seq_len, dtype, boundaries)
+    # A best_fit output pads inside its records (segment id 0): none carries valid_labels.
+    extras = frozenset() if mode == records.BEST_FIT else padded_extras(seq_len, dtype, boundaries)
     padded = []
     for index, shard in enumerate(manifest["shards"]):
         count, nbytes = int(shard["records"]), int(shard["bytes"])
@@ -181,7 +189,7 @@ def check_totals(manifest: dict, path: str, padded_records: int) -> None:
         problems.append(f"totals.records is {totals['records']}, the shards hold {total}")
     if "bytes" in totals and int(totals["bytes"]) != sum(int(s["bytes"]) for s in shards):
         problems.append(f"totals.bytes is {totals['bytes']}, the shards hold {sum(int(s['bytes']) for s in shards)}")
-    if "remainder_policy" in packing:
+    if "remainder_policy" in packing or "mode" in packing:
         declared = int(packing.get("padded_records", 0))
         if declared != padded_records:
             problems.append(f"packing.padded_records is {declared}, {padded_records} shard(s) hold a padded record")

@@ -9,7 +9,9 @@ last records, each an .npz of int64 arrays:
     spans        [M, 4]  (file_index, line, first_token, tokens): pipeline/core/provenance.py
 
 A block's spans cover its records' labels in order: record j of a block holds the block's labels
-[j * seq_len, (j + 1) * seq_len) (the padded record: its valid labels only).
+[j * seq_len, (j + 1) * seq_len) (the padded record: its valid labels only). A best_fit block's
+spans cover its padding too, as rows of file index -1 (pipeline/core/best_fit.py), so the same
+arithmetic holds; lookups leave those rows out.
 
 Finding a record of a shard: the job numbers all records by a global index g, blocks in sorted
 source order and records in order within each block, and writes g at position
@@ -112,5 +114,6 @@ class ProvenanceIndex:
             starts, spans = self._spans_of_file(int(self._owner[block]))
             row = int(self._row[block])
             mine = spans[starts[row] : starts[row + 1]]
-            out.append(provenance.cut(mine, j * self._seq_len, (j + 1) * self._seq_len))
+            spans = provenance.cut(mine, j * self._seq_len, (j + 1) * self._seq_len)
+            out.append(spans[spans[:, 0] >= 0])  # a best_fit record's padding rows name no file
         return out

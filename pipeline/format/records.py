@@ -6,8 +6,15 @@ Encoding (declared in the manifest's `features`, which readers must follow):
   segment_ids  bytes_list[1], optional: little-endian `token_dtype`, seq_len values, one per label
                position; 1, 2, ... per document (fragment) inside the record, 0 for padding.
   positions    bytes_list[1], optional: position of each label inside its segment, from 0.
-  valid_labels int64_list[1], present only in the single padded record of a job: how many label
-               positions are real. A reader parses it with default `seq_len`.
+  valid_labels int64_list[1], present only in the single padded record of a concat job: how many
+               label positions are real. A reader parses it with default `seq_len`.
+
+Two layouts, named by the manifest's `packing.mode` (`packing_mode`; absent: concat):
+  concat    records cut from one stream of documents (pipeline/core/packing.py); segment ids and
+            positions only with document boundaries; at most one padded record per job.
+  best_fit  whole documents packed by best fit (pipeline/core/best_fit.py); records do not overlap;
+            segment ids and positions always present, and segment id 0 marks padding: the loss mask
+            is `segment_ids > 0`. No record carries valid_labels, so every record has one size.
 
 Why raw bytes rather than int64 lists: serializing and parsing one bytes value costs nothing next to
 the varint loop of int64 lists (~15% of tokenizing time), and uint16 halves the shard size for
@@ -27,6 +34,9 @@ SEGMENT_IDS = "segment_ids"
 POSITIONS = "positions"
 VALID_LABELS = "valid_labels"
 UINT16 = np.dtype("<u2")
+CONCAT = "concat"
+BEST_FIT = "best_fit"
+PACKING_MODES = (CONCAT, BEST_FIT)
 
 
 def token_dtype_for(vocab_size: int) -> np.dtype:
@@ -88,9 +98,20 @@ def serialize_example(
     return _length_delimited(1, entries)
 
 
-def feature_spec(seq_len: int, dtype: np.dtype, document_boundaries: bool) -> dict:
-    """The manifest's description of the record features (what a reader must parse)."""
+def feature_spec(seq_len: int, dtype: np.dtype, document_boundaries: bool, packing: str = CONCAT) -> dict:
+    """The manifest's description of the record features (what a reader must parse).
+
+    `packing`: the layout (see the module doc); best_fit always has segment ids and positions.
+    """
     name = dtype_name(dtype)
+    if packing == BEST_FIT:
+        spec = {TOKENS: {"kind": "bytes", "dtype": name, "byte_order": "little", "shape": [seq_len + 1]}}
+        for key in (SEGMENT_IDS, POSITIONS):
+            spec[key] = {"kind": "bytes", "dtype": name, "byte_order": "little", "shape": [seq_len]}
+        spec[SEGMENT_IDS]["note"] = "0 marks padding: the loss mask is segment_ids > 0"
+        return spec
+    if packing != CONCAT:
+        raise ValueError(f"packing {packing!r}: choose from {PACKING_MODES}")
     spec = {
         TOKENS: {"kind": "bytes", "dtype": name, "byte_order": "little", "shape": [seq_len + 1]},
         VALID_LABELS: {
@@ -105,3 +126,19 @@ def feature_spec(seq_len: int, dtype: np.dtype, document_boundaries: bool) -> di
             spec[key] = {"kind": "bytes", "dtype": name, "byte_order": "little", "shape": [seq_len]}
     return spec
 
+
+
+def packing_mode(manifest: dict) -> str:
+    """The layout of an output's records: its manifest's `packing.mode`, concat when absent.
+
+    Raises:
+        ValueError: an unknown mode, or a best_fit output whose features lack segment ids/positions.
+    """
+    mode = (manifest.get("packing") or {}).get("mode", CONCAT)
+    if mode not in PACKING_MODES:
+        raise ValueError(f"packing.mode {mode!r}: this reader understands {PACKING_MODES}")
+    features = manifest.get("features") or {}
+    if mode == BEST_FIT and not (SEGMENT_IDS in features and POSITIONS in features):
+        raise ValueError("packing.mode best_fit: the features must declare segment_ids and positions "
+                         "(segment id 0 marks padding)")
+    return mode

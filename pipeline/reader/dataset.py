@@ -27,6 +27,10 @@ window put in batch order (one gather, a permutation computed once per window) a
 Python runs once per epoch and once per window, never per record; no tf.data stage runs per
 record except the read itself, and every function is instantiated once per iterator.
 
+Layouts: a concat output pads only its one last record (`valid_labels`); a best_fit output
+(manifest `packing.mode`) pads inside its records, segment id 0 marking padding, so its loss mask is
+`segment_ids > 0` (the segment ids are parsed for it even when not returned).
+
 Forms: a dict per batch (default); ``keras=True`` gives ``(x, y, sample_weight)`` for `model.fit`
 (x = inputs, or a dict with segment_ids/positions when they are requested; sample_weight = the
 loss mask). tf.distribute: pass ``input_context`` in `distribute_datasets_from_function` (each input
@@ -202,7 +206,8 @@ def make_dataset(
 
     Returns:
         A `tf.data.Dataset` of dicts: "inputs", "labels" int32 [B, L]; "loss_mask" float32 [B, L]
-        (0 at label positions >= the record's valid_labels); "segment_ids", "positions" int32
+        (0 on padding: label positions >= the record's valid_labels, or with segment id 0 in a
+        best_fit output); "segment_ids", "positions" int32
         [B, L] when requested. Every rank yields `steps_per_epoch(...)` batches per epoch.
 
     Raises:
@@ -259,11 +264,14 @@ def make_dataset(
     window = shuffle_buffer or default_window(source.seq_len, token_bytes)
     tf_dtype = DTYPES[source.token_dtype]
     seq_len = source.seq_len
-    widths = ((records.TOKENS, seq_len + 1), *((name, seq_len) for name in optional))
+    # A best_fit output marks padding by segment id 0: its loss mask needs the segment ids.
+    best_fit = source.packing == records.BEST_FIT
+    parsed_optional = tuple(dict.fromkeys((*optional, *((records.SEGMENT_IDS,) if best_fit else ()))))
+    widths = ((records.TOKENS, seq_len + 1), *((name, seq_len) for name in parsed_optional))
     spec = {
         records.TOKENS: tf.io.FixedLenFeature([], tf.string),
         records.VALID_LABELS: tf.io.FixedLenFeature([], tf.int64, default_value=seq_len),
-        **{name: tf.io.FixedLenFeature([], tf.string) for name in optional},
+        **{name: tf.io.FixedLenFeature([], tf.string) for name in parsed_optional},
     }
     counts = np.array(source.counts, dtype=np.int64)
     layout = source.layout
@@ -356,11 +364,13 @@ def make_dataset(
         shape = [-1, rank_batch, seq_len]
         tokens = tf.cast(tf.gather(arrays[records.TOKENS], order), tf.int32)
         valid = tf.gather(arrays[records.VALID_LABELS], order)
+        real = tf.range(seq_len, dtype=tf.int64)[None, :] < valid[:, None]
+        if best_fit:
+            real = tf.gather(arrays[records.SEGMENT_IDS], order) > 0
         out = {
             "inputs": tf.reshape(tokens[:, :-1], shape),
             "labels": tf.reshape(tokens[:, 1:], shape),
-            "loss_mask": tf.reshape(
-                tf.cast(tf.range(seq_len, dtype=tf.int64)[None, :] < valid[:, None], tf.float32), shape),
+            "loss_mask": tf.reshape(tf.cast(real, tf.float32), shape),
         }
         for name in optional:
             out[name] = tf.reshape(tf.cast(tf.gather(arrays[name], order), tf.int32), shape)

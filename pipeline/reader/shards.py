@@ -49,6 +49,7 @@ class ShardSource:
     sizes: tuple[int, ...]
     sha256: tuple[str | None, ...]
     layout: layout_lib.ShardLayout
+    packing: str = records.CONCAT  # the records' layout: best_fit pads inside records (segment id 0)
 
 
 def _manifest_file(manifest: str | os.PathLike) -> str:
@@ -88,6 +89,7 @@ def load_source(manifest: str | os.PathLike) -> ShardSource:
         sizes=tuple(int(s["bytes"]) for s in shards),
         sha256=tuple(s.get("sha256") for s in shards),
         layout=layout_lib.shard_layout(m, path),
+        packing=records.packing_mode(m),
     )
 
 

@@ -1,0 +1,370 @@
+"""Best-fit-decreasing packing of whole documents over a bounded window; padding instead of cuts.
+
+The alternative to concatenate-and-chunk (pipeline/core/packing.py): a document of at most
+`seq_len` tokens (its BOS/EOS included) goes whole into one sequence. A longer one is cut into
+`seq_len`-token pieces, each a sequence of its own, and only its last piece (fewer than `seq_len`
+tokens) is packed with others. Those *items* (whole documents and last pieces) are taken in input
+order, `window` at a time; each window is packed by best fit decreasing (largest item first, into
+the open sequence with the least room that still fits it, else a new one), and the room left in
+each sequence is padding.
+
+Record convention. A sequence is a record of `seq_len + 1` tokens, as for concat: inputs are
+`tokens[:-1]`, labels `tokens[1:]`, so a record has `seq_len` label positions. Records no longer
+overlap: `tokens[0]`, the *context*, is the token before the first item's first label: the
+separator (EOS, or BOS without EOS) when that item starts a document, the preceding token of the
+document when it is a piece of a cut document (so the pieces of a document overlap by one token,
+as concat's records do). Inside a record the items follow one another in input order; an item
+after the first follows the previous item's last label (its EOS), as in concat. The label positions
+after the last item are padding: token `pad_id`, segment id 0, position 0. Segment ids number the
+items of a record 1, 2, ...; positions count from 0 within each item. The loss mask is
+`segment_ids > 0`: 1 on every real label, 0 on every padding label. So every document token is a
+label, with weight 1, exactly once, and padding is never learned.
+
+Worked example, seq_len = 4, separator = EOS = 9, pad id 0, documents A = [1 2 9], B = [3 9],
+C = [4 5 6 7 8 9] (6 tokens: cut into [4 5 6 7] and the last piece [8 9], context 7), D = [1 9]:
+
+    items by size     A(3)  B(2)  C'(2)  D(2)              (ties: input order)
+    best fit          A -> new 0 (room 1); B -> new 1 (room 2); C' -> 1 (room 0); D -> new 2
+    record            tokens          segment ids   positions
+    C's piece         9 4 5 6 7       1 1 1 1       0 1 2 3
+    sequence 0        9 1 2 9 0       1 1 1 0       0 1 2 0
+    sequence 1        9 3 9 8 9       1 1 2 2       0 1 0 1
+    sequence 2        9 1 9 0 0       1 1 0 0       0 1 0 0
+
+    >>> stream = packing.build_stream([np.array(d) for d in ([1, 2, 9], [3, 9], [4, 5, 6, 7, 8, 9], [1, 9])], 9)
+    >>> out, rest = pack_documents(stream, [3, 2, 6, 2], seq_len=4, window=4, pad_id=0, final=True)
+    >>> out.tokens.tolist()
+    [[9, 4, 5, 6, 7], [9, 1, 2, 9, 0], [9, 3, 9, 8, 9], [9, 1, 9, 0, 0]]
+    >>> out.segment_ids.tolist()
+    [[1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 2, 2], [1, 1, 0, 0]]
+    >>> out.positions.tolist()
+    [[0, 1, 2, 3], [0, 1, 2, 0], [0, 1, 0, 1], [0, 1, 0, 0]]
+    >>> out.padding, out.documents_cut, len(rest)
+    (3, 1, 0)
+
+Windows and state. `pack_documents` packs a run of documents given in input order (a work item's,
+in line order): the full pieces of cut documents become records at once; the items are packed
+window by window. With `final=True` the last window, however short, is packed too and nothing
+crosses to the next run: each work item is packed on its own, so the output depends on the input
+and its cut into work items only, never on how the work was spread. With `final=False` the last
+window, when it holds fewer than `window` items, is returned as the leftover (`Items`: fewer than
+`window` items of at most `seq_len` tokens each), to be joined with others in input order
+(`concat_items`) and packed again (`pack_items`), as concat joins its remainders; that pays only
+where a work item holds many windows. Besides the run's own stream and records, the working memory
+is one window of items and its sequences.
+
+Provenance: `Packed.spans` cover every label position of the records in order, `seq_len` per
+record; padding positions are rows `(PAD_FILE, 0, 0, n)`, so record j of a block holds the block's
+label positions [j * seq_len, (j + 1) * seq_len) as for concat.
+
+Counts: padding labels and documents cut, per subset when the caller names each document's subset.
+A sequence's padding is charged to the subset of its largest item (the one that opened it).
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+
+import numpy as np
+
+from pipeline.core import packing, provenance
+
+DEFAULT_WINDOW = 1024  # items per window: <= 1% padding at seq_len 2048 and 4096 (docs/benchmarks.md)
+PAD_FILE = -1  # the file index of provenance rows that stand for padding
+_BIN_BITS = 32  # a sequence's room and its index share one sorted integer key
+
+
+@dataclasses.dataclass
+class Items:
+    """Whole documents and last pieces of cut ones awaiting best-fit packing, in input order.
+
+    labels:   int32, the items' tokens back to back.
+    lengths:  int64 per item, each in [1, seq_len].
+    contexts: int32 per item, the token before its first label.
+    subsets:  str per item (its document's subset), or None when not counted.
+    spans:    provenance spans of `labels` (pipeline/core/provenance.py), or None.
+    """
+
+    labels: np.ndarray
+    lengths: np.ndarray
+    contexts: np.ndarray
+    subsets: np.ndarray | None = None
+    spans: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def take(self, first: int, stop: int) -> Items:
+        """Items [first, stop)."""
+        bounds = np.concatenate([[0], np.cumsum(self.lengths)])
+        a, b = int(bounds[first]), int(bounds[stop])
+        return Items(self.labels[a:b], self.lengths[first:stop], self.contexts[first:stop],
+                     None if self.subsets is None else self.subsets[first:stop],
+                     None if self.spans is None else provenance.cut(self.spans, a, b))
+
+
+def empty_items(with_subsets: bool = False, with_spans: bool = False) -> Items:
+    """No items."""
+    return Items(np.zeros(0, np.int32), np.zeros(0, np.int64), np.zeros(0, np.int32),
+                 np.zeros(0, str) if with_subsets else None, provenance.empty() if with_spans else None)
+
+
+def concat_items(parts: list[Items]) -> Items:
+    """Leftovers joined in the order given (the input order of their documents)."""
+    if not parts:
+        return empty_items()
+    subsets = spans = None
+    if all(p.subsets is not None for p in parts):
+        subsets = np.concatenate([p.subsets for p in parts])
+    if all(p.spans is not None for p in parts):
+        spans = provenance.concat_spans([p.spans for p in parts])
+    return Items(np.concatenate([p.labels for p in parts]).astype(np.int32, copy=False),
+                 np.concatenate([p.lengths for p in parts]).astype(np.int64, copy=False),
+                 np.concatenate([p.contexts for p in parts]).astype(np.int32, copy=False), subsets, spans)
+
+
+@dataclasses.dataclass
+class Packed:
+    """Packed records: tokens int32 [k, seq_len + 1], segment_ids and positions int32 [k, seq_len].
+
+    spans: provenance of every label position, padding as PAD_FILE rows (None: not recorded).
+    counts: {subset: {"padding_labels": n, "documents_cut": m}} (empty when subsets are not named).
+    """
+
+    tokens: np.ndarray
+    segment_ids: np.ndarray
+    positions: np.ndarray
+    padding: int = 0
+    documents_cut: int = 0
+    spans: np.ndarray | None = None
+    counts: dict = dataclasses.field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def loss_mask(self) -> np.ndarray:
+        """1 on real labels, 0 on padding."""
+        return (self.segment_ids > 0).astype(np.float32)
+
+
+def _empty_packed(seq_len: int, with_spans: bool) -> Packed:
+    return Packed(np.zeros((0, seq_len + 1), np.int32), np.zeros((0, seq_len), np.int32),
+                  np.zeros((0, seq_len), np.int32), spans=provenance.empty() if with_spans else None)
+
+
+def concat_packed(parts: list[Packed], seq_len: int) -> Packed:
+    """Records of several packings, in order, with their counts summed."""
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return _empty_packed(seq_len, False)
+    if len(parts) == 1:
+        return parts[0]
+    counts: dict = {}
+    for p in parts:
+        for subset, c in p.counts.items():
+            mine = counts.setdefault(subset, {"padding_labels": 0, "documents_cut": 0})
+            for key, value in c.items():
+                mine[key] += value
+    spans = None
+    if all(p.spans is not None for p in parts):
+        spans = provenance.concat_spans([p.spans for p in parts])
+    return Packed(np.concatenate([p.tokens for p in parts]), np.concatenate([p.segment_ids for p in parts]),
+                  np.concatenate([p.positions for p in parts]), sum(p.padding for p in parts),
+                  sum(p.documents_cut for p in parts), spans, counts)
+
+
+def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Indices starts[i] .. starts[i] + lengths[i] - 1 of every range, back to back."""
+    lengths = np.asarray(lengths, np.int64)
+    total = int(lengths.sum())
+    if not total:
+        return np.zeros(0, np.int64)
+    firsts = np.cumsum(lengths) - lengths
+    return np.repeat(np.asarray(starts, np.int64) - firsts, lengths) + np.arange(total, dtype=np.int64)
+
+
+def _cut_spans(spans: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The spans of label ranges [starts[i], starts[i] + lengths[i]) (each >= 1), and each row's range."""
+    spans = np.asarray(spans, np.int64).reshape(-1, 4)
+    ends = np.cumsum(spans[:, 3])
+    begins = ends - spans[:, 3]
+    starts = np.asarray(starts, np.int64)
+    stops = starts + np.asarray(lengths, np.int64)
+    lo = np.searchsorted(ends, starts, side="right")  # first span ending after the range's start
+    hi = np.searchsorted(begins, stops, side="left")  # spans beginning before its stop
+    row = _ranges(lo, hi - lo)
+    owner = np.repeat(np.arange(len(starts)), hi - lo)
+    first = np.maximum(begins[row], starts[owner])
+    last = np.minimum(ends[row], stops[owner])
+    out = spans[row].copy()
+    out[:, 2] += first - begins[row]
+    out[:, 3] = last - first
+    return out, owner
+
+
+def split_documents(stream: packing.Piece, sizes, seq_len: int, subsets=None) -> tuple[Packed, Items]:
+    """A run of documents -> the records of cut documents' full pieces, and the items to pack.
+
+    Args:
+        stream: the documents back to back (`packing.build_stream_flat`), context = the separator.
+        sizes: each document's tokens as packed (BOS/EOS included), adding up to len(stream).
+        seq_len: label positions per record.
+        subsets: each document's subset (str), or None.
+    """
+    sizes = np.asarray(sizes, np.int64)
+    if int(sizes.sum()) != len(stream):
+        raise ValueError(f"document sizes add up to {int(sizes.sum())}, the stream holds {len(stream)} labels")
+    keep = sizes > 0
+    sizes = sizes[keep]
+    subsets = None if subsets is None else np.asarray(subsets, str)[keep]
+    labels = np.asarray(stream.labels, np.int32)
+    separator = np.int32(stream.context)
+    starts = np.cumsum(sizes) - sizes
+    full = sizes // seq_len
+    rest = sizes - full * seq_len
+    # Full pieces: piece p of document d starts at label starts[d] + p * seq_len.
+    piece_doc = np.repeat(np.arange(len(sizes)), full)
+    piece_index = np.arange(len(piece_doc)) - np.repeat(np.cumsum(full) - full, full)
+    piece_start = starts[piece_doc] + piece_index * seq_len
+    extended = np.concatenate([[separator], labels])  # extended[i + 1] = labels[i]
+    # Rows of seq_len + 1 tokens at the pieces' starts: a copy of rows of a strided view.
+    tokens = (np.lib.stride_tricks.sliding_window_view(extended, seq_len + 1)[piece_start] if len(piece_start)
+              else np.zeros((0, seq_len + 1), np.int32))
+    tokens[piece_index == 0, 0] = separator
+    k = len(piece_doc)
+    cut = sizes > seq_len
+    whole = Packed(tokens, np.ones((k, seq_len), np.int32), np.tile(np.arange(seq_len, dtype=np.int32), (k, 1)),
+                   0, int(cut.sum()))
+    if stream.spans is not None:
+        whole.spans = _cut_spans(stream.spans, piece_start, np.full(k, seq_len))[0]
+    if subsets is not None:
+        names, inverse = np.unique(subsets, return_inverse=True)
+        per = np.bincount(inverse, cut, minlength=len(names)).astype(np.int64)
+        whole.counts = {str(n): {"padding_labels": 0, "documents_cut": int(c)} for n, c in zip(names, per, strict=True)}
+    # Items: every document's last (or only) piece of fewer than seq_len + 1 tokens.
+    has_item = rest > 0
+    item_start = (starts + full * seq_len)[has_item]
+    item_len = rest[has_item]
+    contexts = np.where(full[has_item] > 0, extended[item_start], separator).astype(np.int32)
+    items = Items(labels[_ranges(item_start, item_len)], item_len, contexts,
+                  None if subsets is None else subsets[has_item])
+    if stream.spans is not None:
+        items.spans = _cut_spans(stream.spans, item_start, item_len)[0] if len(item_len) else provenance.empty()
+    return whole, items
+
+
+def assign_sequences(lengths: np.ndarray, seq_len: int) -> tuple[np.ndarray, int]:
+    """Best fit decreasing: the sequence of each item (lengths in [1, seq_len]), and how many.
+
+    Items are placed largest first (ties in input order), each into the open sequence with the least
+    room that fits it (ties: the one opened first), else into a new one. Sequences are numbered in
+    the order they are opened.
+
+    >>> assign_sequences(np.array([3, 2, 2, 2]), 4)
+    (array([0, 1, 1, 2]), 3)
+    """
+    lengths = np.asarray(lengths, np.int64)
+    n = len(lengths)
+    if n and (int(lengths.min()) < 1 or int(lengths.max()) > seq_len):
+        raise ValueError(f"item lengths must be in [1, {seq_len}]")
+    order = np.argsort(-lengths, kind="stable")
+    where = np.empty(n, np.int64)
+    # Items longer than half a sequence never share one with each other: each opens its own.
+    big = int(np.count_nonzero(lengths > seq_len // 2))
+    where[order[:big]] = np.arange(big)
+    room = seq_len - lengths[order[:big]]
+    # Open sequences as sorted keys room << 32 | index: the first key >= L << 32 is the best fit.
+    keys = sorted(((room[room > 0] << _BIN_BITS) | np.flatnonzero(room > 0)).tolist())
+    opened = big
+    mask = (1 << _BIN_BITS) - 1
+    for i, size in zip(order[big:].tolist(), lengths[order[big:]].tolist(), strict=True):
+        j = bisect.bisect_left(keys, size << _BIN_BITS)
+        if j == len(keys):
+            b, left = opened, seq_len - size
+            opened += 1
+        else:
+            key = keys.pop(j)
+            b, left = key & mask, (key >> _BIN_BITS) - size
+        where[i] = b
+        if left:
+            bisect.insort(keys, (left << _BIN_BITS) | b)
+    return where, opened
+
+
+def pack_window(items: Items, seq_len: int, pad_id: int) -> Packed:
+    """All the items into sequences by best fit decreasing (`assign_sequences`), padded."""
+    n = len(items)
+    if not n:
+        return _empty_packed(seq_len, items.spans is not None)
+    where, count = assign_sequences(items.lengths, seq_len)
+    lengths = items.lengths
+    order = np.lexsort((np.arange(n), where))  # by sequence, then input order
+    seq_of, size = where[order], lengths[order]
+    before = np.cumsum(size) - size  # labels of earlier items, over all sequences
+    per_seq = np.bincount(seq_of, minlength=count)
+    firsts = np.cumsum(per_seq) - per_seq  # in `order`: each sequence's first item
+    rank = np.arange(n) - np.repeat(firsts, per_seq)
+    total = int(size.sum())
+    item_starts = np.cumsum(lengths) - lengths
+    used = np.bincount(where, lengths, minlength=count).astype(np.int64)
+    pad = seq_len - used
+    # Items sorted by sequence fill each sequence's first `used` positions in row-major order, so
+    # one boolean mask places every label, segment id and position.
+    real = np.arange(seq_len)[None, :] < used[:, None]
+    step = np.int32 if total < 2**31 else np.int64
+    within = np.arange(total, dtype=step) - np.repeat(before.astype(step), size)  # index inside the item
+    tokens = np.empty((count, seq_len + 1), np.int32)
+    tokens[:, 0] = items.contexts[order[firsts]]
+    body = tokens[:, 1:]
+    body[~real] = pad_id
+    body[real] = items.labels[within + np.repeat(item_starts[order].astype(step), size)]
+    segment_ids = np.zeros((count, seq_len), np.int32)
+    segment_ids[real] = np.repeat((rank + 1).astype(np.int32), size)
+    positions = np.zeros((count, seq_len), np.int32)
+    positions[real] = within
+    out = Packed(tokens, segment_ids, positions, int(pad.sum()))
+    if items.subsets is not None:
+        # A sequence's padding goes to the subset of the item that opened it (its largest).
+        placed = np.argsort(-lengths, kind="stable")
+        opener = np.empty(count, np.int64)
+        opener[where[placed][::-1]] = placed[::-1]  # the first write of each sequence wins
+        names, inverse = np.unique(items.subsets[opener], return_inverse=True)
+        per = np.bincount(inverse, pad, minlength=len(names)).astype(np.int64)
+        out.counts = {str(s): {"padding_labels": int(p), "documents_cut": 0} for s, p in zip(names, per, strict=True)}
+    if items.spans is not None:
+        rows, owner = _cut_spans(items.spans, item_starts[order], size)
+        pads = np.flatnonzero(pad)
+        pad_rows = np.stack([np.full(len(pads), PAD_FILE), np.zeros(len(pads), np.int64),
+                             np.zeros(len(pads), np.int64), pad[pads]], axis=1)
+        # Rows in record order: a sequence's items' rows, then its padding row.
+        keys = np.concatenate([seq_of[owner] * 2, pads * 2 + 1])
+        out.spans = np.concatenate([rows, pad_rows])[np.argsort(keys, kind="stable")].astype(np.int64)
+    return out
+
+
+def pack_items(items: Items, seq_len: int, window: int, pad_id: int, *, final: bool = False) -> tuple[Packed, Items]:
+    """Pack items `window` at a time, in order; the last window of fewer is the leftover unless `final`."""
+    if window < 1:
+        raise ValueError(f"window {window} must be >= 1")
+    n = len(items)
+    stop = n if final else n - n % window
+    parts = [pack_window(items.take(a, min(a + window, stop)), seq_len, pad_id) for a in range(0, stop, window)]
+    if not parts:
+        parts = [_empty_packed(seq_len, items.spans is not None)]
+    packed = concat_packed(parts, seq_len)
+    if items.spans is not None and packed.spans is None:
+        packed.spans = provenance.empty()
+    return packed, items.take(stop, n)
+
+
+def pack_documents(stream: packing.Piece, sizes, seq_len: int, window: int, pad_id: int, *, subsets=None,
+                   final: bool = False) -> tuple[Packed, Items]:
+    """A run of documents (in input order) -> its records, and the leftover items (none if `final`)."""
+    whole, items = split_documents(stream, sizes, seq_len, subsets)
+    packed, leftover = pack_items(items, seq_len, window, pad_id, final=final)
+    out = concat_packed([whole, packed], seq_len)
+    if stream.spans is not None and out.spans is None:
+        out.spans = provenance.empty()
+    return out, leftover

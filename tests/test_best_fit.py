@@ -1,0 +1,442 @@
+"""Best-fit packing (pipeline/core/best_fit.py), its records (format) and the reader's batches of them."""
+
+from __future__ import annotations
+
+import doctest
+import glob
+import json
+import os
+
+import numpy as np
+import pytest
+
+from pipeline.core import best_fit, packing, provenance
+from pipeline.format import framing, records
+
+EOS = 9
+PAD = 0
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_the_docstring_example_runs():
+    result = doctest.testmod(best_fit)
+    assert result.attempted >= 6 and result.failed == 0
+
+
+def _stream(docs, file_index=0):
+    stream = packing.build_stream([np.asarray(d, np.int32) for d in docs], EOS)
+    sizes = [len(d) for d in docs]
+    stream.spans = provenance.document_spans(file_index, np.arange(1, len(docs) + 1), sizes)
+    return stream, sizes
+
+
+DOCS = ([1, 2, 9], [3, 9], [4, 5, 6, 7, 8, 9], [1, 9])
+
+
+def test_literal_records_window_two():
+    # Windows {A, B} and {C', D}: C's last piece opens a sequence, so its context is C's token 7.
+    stream, sizes = _stream(DOCS)
+    out, rest = best_fit.pack_documents(stream, sizes, seq_len=4, window=2, pad_id=PAD, final=True)
+    assert out.tokens.tolist() == [[9, 4, 5, 6, 7], [9, 1, 2, 9, 0], [9, 3, 9, 0, 0], [7, 8, 9, 1, 9]]
+    assert out.segment_ids.tolist() == [[1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 2, 2]]
+    assert out.positions.tolist() == [[0, 1, 2, 3], [0, 1, 2, 0], [0, 1, 0, 0], [0, 1, 0, 1]]
+    assert out.loss_mask.tolist() == [[1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 1]]
+    assert (out.padding, out.documents_cut, len(rest)) == (3, 1, 0)
+    # Provenance covers every label position, seq_len per record, padding as PAD_FILE rows.
+    assert out.spans.tolist() == [
+        [0, 3, 0, 4],
+        [0, 1, 0, 3], [-1, 0, 0, 1],
+        [0, 2, 0, 2], [-1, 0, 0, 2],
+        [0, 3, 4, 2], [0, 4, 0, 2],
+    ]
+
+
+def test_literal_leftover_is_the_last_short_window():
+    stream, sizes = _stream(DOCS)
+    out, rest = best_fit.pack_documents(stream, sizes, seq_len=4, window=3, pad_id=PAD)
+    assert out.tokens.tolist() == [[9, 4, 5, 6, 7], [9, 1, 2, 9, 0], [9, 3, 9, 8, 9]]
+    assert out.segment_ids.tolist() == [[1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 2, 2]]
+    assert (rest.labels.tolist(), rest.lengths.tolist(), rest.contexts.tolist()) == ([1, 9], [2], [9])
+    assert rest.spans.tolist() == [[0, 4, 0, 2]]
+    last, nothing = best_fit.pack_items(rest, 4, 3, PAD, final=True)
+    assert last.tokens.tolist() == [[9, 1, 9, 0, 0]] and last.padding == 2 and len(nothing) == 0
+
+
+def _naive_best_fit(lengths, seq_len):
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    rooms, where = [], [0] * len(lengths)
+    for i in order:
+        fits = [(room, b) for b, room in enumerate(rooms) if room >= lengths[i]]
+        if fits:
+            _, b = min(fits)
+        else:
+            b = len(rooms)
+            rooms.append(seq_len)
+        rooms[b] -= lengths[i]
+        where[i] = b
+    return where, len(rooms)
+
+
+def test_assign_sequences_is_best_fit_decreasing():
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        seq_len = int(rng.integers(1, 40))
+        lengths = rng.integers(1, seq_len + 1, int(rng.integers(0, 60)))
+        where, count = best_fit.assign_sequences(lengths, seq_len)
+        assert (where.tolist(), count) == _naive_best_fit(lengths.tolist(), seq_len)
+
+
+def _random_docs(rng, n, seq_len):
+    # Short, fitting, exactly seq_len, and several times seq_len: each ends with EOS.
+    kinds = rng.integers(0, 4, n)
+    sizes = np.where(kinds == 0, rng.integers(1, 4, n),
+                     np.where(kinds == 1, rng.integers(1, seq_len + 1, n),
+                              np.where(kinds == 2, seq_len, rng.integers(seq_len + 1, 4 * seq_len + 2, n))))
+    return [np.append(rng.integers(10, 1000, s - 1), EOS).astype(np.int32) for s in sizes.tolist()]
+
+
+def _check(docs, out, seq_len, window, subsets=None):
+    """Every invariant of one packing of `docs` (one pack_documents with final=True)."""
+    k = len(out)
+    assert out.tokens.shape == (k, seq_len + 1) and out.segment_ids.shape == out.positions.shape == (k, seq_len)
+    labels, seg, pos = out.tokens[:, 1:], out.segment_ids, out.positions
+    # Padding: segment id 0, position 0, the pad id, counted; always after the real labels.
+    pad = seg == 0
+    assert int(pad.sum()) == out.padding
+    assert (labels[pad] == PAD).all() and (pos[pad] == 0).all()
+    assert (np.diff(pad.astype(int), axis=1) >= 0).all()
+    # Every document token is a label exactly once: the spans name each label's source.
+    spans = out.spans
+    assert int(spans[:, 3].sum()) == k * seq_len
+    covered = {i: [] for i in range(len(docs))}
+    item_of = {}
+    for i, d in enumerate(docs):
+        if len(d) % seq_len:
+            item_of[i] = len(item_of)
+    for j in range(k):
+        rows = provenance.cut(spans, j * seq_len, (j + 1) * seq_len)
+        at = 0
+        windows = set()
+        for r, (file_index, line, first, n) in enumerate(rows.tolist()):
+            if file_index == best_fit.PAD_FILE:
+                assert pad[j, at:at + n].all()
+                at += n
+                continue
+            doc = docs[line - 1]
+            assert labels[j, at:at + n].tolist() == doc[first:first + n].tolist()
+            assert pos[j, at:at + n].tolist() == list(range(n))  # one item, one segment
+            assert (seg[j, at:at + n] == r + 1).all()
+            if r == 0:  # the context: the separator, or the document's previous token
+                assert out.tokens[j, 0] == (EOS if first == 0 else doc[first - 1])
+            else:  # an item follows the previous label
+                assert out.tokens[j, at] == labels[j, at - 1]
+            if n < seq_len or first + n == len(doc) and len(doc) % seq_len:
+                windows.add(item_of[line - 1] // window)
+            covered[line - 1].append((first, n))
+            at += n
+        assert at == seq_len
+        assert len(windows) <= 1, "items of different windows share a record"
+    for i, doc in enumerate(docs):
+        pieces = sorted(covered[i])
+        size = len(doc)
+        if size <= seq_len:  # a document that fits is never cut
+            assert pieces == [(0, size)]
+        else:  # full pieces at multiples of seq_len, then the rest
+            full, rest = divmod(size, seq_len)
+            assert pieces == [(p * seq_len, seq_len) for p in range(full)] + ([(full * seq_len, rest)] if rest else [])
+    assert out.documents_cut == sum(len(d) > seq_len for d in docs)
+    if subsets is not None:
+        assert sum(c["padding_labels"] for c in out.counts.values()) == out.padding
+        assert sum(c["documents_cut"] for c in out.counts.values()) == out.documents_cut
+        for name in set(subsets):
+            cut = sum(len(d) > seq_len for d, s in zip(docs, subsets, strict=True) if s == name)
+            assert out.counts.get(name, {}).get("documents_cut", 0) == cut
+
+
+@pytest.mark.parametrize("seq_len", [1, 2, 5, 16])
+@pytest.mark.parametrize("window", [1, 2, 3, 7, 1000])
+def test_invariants_over_random_documents(seq_len, window):
+    rng = np.random.default_rng(seq_len * 1000 + window)
+    for _ in range(8):
+        docs = _random_docs(rng, int(rng.integers(0, 40)), seq_len)
+        subsets = [str(s) for s in rng.choice(["a", "b", "c"], len(docs))]
+        stream, sizes = _stream(docs)
+        out, rest = best_fit.pack_documents(stream, sizes, seq_len, window, PAD, subsets=subsets, final=True)
+        assert len(rest) == 0
+        _check(docs, out, seq_len, window, subsets)
+        again, _ = best_fit.pack_documents(stream, sizes, seq_len, window, PAD, subsets=subsets, final=True)
+        for a, b in ((out.tokens, again.tokens), (out.segment_ids, again.segment_ids), (out.spans, again.spans)):
+            assert np.array_equal(a, b)  # deterministic
+
+
+@pytest.mark.parametrize("window", [1, 4, 9])
+def test_no_two_sequences_of_a_window_fit_in_one(window):
+    rng = np.random.default_rng(window)
+    seq_len = 32
+    lengths = rng.integers(1, seq_len + 1, 200)
+    for a in range(0, len(lengths), window):
+        where, count = best_fit.assign_sequences(lengths[a:a + window], seq_len)
+        used = np.bincount(where, lengths[a:a + window], minlength=count)
+        assert used.max(initial=0) <= seq_len
+        for i in range(count):
+            for j in range(i + 1, count):
+                assert used[i] + used[j] > seq_len
+        assert count >= -(-int(lengths[a:a + window].sum()) // seq_len)
+
+
+def test_leftovers_carried_in_input_order_keep_every_token_once():
+    # Three "chunks" packed with their leftovers carried on, then the leftovers packed last.
+    rng = np.random.default_rng(7)
+    seq_len, window = 8, 5
+    chunks = [_random_docs(rng, n, seq_len) for n in (12, 3, 9)]
+    docs = [d for c in chunks for d in c]
+    outs, leftovers, line = [], [], 1
+    for chunk in chunks:
+        stream = packing.build_stream(chunk, EOS)
+        sizes = [len(d) for d in chunk]
+        stream.spans = provenance.document_spans(0, np.arange(line, line + len(chunk)), sizes)
+        line += len(chunk)
+        out, rest = best_fit.pack_documents(stream, sizes, seq_len, window, PAD)
+        assert len(rest) < window
+        outs.append(out)
+        leftovers.append(rest)
+    last, nothing = best_fit.pack_items(best_fit.concat_items(leftovers), seq_len, window, PAD, final=True)
+    assert len(nothing) == 0
+    whole = best_fit.concat_packed([*outs, last], seq_len)
+    labels = whole.tokens[:, 1:][whole.segment_ids > 0]
+    assert sorted(labels.tolist()) == sorted(np.concatenate(docs).tolist())
+    assert int(whole.spans[whole.spans[:, 0] >= 0, 3].sum()) == sum(len(d) for d in docs)
+
+
+def test_memory_is_bounded_by_the_window():
+    # A window's sequences: at most `window` items, so at most `window` sequences per window.
+    rng = np.random.default_rng(3)
+    seq_len, window = 64, 10
+    docs = _random_docs(rng, 300, seq_len)
+    stream, sizes = _stream(docs)
+    whole, items = best_fit.split_documents(stream, sizes, seq_len)
+    out, _ = best_fit.pack_items(items, seq_len, window, PAD, final=True)
+    assert len(out) <= len(items) and len(out) >= -(-len(items) // window)
+    per_window = [best_fit.pack_window(items.take(a, min(a + window, len(items))), seq_len, PAD)
+                  for a in range(0, len(items), window)]
+    assert sum(len(p) for p in per_window) == len(out)
+    assert max(len(p) for p in per_window) <= window
+
+
+def test_refuses_bad_arguments():
+    stream, sizes = _stream(DOCS)
+    with pytest.raises(ValueError, match="add up"):
+        best_fit.pack_documents(stream, sizes[:-1], 4, 2, PAD)
+    with pytest.raises(ValueError, match="window"):
+        best_fit.pack_documents(stream, sizes, 4, 0, PAD)
+    with pytest.raises(ValueError, match="item lengths"):
+        best_fit.assign_sequences(np.array([5]), 4)
+
+
+def test_empty_input():
+    stream, sizes = _stream([])
+    out, rest = best_fit.pack_documents(stream, sizes, 4, 2, PAD, final=True)
+    assert len(out) == 0 and len(rest) == 0 and out.tokens.shape == (0, 5) and len(out.spans) == 0
+
+
+# --- records -------------------------------------------------------------------------------------
+
+
+def test_best_fit_records_are_the_reference_encoding_and_one_size():
+    rng = np.random.default_rng(0)
+    seq_len = 16
+    docs = _random_docs(rng, 30, seq_len)
+    stream, sizes = _stream(docs)
+    out, _ = best_fit.pack_documents(stream, sizes, seq_len, 4, PAD, final=True)
+    block = framing.serialize_packed(out.tokens, out.segment_ids, out.positions, dtype=records.UINT16)
+    assert len(block) == len(out)
+    for i in range(len(out)):
+        reference = records.serialize_example(out.tokens[i], out.segment_ids[i], out.positions[i], None,
+                                              records.UINT16)
+        assert block.payload(i) == reference
+    assert len(set(np.diff(np.concatenate([[0], block.ends])).tolist())) == 1
+    assert int(block.ends[0]) == framing.record_bytes(seq_len, records.UINT16, True)
+
+
+def test_feature_spec_and_packing_mode():
+    spec = records.feature_spec(8, records.UINT16, False, records.BEST_FIT)
+    assert set(spec) == {records.TOKENS, records.SEGMENT_IDS, records.POSITIONS}
+    assert records.feature_spec(8, records.UINT16, True) == records.feature_spec(8, records.UINT16, True, "concat")
+    assert records.packing_mode({"packing": {}}) == records.CONCAT
+    assert records.packing_mode({"packing": {"mode": "best_fit"}, "features": spec}) == records.BEST_FIT
+    with pytest.raises(ValueError, match="segment_ids"):
+        records.packing_mode({"packing": {"mode": "best_fit"}, "features": {records.TOKENS: {}}})
+    with pytest.raises(ValueError, match="understands"):
+        records.packing_mode({"packing": {"mode": "zigzag"}})
+    with pytest.raises(ValueError, match="choose from"):
+        records.feature_spec(8, records.UINT16, True, "zigzag")
+
+
+# --- padding on real-size length distributions -----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sample_lengths():
+    """Document lengths (EOS included) of the bundled sample corpus, tokenized with its model, per file."""
+    import sentencepiece as spm
+    import zstandard
+
+    sp = spm.SentencePieceProcessor(model_file=os.path.join(REPO, "tokenizers/sample/sample.model"))
+    per_file = []
+    for path in sorted(glob.glob(os.path.join(REPO, "sample_data/pile/train/*.jsonl.zst"))):
+        with open(path, "rb") as f:
+            data = zstandard.ZstdDecompressor().stream_reader(f).read()
+        texts = [json.loads(line)["text"] for line in data.split(b"\n") if line.strip()]
+        per_file.append(np.array([len(ids) + 1 for ids in sp.encode(texts)], np.int64))
+    return per_file
+
+
+def padding_fraction(lengths: np.ndarray, seq_len: int, window: int) -> tuple[float, int]:
+    """(padding / label positions, records) of one work item's documents packed by best fit."""
+    full, rest = lengths // seq_len, lengths % seq_len
+    items = rest[rest > 0]
+    sequences = sum(best_fit.assign_sequences(items[a:a + window], seq_len)[1] for a in range(0, len(items), window))
+    count = sequences + int(full.sum())
+    return (sequences * seq_len - int(items.sum())) / (count * seq_len), count
+
+
+@pytest.mark.parametrize("seq_len", [2048, 4096])
+def test_padding_at_the_default_window_is_at_most_one_percent(sample_lengths, seq_len):
+    # Each input file of the sample is one work item (about one 4 MB chunk).
+    pads = []
+    for window in (16, 64, 256, best_fit.DEFAULT_WINDOW):
+        padding = labels = 0
+        for lengths in sample_lengths:
+            fraction, count = padding_fraction(lengths, seq_len, window)
+            padding += fraction * count * seq_len
+            labels += count * seq_len
+        pads.append(padding / labels)
+    assert pads[-1] <= 0.01, pads
+    assert pads == sorted(pads, reverse=True), pads  # padding falls as the window grows
+    # The whole packing of one file agrees with the arithmetic above.
+    lengths = sample_lengths[0]
+    docs = [np.full(n, 5, np.int32) for n in lengths.tolist()]
+    out, _ = best_fit.pack_documents(packing.build_stream(docs, EOS), lengths, seq_len, best_fit.DEFAULT_WINDOW,
+                                     PAD, final=True)
+    fraction, count = padding_fraction(lengths, seq_len, best_fit.DEFAULT_WINDOW)
+    assert len(out) == count and out.padding == round(fraction * count * seq_len)
+    assert out.documents_cut == int((lengths > seq_len).sum())
+
+
+# --- the reader's batches of a best_fit output ------------------------------------------------------
+
+
+def _write_best_fit_output(out_dir, seq_len=16, window=4, shards=2, docs=None, features=None):
+    """A best_fit output written as the job writes one: packed, serialized, framed, manifest last."""
+    import hashlib
+
+    from pipeline.format import manifest as manifest_lib
+    from pipeline.io import outputs
+
+    rng = np.random.default_rng(11)
+    docs = docs if docs is not None else _random_docs(rng, 40, seq_len)
+    stream, sizes = _stream(docs)
+    out, _ = best_fit.pack_documents(stream, sizes, seq_len, window, PAD, final=True)
+    block = framing.serialize_packed(out.tokens, out.segment_ids, out.positions, dtype=records.UINT16)
+    bounds = np.linspace(0, len(out), shards + 1).astype(int)
+    listed = []
+    os.makedirs(out_dir, exist_ok=True)
+    for s in range(shards):
+        name = f"train-{s:05d}-of-{shards:05d}.tfrecord"
+        data = b"".join(block.parts(range(bounds[s], bounds[s + 1])))
+        with open(os.path.join(out_dir, name), "wb") as f:
+            f.write(data)
+        listed.append({"path": name, "records": int(bounds[s + 1] - bounds[s]), "bytes": len(data),
+                       "sha256": hashlib.sha256(data).hexdigest()})
+    manifest = {
+        "format": manifest_lib.FORMAT, "format_version": manifest_lib.FORMAT_VERSION,
+        "created_by": "tests/test_best_fit.py", "split": "train", "seq_len": seq_len,
+        "features": features or records.feature_spec(seq_len, records.UINT16, False, records.BEST_FIT),
+        "tokenizer": {"vocab_size": 65536, "bos_id": 1, "eos_id": EOS, "pad_id": PAD},
+        "shards": listed,
+        "totals": {"records": len(out), "label_tokens": len(out) * seq_len - out.padding,
+                   "bytes": sum(s["bytes"] for s in listed)},
+        "packing": {"mode": records.BEST_FIT, "window": window, "records_from_chunks": len(out),
+                    "records_from_tails": 0, "padding_labels": out.padding, "documents_cut": out.documents_cut},
+        "shuffle": {"num_shards": shards},
+    }
+    outputs.write_manifest(out_dir, manifest)
+    return out
+
+
+def _rows(batches, *names):
+    return {name: np.concatenate([np.asarray(b[name]) for b in batches]) for name in names}
+
+
+def test_reader_batches_carry_boundaries_and_mask_padding(tmp_path):
+    from pipeline import tfdata
+
+    out = _write_best_fit_output(str(tmp_path))
+    assert out.padding > 0
+    ds = tfdata.make_dataset(str(tmp_path), batch_size=len(out) // 2, shuffle=False)
+    got = _rows(list(ds.as_numpy_iterator()), "inputs", "labels", "loss_mask", "segment_ids", "positions")
+    assert set(got["inputs"].shape) <= {len(out) // 2 * 2, 16}
+    # Each batch row is one packed record: inputs/labels are its tokens, the mask its segment ids > 0.
+    expected = {tuple(t.tolist()): (s, p) for t, s, p in zip(out.tokens, out.segment_ids, out.positions, strict=True)}
+    for inputs, labels, mask, seg, pos in zip(*got.values(), strict=True):
+        tokens = tuple([*inputs.tolist(), int(labels[-1])])
+        assert labels[:-1].tolist() == inputs[1:].tolist()
+        want_seg, want_pos = expected[tokens]
+        assert seg.tolist() == want_seg.tolist() and pos.tolist() == want_pos.tolist()
+        assert mask.tolist() == (want_seg > 0).astype(np.float32).tolist()
+    assert int((got["loss_mask"] == 0).sum()) <= out.padding
+
+
+def test_reader_masks_padding_without_returning_segment_ids(tmp_path):
+    from pipeline import tfdata
+
+    out = _write_best_fit_output(str(tmp_path), shards=1)
+    ds = tfdata.make_dataset(str(tmp_path), batch_size=len(out), shuffle=False, features=())
+    (batch,) = list(ds.as_numpy_iterator())
+    assert set(batch) == {"inputs", "labels", "loss_mask"}
+    assert int((batch["loss_mask"] == 0).sum()) == out.padding
+    assert float(batch["loss_mask"].sum()) == len(out) * 16 - out.padding
+
+
+def test_reader_keras_form_gives_zero_sample_weight_on_padding(tmp_path):
+    from pipeline import tfdata
+
+    out = _write_best_fit_output(str(tmp_path), shards=1)
+    ds = tfdata.make_dataset(str(tmp_path), batch_size=len(out), shuffle=False, keras=True)
+    ((x, y, weight),) = list(ds.as_numpy_iterator())
+    assert set(x) == {"inputs", records.SEGMENT_IDS, records.POSITIONS}
+    assert weight.tolist() == (x[records.SEGMENT_IDS] > 0).astype(np.float32).tolist()
+    assert int((weight == 0).sum()) == out.padding
+    assert y.shape == x["inputs"].shape
+
+
+def test_reader_refuses_a_best_fit_output_without_segment_ids(tmp_path):
+    from pipeline import tfdata
+    from pipeline.format.manifest import ManifestError
+
+    _write_best_fit_output(str(tmp_path), shards=1,
+                           features={records.TOKENS: {"kind": "bytes", "dtype": "uint16", "shape": [17]}})
+    with pytest.raises(ManifestError, match="segment_ids"):
+        tfdata.make_dataset(str(tmp_path), batch_size=2, shuffle=False)
+
+
+def test_provenance_lookup_of_a_best_fit_record_names_its_documents_only(tmp_path):
+    from pipeline.core.shuffle import Permutation
+    from pipeline.format import provenance as provenance_files
+    from pipeline.format.manifest import manifest_path
+
+    rng = np.random.default_rng(5)
+    docs = _random_docs(rng, 30, 16)
+    out = _write_best_fit_output(str(tmp_path), shards=1, docs=docs)
+    name = provenance_files.file_name("train", 0)
+    os.makedirs(tmp_path / "provenance")
+    (tmp_path / name).write_bytes(provenance_files.encode([((0, 0, 0, 0), len(out), out.spans)]))
+    manifest = {"seq_len": 16, "totals": {"records": len(out)}, "shuffle": {"seed": 3, "num_shards": 1},
+                "provenance": {"files": [{"path": name}]}}
+    index = provenance_files.ProvenanceIndex(manifest_path(str(tmp_path)), manifest)
+    perm = Permutation(len(out), 3)
+    for g in range(len(out)):
+        (spans,) = index.spans([0], [int(perm(np.array([g]))[0])])
+        assert (spans[:, 0] >= 0).all()
+        text = [docs[line - 1][first:first + n] for _, line, first, n in spans.tolist()]
+        assert np.concatenate(text).tolist() == out.tokens[g, 1:][out.segment_ids[g] > 0].tolist()
