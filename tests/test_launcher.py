@@ -215,8 +215,8 @@ def test_submit_to_a_local_server_and_read_it_back(launcher, moto_server, loopba
 
 def test_cli_prints_only_json_on_stdout():
     _require_sdk()
-    proc = subprocess.run([sys.executable, "-m", "trainers.launch_sagemaker", "--trainer", "smp", "--dry_run", "--job_name", "cli",
-                           *EFS], capture_output=True, text=True, timeout=120, cwd=REPO)
+    proc = subprocess.run([sys.executable, "-m", "trainers.launch_sagemaker", "--trainer", "smp", "--dry_run",
+                           "--job_name", "cli", *EFS], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     assert out["dry_run"] is True and out["request"]["TrainingJobName"] == "cli"

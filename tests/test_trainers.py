@@ -325,3 +325,26 @@ def test_smp_script_trains_and_resumes_exactly_under_the_emulation(data, tmp_pat
     assert resumed["start_step"] == 5
     assert [resumed["losses"][k] for k in (6, 7, 8)] == [full["losses"][k] for k in (6, 7, 8)]
     assert resumed["weights_sha256"] == full["weights_sha256"]
+
+
+def test_the_flags_build_the_config_with_sagemakers_environment_as_defaults(monkeypatch, capsys):
+    from trainers import train_horovod
+
+    for name in ("SM_CHANNEL_TRAIN", "SM_CHANNEL_VAL", "SM_MODEL_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    parser = train_horovod.build_parser()
+    cfg = config.config_from_args(parser.parse_args(["--train_data", "d", "--mixed_precision", "--shuffle", "0",
+                                                     "--global_batch_size", "16", "--learning_rate", "1e-3"]))
+    assert cfg == TrainConfig(train_data="d", output_dir="out/train", mixed_precision=True, shuffle=False,
+                              global_batch_size=16, learning_rate=1e-3)
+    assert cfg.resolved_checkpoint_dir == os.path.join("out/train", "checkpoints")
+    monkeypatch.setenv("SM_CHANNEL_TRAIN", "/opt/ml/input/data/train")
+    monkeypatch.setenv("SM_MODEL_DIR", "/opt/ml/model")
+    on_sagemaker = config.config_from_args(parser.parse_args(["--model_dir", "s3://b/m", "--model", "small"]))
+    assert (on_sagemaker.train_data, on_sagemaker.output_dir, on_sagemaker.model) == (
+        "/opt/ml/input/data/train", "/opt/ml/model", "small")
+    assert on_sagemaker.resolved_checkpoint_dir == "/opt/ml/checkpoints"
+    assert on_sagemaker.resolved_tensorboard_dir == "/opt/ml/output/tensorboard"
+    with pytest.raises(SystemExit) as exc:
+        config.config_from_args(parser.parse_args(["--shuffle", "maybe"]))
+    assert exc.value.code == 2 and "--shuffle: expected true or false" in capsys.readouterr().err
