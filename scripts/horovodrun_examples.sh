@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Horovod on machines of your own (for SageMaker use scripts/launch_sagemaker.py).
+# Horovod on machines of your own (for SageMaker use trainers/launch_sagemaker.py).
 #
 #   bash scripts/horovodrun_examples.sh smoke   # 2 CPU processes here: pipeline on the bundled sample
 #                                               # corpus, then 40 steps of the tiny model (a few minutes)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the Megatron environment: a separate virtualenv (default: <repo>/.venv-megatron) with
 # Python 3.11, a CPU build of torch and megatron-core, where Megatron's own reader checks the
-# pipeline's Megatron output (scripts/megatron_check.py, tests/test_megatron_compat.py).
+# pipeline's Megatron output (tests/megatron_check.py, tests/test_megatron_compat.py).
 #
 # Why a separate environment: megatron-core needs torch, and the pipeline's .venv (TensorFlow,
 # Beam) must not carry a second framework. Nothing of this repository is installed here: the
@@ -12,7 +12,7 @@
 # Idempotent: with the pinned packages already importable it only checks them (~5 s).
 #
 # --with-tools: also what Megatron-LM's tools/preprocess_data.py imports when run from a checkout
-# (six, regex, PyYAML, pydantic and triton, ~1 GB): for scripts/bench_megatron.py and the
+# (six, regex, PyYAML, pydantic and triton, ~1 GB): for scripts/bench/bench_megatron.py and the
 # preprocess_data comparison (MEGATRON_LM=<checkout> pytest tests/test_megatron_compat.py). CI
 # does not need them.
 #

@@ -19,10 +19,10 @@ import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "datagen"))
 
 import tensorflow as tf  # noqa: E402
-from reader_fixtures import VOCAB_SIZE, record_ids  # noqa: E402
+from synthetic_output import VOCAB_SIZE, record_ids  # noqa: E402
 
 from pipeline import tfdata  # noqa: E402
 

@@ -176,7 +176,7 @@ def _help_actions(parser):
     return [a for a in parser._actions if a.option_strings and a.dest != "help"]
 
 
-@pytest.mark.parametrize("command", ["run", "show", "train-tokenizer", "tokenizer-report"])
+@pytest.mark.parametrize("command", ["run", "show", "train-tokenizer", "tokenizer-report", "reframe"])
 def test_help_gives_every_flag_a_text_and_its_default_or_required_mark(command):
     module = importlib.import_module(main_module.COMMANDS[command][0])
     parser = module.build_parser()

@@ -116,13 +116,13 @@ def test_an_index_that_does_not_match_its_frames_is_an_error(tmp_path):
         frames.read_units(framed, CHUNK, MAX_LINE)
 
 
-def test_the_reframing_script_rewrites_in_place_and_refuses_other_inputs(tmp_path):
-    from reframe_inputs import main
+def test_the_reframe_command_rewrites_in_place_and_refuses_other_inputs(tmp_path, capsys):
+    from pipeline.cli import main
 
     files = _corpus(tmp_path)
     contents = [_content(f) for f in files]
-    main([str(tmp_path / "*.jsonl.zst"), "--chunk_mb", str(CHUNK_MB), "--max_line_mb", str(MAX_LINE_MB),
-          "--frame_mb", "0.03"])
+    assert main.main(["reframe", str(tmp_path / "*.jsonl.zst"), "--chunk_mb", str(CHUNK_MB), "--max_line_mb",
+                      str(MAX_LINE_MB), "--frame_mb", "0.03"]) == 0
     assert [_content(f) for f in files] == contents
     assert all(len(frames.read_units(f, CHUNK, MAX_LINE)) > 1 for f in files)
     assert sorted(os.listdir(tmp_path)) == ["00.jsonl.zst", "01.jsonl.zst"]  # no temp files left
@@ -134,3 +134,9 @@ def test_the_reframing_script_rewrites_in_place_and_refuses_other_inputs(tmp_pat
     empty.write_bytes(zstandard.ZstdCompressor().compress(b""))
     with pytest.raises(ValueError, match="no lines"):
         frames.reframe(str(empty), str(empty), CHUNK, MAX_LINE)
+    capsys.readouterr()
+    for argv in ([str(plain)], [str(empty)], [str(tmp_path / "none-*.zst")], [str(empty), "--level", "x"]):
+        assert main.main(["reframe", *argv]) == 2, argv
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith("pile-pipeline reframe: "), line
+    assert _content(empty) == b"" and plain.read_bytes() == b"{}\n"

@@ -1,4 +1,4 @@
-"""scripts/launch_sagemaker.py: the SageMaker job request, printed offline and submitted to a local
+"""trainers/launch_sagemaker.py: the SageMaker job request, printed offline and submitted to a local
 AWS-compatible server (moto in server mode on 127.0.0.1), then read back.
 
 moto keeps these CreateTrainingJob fields and returns them from DescribeTrainingJob: name,
@@ -25,7 +25,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "scripts" / "launch_sagemaker.py"
 EFS = ["--efs_id", "fs-0123456789abcdef0", "--subnets", "subnet-0a,subnet-0b", "--security_group_ids", "sg-0c"]
 
 
@@ -40,10 +39,9 @@ def _require_sdk():
 @pytest.fixture(scope="module")
 def launcher():
     _require_sdk()
-    spec = importlib.util.spec_from_file_location("launch_sagemaker", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from trainers import launch_sagemaker
+
+    return launch_sagemaker
 
 
 @pytest.fixture
@@ -143,17 +141,18 @@ def test_dry_run_refuses_any_other_request(launcher):
 def test_source_bundle_holds_the_trainers_and_the_reader(launcher):
     names = _bundle_names(launcher.package_source())
     for required in ("trainers/train_horovod.py", "trainers/train_smp.py", "trainers/model.py",
-                     "trainers/common.py", "pipeline/tfdata.py", "pipeline/format/manifest.py",
+                     "trainers/data_parallel.py", "pipeline/tfdata.py", "pipeline/format/manifest.py",
                      "pipeline/format/records.py", "pipeline/__init__.py", "requirements.txt"):
         assert required in names
     assert not [n for n in names if n.startswith(("pipeline/run", "pipeline/beam", "pipeline/cli", ".venv"))]
+    assert "trainers/launch_sagemaker.py" not in names  # runs on the submitting machine only
     assert launcher.package_source() == launcher.package_source()  # deterministic bytes
 
 
 def test_the_bundle_alone_imports_the_trainers_and_the_reader(launcher, tmp_path):
     with tarfile.open(fileobj=io.BytesIO(launcher.package_source()), mode="r:gz") as tar:
         tar.extractall(tmp_path, filter="data")
-    code = "import pipeline.tfdata, trainers.common, trainers.train_horovod, trainers.train_smp"
+    code = "import pipeline.tfdata, trainers.data_parallel, trainers.train_horovod, trainers.train_smp"
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
                             env={"TF_CPP_MIN_LOG_LEVEL": "3", "PATH": "/usr/bin:/bin"})
     assert result.returncode == 0, result.stderr[-2000:]
@@ -216,8 +215,8 @@ def test_submit_to_a_local_server_and_read_it_back(launcher, moto_server, loopba
 
 def test_cli_prints_only_json_on_stdout():
     _require_sdk()
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--trainer", "smp", "--dry_run", "--job_name", "cli",
-                           *EFS], capture_output=True, text=True, timeout=120, cwd=REPO)
+    proc = subprocess.run([sys.executable, "-m", "trainers.launch_sagemaker", "--trainer", "smp", "--dry_run",
+                           "--job_name", "cli", *EFS], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     assert out["dry_run"] is True and out["request"]["TrainingJobName"] == "cli"

@@ -2,7 +2,7 @@
 
 1. megatron-core (`IndexedDataset`, `IndexedDatasetBuilder`, `GPTDataset` through
    `BlendedMegatronDatasetBuilder`) in the Megatron environment (.venv-megatron: megatron-core 0.16.1
-   on torch's CPU build, scripts/setup_megatron_env.sh) reads our files: scripts/megatron_check.py
+   on torch's CPU build, scripts/setup_megatron_env.sh) reads our files: tests/megatron_check.py
    checks every document against SentencePiece on the input, the bytes against Megatron's own writer,
    and every GPTDataset sample. In CI (CI=true) a missing environment is a failure, elsewhere a skip.
 2. With MEGATRON_LM=<a Megatron-LM checkout at tag core_v0.16.1> (and the environment built with
@@ -29,7 +29,7 @@ from pipeline.format import megatron as fmt
 REPO = Path(__file__).resolve().parents[1]
 VENV = Path(os.environ.get("MEGATRON_VENV", REPO / ".venv-megatron"))
 PYTHON = VENV / "bin" / "python"
-CHECK = REPO / "scripts" / "megatron_check.py"
+CHECK = REPO / "tests" / "megatron_check.py"
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from trainers.common import masked_lm_loss
+from trainers.loss import masked_lm_loss
 from trainers.model import PRESETS, ModelConfig, attention_mask, build_model, count_params, model_config
 from trainers.optim import AdamW, WarmupCosine
 

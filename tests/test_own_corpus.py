@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 from corpus_helpers import FAST_BEAM
-from sample_corpus import write_notes_corpus
+from sample_corpus import write_notes_corpus, write_sample_corpus
 
 from pipeline.cli import run
 from pipeline.format.summary import format_summary, subset_rows
@@ -45,6 +45,15 @@ def test_the_bundled_corpus_is_what_the_generator_writes(tmp_path):
     assert [p.name for p in written] == sorted(p.name for p in NOTES.iterdir())
     for path in written:
         assert _read(path) == _read(NOTES / path.name)
+
+
+def test_the_bundled_pile_sample_is_what_the_generator_writes(tmp_path):
+    pile = REPO / "sample_data" / "pile"
+    written = [Path(p) for p in write_sample_corpus(str(tmp_path))]
+    assert sorted(p.relative_to(tmp_path) for p in written) == sorted(
+        p.relative_to(pile) for p in pile.rglob("*") if p.is_file())
+    for path in written:
+        assert path.read_bytes() == (pile / path.relative_to(tmp_path)).read_bytes(), path
 
 
 def _expected(files: list[Path]) -> tuple[dict, list[dict]]:

@@ -10,7 +10,7 @@ import types
 import numpy as np
 import pytest
 import tensorflow as tf
-from reader_fixtures import record_ids, record_tokens, write_output
+from synthetic_output import record_ids, record_tokens, write_output
 
 from pipeline import tfdata
 from pipeline.core import hashing

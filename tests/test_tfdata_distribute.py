@@ -15,7 +15,7 @@ import sys
 
 import numpy as np
 import pytest
-from reader_fixtures import record_ids, write_output
+from synthetic_output import record_ids, write_output
 
 from pipeline import tfdata
 

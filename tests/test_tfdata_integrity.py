@@ -22,7 +22,7 @@ import google_crc32c
 import numpy as np
 import pytest
 import tensorflow as tf
-from reader_fixtures import record_ids, shard_path, write_output
+from synthetic_output import record_ids, shard_path, write_output
 
 from pipeline import tfdata
 from pipeline.format import framing, layout, records

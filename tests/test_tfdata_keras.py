@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
-from reader_fixtures import VOCAB_SIZE, write_output
+from synthetic_output import VOCAB_SIZE, write_output
 
 from pipeline import tfdata
 

@@ -1,4 +1,4 @@
-"""The training loop, checkpoints, metrics and profiling (trainers/common.py, trainers/profiling.py)
+"""The training loop, checkpoints, metrics and profiling (trainers/data_parallel.py and the modules it uses)
 with the one-process backend, and the model-parallel trainer's shared parts (trainers/microbatch.py,
 trainers/train_smp.py under its emulation), on this environment's TensorFlow (2.21 / Keras 3).
 
@@ -21,9 +21,13 @@ from pipeline import tfdata
 from pipeline.format import manifest as manifest_lib
 from pipeline.format import records
 from pipeline.io import outputs
-from trainers import common, loop
-from trainers.common import Checkpointer, Progress, TrainConfig, resume_problem
-from trainers.distributed import LocalBackend, make_backend
+from trainers import config, loop
+from trainers.checkpoint import Checkpointer, Progress
+from trainers.config import TrainConfig
+from trainers.data import data_signature, resume_problem
+from trainers.data_parallel import train
+from trainers.data_parallel_backends import LocalBackend, make_backend
+from trainers.loss import masked_lm_loss
 from trainers.microbatch import StepOutput, check_microbatches, emulated_step, split_microbatches
 from trainers.model import build_model, model_config
 from trainers.profiling import StepTimer
@@ -98,7 +102,7 @@ def _cfg(data, out, **kw) -> TrainConfig:
 def full_run(data, tmp_path_factory):
     out = tmp_path_factory.mktemp("full")
     cfg = _cfg(data, out, eval_every=6, profile_start=4, profile_steps=2, checkpoint_every=5)
-    return out, common.train(cfg, LocalBackend())
+    return out, train(cfg, LocalBackend())
 
 
 def _metrics(out) -> list[dict]:
@@ -140,9 +144,9 @@ def test_metrics_tensorboard_and_profile_trace(full_run):
 
 def test_stop_and_resume_is_exact(data, full_run, tmp_path):
     out_full, full = full_run
-    first = common.train(_cfg(data, tmp_path, stop_at=7), LocalBackend())
+    first = train(_cfg(data, tmp_path, stop_at=7), LocalBackend())
     assert first["final_step"] == 7 and first["checkpoints"][-1].endswith("ckpt-7")
-    resumed = common.train(_cfg(data, tmp_path), LocalBackend())
+    resumed = train(_cfg(data, tmp_path), LocalBackend())
     assert resumed["start_step"] == 7 and resumed["restored_from"].endswith("ckpt-7")
     assert [resumed["losses"][k] for k in range(8, 13)] == [full["losses"][k] for k in range(8, 13)]
     assert resumed["weights_sha256"] == full["weights_sha256"]
@@ -151,14 +155,14 @@ def test_stop_and_resume_is_exact(data, full_run, tmp_path):
     for k in a.files:
         np.testing.assert_array_equal(a[k], b[k])
     # Nothing left to do: a third start trains no step and changes nothing.
-    again = common.train(_cfg(data, tmp_path, eval_steps=0), LocalBackend())
+    again = train(_cfg(data, tmp_path, eval_steps=0), LocalBackend())
     assert again["start_step"] == again["final_step"] == 12 and again["weights_sha256"] == full["weights_sha256"]
 
 
 def test_resume_with_another_data_order_is_refused(data, tmp_path):
-    common.train(_cfg(data, tmp_path, max_steps=2, eval_steps=0), LocalBackend())
+    train(_cfg(data, tmp_path, max_steps=2, eval_steps=0), LocalBackend())
     with pytest.raises(SystemExit, match="refusing to resume.*another data order.*batch_size"):
-        common.train(_cfg(data, tmp_path, max_steps=4, eval_steps=0, batch_size=2), LocalBackend())
+        train(_cfg(data, tmp_path, max_steps=4, eval_steps=0, batch_size=2), LocalBackend())
 
 
 def test_resume_problem_rules():
@@ -176,17 +180,17 @@ def test_resume_problem_rules():
 def test_the_data_signature_does_not_depend_on_the_number_of_ranks(data, tmp_path):
     manifest = manifest_lib.load_manifest(str(data / "train"))
     fixed = _cfg(data, tmp_path, global_batch_size=8)
-    assert common.data_signature(fixed, manifest, 1) == common.data_signature(fixed, manifest, 4)
-    assert common.batch_sizes(fixed, 4) == (2, 8) and common.peak_learning_rate(fixed, 4) == fixed.learning_rate
+    assert data_signature(fixed, manifest, 1) == data_signature(fixed, manifest, 4)
+    assert config.batch_sizes(fixed, 4) == (2, 8) and config.peak_learning_rate(fixed, 4) == fixed.learning_rate
     with pytest.raises(SystemExit, match="multiple"):
-        common.batch_sizes(fixed, 3)
+        config.batch_sizes(fixed, 3)
     per_rank = _cfg(data, tmp_path)  # --batch_size: the global batch grows with the ranks
-    assert common.data_signature(per_rank, manifest, 1) != common.data_signature(per_rank, manifest, 2)
-    assert common.peak_learning_rate(per_rank, 4) == 4 * per_rank.learning_rate
+    assert data_signature(per_rank, manifest, 1) != data_signature(per_rank, manifest, 2)
+    assert config.peak_learning_rate(per_rank, 4) == 4 * per_rank.learning_rate
 
 
 def test_debug_dump_records_which_records_each_step_saw(data, tmp_path):
-    summary = common.train(_cfg(data, tmp_path, max_steps=3, eval_steps=0, global_batch_size=4), LocalBackend())
+    summary = train(_cfg(data, tmp_path, max_steps=3, eval_steps=0, global_batch_size=4), LocalBackend())
     assert sorted(summary["batches"]) == [1, 2, 3] and all(len(d) == 4 for d in summary["batches"].values())
     ds = tfdata.make_dataset(str(data / "train"), global_batch_size=4, seed=3, features=())
     assert [loop.record_digests(b) for b in ds.take(3)] == [summary["batches"][k] for k in (1, 2, 3)]
@@ -266,13 +270,13 @@ def test_accumulated_microbatch_gradients_equal_the_full_batch_gradient():
     mask = tf.ones([4, SEQ])
 
     def grads_of(inputs, labels, loss_mask):
-        loss = common.masked_lm_loss(model(inputs, training=True), labels, loss_mask)
+        loss = masked_lm_loss(model(inputs, training=True), labels, loss_mask)
         return tf.gradients(loss, model.trainable_variables), loss
 
     step = emulated_step(grads_of, microbatches=2)
     micro, loss = step(x, y, mask)
     with tf.GradientTape() as tape:
-        full_loss = common.masked_lm_loss(model(x, training=True), y, mask)
+        full_loss = masked_lm_loss(model(x, training=True), y, mask)
     full = tape.gradient(full_loss, model.trainable_variables)
     assert float(loss.reduce_mean()) == pytest.approx(float(full_loss), rel=1e-5)
     for g_micro, g_full in zip(micro, full, strict=True):
@@ -321,3 +325,26 @@ def test_smp_script_trains_and_resumes_exactly_under_the_emulation(data, tmp_pat
     assert resumed["start_step"] == 5
     assert [resumed["losses"][k] for k in (6, 7, 8)] == [full["losses"][k] for k in (6, 7, 8)]
     assert resumed["weights_sha256"] == full["weights_sha256"]
+
+
+def test_the_flags_build_the_config_with_sagemakers_environment_as_defaults(monkeypatch, capsys):
+    from trainers import train_horovod
+
+    for name in ("SM_CHANNEL_TRAIN", "SM_CHANNEL_VAL", "SM_MODEL_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    parser = train_horovod.build_parser()
+    cfg = config.config_from_args(parser.parse_args(["--train_data", "d", "--mixed_precision", "--shuffle", "0",
+                                                     "--global_batch_size", "16", "--learning_rate", "1e-3"]))
+    assert cfg == TrainConfig(train_data="d", output_dir="out/train", mixed_precision=True, shuffle=False,
+                              global_batch_size=16, learning_rate=1e-3)
+    assert cfg.resolved_checkpoint_dir == os.path.join("out/train", "checkpoints")
+    monkeypatch.setenv("SM_CHANNEL_TRAIN", "/opt/ml/input/data/train")
+    monkeypatch.setenv("SM_MODEL_DIR", "/opt/ml/model")
+    on_sagemaker = config.config_from_args(parser.parse_args(["--model_dir", "s3://b/m", "--model", "small"]))
+    assert (on_sagemaker.train_data, on_sagemaker.output_dir, on_sagemaker.model) == (
+        "/opt/ml/input/data/train", "/opt/ml/model", "small")
+    assert on_sagemaker.resolved_checkpoint_dir == "/opt/ml/checkpoints"
+    assert on_sagemaker.resolved_tensorboard_dir == "/opt/ml/output/tensorboard"
+    with pytest.raises(SystemExit) as exc:
+        config.config_from_args(parser.parse_args(["--shuffle", "maybe"]))
+    assert exc.value.code == 2 and "--shuffle: expected true or false" in capsys.readouterr().err

@@ -1,6 +1,6 @@
 """The training loop both trainers run: steps, NaN check, logging, evaluation and checkpoint cadence.
 
-The data-parallel trainer (trainers/common.py: Horovod, smddp, one process) and the model-parallel
+The data-parallel trainer (trainers/data_parallel.py: Horovod, smddp, one process) and the model-parallel
 one (trainers/train_smp.py) differ in how a step is computed, how values are reduced over ranks and
 how checkpoints are written; they hand those in as `Hooks`. Everything else about a run's steps is
 here, once: fetch (timed, to measure input wait), step, advance the data position, log every

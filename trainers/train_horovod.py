@@ -4,12 +4,13 @@
     .venv-hvd/bin/horovodrun -np 2 -H localhost:2 --gloo \
         python -m trainers.train_horovod --train_data out/train --val_data out/val --max_steps 100
 
-    # SageMaker: scripts/launch_sagemaker.py --trainer horovod|smddp (MPI / smdistributed launch it)
+    # SageMaker: trainers/launch_sagemaker.py --trainer horovod|smddp (MPI / smdistributed launch it)
 
 `--backend horovod` (default) uses `horovod.tensorflow` with `dp_rank = hvd.rank()`; `--backend
 smddp` uses `smdistributed.dataparallel.tensorflow` (same API shape; only inside SageMaker's
-containers); `--backend local` runs one process without either. The loop, Horovod's six steps and
-checkpointing are in trainers/common.py.
+containers); `--backend local` runs one process without either. All three share the data-parallel
+trainer, trainers/data_parallel.py (Horovod's six steps, checkpointing); the backends are in
+trainers/data_parallel_backends.py.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ import sys
 if __package__ in (None, ""):  # run as a file (SageMaker's entry_point): make the repo importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from trainers.common import add_train_args, config_from_args, train  # noqa: E402
-from trainers.distributed import make_backend  # noqa: E402
+from trainers.config import add_train_args, config_from_args  # noqa: E402
+from trainers.data_parallel import train  # noqa: E402
+from trainers.data_parallel_backends import make_backend  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -2,7 +2,7 @@
 
 The library exists only inside SageMaker's TensorFlow training containers, launched with MPI and
 `distribution={"smdistributed": {"modelparallel": {"enabled": True, "parameters": {...}}},
-"mpi": {...}}` (`python scripts/launch_sagemaker.py --trainer smp`). Anywhere else this script stops
+"mpi": {...}}` (`python -m trainers.launch_sagemaker --trainer smp`). Anywhere else this script stops
 with a message saying so. `--smp_emulation` runs it in one process against
 trainers/smp_emulation.py (one partition, no pipelining) to exercise everything around the library:
 the model, the reader sharded by `dp_rank()`, microbatch splitting and accumulation, metrics and
@@ -20,19 +20,18 @@ The library's recipe, marked `# SMP:` where it happens:
     step (the partitioned model exists only once the first step has run);
   * checkpoints with `smp.CheckpointManager`, saved by `dp_rank() == 0` (one writer per partition).
 
-The step loop (logging, evaluation and checkpoint cadence) is trainers/loop.py, shared with the
-data-parallel trainer. Differences from it: the loss is each microbatch's token mean, averaged over
-microbatches (equal to the token mean unless padding differs between microbatches: only one record
-per pipeline job is padded); dropout is the library-friendly stateful kind, so an exact resume
-needs --dropout 0.
+This is SMP's own path; Horovod, smddp and a one-process run share the data-parallel one
+(trainers/data_parallel.py). The step loop (logging, evaluation and checkpoint cadence) is
+trainers/loop.py, shared by both. Differences from the data-parallel trainer: the loss is each
+microbatch's token mean, averaged over microbatches (equal to the token mean unless padding differs
+between microbatches: only one record per pipeline job is padded); dropout is the library-friendly
+stateful kind, so an exact resume needs --dropout 0.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
-import logging
 import os
 import sys
 
@@ -43,36 +42,34 @@ import tensorflow as tf  # noqa: E402
 
 from pipeline.format import manifest as manifest_lib  # noqa: E402
 from trainers import loop  # noqa: E402
-from trainers.common import (  # noqa: E402
-    LOG,
-    Progress,
+from trainers.checkpoint import Progress  # noqa: E402
+from trainers.config import (  # noqa: E402
     TrainConfig,
-    _write_json,
     add_train_args,
     batch_sizes,
     config_from_args,
-    configure_tensorflow,
-    data_signature,
-    eval_dataset,
-    finish_summary,
-    masked_lm_loss,
-    model_inputs,
     peak_learning_rate,
     resolve_model_config,
-    resume_problem,
-    seed_everything,
-    token_losses,
-    train_dataset,
 )
+from trainers.data import data_signature, eval_dataset, resume_problem, train_dataset  # noqa: E402
+from trainers.loss import masked_lm_loss, model_inputs, token_losses  # noqa: E402
 from trainers.microbatch import check_microbatches  # noqa: E402
 from trainers.model import DecoderStack, ModelConfig  # noqa: E402
 from trainers.optim import AdamW, WarmupCosine  # noqa: E402
 from trainers.profiling import MetricsLogger, ProfileWindow  # noqa: E402
+from trainers.runtime import (  # noqa: E402
+    LOG,
+    configure_tensorflow,
+    finish_summary,
+    seed_everything,
+    setup_logging,
+    write_run_configs,
+)
 
 MISSING_LIBRARY = (
     "smdistributed.modelparallel.tensorflow is not importable: SageMaker's model parallelism library "
     "exists only inside SageMaker's TensorFlow training containers (launch this script with "
-    "`python scripts/launch_sagemaker.py --trainer smp`). To check the script elsewhere, run it with "
+    "`python -m trainers.launch_sagemaker --trainer smp`). To check the script elsewhere, run it with "
     "--smp_emulation (one process, no partitioning); for data parallelism on your own machines use "
     "trainers/train_horovod.py."
 )
@@ -176,8 +173,7 @@ def train(cfg: TrainConfig, smp, microbatches_default: int = 1, mp_parameters: s
 
     rank, chief = smp.rank(), smp.rank() == 0
     dp_rank, dp_size = smp.dp_rank(), smp.dp_size()
-    logging.basicConfig(level=logging.INFO if chief else logging.WARNING,
-                        format=f"[rank {rank}] %(asctime)s %(levelname)s %(message)s")
+    setup_logging(rank, chief)
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:  # one GPU per process
         tf.config.experimental.set_memory_growth(gpus[smp.local_rank() % len(gpus)], True)
@@ -233,8 +229,7 @@ def train(cfg: TrainConfig, smp, microbatches_default: int = 1, mp_parameters: s
     if chief:
         LOG.info("model %s: %s parameters; %d replica(s) x %d microbatches of %d", cfg.model,
                  f"{mcfg.num_params():,}", dp_size, microbatches, per_replica // microbatches)
-        _write_json(os.path.join(cfg.output_dir, "model_config.json"), mcfg.to_dict())
-        _write_json(os.path.join(cfg.output_dir, "train_config.json"), dataclasses.asdict(cfg))
+        write_run_configs(cfg, mcfg)
 
     logger = MetricsLogger(cfg.resolved_tensorboard_dir, os.path.join(cfg.output_dir, "metrics.jsonl"),
                            enabled=chief)

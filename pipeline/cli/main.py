@@ -17,6 +17,7 @@ COMMANDS = {
     "provenance": ("pipeline.cli.provenance", "the documents in global step k of a training run (--provenance)"),
     "train-tokenizer": ("pipeline.cli.train_tokenizer", "train a SentencePiece model on a stratified sample"),
     "tokenizer-report": ("pipeline.cli.tokenizer_report", "compare tokenizers per subset (table, PNG, JSON)"),
+    "reframe": ("pipeline.cli.reframe", "rewrite .jsonl.zst inputs as indexed frames, read in parallel by a job"),
 }
 
 

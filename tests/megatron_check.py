@@ -1,6 +1,6 @@
 """Check a Megatron output of pile-pipeline with Megatron's own code (megatron-core), document by document.
 
-    .venv-megatron/bin/python scripts/megatron_check.py OUTPUT_DIR --input FILE.jsonl ... \
+    .venv-megatron/bin/python tests/megatron_check.py OUTPUT_DIR --input FILE.jsonl ... \
         --tokenizer_model M.model [--seq_length 64] [--samples 2000] [--json REPORT.json]
 
 Runs in the Megatron environment (scripts/setup_megatron_env.sh: megatron-core on a CPU build of

@@ -2,11 +2,11 @@
 
     # Print the full CreateTrainingJob request; no AWS call is made (none can be: any request that
     # is not the intercepted CreateTrainingJob is refused before it is sent):
-    python scripts/launch_sagemaker.py --trainer horovod --dry_run \
+    python -m trainers.launch_sagemaker --trainer horovod --dry_run \
         --efs_id fs-0123456789abcdef0 --subnets subnet-aaa --security_group_ids sg-bbb
 
     # Submit for real (credentials from the environment or the instance role):
-    python scripts/launch_sagemaker.py --trainer smp --role arn:aws:iam::111122223333:role/SageMaker \
+    python -m trainers.launch_sagemaker --trainer smp --role arn:aws:iam::111122223333:role/SageMaker \
         --bucket my-bucket --efs_id fs-... --subnets subnet-... --security_group_ids sg-... \
         --hp model=xl --hp max_steps=20000 --hp batch_size=8 --hp mixed_precision=true
 
@@ -17,8 +17,8 @@ data-parallel library), `smp` (trainers/train_smp.py with SageMaker model parall
 (`--data s3`, FastFile mode). TensorBoard output and SageMaker Debugger's system profiler (GPU, CPU,
 I/O utilisation: what shows whether the input pipeline is the bottleneck) are on.
 
-Only the files the trainers need (trainers/, the reader's modules of pipeline/, requirements.txt)
-are packed into sourcedir.tar.gz, uploaded to `--code_location` and passed to the SDK as an S3
+Only the files the trainers need (trainers/ without this launcher, the reader's modules of pipeline/,
+requirements.txt) are packed into sourcedir.tar.gz, uploaded to `--code_location` and passed to the SDK as an S3
 `source_dir`, so the SDK uploads nothing itself. `--endpoint_url` sends the SageMaker and S3 calls to
 another AWS-compatible endpoint (e.g. a local moto server in tests).
 """
@@ -38,6 +38,7 @@ import tarfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+LAUNCHER = Path(__file__).resolve().relative_to(REPO).as_posix()  # runs here, not in the job: left out of the bundle
 # v2's framework estimators (the ones with `distribution`) warn that v2 is being phased out.
 os.environ.setdefault("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
 # What the trainers import at run time: the reader and the layers below it (tests/test_launcher.py
@@ -66,6 +67,7 @@ class DryRunViolation(RuntimeError):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The launcher's flags (the trainer's own flags go in --hp)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--trainer", choices=sorted(TRAINERS), default="horovod")
     p.add_argument("--dry_run", action="store_true", help="print the request; call no AWS API")
@@ -120,6 +122,8 @@ def package_source() -> bytes:
         files.append((rel, (REPO / rel).read_bytes()))
     for d in SOURCE_DIRS:
         for path in sorted((REPO / d).rglob("*.py")):
+            if path.relative_to(REPO).as_posix() == LAUNCHER:
+                continue
             files.append((path.relative_to(REPO).as_posix(), path.read_bytes()))
     files.append(("requirements.txt", REQUIREMENTS.encode()))
     raw = io.BytesIO()
@@ -141,6 +145,7 @@ def _split(value: str | None) -> list[str]:
 
 
 def hyperparameters(args) -> dict[str, str]:
+    """The trainer's flags from --hp KEY=VALUE (plus --backend for the data-parallel trainer)."""
     hps: dict[str, str] = {}
     for item in args.hp:
         key, sep, value = item.partition("=")
@@ -153,6 +158,7 @@ def hyperparameters(args) -> dict[str, str]:
 
 
 def distribution(args) -> dict:
+    """The estimator's `distribution`: MPI (Horovod), smdistributed data or model parallelism."""
     if args.trainer == "horovod":
         return {"mpi": {"enabled": True, "processes_per_host": args.processes_per_host,
                         "custom_mpi_options": "-x NCCL_DEBUG=WARN -x HOROVOD_CYCLE_TIME=1"}}
@@ -177,6 +183,7 @@ def distribution(args) -> dict:
 
 
 def inputs(args) -> dict:
+    """The train (and val) channels: EFS file-system input or S3."""
     from sagemaker.inputs import FileSystemInput, TrainingInput
 
     if args.data == "efs":
@@ -272,6 +279,7 @@ def _refuse_plain_http():
 
 
 def build_estimator(args, session, source_uri: str, job_name: str):
+    """The SDK's TensorFlow estimator for the job."""
     from sagemaker.debugger import ProfilerConfig, TensorBoardOutputConfig
     from sagemaker.tensorflow import TensorFlow
 
@@ -371,6 +379,7 @@ def _launch(args, job_name: str, capture: dict, boto, session) -> dict:
 
 
 def main() -> None:
+    """`python -m trainers.launch_sagemaker`: log to stderr, the JSON result to stdout."""
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     launch()
 

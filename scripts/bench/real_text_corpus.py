@@ -1,6 +1,6 @@
 """Compose a corpus of real text in the Pile's line format from text on this machine, for benchmarks.
 
-    python scripts/real_text_corpus.py OUT_DIR [--max_mb 200] [--train_files 8] [--seed 0] [--model]
+    python scripts/bench/real_text_corpus.py OUT_DIR [--max_mb 200] [--train_files 8] [--seed 0] [--model]
 
 Writes OUT_DIR/train/NN.jsonl.zst (one zstd frame each, as the Pile's files) and prints what it
 wrote; with --model, also OUT_DIR/real32k.model: a Llama-2-style 32k BPE SentencePiece model

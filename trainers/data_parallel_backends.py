@@ -149,7 +149,7 @@ class SMDataParallelBackend(LocalBackend):
             raise SystemExit(
                 "smdistributed.dataparallel.tensorflow is not importable: SageMaker's data-parallel "
                 "library exists only inside SageMaker's TensorFlow training containers. Launch with "
-                "`python scripts/launch_sagemaker.py --trainer smddp ...`, or use --backend horovod "
+                "`python -m trainers.launch_sagemaker --trainer smddp ...`, or use --backend horovod "
                 f"elsewhere ({e})"
             ) from e
         self.sdp = sdp

@@ -1,11 +1,11 @@
 """Per-core figures for sizing a whole-Pile run (docs/whole-pile.md), measured on real text.
 
-    python scripts/real_text_corpus.py /tmp/real            # ~200 MB of real text, Pile layout
-    python scripts/bench_whole_pile.py --corpus /tmp/real --model M.model [--repeats 3] [--json out.json]
+    python scripts/bench/real_text_corpus.py /tmp/real            # ~200 MB of real text, Pile layout
+    python scripts/bench/bench_whole_pile.py --corpus /tmp/real --model M.model [--repeats 3] [--json out.json]
         [--parts stages,pipeline,portable,writer,long_doc]
 
 stages    CPU seconds of each step of the tokenize-and-pack work on the largest train file, one
-          process, no Beam (scripts/bench_tokenizer_backends.py's stage_costs), per backend.
+          process, no Beam (scripts/bench/bench_tokenizer_backends.py's stage_costs), per backend.
 pipeline  `pile-pipeline run` on DirectRunner (2 worker processes, whole files per worker): wall
           time and CPU seconds of the whole process tree, repeated; tokens per CPU-second.
 portable  the same job through PortableRunner (embedded job service, one LOOPBACK SDK worker: the
@@ -29,8 +29,8 @@ import sys
 import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "scripts"))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "scripts", "bench"))
 MB = 1 << 20
 
 

@@ -1,12 +1,12 @@
 """Compose a small corpus in the exact Pile layout and line format, deterministically.
 
-`python scripts/sample_corpus.py OUT_DIR` writes OUT_DIR/train/00.jsonl.zst ... plus
+`python scripts/datagen/sample_corpus.py OUT_DIR` writes OUT_DIR/train/00.jsonl.zst ... plus
 val.jsonl.zst and test.jsonl.zst: one `{"text": ..., "meta": {"pile_set_name": ...}}` per line,
 every one of the 22 subset names, short and very long documents, code, math, non-ASCII text (CJK,
 accents, emoji). All text is composed here from a seeded generator (no copied text), so the same
 arguments give the same bytes. `--scale` multiplies the size (benchmarks use it).
 
-`python scripts/sample_corpus.py --kind notes OUT_DIR` writes a corpus in a layout of its own
+`python scripts/datagen/sample_corpus.py --kind notes OUT_DIR` writes a corpus in a layout of its own
 instead (sample_data/notes/: what a user's JSON lines look like): part-00.jsonl and
 part-01.jsonl.gz, one `{"id": ..., "body": ..., "source": {"name": ..., "url": ...}}` per line,
 subsets "forum", "manuals", "recipes" and one Pile name ("Wikipedia (en)"); some lines have no

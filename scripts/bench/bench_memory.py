@@ -1,8 +1,8 @@
 """Peak memory of a DirectRunner job against input size: when to move to a distributed runner.
 
-    python scripts/bench_memory.py --scales 1 4 16 --out /tmp/memory.md
+    python scripts/bench/bench_memory.py --scales 1 4 16 --out /tmp/memory.md
 
-For each scale it writes a Pile-layout corpus (`python scripts/sample_corpus.py DIR --scale S`;
+For each scale it writes a Pile-layout corpus (`python scripts/datagen/sample_corpus.py DIR --scale S`;
 scale 1 is ~15 MB of decompressed train text in 4 files), runs `python -m pipeline.run` on it in
 a subprocess (DirectRunner, worker threads (`--mode`), `--direct_num_workers` workers by default) and
 samples, every 50 ms, the resident memory of the whole process tree (driver + worker processes,
@@ -29,8 +29,8 @@ import time
 import psutil
 import zstandard
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SAMPLE_CORPUS = os.path.join(REPO, "scripts", "sample_corpus.py")
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SAMPLE_CORPUS = os.path.join(REPO, "scripts", "datagen", "sample_corpus.py")
 MB = 1 << 20
 
 
@@ -162,7 +162,7 @@ def render(rows: list[dict], args) -> str:
         f"DirectRunner `{args.mode}`, `--direct_num_workers {args.workers}`, `--fan_out {args.fan_out}`, "
         "seq_len 2048, one shard; "
         f"{psutil.cpu_count()} cores, {psutil.virtual_memory().total / (1 << 30):.0f} GiB RAM, "
-        f"Python {platform.python_version()}; `python scripts/bench_memory.py --scales "
+        f"Python {platform.python_version()}; `python scripts/bench/bench_memory.py --scales "
         f"{' '.join(f'{s:g}' for s in args.scales)}"
         + (f" --mode {args.mode}" if args.mode != "multi_threading" else "")
         + (f" --workers {args.workers}" if args.workers != 2 else "")

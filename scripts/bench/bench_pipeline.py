@@ -1,9 +1,9 @@
 """The whole pipeline against the bare tokenizer loop and Megatron-LM's preprocess_data.py, on real text.
 
-    python scripts/bench_pipeline.py [--mb 180] [--files 1,2,8] [--repeats 2] [--workers 2]
+    python scripts/bench/bench_pipeline.py [--mb 180] [--files 1,2,8] [--repeats 2] [--workers 2]
         [--megatron_lm DIR] [--workdir DIR]
 
-1. Corpus: scripts/real_text_corpus.py composes --mb of real text from this machine in the Pile's
+1. Corpus: scripts/bench/real_text_corpus.py composes --mb of real text from this machine in the Pile's
    line format (log-normal document sizes up to several MB, non-ASCII text, \\u escapes) and trains
    a Llama-2-style 32k BPE model on it; the same documents, in the same order, are written as 1, 2
    and 8 `.jsonl.zst` files (--files), and decompressed into one corpus.jsonl for Megatron (outside
@@ -12,7 +12,7 @@
    fresh subprocess, in --repeats interleaved rounds (medians reported; every configuration sees
    the same drift of a shared machine): the bare loop (one
    process: zstd stream-decompress, split lines, `json.loads`, `sp.encode` per document,
-   scripts/baseline.py), Megatron's `preprocess_data.py --append-eod --workers N` when --megatron_lm
+   scripts/bench/baseline.py), Megatron's `preprocess_data.py --append-eod --workers N` when --megatron_lm
    and .venv-megatron (scripts/setup_megatron_env.sh --with-tools) are there (else skipped, with the reason), and
    `python -m pipeline.run --direct_num_workers N --seq_len 512` with defaults, SentencePiece and
    `--tokenizer_backend auto`, for each file count.
@@ -22,7 +22,7 @@
 4. Checks: the `auto` shards equal the SentencePiece shards byte for byte, for every file count.
 5. Per stage: CPU seconds of each step of the per-token work on one file of the 2-file corpus, in one
    process without Beam, one tokenizer thread (as each of the workers runs it), seq_len 512
-   (scripts/bench_tokenizer_backends.py `stage_costs`).
+   (scripts/bench/bench_tokenizer_backends.py `stage_costs`).
 Prints Markdown tables for docs/benchmarks.md.
 """
 
@@ -39,11 +39,11 @@ import sys
 import tempfile
 import time
 
-from baseline import bare_loop  # scripts/ is on sys.path when run as a script
+from baseline import bare_loop  # scripts/bench/ is on sys.path when run as a script
 from bench_tokenizer_backends import stage_costs
 from real_text_corpus import compose, describe, train_model, write_files
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MEGATRON_PYTHON = os.path.join(REPO, ".venv-megatron", "bin", "python")
 
 

@@ -1,6 +1,6 @@
 """Our pipeline with --output_format megatron against Megatron-LM's tools/preprocess_data.py, in one run.
 
-    python scripts/bench_megatron.py --megatron_lm /path/to/Megatron-LM [--mb 200] [--workers 2] [--repeats 3]
+    python scripts/bench/bench_megatron.py --megatron_lm /path/to/Megatron-LM [--mb 200] [--workers 2] [--repeats 3]
         [--model M.model] [--workdir DIR]
 
 1. Corpus: real text from this machine in the Pile's line format (one file = one document):
@@ -36,11 +36,11 @@ import sysconfig
 import tempfile
 
 import numpy as np
-import real_text_corpus  # scripts/ is on sys.path when run as a script
+import real_text_corpus  # scripts/bench/ is on sys.path when run as a script
 import zstandard
 from baseline import timed
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 from pipeline.format import megatron as fmt  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""Tiny pipeline outputs for the tf.data reader's tests: shards + manifest, written the pipeline's way.
+"""Synthetic pipeline outputs for the reader's tests and benchmark: shards + manifest, the pipeline's format.
 
 Every record carries its global id in its first tokens, so a test can tell exactly which records a
 rank saw: `record_ids(batch)` decodes them back from a batch's "inputs".
@@ -95,7 +95,7 @@ def write_output(
     manifest = {
         "format": manifest_lib.FORMAT,
         "format_version": manifest_lib.FORMAT_VERSION,
-        "created_by": "tests/reader_fixtures.py",
+        "created_by": "scripts/datagen/synthetic_output.py",
         "split": split,
         "seq_len": seq_len,
         "features": records.feature_spec(seq_len, dtype, document_boundaries),

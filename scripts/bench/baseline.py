@@ -16,7 +16,7 @@ import time
 
 import psutil
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def bare_loop(pattern: str, model: str, part: str = "0/1") -> dict:

@@ -1,6 +1,6 @@
 """Concat against best-fit packing on a corpus' real document lengths: cuts, padding, sequences, speed.
 
-    python scripts/bench_packing.py CORPUS_DIR MODEL [--seq_lens 2048,4096] [--chunk_mb 4]
+    python scripts/bench/bench_packing.py CORPUS_DIR MODEL [--seq_lens 2048,4096] [--chunk_mb 4]
         [--windows 16,64,256,1024,4096] [--repeats 5] [--chars_per_token 0]
 
 1. Lengths: every document of CORPUS_DIR/train/*.jsonl.zst tokenized with MODEL (SentencePiece),
@@ -30,7 +30,7 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 from pipeline.core import best_fit, packing  # noqa: E402
 from pipeline.format import framing, records  # noqa: E402

@@ -11,8 +11,8 @@ epoch in turn; the bytes it reads are measured by the kernel (the `rchar` count 
 every read(2)/pread(2), page-cache hits included) and compared with the bytes of the records it
 delivers and with the whole output.
 
-    python scripts/bench_reader.py                       # synthetic shards written to --workdir
-    python scripts/bench_reader.py --manifest /data/out  # an existing pipeline output
+    python scripts/bench/bench_reader.py                       # synthetic shards written to --workdir
+    python scripts/bench/bench_reader.py --manifest /data/out  # an existing pipeline output
 
 Target: reader >= 0.8x raw, first batch < 2 s, each rank reading ~1/W of the output.
 """
@@ -28,7 +28,8 @@ import time
 
 import tensorflow as tf
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+# scripts/datagen/ (the development data generators, shared with the tests)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "datagen"))
 
 from pipeline import tfdata
 from pipeline.format import manifest as manifest_lib
@@ -36,8 +37,8 @@ from pipeline.format import records
 
 
 def write_synthetic(out_dir: str, shards: int, records_per_shard: int, seq_len: int) -> str:
-    """Shards of random uint16 records plus a manifest (tests/reader_fixtures.py does the writing)."""
-    from reader_fixtures import write_output
+    """Shards of random uint16 records plus a manifest (scripts/datagen/synthetic_output.py does the writing)."""
+    from synthetic_output import write_output
 
     if os.path.exists(manifest_lib.manifest_path(out_dir)):
         m = manifest_lib.load_manifest(out_dir)

@@ -1,10 +1,10 @@
 """Tokenizer backends in the whole pipeline vs the bare single-process SentencePiece loop, in one run.
 
-    python scripts/bench_tokenizer_backends.py [--scale 8] [--corpus DIR] [--model M.model]
+    python scripts/bench/bench_tokenizer_backends.py [--scale 8] [--corpus DIR] [--model M.model]
         [--backends sentencepiece,gigatoken,kitoken] [--workers 1,2] [--out BENCH.md]
 
 1. Corpus: --corpus (a directory in the Pile layout, train/*.jsonl.zst) or one composed by
-   scripts/sample_corpus.py at --scale (scale 8: ~100 MB of text, ~19 M tokens).
+   scripts/datagen/sample_corpus.py at --scale (scale 8: ~100 MB of text, ~19 M tokens).
 2. Model: --model, by default the repository's tokenizers/sample/sample.model (Llama-2-style BPE:
    identity normalization, whitespace kept, byte fallback, split digits; vocab 8000).
 3. The bare loop: one process, zstd stream-decompress, split lines, json.loads, sp.encode per document.
@@ -32,10 +32,10 @@ import sys
 import tempfile
 import time
 
-from baseline import bare_loop  # scripts/baseline.py (scripts/ is on sys.path when run as a script)
+from baseline import bare_loop  # scripts/bench/baseline.py (scripts/bench/ is on sys.path when run as a script)
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SAMPLE_CORPUS = os.path.join(REPO, "scripts", "sample_corpus.py")
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SAMPLE_CORPUS = os.path.join(REPO, "scripts", "datagen", "sample_corpus.py")
 
 
 def _cpu_children() -> float:
@@ -125,7 +125,7 @@ def run_pipeline(pattern: str, model: str, backend: str, workers: int, out: str)
 def main(argv=None) -> str:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--corpus", help="a directory in the Pile layout (train/*.jsonl.zst); default: compose one")
-    p.add_argument("--scale", type=float, default=8.0, help="scripts/sample_corpus.py --scale when composing")
+    p.add_argument("--scale", type=float, default=8.0, help="scripts/datagen/sample_corpus.py --scale when composing")
     p.add_argument("--model", default=os.path.join(REPO, "tokenizers", "sample", "sample.model"))
     p.add_argument("--backends", default="sentencepiece,gigatoken,kitoken")
     p.add_argument("--workers", default="1,2")
@@ -232,7 +232,7 @@ def main(argv=None) -> str:
                     f"(self-check {r['backend']['parity'].get('result', 'n/a')}, "
                     f"{r['backend']['parity'].get('documents', 0)} documents)" for (b, w), r in runs.items()),
         f"Benchmark wall time: {time.perf_counter() - started:.0f} s. Command: "
-        + " ".join(["python scripts/bench_tokenizer_backends.py", *(argv if argv is not None else sys.argv[1:])]),
+        + " ".join(["python scripts/bench/bench_tokenizer_backends.py", *(argv if argv is not None else sys.argv[1:])]),
     ]
     lines += [
         "",
