@@ -11,7 +11,7 @@ given text replacements (each must occur exactly once). For each mutant the give
 run (`-x`, in a fresh interpreter); a mutant the tests still pass on is a survivor: a behaviour no
 test pins, or a change that does not change behaviour (an equivalent mutant: judge each by hand).
 The module's file is restored byte for byte and with its modification time after every mutant,
-also on Ctrl-C. Exit status 1 when a mutant survived, 2 on bad usage or when the tests fail
+also on Ctrl-C or SIGTERM. Exit status 1 when a mutant survived, 2 on bad usage or when the tests fail
 without any change.
 """
 
@@ -21,6 +21,7 @@ import argparse
 import ast
 import io
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -140,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     timeout = args.timeout or 10 + 5 * (time.monotonic() - started)
     survivors = []
     started = time.monotonic()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `timeout` or kill: restore the module first
     try:
         for i, mutant in enumerate(mutants, 1):
             args.module.write_text(mutant.source)
