@@ -7,8 +7,10 @@ from pipeline.core.shuffle import Permutation, ShardPlan
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 5, 64, 65, 1000, 4097])
 @pytest.mark.parametrize("seed", [0, 1, 12345])
 def test_permutation_is_a_bijection(n, seed):
-    out = Permutation(n, seed)(np.arange(n))
+    p = Permutation(n, seed)
+    out = p(np.arange(n))
     assert sorted(out.tolist()) == list(range(n))
+    assert p.inverse(out).tolist() == list(range(n))
 
 
 def test_permutation_depends_on_seed_and_is_stable():
