@@ -309,6 +309,13 @@ def test_a_2_gib_window_is_refused_by_name_with_every_header_shape(tmp_path, sin
         _read_zstd(tmp_path, blob, 8 * MIB)
 
 
+def test_frames_of_many_rle_and_raw_blocks_are_followed_to_their_end(tmp_path):
+    # Three RLE blocks (one byte of content each) and a raw last block, twice: the walker must skip
+    # exactly each block's bytes and find the second frame's magic after the first's last block.
+    frame = rle_frame(300 << 10, window_log=17)
+    assert _read_zstd(tmp_path, frame + frame, 8 * MIB) == 2 * (b"a" * (300 << 10) + b"\n")
+
+
 def test_damaged_headers_are_named_with_their_compressed_offset(tmp_path):
     # After more than one read's worth of compressed bytes (a 1.5 MiB skippable frame, then a frame),
     # so that the offset counts the bytes of earlier reads too.
