@@ -125,3 +125,15 @@ def test_the_measure_catches_a_shuffle_buffer_degrading_at_the_end():
     out += held
     d = tenths_ks([np.array(out[i : i + 64]) for i in range(0, n, 64)], n)
     assert d[-1] > 0.5  # the last tenth holds almost only the end of the corpus
+
+
+def test_the_global_order_of_a_fixed_seed_epoch_and_window_does_not_change():
+    # Checkpoints record positions in this order (plan.ORDER names it): any change to the shard
+    # order, the rotation or a window's column picks must show here and come with a new ORDER.
+    order = P.global_order([5, 3, 4, 6], 3, seed=2027, epoch=3, window=6)
+    assert (order.steps, order.window_starts.tolist(), order.rotation, order.order.tolist()) == (
+        6, [0, 2, 4, 6], 10, [2, 1, 3, 0])
+    assert [global_batch(order, k) for k in range(order.steps)] == [
+        [(3, 3), (3, 5), (0, 1)], [(3, 4), (0, 0), (0, 2)], [(0, 4), (2, 1), (2, 3)],
+        [(0, 3), (2, 0), (2, 2)], [(1, 0), (3, 0), (3, 2)], [(1, 1), (1, 2), (3, 1)]]
+    assert P.ORDER == "global-columns-1"

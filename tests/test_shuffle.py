@@ -7,8 +7,10 @@ from pipeline.core.shuffle import Permutation, ShardPlan
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 5, 64, 65, 1000, 4097])
 @pytest.mark.parametrize("seed", [0, 1, 12345])
 def test_permutation_is_a_bijection(n, seed):
-    out = Permutation(n, seed)(np.arange(n))
+    p = Permutation(n, seed)
+    out = p(np.arange(n))
     assert sorted(out.tolist()) == list(range(n))
+    assert p.inverse(out).tolist() == list(range(n))
 
 
 def test_permutation_depends_on_seed_and_is_stable():
@@ -35,3 +37,15 @@ def test_shard_plan_respects_the_size_bound(num_records, record_bytes, shard_byt
         assert counts.max() - counts.min() <= 1
         # The fewest shards that respect the bound.
         assert plan.num_shards == -(-num_records // per_shard)
+
+
+@pytest.mark.parametrize("n", [1, 10, 64, 1000])
+def test_an_index_or_position_outside_the_range_is_refused(n):
+    # Index n would walk onto a position another index already has: two records in one place.
+    p = Permutation(n, 7)
+    assert p.inverse(p(np.arange(n))).tolist() == list(range(n))
+    for bad in (n, [0, n], n + 1):
+        with pytest.raises(ValueError, match=r"index out of range \[0, "):
+            p(bad)
+        with pytest.raises(ValueError, match=r"position out of range \[0, "):
+            p.inverse(bad)

@@ -172,6 +172,16 @@ def test_same_seed_same_order_other_seed_other_order(many):
     assert len(set(a.tolist())) == len(a)
 
 
+def test_the_batches_of_a_fixed_seed_epoch_and_window_do_not_change(many):
+    # The record ids a training run sees, pinned: a resumed checkpoint depends on this order.
+    ds = tfdata.make_dataset(many, global_batch_size=4, seed=2027, epoch=3, shuffle_buffer=12)
+    assert [b.tolist() for b in ids_of(ds)] == [
+        [36, 38, 40, 42], [37, 39, 41, 43], [56, 60, 22, 23], [55, 59, 21, 24], [57, 58, 20, 25],
+        [28, 13, 16, 19], [26, 29, 17, 30], [27, 14, 15, 18], [31, 44, 46, 49], [33, 34, 48, 50],
+        [32, 45, 47, 51], [53, 1, 5, 8], [52, 2, 3, 7], [54, 0, 4, 6], [11, 62, 64, 67],
+        [10, 61, 65, 68], [9, 12, 63, 66]]
+
+
 def test_shuffle_needs_a_seed_and_no_shuffle_is_manifest_order(many):
     with pytest.raises(ValueError, match="seed"):
         tfdata.make_dataset(many, 2)
@@ -339,6 +349,19 @@ def test_steps_per_epoch_and_argument_errors(many):
     assert tfdata.steps_per_epoch(os.path.join(many, "manifest.json"), 4, 3) == 5
     with pytest.raises(ValueError, match="dp_rank"):
         tfdata.make_dataset(many, 2, dp_rank=3, dp_size=3, seed=0)
+    for bad in (0, -1):  # the documented ValueError, never a ZeroDivisionError
+        with pytest.raises(ValueError, match=rf"batch_size \({bad}\) and dp_size \(1\) must be >= 1"):
+            plan.steps_for(69, bad)
+        with pytest.raises(ValueError, match=rf"batch_size \(4\) and dp_size \({bad}\) must be >= 1"):
+            plan.steps_for(69, 4, bad)
+        with pytest.raises(ValueError, match=r"batch_size .* must be >= 1"):
+            tfdata.steps_per_epoch(m, bad)
+        with pytest.raises(ValueError, match=rf"global_batch_size {bad} is not a positive multiple"):
+            tfdata.make_dataset(many, global_batch_size=bad, seed=0)
+        with pytest.raises(ValueError, match=rf"batch_size {bad} must be >= 1"):
+            tfdata.make_dataset(many, bad, seed=0)
+        with pytest.raises(ValueError, match=rf"global_batch \({bad}\) and window \(2048\) must be >= 1"):
+            tfdata.global_order([5, 3], bad, seed=0)
     with pytest.raises(ValueError, match="lower the batch size"):
         tfdata.make_dataset(many, 20, dp_size=4, seed=0)
     with pytest.raises(ValueError, match="features"):

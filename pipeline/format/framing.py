@@ -43,11 +43,6 @@ def frame(record: bytes) -> bytes:
                      struct.pack("<I", masked_crc32c(record))))
 
 
-def framed_size(payload_bytes: int) -> int:
-    """Bytes a record of `payload_bytes` takes in a TFRecord file."""
-    return HEADER_BYTES + payload_bytes + FOOTER_BYTES
-
-
 @dataclasses.dataclass(frozen=True, eq=False)
 class FramedRecords:
     """Framed records back to back: record i is data[ends[i - 1]:ends[i]] (ends: int64, cumulative)."""

@@ -230,6 +230,111 @@ def test_damaged_headers_are_named(tmp_path):
         assert not isinstance(caught.value, WindowTooLargeError)
 
 
+# Every Frame_Header_Descriptor a frame can have: single segment or not (a window descriptor or
+# none), each Dictionary_ID field size and each Frame_Content_Size field size.
+_DICT_ID_SIZES = (0, 1, 2, 4)
+HEADER_SHAPES = [(single, dict_flag, fcs_flag) for single in (False, True) for dict_flag in range(4)
+                 for fcs_flag in range(4)]
+
+
+def _fcs_size(single: bool, fcs_flag: int) -> int:
+    return (0, 2, 4, 8)[fcs_flag] or (1 if single else 0)
+
+
+def shaped_frame(content: bytes, single: bool, dict_flag: int, fcs_flag: int, *, window_byte: int = 0x53,
+                 dict_id: int = 0, declared: int | None = None) -> bytes:
+    """One frame of `content` in a raw block, its header of the given shape (RFC 8878 3.1.1.1).
+
+    window_byte: the window descriptor when not single segment (0x53: 2^20 + 3/8 of it, 1.375 MiB).
+    declared: the content size the header declares (default: the content's); a single-segment
+    frame's window.
+    """
+    size = len(content) if declared is None else declared
+    header = struct.pack("<IB", 0xFD2FB528, fcs_flag << 6 | single << 5 | dict_flag)
+    if not single:
+        header += bytes([window_byte])
+    header += dict_id.to_bytes(_DICT_ID_SIZES[dict_flag], "little")
+    fcs_size = _fcs_size(single, fcs_flag)
+    if fcs_size:
+        header += (size - 256 if fcs_size == 2 else size).to_bytes(fcs_size, "little")  # 2 bytes: 256 + value
+    return header + (0b001 | len(content) << 3).to_bytes(3, "little") + content
+
+
+def _shaped_content(single: bool, fcs_flag: int) -> bytes:
+    # A 1-byte content size holds at most 255; a 2-byte one at least 256.
+    return _good_lines(1)[:200] if _fcs_size(single, fcs_flag) == 1 else _good_lines(3)[:700]
+
+
+def _read_zstd(tmp_path, blob: bytes, max_window: int) -> bytes:
+    path = tmp_path / "shaped.jsonl.zst"
+    path.write_bytes(blob)
+    with open(path, "rb") as raw:
+        return b"".join(zstd_blocks(raw, str(path), max_window))
+
+
+def test_hand_built_frames_of_every_header_shape_are_real_zstd():
+    for single, dict_flag, fcs_flag in HEADER_SHAPES:
+        content = _shaped_content(single, fcs_flag)
+        frame = shaped_frame(content, single, dict_flag, fcs_flag, dict_id=7 if dict_flag else 0)
+        params = zstandard.get_frame_parameters(frame)
+        assert params.dict_id == (7 if dict_flag else 0)
+        assert params.window_size == (len(content) if single else 11 << 17)
+        assert params.content_size == (len(content) if _fcs_size(single, fcs_flag) else zstandard.CONTENTSIZE_UNKNOWN)
+
+
+@pytest.mark.parametrize("single,dict_flag,fcs_flag", HEADER_SHAPES)
+def test_every_header_shape_decodes_up_to_its_window_and_is_refused_past_it(tmp_path, single, dict_flag, fcs_flag):
+    content = _shaped_content(single, fcs_flag)
+    first = zstandard.ZstdCompressor().compress(b"first\n")
+    window = len(content) if single else 11 << 17
+    # Dictionary id 0 (no dictionary) is valid with any field size: the frame decodes.
+    blob = first + shaped_frame(content, single, dict_flag, fcs_flag)
+    assert _read_zstd(tmp_path, blob, window) == b"first\n" + content
+    # One byte less allowed: refused from the header, whatever the id's bytes.
+    for dict_id in (0, (1 << 8 * _DICT_ID_SIZES[dict_flag]) - 1):
+        blob = first + shaped_frame(content, single, dict_flag, fcs_flag, dict_id=dict_id)
+        with pytest.raises(WindowTooLargeError, match=f"zstd frame 2 declares a {window / MIB:.1f} MiB window"):
+            _read_zstd(tmp_path, blob, window - 1)
+
+
+@pytest.mark.parametrize("single,dict_flag,fcs_flag", [shape for shape in HEADER_SHAPES
+                                                       if not shape[0] or _fcs_size(*shape[::2]) >= 4])
+def test_a_2_gib_window_is_refused_by_name_with_every_header_shape(tmp_path, single, dict_flag, fcs_flag):
+    # Not single segment: window descriptor 2^31. Single segment: a declared content size of 2 GiB.
+    content = _shaped_content(single, fcs_flag)
+    frame = shaped_frame(content, single, dict_flag, fcs_flag, window_byte=21 << 3,
+                         dict_id=(1 << 8 * _DICT_ID_SIZES[dict_flag]) - 1, declared=2 * GIB if single else None)
+    blob = zstandard.ZstdCompressor().compress(b"first\n") + frame
+    with pytest.raises(WindowTooLargeError, match="zstd frame 2 declares a 2048.0 MiB window, more than the 8 MiB"):
+        _read_zstd(tmp_path, blob, 8 * MIB)
+
+
+def test_frames_of_many_rle_and_raw_blocks_are_followed_to_their_end(tmp_path):
+    # Three RLE blocks (one byte of content each) and a raw last block, twice: the walker must skip
+    # exactly each block's bytes and find the second frame's magic after the first's last block.
+    frame = rle_frame(300 << 10, window_log=17)
+    assert _read_zstd(tmp_path, frame + frame, 8 * MIB) == 2 * (b"a" * (300 << 10) + b"\n")
+
+
+def test_damaged_headers_are_named_with_their_compressed_offset(tmp_path):
+    # After more than one read's worth of compressed bytes (a 1.5 MiB skippable frame, then a frame),
+    # so that the offset counts the bytes of earlier reads too.
+    good = zstandard.ZstdCompressor(level=3).compress(_good_lines(5))
+    head = struct.pack("<II", 0x184D2A50, 3 * MIB // 2) + bytes(3 * MIB // 2) + good
+    block = 4 + 1 + 1  # magic, descriptor, window descriptor: the first block header's offset
+    damaged = shaped_frame(b"x" * 10, False, 0, 0)
+    cases = {
+        "reserved bit set in a frame header": (damaged[:4] + bytes([damaged[4] | 0x08]) + damaged[5:], 4),
+        "reserved block type": (damaged[:block] + bytes([damaged[block] | 0b110]) + damaged[block + 1:], block),
+        "no frame magic number": (b"this is text, not zstd", 0),
+    }
+    for what, (tail, at) in cases.items():
+        with pytest.raises(CorruptInputError, match="not valid zstd data") as caught:
+            _read_zstd(tmp_path, head + tail, 8 * MIB)
+        assert f"({what}) (at compressed byte {len(head) + at})" in str(caught.value)
+        assert not isinstance(caught.value, WindowTooLargeError)
+
+
 def test_a_worker_reading_a_bomb_stays_bounded(tmp_path):
     """End to end: the job's own worker processes, a file that decompresses to 2 GiB from 66 KB.
 

@@ -131,6 +131,15 @@ REPEATS = [
     b'{"text": "ends\\\\", "x": 1, "x": 2, "meta": {"pile_set_name": "Github"}}',
     b'{"text": "ok", "meta": {"pile_set_name": "Github", "pile_set_name": "Github"}}',
 ]
+# A repeated key on the read path beside a key that ends in escaped backslashes (its closing quote is
+# not escaped) or in an escaped quote: a count that took either wrongly would miss the repeat.
+AMBIGUOUS_BESIDE_ESCAPES = [
+    b'{"text":"a","text":"b","k\\\\":1,"meta":{"pile_set_name":"Github"}}',
+    b'{"text": "a", "meta": {"pile_set_name": "Github", "pile_set_name": "ArXiv", "k\\\\\\\\": 1}}',
+    b'{"x\\\\\\"": 1, "text": "a", "text": "b", "y\\\\": 2, "meta": {"pile_set_name": "Github"}}',
+    b'{"text": "a\\\\", "meta": {"pile_set_name": "Github"}, "meta": {"pile_set_name": "ArXiv"}, "\\\\": 0}',
+]
+REPEATS += AMBIGUOUS_BESIDE_ESCAPES
 
 
 def _full_path(raw: bytes, monkeypatch) -> object:
@@ -150,6 +159,12 @@ def test_the_orjson_path_gives_what_json_gives_or_steps_aside(monkeypatch):
         assert documents._parse_plain(raw, documents.PILE) is None, raw
     for raw in plain:  # the usual lines do
         assert documents._parse_plain(raw, documents.PILE) == _outcome(raw), raw
+
+
+def test_a_repeat_beside_escaped_backslashes_is_a_duplicate_key_dead_letter():
+    for raw in AMBIGUOUS_BESIDE_ESCAPES:
+        assert _outcome(raw) == "duplicate_key", raw
+        assert documents._parse_plain(raw, documents.PILE) is None, raw
 
 
 def test_any_subset_names_refuse_what_cannot_be_a_name():
