@@ -202,6 +202,9 @@ def test_changing_the_past_or_the_sources_mid_run_is_a_clear_error(outputs):
     with pytest.raises(MixtureError, match="do not start a window"):
         tfdata.make_dataset(_mixture(paths, schedule=[{"step": 5, "weights": {"big": 1, "small": 1, "mid": 1}}]),
                             **kw)
+    reordered = tfdata.Mixture.of([(n, paths[n], WEIGHTS[n]) for n in ("mid", "big", "small")])
+    with pytest.raises(MixtureError, match="another order"):
+        tfdata.make_dataset(reordered, state=state, **kw)
     with pytest.raises(MixtureError, match="global_batch_size"):
         tfdata.make_dataset(mix, state=state, **{**kw, "global_batch_size": 12})
 
@@ -265,3 +268,18 @@ def test_mixture_json_presets_and_validation(outputs, tmp_path):
         _mixture(paths, schedule=[{"step": 4, "weights": {"big": 1}}])
     with pytest.raises(MixtureError, match="no source of"):
         _mixture(paths, schedule=[{"step": 4, "weights": {"big": 1, "small": 1, "mid": 1, "x": 1}}])
+
+
+def test_a_damaged_source_shard_stops_every_rank_before_step_0_naming_it(outputs, tmp_path):
+    import shutil
+
+    _, paths = outputs
+    copy = str(tmp_path / "mid")
+    shutil.copytree(paths["mid"], copy)
+    shard = os.path.join(copy, sorted(f for f in os.listdir(copy) if f.endswith(".tfrecord"))[1])
+    with open(shard, "r+b") as f:
+        f.truncate(os.path.getsize(shard) - 5)
+    mix = tfdata.Mixture.of([("big", paths["big"], 1), ("mid", copy, 1)])
+    for rank in range(2):
+        with pytest.raises(tfdata.ShardIntegrityError, match=os.path.basename(shard)):
+            tfdata.make_dataset(mix, global_batch_size=G, dp_rank=rank, dp_size=2, seed=SEED, num_steps=1)

@@ -40,6 +40,7 @@ MIXTURE_ORDER = "mixture-edf-columns-1"  # names this algorithm; a state under a
 _SOURCE_TAG = 0x4D53  # "MS"
 _ROTATION_TAG = 0x524F  # "RO", as plan.py
 _SLOT_TAG = 0x534C  # "SL"
+_KEEP_WINDOWS = 256  # window starts remembered behind the latest (a few KiB)
 
 
 class MixtureOrder:
@@ -107,6 +108,9 @@ class MixtureOrder:
             raise MixtureError(
                 f"sources {gone} are in the state (the run read them) but not in the mixture: keep them in the "
                 f"mixture, with weight 0 from step {step} on in its schedule, to stop reading them")
+        if [n for n in self.names if n in old] != old:
+            raise MixtureError(f"the mixture lists the sources {list(self.names)} in another order than the state "
+                               f"{old}: the order breaks the blend's ties; keep it (new sources may go anywhere)")
         w = int(state["window_start"]) // self.window_steps
         seg = segment_of(self.steps, w * self.window_steps)
         for name in self.names:
@@ -171,7 +175,7 @@ class MixtureOrder:
                 seg_next = segment if self.steps[segment_of(self.steps, start)] < start else nxt
                 known += 1
                 self._known[known] = (nxt, seg_next)
-                for old in [k for k in self._known if k < known - 1]:
+                for old in [k for k in self._known if k < known - _KEEP_WINDOWS]:
                     del self._known[old]
             return self._known[w]
 
