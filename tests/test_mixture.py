@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import doctest
 import json
 import os
 
@@ -11,6 +12,7 @@ import tensorflow as tf
 from reader_fixtures import VOCAB_SIZE, record_ids, write_output
 
 from pipeline import tfdata
+from pipeline.core import blend as blend_module
 from pipeline.core.blend import blend, counts_after, integer_weights
 from pipeline.format.mixture import MixtureError, load_mixture
 from pipeline.reader.mixture import MixtureOrder
@@ -98,6 +100,10 @@ def test_the_reader_order_keeps_the_proportions_over_windows_and_22_sources(tmp_
                          window_steps=8)
     steps = np.concatenate([order.window_sources(w) for w in range(40)]).reshape(-1)
     _assert_within_one(steps, EXTREME_22)
+
+
+def test_the_worked_example_in_the_docstring():
+    assert doctest.testmod(blend_module).failed == 0
 
 
 def test_weights_are_exact_and_validated():
