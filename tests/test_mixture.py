@@ -289,3 +289,28 @@ def test_a_damaged_source_shard_stops_every_rank_before_step_0_naming_it(outputs
     for rank in range(2):
         with pytest.raises(tfdata.ShardIntegrityError, match=os.path.basename(shard)):
             tfdata.make_dataset(mix, global_batch_size=G, dp_rank=rank, dp_size=2, seed=SEED, num_steps=1)
+
+
+def test_sources_on_a_filesystem_tensorflow_cannot_open_read_by_byte_range(outputs, tmp_path):
+    import uuid
+
+    import fsspec
+
+    _, paths = outputs
+    fs = fsspec.filesystem("memory")
+    root = f"memory://mixture-{uuid.uuid4().hex}"
+    remote = {}
+    for name, local in paths.items():
+        remote[name] = f"{root}/{name}"
+        for f in os.listdir(local):
+            with open(os.path.join(local, f), "rb") as src:
+                fs.pipe(f"{remote[name]}/{f}", src.read())
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    try:
+        expected = _global(_mixture(paths), 1, num_steps=9)
+        got = _ids(tfdata.make_dataset(_mixture(remote), global_batch_size=G, seed=SEED, shuffle_buffer=WINDOW,
+                                       num_steps=9, cache_dir=str(cache)))
+        assert _same(got, expected)
+    finally:
+        fs.rm(root, recursive=True)
