@@ -80,6 +80,7 @@ class MixtureOrder:
             window_steps)
         self._keys = [fold64(_SOURCE_TAG, seed, stable_hash(n)) if shuffle else 0 for n in self.names]
         self._lock = threading.Lock()
+        self._sources: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # recent windows' blends (each used twice)
         # counts at the start of known windows: {window: (counts, counts at its segment's start)}
         k = len(self.names)
         self._known = {0: (np.zeros(k, np.int64), np.zeros(k, np.int64))}
@@ -180,6 +181,15 @@ class MixtureOrder:
             return self._known[w]
 
     def _sources_from(self, w: int, counts: np.ndarray, segment: np.ndarray) -> np.ndarray:
+        cached = self._sources.get(w)
+        if cached is not None and np.array_equal(cached[0], counts):
+            return cached[1]
+        src = self._blend_window(w, counts, segment)
+        self._sources = {k: v for k, v in self._sources.items() if k >= w - 2}
+        self._sources[w] = (counts, src)
+        return src
+
+    def _blend_window(self, w: int, counts: np.ndarray, segment: np.ndarray) -> np.ndarray:
         start = w * self.window_steps
         i = segment_of(self.steps, start)
         weights = self.schedule[i][1]
