@@ -209,7 +209,8 @@ def make_dataset(
         num_steps: a mixture only (it has no epoch of its own): global steps to produce from the
             start step; None repeats forever. `num_epochs` must then be left at 1 or None.
         state: a mixture only: the dict `mixture_state(...)` returned for the step to resume at
-            (it replaces start_step); without it a mixture starts at `start_step`.
+            (it replaces start_step); without it a mixture starts at `start_step`, its blend
+            recomputed from step 0 (a few seconds per million samples).
 
     Returns:
         A `tf.data.Dataset` of dicts: "inputs", "labels" int32 [B, L]; "loss_mask" float32 [B, L]
