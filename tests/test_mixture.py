@@ -94,6 +94,15 @@ def test_every_prefix_is_within_one_of_n_times_the_weight(weights):
     assert np.array_equal(blend(weights, 5000, start=12_345, counts=counts), sources[12_345:17_345])
 
 
+def test_weights_with_many_digits_stay_within_one_of_the_weights_given():
+    weights = list(np.random.default_rng(3).random(22) ** 6)  # no small common denominator: rounded to 2**-48
+    sources = blend(weights, 30_000)
+    w = np.array(weights) / sum(weights)
+    counts = counts_after(sources, len(w))
+    n = np.arange(1, len(sources) + 1)[:, None]
+    assert np.abs(counts - n * w[None, :]).max() < 1
+
+
 def test_the_reader_order_keeps_the_proportions_over_windows_and_22_sources(tmp_path):
     counts = [[3 + i] for i in range(22)]  # tiny sources: every one runs through many epochs
     order = MixtureOrder([f"s{i}" for i in range(22)], counts, [(0, tuple(EXTREME_22))], 16, seed=1, shuffle=True,
