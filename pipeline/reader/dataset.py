@@ -48,6 +48,7 @@ tensorflow-io, ``memory://``) are read through fsspec by byte range into a local
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import os
 import types
@@ -336,16 +337,22 @@ def _select_features(features, declared: tuple[str, ...], where: str) -> tuple[s
 
 
 def _mixture_sources(mixture: Mixture, verify: bool) -> list:
-    """Every source's shards, checked before step 0 (sizes, record layout, optionally checksums)."""
-    out = []
-    for entry in mixture.sources:
+    """Every source's shards, checked before step 0 (sizes, record layout, optionally checksums).
+
+    The sources are checked concurrently (each is a directory listing and a few small reads, round
+    trips on remote storage); the first failing source, in the mixture's order, raises.
+    """
+
+    def checked(entry):
         source = load_source(entry.manifest)
         check_sizes(source)
         source = locate_records(source)
         if verify:
             check_checksums(source)
-        out.append(source)
-    return out
+        return source
+
+    with concurrent.futures.ThreadPoolExecutor(min(8, len(mixture.sources))) as pool:
+        return list(pool.map(checked, mixture.sources))
 
 
 def mixture_state(mixture, global_batch_size: int, step: int, *, seed: int | None = None, shuffle: bool = True,
