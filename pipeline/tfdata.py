@@ -5,14 +5,17 @@ lives in pipeline/reader/ (plan: the global order; shards: access and checks; in
 error type; dataset: the tf.data graph); see pipeline/reader/dataset.py for how it is used.
 """
 
+from pipeline.format.mixture import Mixture, MixtureError, MixtureSource, load_mixture
 from pipeline.reader.dataset import (
     DEFAULT_READ_BUFFER_BYTES,
     dp_from_horovod,
     dp_from_smp,
     make_dataset,
+    mixture_state,
     steps_per_epoch,
 )
 from pipeline.reader.integrity import ShardIntegrityError, integrity_error, shard_errors
+from pipeline.reader.mixture import MIXTURE_ORDER, MixtureOrder, open_order
 from pipeline.reader.plan import (
     DEFAULT_PARALLEL_READS,
     ORDER,
@@ -28,8 +31,13 @@ from pipeline.reader.plan import (
 __all__ = [
     "DEFAULT_PARALLEL_READS",
     "DEFAULT_READ_BUFFER_BYTES",
+    "MIXTURE_ORDER",
     "ORDER",
     "GlobalOrder",
+    "Mixture",
+    "MixtureError",
+    "MixtureOrder",
+    "MixtureSource",
     "RankPlan",
     "ShardIntegrityError",
     "batch_records",
@@ -38,7 +46,10 @@ __all__ = [
     "dp_from_smp",
     "global_order",
     "integrity_error",
+    "load_mixture",
     "make_dataset",
+    "mixture_state",
+    "open_order",
     "rank_plan",
     "shard_errors",
     "shard_order",

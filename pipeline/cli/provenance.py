@@ -9,6 +9,9 @@ epoch, or give `--epoch` and the step within it), as a trainer counts it.
 
 Pass the reader's settings of the run in question: `--seed`, `--global_batch_size` (per-rank
 batch x ranks), and `--shuffle_buffer` / `--no_shuffle` when the run changed them.
+
+For a mixture, pass its `mixture.json` (with the run's schedule) instead of the output directory:
+each record is labelled with the source it came from (pipeline/reader/mixture.py).
 """
 
 from __future__ import annotations
@@ -16,11 +19,15 @@ from __future__ import annotations
 import dataclasses
 import sys
 
+import numpy as np
+
 from pipeline.core.documents import BadRecord, parse_line
 from pipeline.core.options import ArgumentParser, UsageError
 from pipeline.format.manifest import ManifestError, load_manifest, manifest_path
+from pipeline.format.mixture import is_mixture, load_mixture
 from pipeline.format.provenance import ProvenanceIndex
 from pipeline.io.lookup import lines_at
+from pipeline.reader.mixture import open_order
 from pipeline.reader.plan import batch_records, default_window, global_order, steps_for
 
 
@@ -44,6 +51,7 @@ class RecordSource:
     shard: str
     record: int  # in the shard
     pieces: tuple[Piece, ...]
+    source: str = ""  # the mixture's source ("" for one output)
 
 
 def step_documents(output_dir: str, step: int, global_batch_size: int, seed: int | None, *, epoch: int = 0,
@@ -61,8 +69,13 @@ def step_documents(output_dir: str, step: int, global_batch_size: int, seed: int
     order = global_order(counts, global_batch_size, seed=seed, epoch=epoch + step // steps, shuffle=shuffle,
                          window=window)
     shards, records = batch_records(order, step % steps)
-    spans = index.spans(shards, records)
+    return _documents(manifest, index, np.arange(len(shards)), shards, records)
 
+
+def _documents(manifest: dict, index: ProvenanceIndex, positions, shards, records,
+               source: str = "") -> list[RecordSource]:
+    """The records (shard, record) at these positions of a global batch, with their documents."""
+    spans = index.spans(shards, records)
     inputs = [entry["path"] for entry in manifest["inputs"]]
     max_line = int(float(manifest["config"].get("max_line_mb", 64.0)) * (1 << 20))
     wanted: dict[int, set[int]] = {}
@@ -77,13 +90,32 @@ def step_documents(output_dir: str, step: int, global_batch_size: int, seed: int
             except BadRecord as e:
                 raise LookupError(f"{inputs[file_index]} line {number} is not the document it was ({e})") from e
     out = []
-    for position, (shard, record, rows) in enumerate(zip(shards.tolist(), records.tolist(), spans, strict=True)):
+    for position, shard, record, rows in zip(np.asarray(positions).tolist(), shards.tolist(), records.tolist(), spans,
+                                             strict=True):
         pieces = []
         for file_index, line, first, tokens in rows.tolist():
             text, subset = documents[file_index, line]
             pieces.append(Piece(subset, inputs[file_index], line, first, tokens, text))
-        out.append(RecordSource(position, manifest["shards"][shard]["path"], record, tuple(pieces)))
+        out.append(RecordSource(position, manifest["shards"][shard]["path"], record, tuple(pieces), source))
     return out
+
+
+def mixture_documents(mixture: str, step: int, global_batch_size: int, seed: int | None, *, shuffle: bool = True,
+                      shuffle_buffer: int | None = None) -> list[RecordSource]:
+    """The records of global step `step` of a mixture (mixture.json), each with its source and documents.
+
+    The mixture's schedule decides the step's sources; the answer holds for any number of ranks.
+    """
+    order = open_order(mixture, global_batch_size, seed=seed, shuffle=shuffle, shuffle_buffer=shuffle_buffer)
+    sources, shards, records = order.batch_records(step)
+    out = []
+    for d, entry in enumerate(load_mixture(mixture).sources):
+        at = np.flatnonzero(sources == d)
+        if len(at):
+            manifest = load_manifest(entry.manifest)
+            index = ProvenanceIndex(entry.manifest, manifest)
+            out += _documents(manifest, index, at, shards[at], records[at], entry.name)
+    return sorted(out, key=lambda r: r.position)
 
 
 def format_step(records: list[RecordSource], chars: int = 60) -> str:
@@ -91,7 +123,9 @@ def format_step(records: list[RecordSource], chars: int = 60) -> str:
     lines = []
     for r in records:
         for i, p in enumerate(r.pieces):
-            where = f"{r.position:5d} {r.shard}:{r.record}" if i == 0 else " " * (6 + len(r.shard) + len(str(r.record)))
+            label = f"{r.source} " if r.source else ""
+            where = f"{r.position:5d} {label}{r.shard}:{r.record}"
+            where = where if i == 0 else " " * len(where)
             start = " ".join(p.text[:chars].split())
             span = f"tokens {p.first_token}..{p.first_token + p.tokens}"
             lines.append(f"{where}  {p.subset:<18} {p.file}:{p.line}  {span}  {start!r}")
@@ -101,7 +135,8 @@ def format_step(records: list[RecordSource], chars: int = 60) -> str:
 def build_parser() -> ArgumentParser:
     """The command's flags."""
     p = ArgumentParser(prog="pile-pipeline provenance", description=__doc__)
-    p.add_argument("output_dir", help="the pipeline's output directory, written with --provenance")
+    p.add_argument("output_dir", help="the pipeline's output directory, written with --provenance; or a "
+                   "mixture.json of such outputs")
     p.add_argument("--step", type=int, required=True, help="the global step (as the trainer counts it)")
     p.add_argument("--global_batch_size", type=int, required=True, help="records per global step (all ranks)")
     p.add_argument("--seed", type=int, help="the reader's seed (required unless --no_shuffle)")
@@ -117,8 +152,14 @@ def main(argv=None) -> None:
     args = build_parser().parse_args(argv)
     if args.seed is None and not args.no_shuffle:
         raise UsageError("--seed is required (the reader's seed of the run), or --no_shuffle")
-    records = step_documents(args.output_dir, args.step, args.global_batch_size, args.seed, epoch=args.epoch,
-                             shuffle=not args.no_shuffle, shuffle_buffer=args.shuffle_buffer)
+    if is_mixture(args.output_dir):
+        if args.epoch:
+            raise UsageError("--epoch: a mixture has no epoch of its own; give the global --step")
+        records = mixture_documents(args.output_dir, args.step, args.global_batch_size, args.seed,
+                                    shuffle=not args.no_shuffle, shuffle_buffer=args.shuffle_buffer)
+    else:
+        records = step_documents(args.output_dir, args.step, args.global_batch_size, args.seed, epoch=args.epoch,
+                                 shuffle=not args.no_shuffle, shuffle_buffer=args.shuffle_buffer)
     print(format_step(records, args.chars))
 
 

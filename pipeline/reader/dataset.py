@@ -52,14 +52,18 @@ tensorflow-io, ``memory://``) are read through fsspec by byte range into a local
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import os
+import types
 
 import numpy as np
 import tensorflow as tf
 
 from pipeline.format import records
+from pipeline.format.mixture import Mixture, is_mixture, load_mixture
 from pipeline.reader.integrity import short_read_message
+from pipeline.reader.mixture import MixtureOrder, open_order
 from pipeline.reader.plan import (
     DEFAULT_PARALLEL_READS,
     default_window,
@@ -171,11 +175,15 @@ def make_dataset(
     num_parallel_reads: int = DEFAULT_PARALLEL_READS,
     read_buffer_bytes: int = DEFAULT_READ_BUFFER_BYTES,
     cache_dir: str | None = None,
+    num_steps: int | None = None,
+    state: dict | None = None,
 ) -> tf.data.Dataset:
     """Batches for one data-parallel rank (or one tf.distribute input pipeline), driven by `manifest.json`.
 
     Args:
-        manifest: the pipeline's output directory or its manifest.json (local path or fsspec URL).
+        manifest: the pipeline's output directory or its manifest.json (local path or fsspec URL);
+            or a mixture of outputs: a `mixture.json`, a `Mixture`, or a list of (name, output,
+            weight) (pipeline/format/mixture.py, pipeline/reader/mixture.py).
         batch_size: per-rank batch size B (per replica with `input_context`); or give
             `global_batch_size` instead. The global batch B * dp_size fixes the order.
         global_batch_size: records per global step, over all ranks; each rank gets its slice.
@@ -203,6 +211,11 @@ def make_dataset(
         read_buffer_bytes: largest read per request.
         cache_dir: where byte ranges of shards on filesystems TensorFlow cannot open are copied
             (default: the system temporary directory).
+        num_steps: a mixture only (it has no epoch of its own): global steps to produce from the
+            start step; None repeats forever. `num_epochs` must then be left at 1 or None.
+        state: a mixture only: the dict `mixture_state(...)` returned for the step to resume at
+            (it replaces start_step); without it a mixture starts at `start_step`, its blend
+            recomputed from step 0 (a few seconds per million samples).
 
     Returns:
         A `tf.data.Dataset` of dicts: "inputs", "labels" int32 [B, L]; "loss_mask" float32 [B, L]
@@ -234,18 +247,19 @@ def make_dataset(
     if (shuffle_buffer is not None and shuffle_buffer < 1) or num_parallel_reads < 1:
         raise ValueError("shuffle_buffer and num_parallel_reads must be >= 1")
 
+    if is_mixture(manifest):
+        if epoch or num_epochs not in (1, None):
+            raise ValueError("a mixture has no epoch of its own (each source has its own): pass num_steps "
+                             "and start_step (or state), not epoch or num_epochs")
+        return _mixture_dataset(
+            load_mixture(manifest), rank_batch, element_batch, dp_rank, dp_size, input_context is not None,
+            seed=seed, shuffle=shuffle, start_step=start_step, num_steps=num_steps, state=state,
+            shuffle_buffer=shuffle_buffer, verify=verify, features=features, keras=keras,
+            num_parallel_reads=num_parallel_reads, read_buffer_bytes=read_buffer_bytes, cache_dir=cache_dir)
+    if num_steps is not None or state is not None:
+        raise ValueError("num_steps and state are for mixtures; one output counts num_epochs and start_step")
     source = load_source(manifest)
-    if features is None:
-        optional = source.optional
-    else:
-        optional = tuple(features)
-        unknown = [f for f in optional if f not in OPTIONAL_FEATURES]
-        absent = [f for f in optional if f not in source.optional]
-        if unknown or absent:
-            raise ValueError(
-                f"features {optional!r}: choose from {OPTIONAL_FEATURES} among those the manifest "
-                f"declares ({source.optional}); write them with document boundaries enabled"
-            )
+    optional = _select_features(features, source.optional, "the manifest")
     global_batch = rank_batch * dp_size
     steps = steps_for(sum(source.counts), global_batch)
     if steps == 0:
@@ -294,10 +308,157 @@ def make_dataset(
     def gather(e: np.ndarray, w: np.ndarray, batches: np.ndarray) -> np.ndarray:
         return window_gather(seed, int(e), shuffle, int(w), int(batches), first_column, rank_batch)
 
-    urls = tf.constant(list(source.urls))  # for error messages
+    @_no_autograph
+    def epoch_pieces(e):
+        pieces = tf.numpy_function(plan_pieces, [e], tf.int64, stateful=False)
+        return tf.data.Dataset.from_tensor_slices(tf.reshape(pieces, [-1, len(PIECE_FIELDS)]))
+
+    # One pipeline over all epochs' pieces, so that each function below is instantiated once.
+    last = tf.int64.max if end_epoch is None else max(end_epoch, first_epoch)
+    pieces = tf.data.Dataset.range(first_epoch, last).flat_map(epoch_pieces)
+    ds = _window_pipeline(pieces, source.urls, source, gather, spec, widths, tf_dtype, seq_len, rank_batch, optional,
+                          num_parallel_reads, read_buffer_bytes, cache_dir)
+    total = None
+    if end_epoch is not None:
+        total = max(0, (end_epoch - first_epoch) * steps - first_step) if end_epoch > first_epoch else 0
+    ds = _finish(ds, rank_batch, element_batch, keras, total, dp_size > 1 or input_context is not None)
+    log.info(
+        "tfdata: %s rank %d/%d: %d shards, %d steps/epoch of %d x %d records, from epoch %d step %d",
+        source.manifest_file, dp_rank, dp_size, len(source.urls), steps, dp_size, rank_batch, first_epoch,
+        first_step,
+    )
+    return ds
+
+
+def _select_features(features, declared: tuple[str, ...], where: str) -> tuple[str, ...]:
+    if features is None:
+        return declared
+    optional = tuple(features)
+    unknown = [f for f in optional if f not in OPTIONAL_FEATURES]
+    absent = [f for f in optional if f not in declared]
+    if unknown or absent:
+        raise ValueError(
+            f"features {optional!r}: choose from {OPTIONAL_FEATURES} among those {where} declares "
+            f"({declared}); write them with document boundaries enabled"
+        )
+    return optional
+
+
+def _mixture_sources(mixture: Mixture, verify: bool) -> list:
+    """Every source's shards, checked before step 0 (sizes, record layout, optionally checksums).
+
+    The sources are checked concurrently (each is a directory listing and a few small reads, round
+    trips on remote storage); the first failing source, in the mixture's order, raises.
+    """
+
+    def checked(entry):
+        source = load_source(entry.manifest)
+        check_sizes(source)
+        source = locate_records(source)
+        if verify:
+            check_checksums(source)
+        return source
+
+    with concurrent.futures.ThreadPoolExecutor(min(8, len(mixture.sources))) as pool:
+        return list(pool.map(checked, mixture.sources))
+
+
+def mixture_state(mixture, global_batch_size: int, step: int, *, seed: int | None = None, shuffle: bool = True,
+                  shuffle_buffer: int | None = None, state: dict | None = None) -> dict:
+    """The state of a mixture's order after `step` global steps: save it beside the checkpoint of step k.
+
+    Pass the reader's settings; `state` (the one saved at an earlier step) avoids recomputing the
+    blend from step 0. Resume with `make_dataset(mixture, ..., state=<this>)`, on any number of ranks.
+    """
+    order = open_order(mixture, global_batch_size, seed=seed, shuffle=shuffle, shuffle_buffer=shuffle_buffer,
+                       state=state)
+    if step < order.start_step:
+        raise ValueError(f"step {step} is before the given state's step {order.start_step}")
+    return order.state(step)
+
+
+def _mixture_dataset(mixture: Mixture, rank_batch, element_batch, dp_rank, dp_size, from_context, *, seed, shuffle,
+                     start_step, num_steps, state, shuffle_buffer, verify, features, keras, num_parallel_reads,
+                     read_buffer_bytes, cache_dir) -> tf.data.Dataset:
+    """make_dataset for a mixture: the same graph, fed window by window from the mixture's order."""
+    if num_steps is not None and num_steps < 1:
+        raise ValueError(f"num_steps {num_steps} must be >= 1, or None to repeat forever")
+    if state is not None and start_step:
+        raise ValueError("pass state (it holds the step) or start_step, not both")
+    sources = _mixture_sources(mixture, verify)
+    declared = tuple(f for f in OPTIONAL_FEATURES if all(f in s.optional for s in sources))
+    optional = _select_features(features, declared, "every source of the mixture")
+    first = sources[0]
+    global_batch = rank_batch * dp_size
+    window = shuffle_buffer or default_window(first.seq_len, 2 if first.token_dtype == "uint16" else 4)
+    order = MixtureOrder(mixture.names, [s.counts for s in sources], mixture.schedule, global_batch, seed=seed,
+                         shuffle=shuffle, window_steps=max(1, window // global_batch), state=state)
+    start = order.start_step if state is not None else int(start_step)
+    steps_per_window = order.window_steps
+    first_window = start // steps_per_window
+    last_window = tf.int64.max if num_steps is None else -(-(start + num_steps) // steps_per_window)
+    shard_base = np.cumsum([0] + [len(s.urls) for s in sources])
+    all_urls = tuple(u for s in sources for u in s.urls)
+    layouts = [s.layout for s in sources]
+    seq_len, tf_dtype = first.seq_len, DTYPES[first.token_dtype]
+    widths = ((records.TOKENS, seq_len + 1), *((name, seq_len) for name in optional))
+    spec = {
+        records.TOKENS: tf.io.FixedLenFeature([], tf.string),
+        records.VALID_LABELS: tf.io.FixedLenFeature([], tf.int64, default_value=seq_len),
+        **{name: tf.io.FixedLenFeature([], tf.string) for name in optional},
+    }
+    gathers: dict[int, np.ndarray] = {}
+
+    def plan_window(w: np.ndarray) -> np.ndarray:
+        # The window's pieces: int64 [k, len(PIECE_FIELDS)]; its gather is kept for window_batches.
+        w = int(w)
+        reads, gather = order.rank_window(w, dp_rank, dp_size)
+        gathers[w] = gather
+        for old in [k for k in gathers if k < w - 64]:
+            gathers.pop(old, None)
+        drop = (start - w * steps_per_window) * rank_batch if w == first_window else 0
+        rows = []
+        for d, shard, r, n in reads:
+            begin, end = layouts[d].offsets([shard, shard], [r, r + n]).tolist()
+            rows.append([shard_base[d] + shard, begin, n, end - begin, 0, w, steps_per_window, drop, 0])
+        rows[-1][_ENDS_WINDOW] = 1
+        return np.array(rows, np.int64).reshape(-1, len(PIECE_FIELDS))
+
+    def gather(e: np.ndarray, w: np.ndarray, batches: np.ndarray) -> np.ndarray:
+        w = int(w)
+        if w not in gathers:
+            gathers[w] = order.rank_window(w, dp_rank, dp_size)[1]
+        return gathers[w]
+
+    @_no_autograph
+    def window_pieces(w):
+        pieces = tf.numpy_function(plan_window, [w], tf.int64, stateful=True)
+        return tf.data.Dataset.from_tensor_slices(tf.reshape(pieces, [-1, len(PIECE_FIELDS)]))
+
+    pieces = tf.data.Dataset.range(first_window, last_window).flat_map(window_pieces)
+    cache_source = types.SimpleNamespace(urls=all_urls)
+    ds = _window_pipeline(pieces, all_urls, cache_source, gather, spec, widths, tf_dtype, seq_len, rank_batch,
+                          optional, num_parallel_reads, read_buffer_bytes, cache_dir)
+    if num_steps is not None:
+        ds = ds.take(num_steps)
+    ds = _finish(ds, rank_batch, element_batch, keras, num_steps, dp_size > 1 or from_context)
+    log.info("tfdata: mixture %s (%d sources) rank %d/%d: %d x %d records per step, windows of %d steps, "
+             "from step %d", mixture.description, len(sources), dp_rank, dp_size, dp_size, rank_batch,
+             steps_per_window, start)
+    return ds
+
+
+def _window_pipeline(pieces, urls_list, cache_source, gather, spec, widths, tf_dtype, seq_len, rank_batch,
+                     optional, num_parallel_reads, read_buffer_bytes, cache_dir) -> tf.data.Dataset:
+    """Pieces (rows of PIECE_FIELDS, window after window) -> one element per batch of the rank.
+
+    `urls_list`: the location of every shard a piece names; `gather(epoch, window, batches)`: the
+    window's records (its pieces' records, concatenated) in the order of its batches.
+    """
+    urls = tf.constant(list(urls_list))  # for error messages
     cache = None
-    if tf_can_open(source.urls[0]):
-        local_paths = [tf_path(u) for u in source.urls]
+    if tf_can_open(urls_list[0]):
+        local_paths = [tf_path(u) for u in urls_list]
         literal = not any(c in p for p in local_paths for c in "*?[]{}\\")
         paths = tf.constant(local_paths)
 
@@ -306,7 +467,7 @@ def make_dataset(
             return tf.reshape(paths[piece[_SHARD]], [1]), piece[_OFFSET]
 
     else:
-        cache = ShardCache(source, cache_dir)
+        cache = ShardCache(cache_source, cache_dir)
         literal = True
 
         def locate(piece):
@@ -376,14 +537,6 @@ def make_dataset(
             out[name] = tf.reshape(tf.cast(tf.gather(arrays[name], order), tf.int32), shape)
         return out
 
-    @_no_autograph
-    def epoch_pieces(e):
-        pieces = tf.numpy_function(plan_pieces, [e], tf.int64, stateful=False)
-        return tf.data.Dataset.from_tensor_slices(tf.reshape(pieces, [-1, len(PIECE_FIELDS)]))
-
-    # One pipeline over all epochs' pieces, so that each function below is instantiated once.
-    last = tf.int64.max if end_epoch is None else max(end_epoch, first_epoch)
-    pieces = tf.data.Dataset.range(first_epoch, last).flat_map(epoch_pieces)
     read = pieces.interleave(read_piece, cycle_length=num_parallel_reads, block_length=1,
                              num_parallel_calls=num_parallel_reads, deterministic=True)
     parsed = read.map(parse_piece, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
@@ -394,13 +547,17 @@ def make_dataset(
                      num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     # One element per batch: a slice of its window's arrays (no copy when the slice is aligned).
     ds = ds.flat_map(tf.data.Dataset.from_tensor_slices)
+    return ds
+
+
+def _finish(ds, rank_batch, element_batch, keras, total, sharded) -> tf.data.Dataset:
+    """Replica batches, the Keras form, the cardinality (`total` steps, None: infinite), options."""
     per_step = rank_batch // element_batch
     if per_step > 1:  # tf.distribute: the pipeline's slice, cut into its replicas' batches
         ds = _rebatch(ds, element_batch)
     if keras:
         ds = ds.map(_keras_form, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    if end_epoch is not None:
-        total = max(0, (end_epoch - first_epoch) * steps - first_step) if end_epoch > first_epoch else 0
+    if total is not None:
         ds = ds.apply(tf.data.experimental.assert_cardinality(total * per_step))
     else:
         ds = ds.apply(tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))
@@ -409,15 +566,9 @@ def make_dataset(
     options.deterministic = True
     # The reader shards by itself: a strategy must not shard by file (there is no file list to
     # shard). Already sharded: OFF; one dataset for all workers: DATA (each takes its part).
-    sharded = dp_size > 1 or input_context is not None
     options.experimental_distribute.auto_shard_policy = (
         tf.data.experimental.AutoShardPolicy.OFF if sharded else tf.data.experimental.AutoShardPolicy.DATA)
     ds = ds.with_options(options)
-    log.info(
-        "tfdata: %s rank %d/%d: %d shards, %d steps/epoch of %d x %d records, from epoch %d step %d",
-        source.manifest_file, dp_rank, dp_size, len(source.urls), steps, dp_size, rank_batch, first_epoch,
-        first_step,
-    )
     return ds
 
 

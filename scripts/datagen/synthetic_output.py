@@ -50,6 +50,9 @@ def write_output(
     padded_record: int | None = None,
     padded_valid: int | None = None,
     split: str = "train",
+    first_id: int = 0,
+    model_sha256: str = "0" * 64,
+    subsets: dict | None = None,
 ) -> dict:
     """Write shards holding records 0..N-1 in order, and the manifest; returns the manifest.
 
@@ -62,6 +65,9 @@ def write_output(
         padded_record: global id of the one padded record (with valid_labels), if any.
         padded_valid: its valid label count (default seq_len // 2).
         split: the manifest's split.
+        first_id: the first record's id (several outputs with distinct ids: a mixture's sources).
+        model_sha256: the tokenizer hash the manifest records.
+        subsets: the manifest's per-subset statistics.
     """
     dtype = np.dtype(dtype)
     os.makedirs(out_dir, exist_ok=True)
@@ -72,7 +78,7 @@ def write_output(
         path = os.path.join(out_dir, name)
         with tf.io.TFRecordWriter(path) as writer:
             for _ in range(count):
-                rid = next_id
+                rid = first_id + next_id
                 next_id += 1
                 tokens = record_tokens(rid, seq_len, dtype)
                 valid = None
@@ -100,7 +106,7 @@ def write_output(
         "seq_len": seq_len,
         "features": records.feature_spec(seq_len, dtype, document_boundaries),
         "tokenizer": {
-            "model_sha256": "0" * 64,
+            "model_sha256": model_sha256,
             "vocab_size": VOCAB_SIZE,
             "bos_id": 1,
             "eos_id": 2,
@@ -115,7 +121,7 @@ def write_output(
             "label_tokens": next_id * seq_len - padding,
             "bytes": total_bytes,
         },
-        "subsets": {},
+        "subsets": subsets or {},
         "packing": {
             "remainder_policy": "pad",
             "records_from_chunks": next_id - (padded_record is not None),

@@ -1,0 +1,331 @@
+"""The order of a mixture: which source, and which of its records, fills each position of global batch k.
+
+Pure NumPy, the same on every rank; a function of the sources' record counts, the schedule of
+weights, the global batch size G, the seed and the window, never of the number of ranks.
+
+1. **Blend.** Global step k holds the mixture's samples [k*G, (k+1)*G). Within a segment of the
+   schedule (constant weights) each sample's source comes from `pipeline.core.blend.blend`: after
+   any n samples of the segment every source's count is within 1 of n x its weight.
+2. **Per-source streams.** Source d's j-th sample (counted over the whole run) is record
+   ``j mod N_d`` of its epoch ``j div N_d``: its shards in a per-(seed, source, epoch) order,
+   rotated to a seeded start, as the single-output reader's stream (pipeline/reader/plan.py).
+   A source that runs out starts its own next epoch; the others are unaffected.
+3. **Windows.** Steps are grouped in windows of S = max(1, window // G) steps, from step 0, and
+   every schedule step must start a window. Within a window, source d's samples
+   [c_d(start), c_d(end)) are dealt to its positions column by column (position p of the global
+   batch, then the steps in a per-(seed, window, p) order): every window consumes exactly the next
+   samples of each source, and the samples of a column are one contiguous run.
+4. **Ranks.** Rank r of W takes positions [r*B, (r+1)*B) of every global batch (B = G / W): columns
+   that hold, for each source, one contiguous run of its stream per window. A rank reads only the
+   records it uses.
+
+The state after step k (`MixtureOrder.state`) is a small dict: the step, each source's samples
+taken (and so its epoch), where the window and the segment holding k started, the schedule, and
+what the order depends on. Resuming from it, on any number of ranks, re-reads at most one window.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from pipeline.core.blend import blend, segment_of
+from pipeline.core.hashing import fold64, mix64, stable_hash
+from pipeline.format.manifest import load_manifest
+from pipeline.format.mixture import MixtureError, load_mixture
+from pipeline.reader.plan import default_window, shard_order
+
+MIXTURE_ORDER = "mixture-edf-columns-1"  # names this algorithm; a state under another is refused
+_SOURCE_TAG = 0x4D53  # "MS"
+_ROTATION_TAG = 0x524F  # "RO", as plan.py
+_SLOT_TAG = 0x534C  # "SL"
+_KEEP_WINDOWS = 256  # window starts remembered behind the latest (a few KiB)
+
+
+class MixtureOrder:
+    """The global order of a mixture for a global batch size, seed and window (see the module docstring).
+
+    Args:
+        names: source names, in the mixture's order.
+        counts: per source, its records per shard (manifest order).
+        schedule: (step, weights per source) pairs, the first at step 0.
+        global_batch: G.
+        seed: base seed (None without shuffling).
+        shuffle: False keeps each source's manifest order and deals each column's samples in step order.
+        window_steps: S, steps per window.
+        state: a state dict from `state()` to continue from (its step is `start_step`).
+    """
+
+    def __init__(self, names, counts, schedule, global_batch: int, *, seed: int | None, shuffle: bool,
+                 window_steps: int, state: dict | None = None):
+        if shuffle and seed is None:
+            raise ValueError("shuffling needs a seed (pass seed=<int>, or shuffle=False)")
+        if global_batch < 1 or window_steps < 1:
+            raise ValueError(f"global_batch ({global_batch}) and window_steps ({window_steps}) must be >= 1")
+        self.names = tuple(names)
+        self.counts = [np.asarray(c, np.int64) for c in counts]
+        self.records = np.array([int(c.sum()) for c in self.counts], np.int64)
+        empty = [n for n, r in zip(self.names, self.records, strict=True) if r == 0]
+        if empty:
+            raise MixtureError(f"sources {empty} hold no records")
+        self.schedule = [(int(s), tuple(float(x) for x in w)) for s, w in schedule]
+        self.steps = np.array([s for s, _ in self.schedule], np.int64)
+        off = [int(s) for s in self.steps if s % window_steps]
+        if off:
+            raise MixtureError(
+                f"schedule steps {off} do not start a window of {window_steps} steps (the reader's window of "
+                f"{window_steps * global_batch} records): use multiples of {window_steps}, or a smaller shuffle_buffer")
+        self.global_batch, self.seed, self.shuffle, self.window_steps = int(global_batch), seed, bool(shuffle), int(
+            window_steps)
+        self._keys = [fold64(_SOURCE_TAG, seed, stable_hash(n)) if shuffle else 0 for n in self.names]
+        self._lock = threading.Lock()
+        self._sources: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # recent windows' blends (each used twice)
+        # counts at the start of known windows: {window: (counts, counts at its segment's start)}
+        k = len(self.names)
+        self._known = {0: (np.zeros(k, np.int64), np.zeros(k, np.int64))}
+        self.start_step = 0
+        if state is not None:
+            self._resume(state)
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def _identity(self) -> dict:
+        return {"order": MIXTURE_ORDER, "global_batch_size": self.global_batch, "seed": self.seed,
+                "shuffle": self.shuffle, "window_steps": self.window_steps}
+
+    def _resume(self, state: dict) -> None:
+        if not isinstance(state, dict) or state.get("order") != MIXTURE_ORDER:
+            raise MixtureError(f"the state's order {(state or {}).get('order')!r} is not {MIXTURE_ORDER!r}: it "
+                               "was saved by another reader")
+        for key, value in self._identity().items():
+            if state.get(key) != value:
+                raise MixtureError(f"the state was saved with {key}={state.get(key)!r}, this reader has {value!r}: "
+                                   "resume with the run's settings")
+        step = int(state["step"])
+        old = list(state["sources"])
+        gone = [n for n in old if n not in self.names]
+        if gone:
+            raise MixtureError(
+                f"sources {gone} are in the state (the run read them) but not in the mixture: keep them in the "
+                f"mixture, with weight 0 from step {step} on in its schedule, to stop reading them")
+        if [n for n in self.names if n in old] != old:
+            raise MixtureError(f"the mixture lists the sources {list(self.names)} in another order than the state "
+                               f"{old}: the order breaks the blend's ties; keep it (new sources may go anywhere)")
+        w = int(state["window_start"]) // self.window_steps
+        seg = segment_of(self.steps, w * self.window_steps)
+        for name in self.names:
+            if name in old:
+                continue
+            before = [s for s, wt in self.schedule if s < step and wt[self.names.index(name)] > 0]
+            if before:
+                raise MixtureError(
+                    f"source {name!r} is not in the state saved at step {step}, but the schedule gives it a "
+                    f"weight from step {before[0]}: a source added mid-run starts with weight 0 until a "
+                    f"schedule step >= {step}")
+        past_new = {s: dict(zip(self.names, wt, strict=True)) for s, wt in self.schedule if s < step}
+        past_old = {int(s): dict(zip(old, wt, strict=True)) for s, wt in state["schedule"] if int(s) < step}
+        for s in sorted(set(past_new) | set(past_old)):
+            a, b = past_old.get(s), past_new.get(s)
+            same = a is not None and b is not None and all(a.get(n, 0.0) == b.get(n, 0.0) for n in set(a) | set(b))
+            if not same:
+                raise MixtureError(
+                    f"the schedule at step {s} ({b}) is not the one the run used ({a}): steps before the state's "
+                    f"step {step} cannot change; re-weight from step {step} on")
+        records = dict(zip(old, state["records"], strict=True))
+        changed = [n for n in old if int(records[n]) != int(self.records[self.names.index(n)])]
+        if changed:
+            raise MixtureError(f"sources {changed} hold other records than when the state was saved")
+
+        def per_name(values):
+            got = dict(zip(old, (int(v) for v in values), strict=True))
+            return np.array([got.get(n, 0) for n in self.names], np.int64)
+
+        at_window = per_name(state["counts_at_window"])
+        segment = per_name(state["segment_counts"]) if self.steps[seg] < w * self.window_steps else at_window
+        self._known = {w: (at_window, segment)}
+        self.start_step = step
+
+    def state(self, step: int) -> dict:
+        """The state after `step` global steps: a small JSON-able dict to save beside a checkpoint."""
+        w = step // self.window_steps
+        at_window, segment = self._window_start(w)
+        counts = at_window.copy()
+        done = step - w * self.window_steps
+        if done:
+            src = self.window_sources(w)[:done].reshape(-1)
+            counts += np.bincount(src, minlength=len(self.names))
+        return {**self._identity(), "step": int(step), "sources": list(self.names),
+                "records": self.records.tolist(), "counts": counts.tolist(),
+                "epochs": (counts // self.records).tolist(), "window_start": int(w * self.window_steps),
+                "counts_at_window": at_window.tolist(), "segment_counts": segment.tolist(),
+                "schedule": [[s, list(wt)] for s, wt in self.schedule]}
+
+    # -- the blend, window by window -----------------------------------------------------------
+
+    def _window_start(self, w: int) -> tuple[np.ndarray, np.ndarray]:
+        with self._lock:
+            known = max((k for k in self._known if k <= w), default=None)
+            if known is None:
+                raise ValueError(f"window {w} is before the resume point (step {self.start_step})")
+            while known < w:
+                counts, segment = self._known[known]
+                src = self._sources_from(known, counts, segment)
+                nxt = counts + np.bincount(src.reshape(-1), minlength=len(self.names))
+                start = (known + 1) * self.window_steps
+                seg_next = segment if self.steps[segment_of(self.steps, start)] < start else nxt
+                known += 1
+                self._known[known] = (nxt, seg_next)
+                for old in [k for k in self._known if k < known - _KEEP_WINDOWS]:
+                    del self._known[old]
+            return self._known[w]
+
+    def _sources_from(self, w: int, counts: np.ndarray, segment: np.ndarray) -> np.ndarray:
+        cached = self._sources.get(w)
+        if cached is not None and np.array_equal(cached[0], counts):
+            return cached[1]
+        src = self._blend_window(w, counts, segment)
+        self._sources = {k: v for k, v in self._sources.items() if k >= w - 2}
+        self._sources[w] = (counts, src)
+        return src
+
+    def _blend_window(self, w: int, counts: np.ndarray, segment: np.ndarray) -> np.ndarray:
+        start = w * self.window_steps
+        i = segment_of(self.steps, start)
+        weights = self.schedule[i][1]
+        done = (start - int(self.steps[i])) * self.global_batch
+        src = blend(weights, self.window_steps * self.global_batch, done, counts - segment)
+        return src.reshape(self.window_steps, self.global_batch)
+
+    def window_sources(self, w: int) -> np.ndarray:
+        """int64 [S, G]: the source of every position of the window's global batches."""
+        counts, segment = self._window_start(w)
+        return self._sources_from(w, counts, segment)
+
+    def window_samples(self, w: int) -> tuple[np.ndarray, np.ndarray]:
+        """(source, sample index over the run) of every position of the window: two int64 [S, G]."""
+        counts, _ = self._window_start(w)
+        src = self.window_sources(w)
+        s, g = src.shape
+        if self.shuffle:  # each column deals its samples to the window's steps in a seeded order
+            base = np.uint64(fold64(_SLOT_TAG, self.seed, w))
+            cols = np.arange(g, dtype=np.uint64)[None, :]
+            rows = np.arange(s, dtype=np.uint64)[:, None]
+            keys = mix64(base ^ mix64((cols << np.uint64(32)) | rows))
+            within = np.argsort(keys, axis=0, kind="stable")  # [S, G]: column p's steps, in dealing order
+        else:
+            within = np.tile(np.arange(s, dtype=np.int64)[:, None], (1, g))
+        # Dealing order: column by column, then within each column in `within` order.
+        flat_rows = within.T.reshape(-1)
+        flat_cols = np.repeat(np.arange(g, dtype=np.int64), s)
+        dealt_src = src[flat_rows, flat_cols]
+        k = len(self.names)
+        onehot = np.zeros((len(dealt_src), k), np.int64)
+        onehot[np.arange(len(dealt_src)), dealt_src] = 1
+        rank_in_source = (np.cumsum(onehot, axis=0) - onehot)[np.arange(len(dealt_src)), dealt_src]
+        samples = np.empty((s, g), np.int64)
+        samples[flat_rows, flat_cols] = counts[dealt_src] + rank_in_source
+        return src, samples
+
+    # -- per-source streams --------------------------------------------------------------------
+
+    def _stream(self, d: int, epoch: int) -> tuple[np.ndarray, int]:
+        order = shard_order(len(self.counts[d]), self._keys[d], epoch, self.shuffle)
+        rotation = fold64(_ROTATION_TAG, self._keys[d], epoch) % int(self.records[d]) if self.shuffle else 0
+        return order, int(rotation)
+
+    def locate(self, source: int, samples) -> tuple[np.ndarray, np.ndarray]:
+        """(shard, record in shard) of samples of one source (vectorized)."""
+        samples = np.asarray(samples, np.int64)
+        n = int(self.records[source])
+        shards, recs = np.empty_like(samples), np.empty_like(samples)
+        epochs = samples // n
+        for e in np.unique(epochs).tolist():
+            sel = epochs == e
+            order, rotation = self._stream(source, e)
+            sizes = self.counts[source][order]
+            ends = np.cumsum(sizes)
+            c = (samples[sel] % n + rotation) % n
+            i = np.searchsorted(ends, c, side="right")
+            shards[sel], recs[sel] = order[i], c - (ends[i] - sizes[i])
+        return shards, recs
+
+    def runs(self, source: int, first: int, stop: int) -> list[tuple[int, int, int]]:
+        """Samples [first, stop) of a source as (shard, first record, records) runs, in sample order."""
+        out = []
+        n = int(self.records[source])
+        j = first
+        while j < stop:
+            e, i = divmod(j, n)
+            take = min(stop - j, n - i)
+            order, rotation = self._stream(source, e)
+            sizes = self.counts[source][order]
+            ends = np.cumsum(sizes)
+            pos, left = (i + rotation) % n, take
+            while left:
+                k = int(np.searchsorted(ends, pos, side="right"))
+                within = pos - int(ends[k] - sizes[k])
+                m = min(left, int(sizes[k]) - within)
+                out.append((int(order[k]), within, m))
+                left -= m
+                pos = (pos + m) % n
+            j += take
+        return out
+
+    def rank_window(self, w: int, dp_rank: int, dp_size: int) -> tuple[list[tuple[int, int, int, int]], np.ndarray]:
+        """What rank `dp_rank` reads for window w, and how its records form its batches.
+
+        Returns:
+            (reads, gather): reads are (source, shard, first record, records) runs; gather (int64
+            [S * B]) indexes the reads' records, concatenated, in the order of the rank's batches.
+        """
+        g = self.global_batch
+        if dp_size < 1 or g % dp_size or not 0 <= dp_rank < dp_size:
+            raise ValueError(f"dp_rank {dp_rank} / dp_size {dp_size} must split the global batch {g}")
+        b = g // dp_size
+        src, samples = self.window_samples(w)
+        src, samples = src[:, dp_rank * b : (dp_rank + 1) * b], samples[:, dp_rank * b : (dp_rank + 1) * b]
+        reads, gather = [], np.empty(src.shape, np.int64)
+        offset = 0
+        for d in np.unique(src).tolist():
+            sel = src == d
+            first, stop = int(samples[sel].min()), int(samples[sel].max()) + 1
+            if stop - first != int(sel.sum()):  # the columns' runs are contiguous by construction
+                raise RuntimeError(f"mixture order: the rank's samples of source {d} are not one run")
+            reads.extend((d, shard, r, m) for shard, r, m in self.runs(d, first, stop))
+            gather[sel] = offset + samples[sel] - first
+            offset += stop - first
+        return reads, gather.reshape(-1)
+
+    def batch_records(self, step: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(source, shard, record in shard) of the G records of global batch `step`, in batch order."""
+        w = step // self.window_steps
+        src, samples = self.window_samples(w)
+        row_src, row = src[step - w * self.window_steps], samples[step - w * self.window_steps]
+        shards, recs = np.empty_like(row), np.empty_like(row)
+        for d in np.unique(row_src).tolist():
+            sel = row_src == d
+            shards[sel], recs[sel] = self.locate(d, row[sel])
+        return row_src, shards, recs
+
+
+def token_bytes(manifest: dict) -> int:
+    """Bytes per token id of an output (2 for uint16, 4 for int32)."""
+    return 2 if manifest["features"]["tokens"]["dtype"] == "uint16" else 4
+
+
+def open_order(mixture, global_batch: int, *, seed: int | None, shuffle: bool = True,
+               shuffle_buffer: int | None = None, state: dict | None = None) -> MixtureOrder:
+    """The MixtureOrder of a mixture (anything `load_mixture` takes), from its manifests' record counts.
+
+    `shuffle_buffer`: records per window (None: the reader's default for the sources' seq_len).
+    """
+    mixture = load_mixture(mixture)
+    counts, first = [], None
+    for source in mixture.sources:
+        m = load_manifest(source.manifest)
+        first = first or m
+        counts.append([int(s["records"]) for s in m["shards"]])
+    window = shuffle_buffer or default_window(int(first["seq_len"]), token_bytes(first))
+    return MixtureOrder(mixture.names, counts, mixture.schedule, global_batch, seed=seed, shuffle=shuffle,
+                        window_steps=max(1, int(window) // int(global_batch)), state=state)
