@@ -317,7 +317,7 @@ def make_dataset(
     last = tf.int64.max if end_epoch is None else max(end_epoch, first_epoch)
     pieces = tf.data.Dataset.range(first_epoch, last).flat_map(epoch_pieces)
     ds = _window_pipeline(pieces, source.urls, source, gather, spec, widths, tf_dtype, seq_len, rank_batch, optional,
-                          num_parallel_reads, read_buffer_bytes, cache_dir)
+                          num_parallel_reads, read_buffer_bytes, cache_dir, best_fit)
     total = None
     if end_epoch is not None:
         total = max(0, (end_epoch - first_epoch) * steps - first_step) if end_epoch > first_epoch else 0
@@ -401,11 +401,17 @@ def _mixture_dataset(mixture: Mixture, rank_batch, element_batch, dp_rank, dp_si
     all_urls = tuple(u for s in sources for u in s.urls)
     layouts = [s.layout for s in sources]
     seq_len, tf_dtype = first.seq_len, DTYPES[first.token_dtype]
-    widths = ((records.TOKENS, seq_len + 1), *((name, seq_len) for name in optional))
+    packings = {s.packing for s in sources}
+    if len(packings) > 1:
+        raise ValueError(f"mixture {mixture.description}: its sources are packed in different ways "
+                         f"({', '.join(sorted(packings))}); mix outputs of one --packing mode")
+    best_fit = first.packing == records.BEST_FIT
+    parsed_optional = tuple(dict.fromkeys((*optional, *((records.SEGMENT_IDS,) if best_fit else ()))))
+    widths = ((records.TOKENS, seq_len + 1), *((name, seq_len) for name in parsed_optional))
     spec = {
         records.TOKENS: tf.io.FixedLenFeature([], tf.string),
         records.VALID_LABELS: tf.io.FixedLenFeature([], tf.int64, default_value=seq_len),
-        **{name: tf.io.FixedLenFeature([], tf.string) for name in optional},
+        **{name: tf.io.FixedLenFeature([], tf.string) for name in parsed_optional},
     }
     gathers: dict[int, np.ndarray] = {}
 
@@ -438,7 +444,7 @@ def _mixture_dataset(mixture: Mixture, rank_batch, element_batch, dp_rank, dp_si
     pieces = tf.data.Dataset.range(first_window, last_window).flat_map(window_pieces)
     cache_source = types.SimpleNamespace(urls=all_urls)
     ds = _window_pipeline(pieces, all_urls, cache_source, gather, spec, widths, tf_dtype, seq_len, rank_batch,
-                          optional, num_parallel_reads, read_buffer_bytes, cache_dir)
+                          optional, num_parallel_reads, read_buffer_bytes, cache_dir, best_fit)
     if num_steps is not None:
         ds = ds.take(num_steps)
     ds = _finish(ds, rank_batch, element_batch, keras, num_steps, dp_size > 1 or from_context)
@@ -449,11 +455,12 @@ def _mixture_dataset(mixture: Mixture, rank_batch, element_batch, dp_rank, dp_si
 
 
 def _window_pipeline(pieces, urls_list, cache_source, gather, spec, widths, tf_dtype, seq_len, rank_batch,
-                     optional, num_parallel_reads, read_buffer_bytes, cache_dir) -> tf.data.Dataset:
+                     optional, num_parallel_reads, read_buffer_bytes, cache_dir, best_fit) -> tf.data.Dataset:
     """Pieces (rows of PIECE_FIELDS, window after window) -> one element per batch of the rank.
 
     `urls_list`: the location of every shard a piece names; `gather(epoch, window, batches)`: the
-    window's records (its pieces' records, concatenated) in the order of its batches.
+    window's records (its pieces' records, concatenated) in the order of its batches; `best_fit`:
+    padding is marked by segment id 0 (which `widths` then parses) rather than by valid_labels.
     """
     urls = tf.constant(list(urls_list))  # for error messages
     cache = None
