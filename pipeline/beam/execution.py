@@ -48,8 +48,6 @@ class Execution:
     share: files may be shared between workers in stripes (`share_files`), else each is read whole;
     encode_threads: threads per tokenizer batch (None: the library's default, all cores);
     spill: records cross the shuffle as local files (all workers on this machine, pipeline/io/spill.py);
-    spill_dir: where, once the job has made it;
-    progress: where workers send their progress (pipeline/beam/progress.py), None: metrics only;
     input_bytes: the inputs' stored size, the 100% of progress.
     """
 
@@ -58,14 +56,27 @@ class Execution:
     share: bool = False
     encode_threads: int | None = None
     spill: bool = False
-    spill_dir: str | None = None
-    progress: tuple[str, int] | None = None
     input_bytes: int = 0
 
 
+@dataclasses.dataclass(frozen=True)
+class Workspace:
+    """What a run makes once it holds the output directory's lock, for its workers.
+
+    spill_dir: where records spill (with `Execution.spill`), None: they cross the shuffle as they are;
+    progress: where workers send their progress (pipeline/beam/progress.py), None: metrics only.
+    """
+
+    spill_dir: str | None = None
+    progress: tuple[str, int] | None = None
+
+
 def plan_execution(runner: str, direct_workers: int | None, input_files: list[str], fan_out: str = "auto",
-                   encode_threads: int | None = None) -> Execution:
-    """Decide fan-out and tokenizer threads for `runner`; the choice is logged."""
+                   encode_threads: int | None = None, input_bytes: int = 0) -> Execution:
+    """Decide fan-out and tokenizer threads for `runner`; the choice is logged.
+
+    `input_bytes`: the inputs' stored size (`file_sizes`), for progress.
+    """
     if fan_out not in FAN_OUT_CHOICES:
         raise ValueError(f"--fan_out must be one of {FAN_OUT_CHOICES}, got {fan_out!r}")
     direct = runner in ("DirectRunner", "direct")
@@ -83,7 +94,8 @@ def plan_execution(runner: str, direct_workers: int | None, input_files: list[st
     LOG.info("execution: %s, %d tokenizer thread(s) per worker%s", "chunks fanned out to workers" if chosen else
              f"work items on {workers} worker(s): " + ("whole files or stripes of them" if share else "whole files"),
              encode_threads, ", records to the shard writers through local spill files" if direct else "")
-    return Execution(fan_out=chosen, workers=workers, encode_threads=encode_threads, spill=direct, share=share)
+    return Execution(fan_out=chosen, workers=workers, encode_threads=encode_threads, spill=direct, share=share,
+                     input_bytes=input_bytes)
 
 
 def running_mode(workers: int, backend: str) -> str:

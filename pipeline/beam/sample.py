@@ -18,7 +18,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from pipeline.beam.options import direct_runner, pipeline_options
-from pipeline.beam.transforms import STATS, ReadChunksFn
+from pipeline.beam.read import STATS, ReadChunksFn
 from pipeline.core import documents
 from pipeline.core.stats import merge_stats
 from pipeline.io import inputs

@@ -11,8 +11,9 @@ Our flags are declared on `PipelineConfig` (pipeline/config/job.py); every other
 of Beam's (`--runner`, `--direct_num_workers`, `--project`, ...). `--config FILE` reads a TOML file
 (see beam_configs/) whose [pipeline] and [beam] tables come before the command line.
 
-Beam is imported only once a fast tokenizer's self-check has started in a process of its own
-(`EarlyChoice`), so that the two overlap; the job itself is pipeline/beam/launch.py.
+The tokenizer model is read once, here, and Beam is imported only once a fast tokenizer's
+self-check has started in a process of its own (`EarlyChoice`, handed that model), so that the two
+overlap; the job itself is pipeline/beam/launch.py.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from pipeline.core.options import (
 from pipeline.format.manifest import ManifestError
 from pipeline.io.scratch import private_temp_dir
 from pipeline.io.urls import refuse_credentials
+from pipeline.tokenize.model import TokenizerModel
 from pipeline.tokenize.self_check import EarlyChoice
 
 LOG = logging.getLogger("pipeline")
@@ -58,31 +60,33 @@ def parse_args(argv: list[str]) -> tuple[PipelineConfig, list[str]]:
         raise UsageError(str(e)) from None
 
 
-def early_choice(argv: list[str]) -> EarlyChoice | None:
-    """The backend self-check, started from our own flags alone; None when they do not parse.
+def early_choice(argv: list[str]) -> tuple[EarlyChoice | None, TokenizerModel | None]:
+    """The tokenizer model, read from our own flags alone, and its backend self-check, started.
 
-    Any mistake is left for `parse_args` and the job's checks to report, in their order.
+    (None, None) when the flags do not parse or the model cannot be read: any mistake is left for
+    `parse_args` and the job's checks to report, in their order.
     """
     if "-h" in argv or "--help" in argv:
-        return None
+        return None, None
     try:
         namespace, _ = parse_own_flags(build_parser(), argv)
         config = PipelineConfig(**values_from(PipelineConfig, namespace))
         refuse_credentials([("--input", u) for u in config.inputs] + [("--tokenizer_model", config.tokenizer_model)])
-    except ValueError:
-        return None
-    return EarlyChoice(config.tokenizer_backend, config.tokenizer_model, list(config.inputs), config.schema)
+        model = TokenizerModel.load(config.tokenizer_model)
+    except (ValueError, OSError):
+        return None, None
+    return EarlyChoice(config.tokenizer_backend, model, list(config.inputs), config.schema), model
 
 
 def main(argv: list[str] | None = None) -> dict | None:
     """Run the pipeline; returns the manifest it wrote (None when the job was only translated)."""
     argv = sys.argv[1:] if argv is None else argv
-    early = early_choice(argv)
+    early, model = early_choice(argv)
     try:
         config, beam_args = parse_args(argv)
         from pipeline.beam.launch import run_job  # Beam, while the self-check runs
 
-        return run_job(config, beam_args, early)
+        return run_job(config, beam_args, early, model)
     finally:
         if early is not None:
             early.cancel()
