@@ -24,14 +24,7 @@ import sys
 from pipeline.beam.logs import JobFailed, configure_logging
 from pipeline.config.job import PipelineConfig
 from pipeline.core import gc_policy
-from pipeline.core.options import (
-    ArgumentParser,
-    UsageError,
-    add_options,
-    parse_command_line,
-    parse_own_flags,
-    values_from,
-)
+from pipeline.core.options import ArgumentParser, command_parser, options_from, parse_command_line, parse_own_flags
 from pipeline.format.manifest import ManifestError
 from pipeline.io.scratch import private_temp_dir
 from pipeline.io.urls import refuse_credentials
@@ -43,10 +36,8 @@ LOG = logging.getLogger("pipeline")
 
 def build_parser() -> ArgumentParser:
     """Our flags, from PipelineConfig (Beam's are checked by `parse_command_line`)."""
-    parser = ArgumentParser(prog="pile-pipeline run", description=__doc__)
-    parser.add_argument("--config", metavar="FILE", help="TOML file with [pipeline] and [beam] tables (beam_configs/)")
-    add_options(parser, PipelineConfig)
-    return parser
+    return command_parser("pile-pipeline run", __doc__, PipelineConfig,
+                          config_help="TOML file with [pipeline] and [beam] tables (beam_configs/)")
 
 
 def parse_args(argv: list[str]) -> tuple[PipelineConfig, list[str]]:
@@ -54,10 +45,7 @@ def parse_args(argv: list[str]) -> tuple[PipelineConfig, list[str]]:
     from pipeline.beam.options import BEAM  # imports Beam
 
     namespace, beam_args = parse_command_line(build_parser(), argv, BEAM)
-    try:
-        return PipelineConfig(**values_from(PipelineConfig, namespace)), beam_args
-    except ValueError as e:
-        raise UsageError(str(e)) from None
+    return options_from(PipelineConfig, namespace), beam_args
 
 
 def early_choice(argv: list[str]) -> tuple[EarlyChoice | None, TokenizerModel | None]:
@@ -70,7 +58,7 @@ def early_choice(argv: list[str]) -> tuple[EarlyChoice | None, TokenizerModel | 
         return None, None
     try:
         namespace, _ = parse_own_flags(build_parser(), argv)
-        config = PipelineConfig(**values_from(PipelineConfig, namespace))
+        config = options_from(PipelineConfig, namespace)
         refuse_credentials([("--input", u) for u in config.inputs] + [("--tokenizer_model", config.tokenizer_model)])
         model = TokenizerModel.load(config.tokenizer_model)
     except (ValueError, OSError):
