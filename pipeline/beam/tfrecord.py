@@ -20,6 +20,10 @@ the same bytes in a local file (pipeline/io/spill.py). Reading and the chunks' d
 format's (pipeline/beam/read.py, pipeline/beam/chunk_documents.py).
 """
 
+# One module over 400 lines on purpose: the TFRecord format's stages share its element shapes, tags
+# and shard plan, and each is short; the module answers "where is packing, where are the shards
+# assigned and written" in one place, as pipeline/beam/megatron.py does for its format.
+
 from __future__ import annotations
 
 import logging
