@@ -27,7 +27,7 @@ from pipeline.core import gc_policy
 from pipeline.core.options import ArgumentParser, command_parser, options_from, parse_command_line, parse_own_flags
 from pipeline.format.manifest import ManifestError
 from pipeline.io.scratch import private_temp_dir
-from pipeline.io.urls import refuse_credentials
+from pipeline.io.urls import is_local_url, refuse_credentials
 from pipeline.tokenize.model import TokenizerModel
 from pipeline.tokenize.self_check import EarlyChoice
 
@@ -51,8 +51,9 @@ def parse_args(argv: list[str]) -> tuple[PipelineConfig, list[str]]:
 def early_choice(argv: list[str]) -> tuple[EarlyChoice | None, TokenizerModel | None]:
     """The tokenizer model, read from our own flags alone, and its backend self-check, started.
 
-    (None, None) when the flags do not parse or the model cannot be read: any mistake is left for
-    `parse_args` and the job's checks to report, in their order.
+    (None, None) when the flags do not parse, the model cannot be read or is not a local file: any
+    mistake is left for `parse_args` and the job's checks to report, in their order (a model in a
+    store is read after the checks of where the workers run, pipeline/beam/preflight.py).
     """
     if "-h" in argv or "--help" in argv:
         return None, None
@@ -60,6 +61,8 @@ def early_choice(argv: list[str]) -> tuple[EarlyChoice | None, TokenizerModel | 
         namespace, _ = parse_own_flags(build_parser(), argv)
         config = options_from(PipelineConfig, namespace)
         refuse_credentials([("--input", u) for u in config.inputs] + [("--tokenizer_model", config.tokenizer_model)])
+        if not is_local_url(config.tokenizer_model):
+            return None, None
         model = TokenizerModel.load(config.tokenizer_model)
     except (ValueError, OSError):
         return None, None
