@@ -9,7 +9,7 @@ import sentencepiece as spm
 from corpus_helpers import FAST_BEAM, pile_line, run_free, write_lines
 from test_backends import FAST, _fuzz, _train, _WrongOnDigits
 
-from pipeline.beam import job
+from pipeline.beam import preflight
 from pipeline.cli import run
 from pipeline.config.job import PipelineConfig
 from pipeline.tokenize import engines, self_check
@@ -99,7 +99,7 @@ def wrong_backend(monkeypatch):
     monkeypatch.setitem(engines._ENGINES, "kitoken", _WrongOnDigits)
     monkeypatch.setattr(engines, "model_problems", lambda backend, facts: [])
     monkeypatch.setattr(self_check, "model_problems", lambda backend, facts: [])
-    monkeypatch.setattr(job, "choose_backend",
+    monkeypatch.setattr(preflight, "choose_backend",
                         lambda *args, **kwargs: self_check.BackendChoice("kitoken", "test", {"result": "passed"}))
 
 

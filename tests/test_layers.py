@@ -1,11 +1,12 @@
 """The package's layers: no upward imports, no cycles, commands that never import each other.
 
-Layers, lowest first (pipeline/__init__.py draws them): core, format, io, tokenize, config, beam,
-cli. The reader depends on core and format only (and never on Beam). Checked on the source with
+The layers, lowest first, are read from docs/development.md's "**Layers**" line (their one list).
+The reader depends on core and format only (and never on Beam). Checked on the source with
 `ast`, so an import inside a function counts too.
 """
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,17 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "pipeline"
-ORDER = ["core", "format", "io", "tokenize", "config", "beam", "cli"]
+
+
+def _documented_layers() -> list[str]:
+    """The layers in docs/development.md's line "**Layers**, lowest first: `core` → ... → `cli`."."""
+    text = (REPO / "docs" / "development.md").read_text()
+    match = re.search(r"\*\*Layers\*\*, lowest first: ((?:`\w+`(?: → )?)+)", text)
+    assert match, "docs/development.md has no '**Layers**, lowest first: `a` → `b` ...' line"
+    return re.findall(r"`(\w+)`", match.group(1))
+
+
+ORDER = _documented_layers()
 # What each layer may import from the package (besides itself).
 ALLOWED = {layer: set(ORDER[: i]) for i, layer in enumerate(ORDER)}
 ALLOWED["reader"] = {"core", "format"}

@@ -17,8 +17,9 @@ from corpus_helpers import FAST_BEAM, pile_line, write_lines
 from sample_corpus import compose_lines
 
 from pipeline.cli import run
+from pipeline.config import tokenizer as tconfig
 from pipeline.format import manifest as manifest_lib
-from pipeline.tokenize import training as tt
+from pipeline.tokenize import trainer as ttrainer
 from pipeline.tokenize.model import load_processor, resolve_special_ids
 
 
@@ -26,10 +27,10 @@ def train_tiny(prefix, texts, **overrides) -> str:
     """Train with the trainer's Llama-2 defaults (tiny vocab); returns the .model path."""
     os.makedirs(os.path.dirname(prefix), exist_ok=True)
     docs = [("Pile-CC", t) for t in texts]
-    tt.write_trainer_input(docs, prefix + ".txt", 4192)
-    config = tt.TrainerConfig(**{"vocab_size": 500, "num_threads": 1, **overrides})
+    ttrainer.write_trainer_input(docs, prefix + ".txt", 4192)
+    config = tconfig.TrainerConfig(**{"vocab_size": 500, "num_threads": 1, **overrides})
     with open(prefix + ".model", "wb") as f:
-        f.write(tt.train_model(prefix + ".txt", config))
+        f.write(ttrainer.train_model(prefix + ".txt", config))
     return prefix + ".model"
 
 

@@ -28,15 +28,14 @@ from s3_server import loopback_s3
 from sample_corpus import write_sample_corpus
 
 from pipeline.beam import megatron as beam_megatron
-from pipeline.beam.job import build_pipeline, resolve_job
+from pipeline.beam.job import build_pipeline
+from pipeline.beam.preflight import prepare
 from pipeline.cli import data_path as data_path_cli
 from pipeline.cli import run
 from pipeline.core.options import UsageError
 from pipeline.format import manifest as manifest_lib
 from pipeline.format import megatron as fmt
-from pipeline.io.inputs import expand_inputs
 from pipeline.io.lock import LOCK_NAME
-from pipeline.tokenize.model import load_processor, resolve_special_ids
 
 REPO = Path(__file__).resolve().parents[1]
 SHARD_MB = 0.05
@@ -313,9 +312,9 @@ def test_dataflow_dry_run_translates_the_megatron_job(corpus, tiny_model, monkey
             "--dry_run", "True", "--setup_file", str(REPO / "setup.py"), "--requirements_cache", "skip",
             "--no_save_main_session"]
     config, beam_args = run.parse_args(argv)
-    p = beam.Pipeline(options=pipeline_options(beam_args))
-    special = resolve_special_ids(load_processor(tiny_model), add_bos=False, add_eos=True)
-    build_pipeline(p, resolve_job(config, expand_inputs(list(config.inputs)), special))
+    options = pipeline_options(beam_args)
+    p = beam.Pipeline(options=options)
+    build_pipeline(p, prepare(config, options))
     result = p.run()
     result.wait_until_finish()
     labels = {t.unique_name.split("/")[0] for t in result.job.proto_pipeline.components.transforms.values()}

@@ -38,11 +38,10 @@ from corpus_helpers import run_free
 from sample_corpus import write_sample_corpus
 
 from pipeline.beam import options as beam_options
-from pipeline.beam.job import build_pipeline, resolve_job
+from pipeline.beam.job import build_pipeline
+from pipeline.beam.preflight import prepare
 from pipeline.cli import run
 from pipeline.core.options import PLACEHOLDER
-from pipeline.io.inputs import expand_inputs
-from pipeline.tokenize.model import load_processor, resolve_special_ids
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = sorted(glob.glob(str(REPO / "beam_configs" / "*.toml")))
@@ -205,10 +204,8 @@ def test_dataflow_dry_run_translates_the_whole_job_offline(corpus, tiny_model, n
             "--requirements_cache", "skip", "--no_save_main_session"]
     config, beam_args = run.parse_args(argv)
     options = beam_options.pipeline_options(beam_args)
-    files = expand_inputs(list(config.inputs))
-    special = resolve_special_ids(load_processor(config.tokenizer_model), add_bos=False, add_eos=True)
     p = beam.Pipeline(options=options)
-    build_pipeline(p, resolve_job(config, files, special))
+    build_pipeline(p, prepare(config, options))
     result = p.run()
     result.wait_until_finish()
     assert result.state == "DONE"
@@ -227,7 +224,7 @@ def test_dataflow_dry_run_translates_the_whole_job_offline(corpus, tiny_model, n
     # with the worker requirements (the Beam job's packages, cloud I/O, the fast backends).
     with tarfile.open(staged["workflow.tar.gz"]) as sdist:
         names = sdist.getnames()
-        assert any(n.endswith("/pipeline/beam/transforms.py") for n in names)
+        assert any(n.endswith("/pipeline/beam/tfrecord.py") for n in names)
         assert any(n.endswith("/pyproject.toml") for n in names)
     with open(staged["requirements.txt"]) as f:
         requires = [line.split("==")[0] for line in f.read().splitlines() if line and not line.startswith("#")]

@@ -8,7 +8,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from pipeline.beam.transforms import WriteShardFn
+from pipeline.beam.tfrecord import WriteShardFn
 from pipeline.config.job import PipelineConfig
 from pipeline.core.shuffle import Permutation, ShardPlan
 from pipeline.core.sources import SourceOffsets, source_key

@@ -20,8 +20,9 @@ import sentencepiece as spm
 import tensorflow as tf
 from sample_corpus import compose_lines
 
+from pipeline.config import tokenizer as tconfig
 from pipeline.tokenize import tf_text as tf_tokenize
-from pipeline.tokenize import training as tt
+from pipeline.tokenize import trainer as ttrainer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLE_MODEL = os.path.join(REPO, "tokenizers", "sample", "sample.model")
@@ -85,10 +86,10 @@ def corpus() -> list[str]:
 
 def _train(path: str, model_type: str) -> str:
     texts = [json.loads(line)["text"] for line in compose_lines(random.Random(4), 250)]
-    tt.write_trainer_input((("Pile-CC", t) for t in texts), path + ".txt", 4192)
-    config = tt.TrainerConfig(model_type=model_type, vocab_size=600, num_threads=1)
+    ttrainer.write_trainer_input((("Pile-CC", t) for t in texts), path + ".txt", 4192)
+    config = tconfig.TrainerConfig(model_type=model_type, vocab_size=600, num_threads=1)
     with open(path + ".model", "wb") as f:
-        f.write(tt.train_model(path + ".txt", config))
+        f.write(ttrainer.train_model(path + ".txt", config))
     return path + ".model"
 
 

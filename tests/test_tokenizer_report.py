@@ -12,19 +12,20 @@ from corpus_helpers import FAST_BEAM, pile_line, write_lines
 from sample_corpus import compose_lines
 
 from pipeline.cli import tokenizer_report as report_cli
+from pipeline.config import tokenizer as tconfig
 from pipeline.core import subsets
 from pipeline.tokenize import report
-from pipeline.tokenize import training as tt
+from pipeline.tokenize import trainer as ttrainer
 
 RARE = "龘齉"  # two CJK characters the training text never holds: 3 UTF-8 bytes each
 
 
 def train_tiny(prefix, **overrides) -> str:
     texts = [json.loads(line)["text"] for line in compose_lines(random.Random(8), 150)]
-    tt.write_trainer_input((("Pile-CC", t) for t in texts), prefix + ".txt", 4192)
-    config = tt.TrainerConfig(**{"vocab_size": 450, "num_threads": 1, **overrides})
+    ttrainer.write_trainer_input((("Pile-CC", t) for t in texts), prefix + ".txt", 4192)
+    config = tconfig.TrainerConfig(**{"vocab_size": 450, "num_threads": 1, **overrides})
     with open(prefix + ".model", "wb") as f:
-        f.write(tt.train_model(prefix + ".txt", config))
+        f.write(ttrainer.train_model(prefix + ".txt", config))
     return prefix + ".model"
 
 

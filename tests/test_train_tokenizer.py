@@ -15,9 +15,11 @@ from sample_corpus import compose_lines
 from pipeline.beam import sample
 from pipeline.cli import run
 from pipeline.cli import train_tokenizer as train_cli
+from pipeline.config import tokenizer as tconfig
 from pipeline.core import subsets
 from pipeline.core.subsets import PILE_SUBSETS
-from pipeline.tokenize import training as tt
+from pipeline.tokenize import sample as tsample
+from pipeline.tokenize import trainer as ttrainer
 
 BAD_LINES = [
     b"{not json",
@@ -56,7 +58,7 @@ def sample_args(corpus, work_dir, *extra) -> list[str]:
 
 
 def read_sample(work_dir) -> list[dict]:
-    with open(os.path.join(work_dir, tt.SAMPLE_FILE), encoding="utf-8") as f:
+    with open(os.path.join(work_dir, tsample.SAMPLE_FILE), encoding="utf-8") as f:
         return [json.loads(line) for line in f]
 
 
@@ -68,7 +70,7 @@ def test_pile_mix_weights_reproduce_the_papers_table():
     assert set(weights) == set(PILE_SUBSETS)
     assert sum(subsets.PILE_RAW_GIB.values()) == pytest.approx(825.18, abs=0.01)
     assert sum(weights.values()) == pytest.approx(1254.20, abs=0.05)
-    shares = tt.parse_weights("pile", PILE_SUBSETS)
+    shares = tsample.parse_weights("pile", PILE_SUBSETS)
     assert sum(shares.values()) == pytest.approx(1.0)
     assert shares["Pile-CC"] == pytest.approx(0.1811, abs=5e-5)  # the paper's "weight" column
     assert shares["Wikipedia (en)"] == pytest.approx(0.0153, abs=5e-5)
@@ -76,32 +78,32 @@ def test_pile_mix_weights_reproduce_the_papers_table():
 
 
 def test_parse_weights_presets_lists_and_errors():
-    assert tt.parse_weights("natural", PILE_SUBSETS) is None
-    uniform = tt.parse_weights("uniform", ["Github", "ArXiv"])
+    assert tsample.parse_weights("natural", PILE_SUBSETS) is None
+    uniform = tsample.parse_weights("uniform", ["Github", "ArXiv"])
     assert uniform == {"Github": 0.5, "ArXiv": 0.5}
-    explicit = tt.parse_weights("Github=1, ArXiv=3", PILE_SUBSETS)
+    explicit = tsample.parse_weights("Github=1, ArXiv=3", PILE_SUBSETS)
     assert explicit["Github"] == 0.25 and explicit["ArXiv"] == 0.75
     assert explicit["Pile-CC"] == 0.0  # not named: left out
     # The pile preset renormalizes over the selected subsets.
-    assert sum(tt.parse_weights("pile", ["Github", "ArXiv"]).values()) == pytest.approx(1.0)
+    assert sum(tsample.parse_weights("pile", ["Github", "ArXiv"]).values()) == pytest.approx(1.0)
     with pytest.raises(ValueError, match="unknown Pile subset"):
-        tt.parse_weights("CommonCrawl=1", PILE_SUBSETS)
+        tsample.parse_weights("CommonCrawl=1", PILE_SUBSETS)
     with pytest.raises(ValueError, match="NAME=WEIGHT"):
-        tt.parse_weights("Github", PILE_SUBSETS)
+        tsample.parse_weights("Github", PILE_SUBSETS)
     with pytest.raises(ValueError, match="nothing would be sampled"):
-        tt.parse_weights("Github=0", PILE_SUBSETS)
+        tsample.parse_weights("Github=0", PILE_SUBSETS)
     with pytest.raises(ValueError, match="not among the selected"):
-        tt.parse_weights("ArXiv=1", ["Github"])
+        tsample.parse_weights("ArXiv=1", ["Github"])
     with pytest.raises(ValueError, match=">= 0"):
-        tt.parse_weights("Github=-1", PILE_SUBSETS)
+        tsample.parse_weights("Github=-1", PILE_SUBSETS)
 
 
 def test_take_smallest_worked_example():
     docs = [(7, 0, 1, 4, "Pile-CC", "a"), (2, 0, 2, 5, "Pile-CC", "b"), (9, 0, 3, 1, "Pile-CC", "c"),
             (4, 0, 4, 6, "Pile-CC", "d")]
-    assert [d[0] for d in tt.take_smallest(docs, 10)] == [2, 4]
-    assert [d[0] for d in tt.take_smallest(docs, 5)] == [2]
-    assert [d[0] for d in tt.take_smallest(docs, 100)] == [2, 4, 7, 9]
+    assert [d[0] for d in tsample.take_smallest(docs, 10)] == [2, 4]
+    assert [d[0] for d in tsample.take_smallest(docs, 5)] == [2]
+    assert [d[0] for d in tsample.take_smallest(docs, 100)] == [2, 4, 7, 9]
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -109,12 +111,12 @@ def test_take_smallest_merges_in_any_order(seed):
     rng = random.Random(seed)
     docs = [(rng.getrandbits(64), 0, i, rng.randint(1, 50), "Github", "") for i in range(300)]
     budget = rng.randint(10, 3000)
-    expected = tt.take_smallest(docs, budget)
+    expected = tsample.take_smallest(docs, budget)
     for _ in range(5):
         rng.shuffle(docs)
         cuts = sorted(rng.sample(range(1, len(docs)), 6))
         parts = [docs[a:b] for a, b in zip([0, *cuts], [*cuts, len(docs)], strict=True)]
-        assert tt.take_smallest([d for p in parts for d in tt.take_smallest(p, budget)], budget) == expected
+        assert tsample.take_smallest([d for p in parts for d in tsample.take_smallest(p, budget)], budget) == expected
     # The Beam CombineFn, driven the way a runner may drive it, gives the same result.
     fn = sample.SmallestKeysFn({"Github": budget}, natural=False)
     accumulators = []
@@ -130,11 +132,11 @@ def test_take_smallest_merges_in_any_order(seed):
 
 
 def test_document_key_is_stable():
-    assert tt.document_key(0, 3, 17) == tt.document_key(0, 3, 17)
-    assert tt.document_key(0, 3, 17) != tt.document_key(1, 3, 17)
-    assert tt.document_key(0, 3, 17) != tt.document_key(0, 4, 17)
+    assert tsample.document_key(0, 3, 17) == tsample.document_key(0, 3, 17)
+    assert tsample.document_key(0, 3, 17) != tsample.document_key(1, 3, 17)
+    assert tsample.document_key(0, 3, 17) != tsample.document_key(0, 4, 17)
     # Pinned: changing the key function changes every sample (and so every trained model).
-    assert tt.document_key(0, 3, 17) == KEY_0_3_17
+    assert tsample.document_key(0, 3, 17) == KEY_0_3_17
 
 
 @pytest.mark.parametrize("line", [
@@ -145,7 +147,7 @@ def test_document_key_is_stable():
     "a" * 4095 + "é" * 10,
 ])
 def test_split_sentence_keeps_every_character_within_the_limit(line):
-    pieces = tt.split_sentence(line, 4096)
+    pieces = ttrainer.split_sentence(line, 4096)
     assert "".join(pieces) == line
     assert all(0 < len(p.encode("utf-8")) <= 4096 for p in pieces)
     if " " in line:
@@ -153,39 +155,39 @@ def test_split_sentence_keeps_every_character_within_the_limit(line):
 
 
 def test_split_sentence_cuts_at_a_space():
-    pieces = tt.split_sentence("aaaa bbbb cccc dddd", 12)
+    pieces = ttrainer.split_sentence("aaaa bbbb cccc dddd", 12)
     assert pieces == ["aaaa bbbb", " cccc dddd"]
 
 
 def test_document_sentences_drop_blank_lines():
     text = "first line\n\n   \n\tsecond\nthird  "
-    assert list(tt.document_sentences(text, 100)) == ["first line", "\tsecond", "third  "]
+    assert list(ttrainer.document_sentences(text, 100)) == ["first line", "\tsecond", "third  "]
 
 
 @pytest.mark.parametrize("model_type", ["bpe", "unigram"])
 def test_vocab_file_matches_sentencepieces_own(model_type, tmp_path):
     texts = [json.loads(line)["text"] for line in compose_lines(random.Random(2), 60)]
     (tmp_path / "s.txt").write_text("\n".join(t.replace("\n", " ") for t in texts) + "\n", encoding="utf-8")
-    config = tt.TrainerConfig(model_type=model_type, vocab_size=500, num_threads=1)
-    proto = tt.train_model(str(tmp_path / "s.txt"), config)
+    config = tconfig.TrainerConfig(model_type=model_type, vocab_size=500, num_threads=1)
+    proto = ttrainer.train_model(str(tmp_path / "s.txt"), config)
     spm.SentencePieceTrainer.train(input=str(tmp_path / "s.txt"), model_prefix=str(tmp_path / "ref"),
                                    minloglevel=2, **config.trainer_kwargs())
-    assert tt.vocab_text(proto) == (tmp_path / "ref.vocab").read_text(encoding="utf-8")
+    assert ttrainer.vocab_text(proto) == (tmp_path / "ref.vocab").read_text(encoding="utf-8")
     assert str(tmp_path).encode() not in proto  # no path recorded: the same bytes wherever it runs
 
 
 def test_trainer_config_validation():
     with pytest.raises(ValueError, match="byte pieces"):
-        tt.TrainerConfig(vocab_size=200)
+        tconfig.TrainerConfig(vocab_size=200)
     with pytest.raises(ValueError, match="must differ"):
-        tt.TrainerConfig(eos_id=1)
+        tconfig.TrainerConfig(eos_id=1)
     with pytest.raises(ValueError, match="own flag, --vocab_size"):
-        tt.TrainerConfig(extra=(("vocab_size", "10"),))
+        tconfig.TrainerConfig(extra=(("vocab_size", "10"),))
     with pytest.raises(ValueError, match="the command sets it"):
-        tt.TrainerConfig(extra=(("input", "x.txt"),))
-    nfkc = tt.TrainerConfig(extra=(("normalization_rule_name", "nmt_nfkc"), ("remove_extra_whitespaces", "true")))
+        tconfig.TrainerConfig(extra=(("input", "x.txt"),))
+    nfkc = tconfig.TrainerConfig(extra=(("normalization_rule_name", "nmt_nfkc"), ("remove_extra_whitespaces", "true")))
     assert nfkc.trainer_kwargs()["normalization_rule_name"] == "nmt_nfkc"
-    kwargs = tt.TrainerConfig().trainer_kwargs()
+    kwargs = tconfig.TrainerConfig().trainer_kwargs()
     # Llama-2's layout and settings by default.
     assert (kwargs["unk_id"], kwargs["bos_id"], kwargs["eos_id"], kwargs["pad_id"]) == (0, 1, 2, -1)
     assert kwargs["vocab_size"] == 32000 and kwargs["model_type"] == "bpe"
@@ -204,7 +206,7 @@ def sample_dir(corpus, tmp_path_factory):
 
 
 def test_sample_accounts_for_every_line(corpus, sample_dir):
-    stats = tt.load_sample_stats(sample_dir)
+    stats = tsample.load_sample_stats(sample_dir)
     assert stats["dead_letters"] == EXPECTED_DEAD
     # compose_lines adds one whitespace-only document to each file (and one long book to the second).
     assert stats["lines"] == (180 + 1) + (150 + 2) + (60 + 1) + len(BAD_LINES)
@@ -215,14 +217,14 @@ def test_sample_accounts_for_every_line(corpus, sample_dir):
     docs = read_sample(sample_dir)
     assert len(docs) == stats["documents"]
     assert sum(len(d["text"].encode()) for d in docs) == stats["bytes"]
-    assert stats["sha256"] == sha256(os.path.join(sample_dir, tt.SAMPLE_FILE))
+    assert stats["sha256"] == sha256(os.path.join(sample_dir, tsample.SAMPLE_FILE))
 
 
 def test_sample_meets_each_subsets_budget(sample_dir):
-    stats = tt.load_sample_stats(sample_dir)
+    stats = tsample.load_sample_stats(sample_dir)
     longest = 20000 * 4  # --max_doc_chars, in bytes at most
     for name, s in stats["subsets"].items():
-        assert s["target_bytes"] == round(300_000 * tt.parse_weights("pile", PILE_SUBSETS)[name])
+        assert s["target_bytes"] == round(300_000 * tsample.parse_weights("pile", PILE_SUBSETS)[name])
         if s["short"]:
             assert s["bytes"] == s["bytes_available"]  # a short subset gives all it has
         else:
@@ -235,12 +237,12 @@ def test_sample_is_the_same_on_other_runners_and_chunkings(corpus, sample_dir, t
     other = tmp_path / "other"
     train_cli.main(sample_args(corpus, other, "--chunk_mb", "0.01", "--direct_running_mode", "multi_threading",
                         "--direct_num_workers", "3"))
-    first, second = tt.load_sample_stats(sample_dir), tt.load_sample_stats(str(other))
+    first, second = tsample.load_sample_stats(sample_dir), tsample.load_sample_stats(str(other))
     assert first["sha256"] == second["sha256"]
     assert first["subsets"] == second["subsets"]
     # A different seed draws other documents.
     train_cli.main(sample_args(corpus, tmp_path / "seeded", "--seed", "5"))
-    assert tt.load_sample_stats(str(tmp_path / "seeded"))["sha256"] != first["sha256"]
+    assert tsample.load_sample_stats(str(tmp_path / "seeded"))["sha256"] != first["sha256"]
 
 
 def test_sample_order_is_the_key_order(corpus, sample_dir):
@@ -267,10 +269,10 @@ def test_natural_and_explicit_weights(corpus, tmp_path):
     train_cli.main(sample_args(corpus, tmp_path / "gh", "--weights", "Github=1,DM Mathematics=1"))
     docs = read_sample(tmp_path / "gh")
     assert {d["subset"] for d in docs} == {"Github", "DM Mathematics"}
-    stats = tt.load_sample_stats(str(tmp_path / "gh"))
+    stats = tsample.load_sample_stats(str(tmp_path / "gh"))
     assert stats["subsets"]["Pile-CC"]["filtered"]["subset_not_selected"] > 0
     train_cli.main(sample_args(corpus, tmp_path / "nat", "--weights", "natural", "--sample_mb", "100"))
-    stats = tt.load_sample_stats(str(tmp_path / "nat"))
+    stats = tsample.load_sample_stats(str(tmp_path / "nat"))
     assert stats["documents"] == sum(s["documents_available"] for s in stats["subsets"].values())
     assert "target_bytes" not in stats["subsets"]["Github"]
 
@@ -278,11 +280,11 @@ def test_natural_and_explicit_weights(corpus, tmp_path):
 def test_a_changed_sample_is_refused(sample_dir, tmp_path):
     copy = tmp_path / "copy"
     copy.mkdir()
-    for name in (tt.SAMPLE_FILE, tt.SAMPLE_STATS_FILE):
+    for name in (tsample.SAMPLE_FILE, tsample.SAMPLE_STATS_FILE):
         data = open(os.path.join(sample_dir, name), "rb").read()
-        (copy / name).write_bytes(data[:-200] + b"\n" if name == tt.SAMPLE_FILE else data)
+        (copy / name).write_bytes(data[:-200] + b"\n" if name == tsample.SAMPLE_FILE else data)
     with pytest.raises(ValueError, match="does not match"):
-        tt.load_sample_stats(str(copy))
+        tsample.load_sample_stats(str(copy))
 
 
 def test_missing_input_fails_fast(tmp_path):
@@ -308,7 +310,7 @@ def test_training_writes_model_vocab_and_card(trained, sample_dir):
         assert json.load(f) == card
     assert card["model"]["sha256"] == sha256(prefix + ".model")
     assert card["model"]["vocab_sha256"] == sha256(prefix + ".vocab")
-    assert card["sample"]["sha256"] == sha256(os.path.join(sample_dir, tt.SAMPLE_FILE))
+    assert card["sample"]["sha256"] == sha256(os.path.join(sample_dir, tsample.SAMPLE_FILE))
     assert card["sample"]["subsets"]["Github"]["documents"] > 0
     assert card["trainer"]["vocab_size"] == 400 and card["trainer"]["num_threads"] == 2
     assert card["arguments"]["from_sample"] == sample_dir and "input" not in card["arguments"]
@@ -381,6 +383,6 @@ def test_a_corrupt_file_fails_unless_skipped(tmp_path):
     with pytest.raises(Exception, match="truncated"):
         train_cli.main([*args, "--work_dir", str(tmp_path / "w1")])
     train_cli.main([*args, "--work_dir", str(tmp_path / "w2"), "--on_corrupt_file", "skip"])
-    stats = tt.load_sample_stats(str(tmp_path / "w2"))
+    stats = tsample.load_sample_stats(str(tmp_path / "w2"))
     assert stats["damaged_files"] == [str(tmp_path / "c" / "b.jsonl.zst")]
     assert stats["documents"] > 0

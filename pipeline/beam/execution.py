@@ -25,7 +25,7 @@ from pipeline.config.job import FAN_OUT_CHOICES
 
 LOG = logging.getLogger(__name__)
 # Reading a byte of a .zst file (decompress, split lines) against everything done with it, measured
-# on real text (scripts/bench_pipeline.py's corpus, one core): 90 MB are read in 0.16 s, tokenized,
+# on real text (scripts/bench/bench_pipeline.py's corpus, one core): 90 MB are read in 0.16 s, tokenized,
 # packed and written in ~20 s with SentencePiece and ~3.5 s with gigatoken. Every worker sharing a
 # file reads all of it, so this is what a stripe costs beyond its share.
 READ_SHARE = {"sentencepiece": 0.01}
@@ -33,7 +33,7 @@ READ_SHARE_FAST = 0.05  # the fast backends
 BALANCED = 1.02  # a plan within 2% of a perfect split is not improved further
 # A worker's time spent holding the GIL (reading, JSON, validation, packing, framing: Python) against
 # its whole time, the tokenizers releasing it; measured on the same corpus, one core
-# (scripts/bench_pipeline.py's per-stage table): 0.76 of 20.6 CPU-s with SentencePiece, of 3.35 with
+# (scripts/bench/bench_pipeline.py's per-stage table): 0.76 of 20.6 CPU-s with SentencePiece, of 3.35 with
 # gigatoken.
 GIL_SHARE = {"sentencepiece": 0.04}
 GIL_SHARE_FAST = 0.25
@@ -48,8 +48,6 @@ class Execution:
     share: files may be shared between workers in stripes (`share_files`), else each is read whole;
     encode_threads: threads per tokenizer batch (None: the library's default, all cores);
     spill: records cross the shuffle as local files (all workers on this machine, pipeline/io/spill.py);
-    spill_dir: where, once the job has made it;
-    progress: where workers send their progress (pipeline/beam/progress.py), None: metrics only;
     input_bytes: the inputs' stored size, the 100% of progress.
     """
 
@@ -58,14 +56,27 @@ class Execution:
     share: bool = False
     encode_threads: int | None = None
     spill: bool = False
-    spill_dir: str | None = None
-    progress: tuple[str, int] | None = None
     input_bytes: int = 0
 
 
+@dataclasses.dataclass(frozen=True)
+class Workspace:
+    """What a run makes once it holds the output directory's lock, for its workers.
+
+    spill_dir: where records spill (with `Execution.spill`), None: they cross the shuffle as they are;
+    progress: where workers send their progress (pipeline/beam/progress.py), None: metrics only.
+    """
+
+    spill_dir: str | None = None
+    progress: tuple[str, int] | None = None
+
+
 def plan_execution(runner: str, direct_workers: int | None, input_files: list[str], fan_out: str = "auto",
-                   encode_threads: int | None = None) -> Execution:
-    """Decide fan-out and tokenizer threads for `runner`; the choice is logged."""
+                   encode_threads: int | None = None, input_bytes: int = 0) -> Execution:
+    """Decide fan-out and tokenizer threads for `runner`; the choice is logged.
+
+    `input_bytes`: the inputs' stored size (`file_sizes`), for progress.
+    """
     if fan_out not in FAN_OUT_CHOICES:
         raise ValueError(f"--fan_out must be one of {FAN_OUT_CHOICES}, got {fan_out!r}")
     direct = runner in ("DirectRunner", "direct")
@@ -83,7 +94,8 @@ def plan_execution(runner: str, direct_workers: int | None, input_files: list[st
     LOG.info("execution: %s, %d tokenizer thread(s) per worker%s", "chunks fanned out to workers" if chosen else
              f"work items on {workers} worker(s): " + ("whole files or stripes of them" if share else "whole files"),
              encode_threads, ", records to the shard writers through local spill files" if direct else "")
-    return Execution(fan_out=chosen, workers=workers, encode_threads=encode_threads, spill=direct, share=share)
+    return Execution(fan_out=chosen, workers=workers, encode_threads=encode_threads, spill=direct, share=share,
+                     input_bytes=input_bytes)
 
 
 def running_mode(workers: int, backend: str) -> str:

@@ -1,6 +1,6 @@
-"""The manifest entries both output formats share.
+"""The manifest entries every output format shares.
 
-The TFRecord job's manifest (pipeline/beam/job.py) and the Megatron job's (pipeline/beam/megatron.py)
+The TFRecord job's manifest (pipeline/beam/tfrecord.py) and the Megatron job's (pipeline/beam/megatron.py)
 add their own entries and totals to these.
 """
 
@@ -39,4 +39,23 @@ def shared_entries(config: PipelineConfig, run_id: str, stats: dict, dead_letter
         },
         # Validation's per-file counts are there for every file, read or empty.
         "inputs": [merge_into(documents.file_stats(), inputs[k]) for k in sorted(inputs)],
+    }
+
+
+def tokenizer_json(job) -> dict:
+    """The manifest's `tokenizer`: the model file, its hash, special ids and policy, the backend."""
+    special = job.special
+    return {
+        "model": job.config.tokenizer_model.rsplit("/", 1)[-1],
+        "sha256": job.tokenizer_sha256,
+        "vocab_size": special.vocab_size,
+        "bos_id": special.bos_id,
+        "eos_id": special.eos_id,
+        "pad_id": special.pad_id,
+        "unk_id": special.unk_id,
+        "add_bos": special.add_bos,
+        "add_eos": special.add_eos,
+        "separator_id": special.separator_id,
+        "padding_id": special.padding_id,
+        "backend": job.backend.to_json(),
     }

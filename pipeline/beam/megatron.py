@@ -1,7 +1,7 @@
 """`--output_format megatron`: the job's documents written as Megatron's indexed dataset, in shards.
 
 Reading, validation, dead letters, subset selection, epochs, BOS/EOS and the tokenizer backends are
-the TFRecord job's (pipeline/beam/job.py hands over its chunks, transforms.ChunkDocumentsFn tokenizes
+every format's (pipeline/beam/read.py reads the chunks, chunk_documents.ChunkDocumentsFn tokenizes
 them); instead of packing, every kept document becomes one sequence `[BOS] ids EOS`
 (pipeline/format/megatron.py has the format).
 
@@ -34,11 +34,13 @@ import tempfile
 
 import apache_beam as beam
 import numpy as np
-from apache_beam.metrics import Metrics
 
-from pipeline.beam import transforms
-from pipeline.beam.manifest import shared_entries
+from pipeline.beam.chunk_documents import COUNTS, DEAD_LETTERS, ChunkDocumentsFn, WriteDeadLetters
+from pipeline.beam.execution import Workspace
+from pipeline.beam.manifest import shared_entries, tokenizer_json
+from pipeline.beam.preflight import Job
 from pipeline.beam.progress import Reporter
+from pipeline.beam.read import STATS, counter, reporter
 from pipeline.config.job import PipelineConfig
 from pipeline.core import packing
 from pipeline.core.stats import merge_stats, sorted_dict
@@ -57,10 +59,6 @@ COPY_BYTES = 8 << 20  # read size when copying a shard out of its spool
 PACKING_ONLY = ("seq_len", "remainder", "document_boundaries")
 
 
-def _counter(name: str):
-    return Metrics.counter(transforms.NAMESPACE, name)
-
-
 def _sizes(block: FramedRecords | SpilledRecords) -> np.ndarray:
     """Byte size of each document of a block."""
     if isinstance(block, SpilledRecords):
@@ -68,7 +66,7 @@ def _sizes(block: FramedRecords | SpilledRecords) -> np.ndarray:
     return np.diff(block.ends, prepend=0)
 
 
-class TokenizeDocumentsFn(transforms.ChunkDocumentsFn):
+class TokenizeDocumentsFn(ChunkDocumentsFn):
     """Chunk -> the kept documents' tokens, one block per (group, epoch copy); see the module docstring."""
 
     def __init__(self, config: PipelineConfig, special: SpecialIds, backend: str = "sentencepiece",
@@ -105,7 +103,7 @@ class TokenizeDocumentsFn(transforms.ChunkDocumentsFn):
                 counts.setdefault(group, []).append((fmt.source_key(*source[1:]), len(nbytes),
                                                      int(nbytes.sum()) + fmt.INDEX_BYTES_PER_DOCUMENT * len(nbytes)))
         if counts:
-            yield beam.pvalue.TaggedOutput(transforms.COUNTS, {g: np.array(c, np.int64) for g, c in counts.items()})
+            yield beam.pvalue.TaggedOutput(COUNTS, {g: np.array(c, np.int64) for g, c in counts.items()})
         yield self._stats_out(chunk, docs)
 
 
@@ -169,7 +167,7 @@ class WriteShardFn(beam.DoFn):
             root = self._config.output_dir
             bin_bytes, bin_sha = publish(posixpath.join(root, f"{prefix}.bin"), parts())
         idx_bytes, idx_sha = publish(posixpath.join(root, f"{prefix}.idx"), fmt.index_parts(lengths, self._dtype))
-        _counter("shards_written").inc()
+        counter("shards_written").inc()
         LOG.info("wrote %s.bin/.idx: %d documents, %.1f MB", prefix, len(lengths), bin_bytes / 1e6)
         yield {"path": prefix, "subset": group or None, "documents": len(lengths), "tokens": int(lengths.sum()),
                "bin": {"path": f"{prefix}.bin", "bytes": bin_bytes, "sha256": bin_sha},
@@ -211,19 +209,19 @@ def build_manifest(config: PipelineConfig, tokenizer: dict, dtype: np.dtype, sha
     return sorted_dict(manifest)
 
 
-def build_megatron(p: beam.Pipeline, job, chunks, read_stats, tokenizer: dict, progress: Reporter) -> None:
+def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) -> None:
     """Add the Megatron writer to `p`: chunks -> documents -> shards of .bin/.idx -> manifest.
 
-    `job` is the pipeline.beam.job.Job being built, `chunks` and `read_stats` its read stage's
-    outputs, `tokenizer` the manifest's tokenizer entry, `progress` where workers report progress.
+    `chunks` and `read_stats` are the read stage's outputs (pipeline/beam/read.py).
     """
-    cfg, spill_dir = job.config, job.execution.spill_dir
+    cfg, spill_dir = job.config, workspace.spill_dir
+    tokenizer, progress = tokenizer_json(job), reporter(job, workspace)
     dtype = fmt.token_dtype(job.special.vocab_size)
     docs = chunks | "TokenizeDocuments" >> beam.ParDo(
         TokenizeDocumentsFn(cfg, job.special, job.backend.name, job.execution.encode_threads, spill_dir, progress)
-    ).with_outputs(transforms.DEAD_LETTERS, transforms.STATS, transforms.COUNTS, main="documents")
+    ).with_outputs(DEAD_LETTERS, STATS, COUNTS, main="documents")
     layout = (
-        docs[transforms.COUNTS]
+        docs[COUNTS]
         | "CollectCounts" >> beam.combiners.ToList()
         | "PlanLayout" >> beam.Map(fmt.Layout.from_counts)
     )
@@ -241,9 +239,9 @@ def build_megatron(p: beam.Pipeline, job, chunks, read_stats, tokenizer: dict, p
         | "GroupByShard" >> beam.GroupByKey()
         | "WriteShards" >> beam.ParDo(WriteShardFn(cfg, dtype, job.run_id), beam.pvalue.AsSingleton(names))
     )
-    dead = docs[transforms.DEAD_LETTERS] | "WriteDeadLetters" >> transforms.WriteDeadLetters(cfg, job.run_id)
+    dead = docs[DEAD_LETTERS] | "WriteDeadLetters" >> WriteDeadLetters(cfg, job.run_id)
     stats = (
-        (read_stats, docs[transforms.STATS])
+        (read_stats, docs[STATS])
         | "AllStats" >> beam.Flatten()
         | "SumStats" >> beam.CombineGlobally(merge_stats)
     )
@@ -265,3 +263,9 @@ def _write_manifest(_, config, tokenizer, dtype, run_id, shards, stats, dead_let
     LOG.info("wrote %s: %d .bin/.idx pairs, %d documents", path, len(manifest["shards"]),
              manifest["totals"]["documents"])
     return path
+
+
+def summary(config: PipelineConfig, seconds: float) -> tuple[dict, str]:
+    """The manifest the job wrote and the lines printed after the run."""
+    manifest = fmt.load_manifest(config.output_dir)
+    return manifest, fmt.format_summary(manifest, seconds, fmt.prefix_root(config.output_dir))

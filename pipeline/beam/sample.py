@@ -5,32 +5,37 @@
     (stratum, docs)    -> SmallestKeys  -> (stratum, [SampleDoc])            per stratum, bounded memory
     [(stratum, docs)]  -> WriteSample   -> sample.jsonl (key order) + sample_stats.json
 
-The rules (keys, budgets, what is kept) are pipeline/tokenize/training.py's; reading and validation
-are the pipeline's own (`ReadChunksFn`, `pipeline.core.documents`).
+The rules (keys, budgets, what is kept) are pipeline/tokenize/sample.py's, the options
+pipeline/config/tokenizer.py's; reading and validation are the pipeline's own (`ReadChunksFn`,
+`pipeline.core.documents`).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import posixpath
 import time
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from pipeline.beam.options import direct_runner, pipeline_options
-from pipeline.beam.transforms import STATS, ReadChunksFn
+from pipeline.beam.read import STATS, ReadChunksFn
+from pipeline.config.tokenizer import SampleConfig
 from pipeline.core import documents
-from pipeline.core.stats import merge_stats
+from pipeline.core.stats import merge_stats, sorted_dict
 from pipeline.io import inputs
+from pipeline.io.publish import publish, publish_text
 from pipeline.io.urls import refuse_credentials
-from pipeline.tokenize.training import (
+from pipeline.tokenize.sample import (
     NATURAL_STRATUM,
-    SampleConfig,
+    SAMPLE_FILE,
+    SAMPLE_STATS_FILE,
     SampleDoc,
     document_key,
     load_sample_stats,
     take_smallest,
-    write_sample,
 )
 
 LOG = logging.getLogger(__name__)
@@ -168,3 +173,62 @@ def draw_sample(config: SampleConfig, work_dir: str, beam_args: list[str]) -> di
         build_sample_pipeline(p, config, input_files, work_dir)
     LOG.info("sample drawn in %.1f s", time.monotonic() - start)
     return load_sample_stats(work_dir)
+
+
+def write_sample(strata: list, config: SampleConfig, work_dir: str, stats: dict) -> dict:
+    """Write the sampled documents in key order (one JSON object a line) and their statistics.
+
+    Both files are published complete or not at all (pipeline/io/publish.py; a DoFn may run twice).
+    Returns the sample statistics (also written as sample_stats.json).
+    """
+    docs = sorted(doc for _, stratum_docs in strata for doc in stratum_docs)
+    per_subset: dict[str, dict] = {}
+
+    def lines():
+        for _, _, _, size, subset, text in docs:
+            s = per_subset.setdefault(subset, {"documents": 0, "bytes": 0})
+            s["documents"] += 1
+            s["bytes"] += size
+            yield json.dumps({"subset": subset, "text": text}, ensure_ascii=False).encode("utf-8") + b"\n"
+
+    _, sha = publish(posixpath.join(work_dir, SAMPLE_FILE), lines())
+    sample_stats = sample_statistics(config, stats, per_subset, sha)
+    publish_text(posixpath.join(work_dir, SAMPLE_STATS_FILE), json.dumps(sample_stats, indent=1, sort_keys=True) + "\n")
+    LOG.info("wrote the sample: %d documents, %.1f MB", sample_stats["documents"], sample_stats["bytes"] / 1e6)
+    return sample_stats
+
+
+def sample_statistics(config: SampleConfig, stats: dict, sampled: dict[str, dict], sha256: str) -> dict:
+    """The sample's description for the card: what was available, targeted and taken per subset."""
+    weights = config.normalized_weights()
+    budgets = config.budgets()
+    available = stats.get("subsets", {})
+    subsets = {}
+    for name in sorted(set(available) | set(sampled)):
+        seen = available.get(name, {})
+        took = sampled.get(name, {"documents": 0, "bytes": 0})
+        entry = {
+            "documents_available": seen.get("documents", 0),
+            "bytes_available": seen.get("bytes", 0),
+            "documents_cut": seen.get("cut", 0),
+            "filtered": seen.get("filtered", {}),
+            "documents": took["documents"],
+            "bytes": took["bytes"],
+        }
+        if weights is not None:
+            entry["weight"] = round(weights.get(name, 0.0), 8)
+            entry["target_bytes"] = budgets.get(name, 0)
+            entry["short"] = entry["bytes"] < entry["target_bytes"]
+        subsets[name] = entry
+    inputs = stats.get("inputs", {})
+    return sorted_dict({
+        "sha256": sha256,
+        "documents": sum(s["documents"] for s in sampled.values()),
+        "bytes": sum(s["bytes"] for s in sampled.values()),
+        "target_bytes": config.sample_bytes,
+        "subsets": subsets,
+        "dead_letters": stats.get("dead_letters", {}),
+        "lines": stats.get("lines", 0),
+        "damaged_files": [inputs[k]["path"] for k in sorted(inputs) if "damaged" in inputs[k]],
+        "config": config.to_json(),
+    })

@@ -11,8 +11,9 @@ Our flags are declared on `PipelineConfig` (pipeline/config/job.py); every other
 of Beam's (`--runner`, `--direct_num_workers`, `--project`, ...). `--config FILE` reads a TOML file
 (see beam_configs/) whose [pipeline] and [beam] tables come before the command line.
 
-Beam is imported only once a fast tokenizer's self-check has started in a process of its own
-(`EarlyChoice`), so that the two overlap; the job itself is pipeline/beam/launch.py.
+The tokenizer model is read once, here, and Beam is imported only once a fast tokenizer's
+self-check has started in a process of its own (`EarlyChoice`, handed that model), so that the two
+overlap; the job itself is pipeline/beam/launch.py.
 """
 
 from __future__ import annotations
@@ -23,17 +24,11 @@ import sys
 from pipeline.beam.logs import JobFailed, configure_logging
 from pipeline.config.job import PipelineConfig
 from pipeline.core import gc_policy
-from pipeline.core.options import (
-    ArgumentParser,
-    UsageError,
-    add_options,
-    parse_command_line,
-    parse_own_flags,
-    values_from,
-)
+from pipeline.core.options import ArgumentParser, command_parser, options_from, parse_command_line, parse_own_flags
 from pipeline.format.manifest import ManifestError
 from pipeline.io.scratch import private_temp_dir
-from pipeline.io.urls import refuse_credentials
+from pipeline.io.urls import is_local_url, refuse_credentials
+from pipeline.tokenize.model import TokenizerModel
 from pipeline.tokenize.self_check import EarlyChoice
 
 LOG = logging.getLogger("pipeline")
@@ -41,10 +36,8 @@ LOG = logging.getLogger("pipeline")
 
 def build_parser() -> ArgumentParser:
     """Our flags, from PipelineConfig (Beam's are checked by `parse_command_line`)."""
-    parser = ArgumentParser(prog="pile-pipeline run", description=__doc__)
-    parser.add_argument("--config", metavar="FILE", help="TOML file with [pipeline] and [beam] tables (beam_configs/)")
-    add_options(parser, PipelineConfig)
-    return parser
+    return command_parser("pile-pipeline run", __doc__, PipelineConfig,
+                          config_help="TOML file with [pipeline] and [beam] tables (beam_configs/)")
 
 
 def parse_args(argv: list[str]) -> tuple[PipelineConfig, list[str]]:
@@ -52,37 +45,39 @@ def parse_args(argv: list[str]) -> tuple[PipelineConfig, list[str]]:
     from pipeline.beam.options import BEAM  # imports Beam
 
     namespace, beam_args = parse_command_line(build_parser(), argv, BEAM)
-    try:
-        return PipelineConfig(**values_from(PipelineConfig, namespace)), beam_args
-    except ValueError as e:
-        raise UsageError(str(e)) from None
+    return options_from(PipelineConfig, namespace), beam_args
 
 
-def early_choice(argv: list[str]) -> EarlyChoice | None:
-    """The backend self-check, started from our own flags alone; None when they do not parse.
+def early_choice(argv: list[str]) -> tuple[EarlyChoice | None, TokenizerModel | None]:
+    """The tokenizer model, read from our own flags alone, and its backend self-check, started.
 
-    Any mistake is left for `parse_args` and the job's checks to report, in their order.
+    (None, None) when the flags do not parse, the model cannot be read or is not a local file: any
+    mistake is left for `parse_args` and the job's checks to report, in their order (a model in a
+    store is read after the checks of where the workers run, pipeline/beam/preflight.py).
     """
     if "-h" in argv or "--help" in argv:
-        return None
+        return None, None
     try:
         namespace, _ = parse_own_flags(build_parser(), argv)
-        config = PipelineConfig(**values_from(PipelineConfig, namespace))
+        config = options_from(PipelineConfig, namespace)
         refuse_credentials([("--input", u) for u in config.inputs] + [("--tokenizer_model", config.tokenizer_model)])
-    except ValueError:
-        return None
-    return EarlyChoice(config.tokenizer_backend, config.tokenizer_model, list(config.inputs), config.schema)
+        if not is_local_url(config.tokenizer_model):
+            return None, None
+        model = TokenizerModel.load(config.tokenizer_model)
+    except (ValueError, OSError):
+        return None, None
+    return EarlyChoice(config.tokenizer_backend, model, list(config.inputs), config.schema), model
 
 
 def main(argv: list[str] | None = None) -> dict | None:
     """Run the pipeline; returns the manifest it wrote (None when the job was only translated)."""
     argv = sys.argv[1:] if argv is None else argv
-    early = early_choice(argv)
+    early, model = early_choice(argv)
     try:
         config, beam_args = parse_args(argv)
         from pipeline.beam.launch import run_job  # Beam, while the self-check runs
 
-        return run_job(config, beam_args, early)
+        return run_job(config, beam_args, early, model)
     finally:
         if early is not None:
             early.cancel()

@@ -9,7 +9,6 @@ tokenizer trainer's Beam job (every Beam flag works), with the same budget for e
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import shutil
@@ -19,57 +18,26 @@ import tempfile
 from pipeline.beam.logs import configure_logging
 from pipeline.beam.options import BEAM
 from pipeline.beam.sample import draw_sample
-from pipeline.core.options import ArgumentParser, UsageError, add_options, option, parse_command_line, values_from
-from pipeline.core.subsets import PILE_SUBSETS, parse_exclude, parse_subsets
+from pipeline.config.tokenizer import SampleConfig, TokenizerReportCommand
+from pipeline.core.options import ArgumentParser, UsageError, command_parser, options_from, parse_command_line
 from pipeline.io.files import sha256_of
 from pipeline.io.urls import redact_url
 from pipeline.tokenize.model import load_processor
 from pipeline.tokenize.report import measure, model_labels, plot, results_table, summarize
-from pipeline.tokenize.training import SampleConfig, iter_sample, load_sample_stats
+from pipeline.tokenize.sample import iter_sample, load_sample_stats
 
 LOG = logging.getLogger("pipeline.tokenizer_report")
 
 
-@dataclasses.dataclass(frozen=True)
-class Command:
-    """The report's flags."""
-
-    tokenizer_model: tuple[str, ...] = option(
-        help="SentencePiece .model; repeat (or give several) to compare models on the same sample",
-        many=True, required=True, metavar="FILE")
-    out: str = option(help="PNG chart to write", metavar="PNG")
-    inputs: tuple[str, ...] = option(
-        (), flag="--input", many=True, metavar="PATTERN", shown_default="none; required unless --from_sample",
-        help="globs or fsspec URLs of .jsonl.zst/.jsonl.gz/.jsonl files (use held-out data)")
-    label: tuple[str, ...] = option((), many=True, help="a name per --tokenizer_model, in order")
-    json: str | None = option(None, metavar="FILE", shown_default="no JSON", help="also write the numbers as JSON here")
-    sample_mb_per_subset: float = option(1.0, help="text sampled per subset, MB (a subset with less gives all it has)")
-    subsets: tuple[str, ...] = option(PILE_SUBSETS, parse=parse_subsets, metavar="SUBSETS", shown_default="all",
-                                      help="'all', 'uncopyrighted', or a comma list")
-    exclude_subsets: tuple[str, ...] = option((), parse=parse_exclude, metavar="SUBSETS",
-                                              help="comma list of subsets to leave out")
-    seed: int = option(1, help="sampling seed (the trainer's default is 0, so held-out text is not its sample)")
-    max_doc_chars: int = option(100_000, help="documents are cut to this many characters")
-    on_corrupt_file: str = option("fail", choices=("fail", "skip"),
-                                  help="fail on a damaged input file, or keep what was read before the damage")
-    work_dir: str | None = option(None, metavar="DIR", help="keep the sample here (default: a temporary directory)")
-    from_sample: str | None = option(
-        None, metavar="DIR", shown_default="none: draw a sample from --input",
-        help="measure on a sample already drawn (a --work_dir of this command or the trainer's)")
-
-
 def build_parser() -> ArgumentParser:
     """The command's flags (Beam's are checked by `parse_command_line`)."""
-    parser = ArgumentParser(prog="pile-pipeline tokenizer-report", description=__doc__)
-    parser.add_argument("--config", metavar="FILE", help="TOML file with [pipeline] and [beam] tables")
-    add_options(parser, Command)
-    return parser
+    return command_parser("pile-pipeline tokenizer-report", __doc__, TokenizerReportCommand)
 
 
-def parse_args(argv: list[str]) -> tuple[Command, list[str]]:
+def parse_args(argv: list[str]) -> tuple[TokenizerReportCommand, list[str]]:
     """The command's settings and Beam's flags."""
     namespace, beam_args = parse_command_line(build_parser(), argv, BEAM)
-    command = Command(**values_from(Command, namespace))
+    command = options_from(TokenizerReportCommand, namespace)
     if bool(command.inputs) == bool(command.from_sample):
         raise UsageError("give --input (to draw a sample) or --from_sample WORK_DIR, not both")
     return command, beam_args

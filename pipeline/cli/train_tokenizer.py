@@ -3,13 +3,12 @@
     pile-pipeline train-tokenizer --input 'train/*.jsonl.zst' --model_prefix tokenizers/pile32k/pile32k
 
 writes PREFIX.model, PREFIX.vocab and PREFIX.card.json. The sample's rules, the trainer and the
-card are described in pipeline/tokenize/training.py; the sample is drawn by a Beam job, so every
+card are described in pipeline/tokenize/sample.py, trainer.py and card.py; the sample is drawn by a Beam job, so every
 Beam flag works here as for `pile-pipeline run`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import shutil
 import sys
@@ -20,46 +19,28 @@ import fsspec
 from pipeline.beam.logs import configure_logging
 from pipeline.beam.options import BEAM
 from pipeline.beam.sample import draw_sample
-from pipeline.core.options import ArgumentParser, UsageError, add_options, option, parse_command_line, values_from
+from pipeline.config.tokenizer import SampleConfig, TrainerConfig, TrainTokenizerCommand
+from pipeline.core.options import ArgumentParser, UsageError, command_parser, parse_command_line, values_from
 from pipeline.core.subsets import PILE_SUBSETS
 from pipeline.core.tables import format_table
 from pipeline.io.urls import refuse_credentials
-from pipeline.tokenize.training import SampleConfig, TrainerConfig, load_sample_stats, train_from_sample
+from pipeline.tokenize.sample import load_sample_stats
+from pipeline.tokenize.trainer import train_from_sample
 
 LOG = logging.getLogger("pipeline.train_tokenizer")
 
 
-@dataclasses.dataclass(frozen=True)
-class Command:
-    """Where the sample and the model go; none of it decides the model's bytes."""
-
-    model_prefix: str | None = option(
-        None, metavar="PREFIX", shown_default="none; required unless --sample_only",
-        help="writes PREFIX.model, PREFIX.vocab, PREFIX.card.json (local path or URL)")
-    work_dir: str | None = option(
-        None, metavar="DIR", help="keep sample.jsonl and sample_stats.json here (local or s3://; a remote runner "
-        "needs a shared location); default: a temporary directory, removed at the end")
-    sample_only: bool = option(False, help="stop after drawing the sample into --work_dir")
-    from_sample: str | None = option(None, metavar="DIR", shown_default="none: draw a sample from --input",
-                                     help="train from the sample already in this work dir instead of drawing one")
-    overwrite: bool = option(False, help="replace existing PREFIX.model/.vocab/.card.json")
-
-
 def build_parser() -> ArgumentParser:
     """The command's flags: where things go, the sample's, the trainer's."""
-    parser = ArgumentParser(prog="pile-pipeline train-tokenizer", description=__doc__)
-    parser.add_argument("--config", metavar="FILE", help="TOML file with [pipeline] and [beam] tables")
-    add_options(parser, Command, "command")
-    add_options(parser, SampleConfig, "sample")
-    add_options(parser, TrainerConfig, "trainer (defaults: Llama-2's)")
-    return parser
+    return command_parser("pile-pipeline train-tokenizer", __doc__, (TrainTokenizerCommand, "command"),
+                          (SampleConfig, "sample"), (TrainerConfig, "trainer (defaults: Llama-2's)"))
 
 
-def parse_args(argv: list[str]) -> tuple[Command, SampleConfig | None, TrainerConfig, list[str]]:
+def parse_args(argv: list[str]) -> tuple[TrainTokenizerCommand, SampleConfig | None, TrainerConfig, list[str]]:
     """The command, the sample config (None with --from_sample), the trainer config and Beam's flags."""
     namespace, beam_args = parse_command_line(build_parser(), argv, BEAM)
     try:
-        command = Command(**values_from(Command, namespace))
+        command = TrainTokenizerCommand(**values_from(TrainTokenizerCommand, namespace))
         drawing = not command.from_sample
         if command.from_sample and ("inputs" in vars(namespace) or command.sample_only):
             raise UsageError("--from_sample trains from an existing sample: drop --input and --sample_only")

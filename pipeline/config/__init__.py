@@ -1,1 +1,1 @@
-"""The job's configuration: every option of `pile-pipeline run`, declared once."""
+"""Every command's options, declared once: the job's (`job.py`), the tokenizer commands' (`tokenizer.py`)."""

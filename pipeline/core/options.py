@@ -291,3 +291,24 @@ def parse_own_flags(parser: ArgumentParser, argv: list[str]) -> tuple[argparse.N
     _refuse_placeholders(known.config, file_ours + file_beam, argv)
     namespace, rest = parser.parse_known_args(file_ours + argv)
     return namespace, file_beam + rest
+
+
+def command_parser(prog: str, description: str | None, *groups,
+                   config_help: str = "TOML file with [pipeline] and [beam] tables") -> ArgumentParser:
+    """A command's parser: `--config FILE`, then the flags of each options class (`cls` or `(cls, title)`)."""
+    parser = ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--config", metavar="FILE", help=config_help)
+    for group in groups:
+        cls, title = group if isinstance(group, tuple) else (group, None)
+        add_options(parser, cls, title)
+    return parser
+
+
+def options_from(cls, namespace: argparse.Namespace, **extra):
+    """`cls` built from parsed flags (`values_from`); a ValueError of its checks is a UsageError (exit 2)."""
+    try:
+        return cls(**values_from(cls, namespace), **extra)
+    except UsageError:
+        raise
+    except ValueError as e:
+        raise UsageError(str(e)) from None

@@ -23,11 +23,10 @@ import google_crc32c
 import numpy as np
 
 from pipeline.core.packing import segment_features
+from pipeline.format.layout import FOOTER_BYTES, HEADER_BYTES  # the frame's sizes: the reader's, one home
 from pipeline.format.records import serialize_example
 
 _MASK_DELTA = 0xA282EAD8
-HEADER_BYTES = 12  # length + its CRC
-FOOTER_BYTES = 4  # the data's CRC
 
 
 def masked_crc32c(data: bytes) -> int:

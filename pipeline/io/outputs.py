@@ -88,7 +88,7 @@ def shard_name(split: str, index: int, count: int) -> str:
 def dead_letter_name(split: str, file_index: int, chunk_index: int, own: bool = False) -> str:
     """`dead_letters/train-00001-00064.jsonl`: dead letters of input file 1 from chunk 64 on.
 
-    A file covers a span of chunks (pipeline/beam/transforms.py, DEAD_LETTER_SPAN), except a chunk
+    A file covers a span of chunks (pipeline/beam/chunk_documents.py, DEAD_LETTER_SPAN), except a chunk
     with many dead letters, which has its own: `train-00001-00070-only.jsonl`.
     """
     return f"{DEAD_LETTER_DIR}/{split}-{file_index:05d}-{chunk_index:05d}{'-only' if own else ''}.jsonl"

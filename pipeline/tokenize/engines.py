@@ -278,9 +278,9 @@ class Encoder:
         """The backend's name."""
         return self._backend
 
-    def load(self) -> None:
-        """Load the model (call once per worker, in DoFn.setup)."""
-        proto = read_bytes(self._model_path)
+    def load(self, proto: bytes | None = None) -> None:
+        """Load the model (call once per worker, in DoFn.setup); `proto`: its bytes, when already read."""
+        proto = read_bytes(self._model_path) if proto is None else proto
         try:
             engine = load_engine(self._backend, proto, threads=self._threads)
         except BackendUnavailable as e:

@@ -26,7 +26,6 @@ import sentencepiece as spm
 
 from pipeline.core import documents
 from pipeline.io import inputs
-from pipeline.io.files import read_bytes
 from pipeline.tokenize.engines import (
     AUTO,
     BACKENDS,
@@ -43,6 +42,7 @@ from pipeline.tokenize.engines import (
     model_facts,
     package_version,
 )
+from pipeline.tokenize.model import TokenizerModel, as_model
 from pipeline.tokenize.model_facts import ModelFacts, model_problems
 from pipeline.tokenize.pieces import check_model
 
@@ -193,13 +193,14 @@ def self_check(backend: str, proto: bytes, facts: ModelFacts, expected: Future, 
     return out
 
 
-def choose_backend(requested: str, model_path: str, input_files: list[str], *,
+def choose_backend(requested: str, model: TokenizerModel | str, input_files: list[str], *,
                    sample_bytes: int = SAMPLE_BYTES, schema: documents.Schema = documents.PILE) -> BackendChoice:
     """Resolve `--tokenizer_backend` in the driver, before any worker starts.
 
     `auto` tries the fast engines in order and uses the first that loads and passes the self-check
-    on this model and a sample of `input_files`; otherwise SentencePiece, with the reasons logged
-    and recorded. A named fast engine that fails raises ValueError (nothing silently changes).
+    on this model (read once by the driver, or from this path) and a sample of `input_files`;
+    otherwise SentencePiece, with the reasons logged and recorded. A named fast engine that fails
+    raises ValueError (nothing silently changes).
     The manifest's `parity`: requested, result ("passed" or "fallback"), documents and text bytes
     sampled, adversarial strings, mismatches and reason of the chosen check, and every check made.
     """
@@ -209,7 +210,7 @@ def choose_backend(requested: str, model_path: str, input_files: list[str], *,
     if requested == SENTENCEPIECE:
         return BackendChoice(SENTENCEPIECE, sp_version, {})
     start = time.monotonic()
-    proto = read_bytes(model_path)
+    proto = as_model(model).data
     facts = model_facts(proto)
     texts, files = sample_documents(input_files, sample_bytes, schema=schema)
     adversarial = adversarial_texts(facts)
@@ -251,24 +252,28 @@ class EarlyChoice:
     result only for exactly what it settled on (`result`): the same request, model, schema and input
     files; otherwise, or when the early check failed in any way, it checks again itself and reports
     whatever is wrong. Nothing starts for SentencePiece, or where this process cannot fork safely.
+    `model`: the driver's `TokenizerModel` (or a path to read it from), handed to the forked process
+    as it is: the check reads no file the driver read already.
     """
 
-    def __init__(self, requested: str, model_path: str, patterns: list[str], schema: documents.Schema):
-        self._asked = (requested, model_path, schema)
+    def __init__(self, requested: str, model: TokenizerModel | str, patterns: list[str], schema: documents.Schema):
+        model = as_model(model)
+        self._asked = (requested, model.path, model.sha256, schema)
         self._process = self._received = None
         if requested == SENTENCEPIECE or not _can_fork():
             return
         context = multiprocessing.get_context("fork")
         self._received, sent = context.Pipe(duplex=False)
-        self._process = context.Process(target=_choose_and_send, args=(sent, requested, model_path, list(patterns),
+        self._process = context.Process(target=_choose_and_send, args=(sent, requested, model, list(patterns),
                                                                         schema), name="pile-self-check", daemon=True)
         self._process.start()
         sent.close()
 
-    def result(self, requested: str, model_path: str, input_files: list[str],
+    def result(self, requested: str, model: TokenizerModel | str, input_files: list[str],
                schema: documents.Schema) -> BackendChoice | None:
         """The early choice when it was made for exactly these arguments, else None."""
-        if self._received is None or self._asked != (requested, model_path, schema):
+        model = as_model(model)
+        if self._received is None or self._asked != (requested, model.path, model.sha256, schema):
             self.cancel()
             return None
         # While the check finishes: the modules of the engine it most likely chooses, which this
@@ -307,14 +312,15 @@ def _can_fork() -> bool:
             and not any(name in sys.modules for name in ("gigatoken", "kitoken")))
 
 
-def _choose_and_send(sent, requested: str, model_path: str, patterns: list[str], schema: documents.Schema) -> None:
+def _choose_and_send(sent, requested: str, model: TokenizerModel, patterns: list[str],
+                     schema: documents.Schema) -> None:
     try:
         # Below the driver, whose start (Beam's import) is the longer path: on a machine with few
         # cores the check takes what the driver leaves, not the driver's core.
         os.nice(NICE)
         files = inputs.expand_inputs(patterns)
-        choice = choose_backend(requested, model_path, files, schema=schema)
-        Encoder(model_path, choice.name, threads=1).load()  # what each worker derives from the model
+        choice = choose_backend(requested, model, files, schema=schema)
+        Encoder(model.path, choice.name, threads=1).load(model.data)  # what each worker derives from the model
         sent.send((files, choice, built_from_models()))
     except BaseException:  # noqa: BLE001 -- the driver checks again itself and reports what is wrong
         sent.send(None)

@@ -47,8 +47,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 MEGATRON_PYTHON = os.path.join(REPO, ".venv-megatron", "bin", "python")
 
 
-READING = re.compile(r"(worker|pipeline\.beam\.transforms): reading ")
-READ = re.compile(r"(worker|pipeline\.beam\.transforms): read ")
+READING = re.compile(r"(worker|pipeline\.beam\.read): reading ")
+READ = re.compile(r"(worker|pipeline\.beam\.read): read ")
 
 
 def _cpu_children() -> float:

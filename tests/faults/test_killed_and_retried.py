@@ -24,7 +24,7 @@ import pytest
 from corpus_helpers import run_free
 from sample_corpus import write_sample_corpus
 
-from pipeline.beam import transforms
+from pipeline.beam import chunk_documents, tfrecord
 from pipeline.cli import run
 from pipeline.format import manifest as manifest_lib
 from pipeline.io import outputs, spill
@@ -171,8 +171,8 @@ def _record_groups(monkeypatch) -> dict:
     def piece_bytes(piece):
         return piece.labels.nbytes + piece.starts.nbytes
 
-    write_shard, pack_tails = transforms.WriteShardFn.process, transforms.PackTailsFn.process
-    pack_final, write_dead = transforms.PackFinalFn.process, transforms.WriteDeadLettersFn.process
+    write_shard, pack_tails = tfrecord.WriteShardFn.process, tfrecord.PackTailsFn.process
+    pack_final, write_dead = tfrecord.PackFinalFn.process, chunk_documents.WriteDeadLettersFn.process
 
     def shard(self, element, plan):
         # The records a group stands for (through spill files on DirectRunner): what the runner moves.
@@ -191,10 +191,10 @@ def _record_groups(monkeypatch) -> dict:
         groups["WriteDeadLetters/GroupByPart"].append(sum(len(lines) for _, lines in element[1]))
         return write_dead(self, element)
 
-    monkeypatch.setattr(transforms.WriteShardFn, "process", shard)
-    monkeypatch.setattr(transforms.PackTailsFn, "process", tails)
-    monkeypatch.setattr(transforms.PackFinalFn, "process", final)
-    monkeypatch.setattr(transforms.WriteDeadLettersFn, "process", dead)
+    monkeypatch.setattr(tfrecord.WriteShardFn, "process", shard)
+    monkeypatch.setattr(tfrecord.PackTailsFn, "process", tails)
+    monkeypatch.setattr(tfrecord.PackFinalFn, "process", final)
+    monkeypatch.setattr(chunk_documents.WriteDeadLettersFn, "process", dead)
     return groups
 
 
@@ -226,8 +226,8 @@ def test_dead_letters_of_a_garbage_file_do_not_form_a_hot_key(tiny_model, tmp_pa
     from corpus_helpers import pile_line, write_lines
 
     groups = _record_groups(monkeypatch)
-    monkeypatch.setattr(transforms, "DEAD_LETTER_SPAN", 4)
-    monkeypatch.setattr(transforms, "DEAD_LETTER_OWN_BYTES", 20_000)
+    monkeypatch.setattr(chunk_documents, "DEAD_LETTER_SPAN", 4)
+    monkeypatch.setattr(chunk_documents, "DEAD_LETTER_OWN_BYTES", 20_000)
     lines = [f"date,name,value,{i},{'x' * 80}".encode() for i in range(3000)]  # a CSV in the Pile's place
     write_lines(str(tmp_path / "in" / "00.jsonl.zst"), lines)
     # A mostly clean file with one bad line every ~1.5 chunks.

@@ -1,0 +1,98 @@
+"""The driver's preflight, before any worker starts: `prepare(config, options) -> Job`.
+
+Fail fast on what would stop the job later (credentials in paths, paths the workers cannot read,
+inputs matching nothing, the tokenizer model), read the tokenizer model once, plan the execution
+once and choose the tokenizer backend (its self-check reads the same model bytes). Nothing is
+written and nothing is held: `run_job` (pipeline/beam/launch.py) then takes the output directory's
+lock and runs the Job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+from apache_beam.options.pipeline_options import (
+    DirectOptions,
+    PipelineOptions,
+    PortableOptions,
+    StandardOptions,
+    TestOptions,
+)
+
+from pipeline.beam.execution import Execution, file_sizes, plan_execution
+from pipeline.beam.remote import check_workers_can_read
+from pipeline.config.job import PipelineConfig
+from pipeline.core.options import UsageError
+from pipeline.io.inputs import expand_inputs
+from pipeline.io.outputs import new_run_id
+from pipeline.io.urls import redact_url, refuse_credentials
+from pipeline.tokenize.model import SpecialIds, TokenizerModel
+from pipeline.tokenize.self_check import BackendChoice, EarlyChoice, choose_backend
+
+LOG = logging.getLogger("pipeline")
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """What the driver resolved before building: the config, the expanded inputs, the model facts, the plan.
+
+    run_id names the directory this run writes its files into (pipeline/io/outputs.py). A Job is
+    small and pickles to the workers as it is (the model's bytes stay in the driver).
+    """
+
+    config: PipelineConfig
+    input_files: tuple[str, ...]
+    special: SpecialIds
+    tokenizer_sha256: str
+    backend: BackendChoice
+    execution: Execution = Execution()
+    run_id: str = ""
+
+
+def translated(options: PipelineOptions) -> tuple[bool, str | None]:
+    """(dry run, jar): DataflowRunner's `--dry_run True`, the `--output_executable_path` of a Flink/Spark jar.
+
+    Either way the job is translated here and not run.
+    """
+    return bool(options.view_as(TestOptions).dry_run), options.view_as(PortableOptions).output_executable_path
+
+
+def load_model(config: PipelineConfig) -> TokenizerModel:
+    """The job's tokenizer model, read once; a missing file is a UsageError naming the flag."""
+    try:
+        return TokenizerModel.load(config.tokenizer_model)
+    except FileNotFoundError:
+        raise UsageError(f"--tokenizer_model: no such file {redact_url(config.tokenizer_model)}") from None
+
+
+def prepare(config: PipelineConfig, options: PipelineOptions, model: TokenizerModel | None = None,
+            early: EarlyChoice | None = None) -> Job:
+    """Check everything that can be checked before the job starts and resolve the Job.
+
+    `model`: the tokenizer model when the command read it already (`load_model`); `early`: the
+    backend self-check, if the command started it (its result is used only where it matches what
+    is decided here; the command stops it).
+    """
+    paths = [("--input", u) for u in config.inputs] + [("--output_dir", config.output_dir),
+                                                         ("--tokenizer_model", config.tokenizer_model)]
+    refuse_credentials(paths)
+    try:
+        check_workers_can_read(options, paths)
+    except UsageError as e:
+        if not translated(options)[0]:
+            raise
+        LOG.warning("%s (a dry run only translates the job here; a real run stops on this)", e)
+    input_files = expand_inputs(list(config.inputs))
+    if model is None or model.path != config.tokenizer_model:
+        model = load_model(config)
+    special = model.special_ids(add_bos=config.add_bos, add_eos=config.add_eos, bos_id=config.bos_id,
+                                eos_id=config.eos_id)
+    execution = plan_execution(options.view_as(StandardOptions).runner,
+                               options.view_as(DirectOptions).direct_num_workers, input_files, config.fan_out,
+                               config.tokenizer_threads, sum(file_sizes(input_files)))
+    backend = early.result(config.tokenizer_backend, model, input_files,
+                           config.schema) if early is not None else None
+    if backend is None:
+        backend = choose_backend(config.tokenizer_backend, model, input_files, schema=config.schema)
+    return Job(config, tuple(input_files), special, model.sha256, backend, execution, new_run_id())

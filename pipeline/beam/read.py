@@ -1,0 +1,154 @@
+"""The read stage: input files -> chunks of lines on the workers, for the token-shard job and the tokenizer sample.
+
+Element shapes:
+  (file_index, path[, frame | stripe])   -> ReadChunksFn -> Chunk + file stats on STATS
+A frame is one unit of an indexed input (pipeline/io/frames.py); a stripe, every n-th chunk of a file
+read by several DirectRunner workers (pipeline/beam/execution.py). Also here: the names every stage
+shares, the metrics namespace and the STATS output (dicts summed into the manifest's counts).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+from pipeline.beam.execution import READ_SHARE, READ_SHARE_FAST, Workspace, balance, file_sizes, share_files
+from pipeline.beam.preflight import Job
+from pipeline.beam.progress import Reporter
+from pipeline.io import frames, inputs
+from pipeline.io.frames import Stripe, read_units
+from pipeline.io.urls import redact_url
+
+LOG = logging.getLogger(__name__)
+NAMESPACE = "pile"
+STATS = "stats"
+
+
+def counter(name: str):
+    """A Beam counter of the job's namespace."""
+    return Metrics.counter(NAMESPACE, name)
+
+
+def reporter(job: Job, workspace: Workspace) -> Reporter:
+    """Where a worker reports its progress (pipeline/beam/progress.py)."""
+    return Reporter(workspace.progress, job.execution.input_bytes)
+
+
+class ReadChunksFn(beam.DoFn):
+    """(file_index, path[, frame]) -> Chunk, streaming the file; file stats go to the STATS output.
+
+    With a frame (an indexed input, pipeline/io/frames.py), only that frame is read. A damaged file
+    fails the job (`on_corrupt_file="fail"`) or is recorded in the stats, keeping the lines read
+    before the damage (`"skip"`). Used by every job that reads inputs.
+    """
+
+    def __init__(self, chunk_bytes: int, max_line_bytes: int, on_corrupt_file: str, progress: Reporter | None = None):
+        self._chunk_bytes = chunk_bytes
+        self._max_line_bytes = max_line_bytes
+        self._on_corrupt_file = on_corrupt_file
+        self._progress = progress or Reporter()
+        self._bytes = counter("decompressed_bytes")
+        self._chunks = counter("chunks")
+        self._files = counter("files_read")
+
+    def process(self, element):
+        file_index, path = element[:2]
+        unit = element[2] if len(element) > 2 else None
+        shown = redact_url(path)
+        lines = size = chunks = 0
+        start = time.monotonic()
+        LOG.info("reading %s", shown)
+        file_stats: dict = {}
+        try:
+            for chunk in frames.iter_unit_chunks(path, file_index, unit, self._chunk_bytes, self._max_line_bytes):
+                lines += len(chunk.lines)
+                size += chunk.num_bytes
+                chunks += 1
+                self._bytes.inc(chunk.num_bytes)
+                self._chunks.inc()
+                self._progress.add(read=chunk.input_bytes)
+                yield chunk
+        except inputs.CorruptInputError as e:
+            if self._on_corrupt_file == "fail":
+                raise inputs.CorruptInputError(
+                    f"{e} -- the job stops (pass --on_corrupt_file skip to keep the lines read before "
+                    "the damage and record the file as damaged)"
+                ) from None
+            LOG.error("damaged input, keeping the %d lines read before the damage: %s", lines, e)
+            counter("files_damaged").inc()
+            file_stats["damaged"] = str(e)
+        self._files.inc()
+        elapsed = max(time.monotonic() - start, 1e-9)
+        LOG.info("read %s: %d lines, %.1f MB in %.1f s", shown, lines, size / 1e6, elapsed)
+        file_stats.update({"path": shown, "lines": lines, "decompressed_bytes": size, "chunks": chunks})
+        yield beam.pvalue.TaggedOutput(STATS, {"inputs": {f"{file_index:05d}": file_stats}})
+
+    def finish_bundle(self):
+        self._progress.flush()
+
+    def teardown(self):
+        self._progress.close()
+
+
+def read_chunks(p: beam.Pipeline, job: Job, workspace: Workspace):
+    """Read the inputs into chunks on the workers: (chunks, read stats).
+
+    Fanned out (distributed runners), any worker tokenizes any chunk. On DirectRunner each worker
+    reads and tokenizes its own work items, balanced by size (pipeline/beam/execution.py).
+    """
+    cfg, execution = job.config, job.execution
+    files = list(enumerate(job.input_files))  # (file_index, path)
+    read_fn = ReadChunksFn(cfg.chunk_bytes, cfg.max_line_bytes, cfg.on_corrupt_file, reporter(job, workspace))
+    # An indexed input (pipeline/io/frames.py) is read one frame per work item, on any worker.
+    frames_of = {i: read_units(path, cfg.chunk_bytes, cfg.max_line_bytes) for i, path in files}
+    if execution.fan_out:
+        units = [(i, path, unit) for i, path in files for unit in frames_of[i]]
+        read_out = p | "ListInputs" >> beam.Create(units) | "ReadChunks" >> beam.ParDo(read_fn).with_outputs(
+            STATS, main="chunks")
+        # A .zst file cannot be split: fan its chunks out so that 30 files do not cap parallelism.
+        return read_out.chunks | "FanOut" >> beam.Reshuffle(), read_out[STATS]
+    units, costs = _work_items(job, files, frames_of)
+    slot_of = balance(costs, execution.workers)
+    by_slot = sorted(zip(slot_of, units, strict=True), key=lambda item: (item[0], item[1][0]))
+    read_out = (
+        p
+        | "ListInputs" >> beam.Create(by_slot, reshuffle=False)
+        # One group per worker: DirectRunner hands each worker whole groups.
+        | "GroupFilesByWorker" >> beam.GroupByKey()
+        | "FilesOfWorker" >> beam.FlatMap(lambda kv: sorted(kv[1], key=lambda unit: unit[:2]))
+        | "ReadChunks" >> beam.ParDo(read_fn).with_outputs(STATS, main="chunks")
+    )
+    return read_out.chunks, read_out[STATS]
+
+
+def _work_items(job: Job, files: list[tuple[int, str]], frames_of: dict) -> tuple[list[tuple], list[float]]:
+    """DirectRunner's work items ((file_index, path, Frame | Stripe | None)) and their estimated costs."""
+    sizes = file_sizes([path for _, path in files])
+    indexed = {i for i, _ in files if frames_of[i] != [None]}
+    read_share = READ_SHARE.get(job.backend.name, READ_SHARE_FAST)
+    whole = [j for j, (i, _) in enumerate(files) if i not in indexed]
+    stripes = dict.fromkeys(range(len(files)), 1)
+    if job.execution.share:
+        stripes.update(zip(whole, share_files([sizes[j] for j in whole], job.execution.workers, read_share),
+                           strict=True))
+    units, costs = [], []
+    for j, (i, path) in enumerate(files):
+        if i in indexed:
+            units += [(i, path, frame) for frame in frames_of[i]]
+            costs += [sizes[j] * frame.size / sum(f.size for f in frames_of[i]) for frame in frames_of[i]]
+        elif stripes[j] == 1:
+            units.append((i, path, None))
+            costs.append(sizes[j] * (1 + read_share))
+        else:
+            units += [(i, path, Stripe(k, stripes[j])) for k in range(stripes[j])]
+            costs += [sizes[j] * (read_share + 1 / stripes[j])] * stripes[j]
+    shared = {files[j][1]: k for j, k in stripes.items() if k > 1}
+    if shared:
+        LOG.info("files read in stripes by several workers: %s", ", ".join(
+            f"{redact_url(path)} ({k})" for path, k in sorted(shared.items())))
+    return units, costs
+
+

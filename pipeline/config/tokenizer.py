@@ -1,0 +1,239 @@
+"""The options of the tokenizer commands: the sample's, the trainer's, and each command's own.
+
+`SampleConfig` decides the tokenizer sample's bytes (pipeline/tokenize/sample.py has its rules,
+pipeline/beam/sample.py draws it); `TrainerConfig`, the SentencePiece trainer's
+(pipeline/tokenize/trainer.py). `train-tokenizer` takes both; `tokenizer-report` draws a sample
+with its own flags.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from pipeline.core.options import option, recorded
+from pipeline.core.subsets import PILE_SUBSETS, check_subset_names, parse_exclude, parse_subsets
+from pipeline.io.inputs import ChunkSizes
+from pipeline.tokenize.sample import NATURAL_STRATUM, parse_weights
+
+
+def parse_megabytes(value) -> int:
+    """`--sample_mb 0.5` -> 500000 bytes."""
+    try:
+        return int(float(value) * 1e6)
+    except ValueError:
+        raise ValueError(f"{value!r} is not a number of MB") from None
+
+
+
+@dataclasses.dataclass(frozen=True)
+class SampleConfig(ChunkSizes):
+    """What decides the sample's bytes; recorded in the card. Every field is a flag of the command."""
+
+    inputs: tuple[str, ...] = option(
+        help="globs or fsspec URLs of .jsonl.zst/.jsonl.gz/.jsonl files; several after one --input, or "
+        "--input repeated", many=True, metavar="PATTERN", flag="--input")
+    sample_bytes: int = option(256_000_000, flag="--sample_mb", parse=parse_megabytes, metavar="MB",
+                               shown_default="256", help="text to sample, in MB (1e6 bytes) of UTF-8")
+    weights: str = option("pile", help="'pile' (raw size x paper epochs), 'uniform', 'natural' (no strata), "
+                          "or 'Name=w,Other=w' (unnamed subsets get 0)")
+    subsets: tuple[str, ...] = option(PILE_SUBSETS, parse=parse_subsets, metavar="SUBSETS", shown_default="all",
+                                      help="'all', 'uncopyrighted', or a comma list; others are not sampled")
+    exclude_subsets: tuple[str, ...] = option((), parse=parse_exclude, metavar="SUBSETS", recorded=False,
+                                              help="comma list of subsets to leave out")
+    seed: int = option(0, help="sampling and trainer seed")
+    max_doc_chars: int = option(100_000, help="documents are cut to this many characters before sampling")
+    chunk_mb: float = option(4.0, help="decompressed MiB per unit of work after the fan-out")
+    max_line_mb: float = option(64.0, help="longer input lines are counted as bad and skipped")
+    on_corrupt_file: str = option("fail", choices=("fail", "skip"),
+                                  help="fail on a damaged input file, or keep what was read before the damage")
+
+    def __post_init__(self):
+        if not self.inputs:
+            raise ValueError("No --input given: pass one or more globs or URLs of .jsonl[.zst|.gz] files")
+        if self.sample_bytes <= 0:
+            raise ValueError("--sample_mb must be > 0")
+        if self.max_doc_chars <= 0:
+            raise ValueError("--max_doc_chars must be > 0")
+        self.check_chunk_sizes()
+        if self.on_corrupt_file not in ("fail", "skip"):
+            raise ValueError("--on_corrupt_file must be 'fail' or 'skip'")
+        check_subset_names(self.subsets, "--subsets")
+        if self.exclude_subsets:
+            chosen = set(self.subsets) - set(self.exclude_subsets)
+            object.__setattr__(self, "subsets", tuple(s for s in PILE_SUBSETS if s in chosen))
+            object.__setattr__(self, "exclude_subsets", ())
+        if not self.subsets:
+            raise ValueError("The subset selection is empty: check --subsets and --exclude_subsets")
+        self.normalized_weights()  # validates --weights
+
+    def normalized_weights(self) -> dict[str, float] | None:
+        """Weight share of each selected subset; None for `natural` (one stratum)."""
+        return parse_weights(self.weights, self.subsets)
+
+    def budgets(self) -> dict[str, int]:
+        """Byte budget of each stratum with a positive weight (at least 1: one document or more)."""
+        weights = self.normalized_weights()
+        if weights is None:
+            return {NATURAL_STRATUM: self.sample_bytes}
+        return {name: max(1, round(self.sample_bytes * w)) for name, w in weights.items() if w > 0}
+
+    @property
+    def is_natural(self) -> bool:
+        """One stratum for all subsets (`--weights natural`)."""
+        return self.normalized_weights() is None
+
+    def selected(self) -> frozenset[str]:
+        """The subsets a document may be sampled from (selected, with a positive weight)."""
+        budgets = self.budgets()
+        return frozenset(s for s in self.subsets if self.is_natural or s in budgets)
+
+    def to_json(self) -> dict:
+        """JSON form for the card."""
+        out = recorded(self)
+        out["inputs"] = list(self.inputs)
+        out["subsets"] = list(self.subsets)
+        return out
+
+
+
+def parse_spm_arg(item: str) -> tuple[str, str]:
+    """`--spm_arg KEY=VALUE` -> (key, value)."""
+    key, sep, value = item.partition("=")
+    if not sep or not key.strip():
+        raise ValueError(f"--spm_arg {item!r} is not KEY=VALUE")
+    return key.strip(), value
+
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerConfig:
+    """SentencePiece settings; the defaults are Llama-2's (its tokenizer.model's trainer_spec)."""
+
+    model_type: str = option("bpe", choices=("bpe", "unigram"), help="SentencePiece model type")
+    vocab_size: int = option(32000, help="pieces in the vocabulary")
+    character_coverage: float = option(0.99995, help="share of characters covered by pieces")
+    byte_fallback: bool = option(True, help="unknown characters become <0x..> byte pieces instead of <unk>")
+    split_digits: bool = option(True, help="every digit is its own piece")
+    unk_id: int = option(0, help="id of <unk>")
+    bos_id: int = option(1, help="id of <s> (-1: none)")
+    eos_id: int = option(2, help="id of </s> (-1: none)")
+    pad_id: int = option(-1, help="id of <pad> (-1: none, as in Llama-2)")
+    max_sentence_length: int = option(4192, help="bytes per trainer sentence; longer lines are cut at a space")
+    max_sentencepiece_length: int = option(16, help="longest piece, in characters")
+    num_threads: int = option(16, help="trainer threads (the model's bytes depend on it)")
+    seed: int = option(0, cli=False, help="SentencePiece's random generator (the command's --seed)")
+    extra: tuple[tuple[str, str], ...] = option(
+        (), flag="--spm_arg", many=True, parse=lambda items: tuple(parse_spm_arg(i) for i in items),
+        metavar="KEY=VALUE", help="any other SentencePieceTrainer option, e.g. train_extremely_large_corpus=true")
+
+    def __post_init__(self):
+        if self.model_type not in ("bpe", "unigram"):
+            raise ValueError("--model_type must be 'bpe' or 'unigram'")
+        if self.vocab_size < 8:
+            raise ValueError("--vocab_size is too small")
+        minimum = (256 if self.byte_fallback else 0) + 4
+        if self.vocab_size < minimum:
+            raise ValueError(
+                f"--vocab_size {self.vocab_size} is below {minimum}: with byte fallback 256 ids hold "
+                "the byte pieces, plus the special pieces and at least one learned piece"
+            )
+        specials = [i for i in (self.unk_id, self.bos_id, self.eos_id, self.pad_id) if i >= 0]
+        if self.unk_id < 0:
+            raise ValueError("--unk_id must be >= 0: SentencePiece requires an unknown piece")
+        if len(set(specials)) != len(specials):
+            raise ValueError("--unk_id, --bos_id, --eos_id and --pad_id must differ (use -1 for none)")
+        if any(i >= self.vocab_size for i in specials):
+            raise ValueError("special ids must be below --vocab_size")
+        if not 0 < self.character_coverage <= 1:
+            raise ValueError("--character_coverage must be in (0, 1]")
+        if self.num_threads < 1:
+            raise ValueError("--num_threads must be >= 1")
+        reserved = {f.name for f in dataclasses.fields(self)} - {"extra"}
+        for key, _ in self.extra:
+            if key in reserved:
+                raise ValueError(f"--spm_arg {key}=...: set it with its own flag, --{key}")
+            if key in _NOT_PASSABLE:
+                raise ValueError(f"--spm_arg {key}=...: the command sets it (the sample is the input)")
+
+    def trainer_kwargs(self) -> dict:
+        """Arguments for SentencePieceTrainer.train (without input/model_prefix)."""
+        kwargs = {
+            "model_type": self.model_type,
+            "vocab_size": self.vocab_size,
+            "character_coverage": self.character_coverage,
+            "byte_fallback": self.byte_fallback,
+            "split_digits": self.split_digits,
+            "unk_id": self.unk_id,
+            "bos_id": self.bos_id,
+            "eos_id": self.eos_id,
+            "pad_id": self.pad_id,
+            "max_sentence_length": self.max_sentence_length,
+            "max_sentencepiece_length": self.max_sentencepiece_length,
+            "num_threads": self.num_threads,
+            **_DEFAULT_TRAINER_ARGS,
+        }
+        kwargs.update(dict(self.extra))
+        return kwargs
+
+
+# Llama-2's settings that have no flag here: identity normalization (text is kept as is), a dummy
+# prefix space, whitespace runs kept (and learnable as pieces), all sentences used in file order.
+# `--spm_arg KEY=VALUE` overrides any of them (e.g. normalization_rule_name=nmt_nfkc).
+_DEFAULT_TRAINER_ARGS = {
+    "normalization_rule_name": "identity",
+    "add_dummy_prefix": True,
+    "remove_extra_whitespaces": False,
+    "allow_whitespace_only_pieces": True,
+    "split_by_unicode_script": True,
+    "split_by_whitespace": True,
+    "split_by_number": True,
+    "input_sentence_size": 0,
+    "shuffle_input_sentence": False,
+    "hard_vocab_limit": True,
+}
+_NOT_PASSABLE = frozenset({"input", "model_prefix", "model_writer", "sentence_iterator", "minloglevel",
+                           "input_format"})
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainTokenizerCommand:
+    """`train-tokenizer`'s own flags: where the sample and the model go; none of it decides the model's bytes."""
+
+    model_prefix: str | None = option(
+        None, metavar="PREFIX", shown_default="none; required unless --sample_only",
+        help="writes PREFIX.model, PREFIX.vocab, PREFIX.card.json (local path or URL)")
+    work_dir: str | None = option(
+        None, metavar="DIR", help="keep sample.jsonl and sample_stats.json here (local or s3://; a remote runner "
+        "needs a shared location); default: a temporary directory, removed at the end")
+    sample_only: bool = option(False, help="stop after drawing the sample into --work_dir")
+    from_sample: str | None = option(None, metavar="DIR", shown_default="none: draw a sample from --input",
+                                     help="train from the sample already in this work dir instead of drawing one")
+    overwrite: bool = option(False, help="replace existing PREFIX.model/.vocab/.card.json")
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenizerReportCommand:
+    """`tokenizer-report`'s flags."""
+
+    tokenizer_model: tuple[str, ...] = option(
+        help="SentencePiece .model; repeat (or give several) to compare models on the same sample",
+        many=True, required=True, metavar="FILE")
+    out: str = option(help="PNG chart to write", metavar="PNG")
+    inputs: tuple[str, ...] = option(
+        (), flag="--input", many=True, metavar="PATTERN", shown_default="none; required unless --from_sample",
+        help="globs or fsspec URLs of .jsonl.zst/.jsonl.gz/.jsonl files (use held-out data)")
+    label: tuple[str, ...] = option((), many=True, help="a name per --tokenizer_model, in order")
+    json: str | None = option(None, metavar="FILE", shown_default="no JSON", help="also write the numbers as JSON here")
+    sample_mb_per_subset: float = option(1.0, help="text sampled per subset, MB (a subset with less gives all it has)")
+    subsets: tuple[str, ...] = option(PILE_SUBSETS, parse=parse_subsets, metavar="SUBSETS", shown_default="all",
+                                      help="'all', 'uncopyrighted', or a comma list")
+    exclude_subsets: tuple[str, ...] = option((), parse=parse_exclude, metavar="SUBSETS",
+                                              help="comma list of subsets to leave out")
+    seed: int = option(1, help="sampling seed (the trainer's default is 0, so held-out text is not its sample)")
+    max_doc_chars: int = option(100_000, help="documents are cut to this many characters")
+    on_corrupt_file: str = option("fail", choices=("fail", "skip"),
+                                  help="fail on a damaged input file, or keep what was read before the damage")
+    work_dir: str | None = option(None, metavar="DIR", help="keep the sample here (default: a temporary directory)")
+    from_sample: str | None = option(
+        None, metavar="DIR", shown_default="none: draw a sample from --input",
+        help="measure on a sample already drawn (a --work_dir of this command or the trainer's)")
