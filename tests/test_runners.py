@@ -16,7 +16,6 @@ import subprocess
 import sys
 import tarfile
 import time
-import tomllib
 from pathlib import Path
 
 import apache_beam as beam
@@ -43,6 +42,11 @@ from pipeline.cli import run
 from pipeline.core.options import PLACEHOLDER
 from pipeline.io.inputs import expand_inputs
 from pipeline.tokenize.model import load_processor, resolve_special_ids
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = sorted(glob.glob(str(REPO / "beam_configs" / "*.toml")))
