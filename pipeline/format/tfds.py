@@ -69,8 +69,8 @@ def metadata(manifest: dict) -> dict[str, str]:
             raise ValueError(f"shard {shard['path']!r} is not shard {index} of {len(shards)} of split {split!r}")
         template = f"{match.group(1)}/{{SPLIT}}-{{SHARD_X_OF_Y}}.tfrecord"
     info = {
-        "description": f"Token shards written by {manifest['created_by']} (run {manifest['run_id']}); "
-                       "manifest.json beside this file is the full record of the output.",
+        "description": f"Token shards written by {manifest['created_by']}; manifest.json beside this file "
+                       "is the full record of the output.",
         "fileFormat": "tfrecord",
         "name": DATASET_NAME,
         "splits": [{
