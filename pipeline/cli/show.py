@@ -17,6 +17,7 @@ import sys
 
 import numpy as np
 
+from pipeline.core.native_stderr import quiet_native_notices
 from pipeline.core.options import ArgumentParser, UsageError
 from pipeline.format.manifest import ManifestError, load_manifest
 from pipeline.format.summary import format_summary
@@ -78,10 +79,11 @@ def show(output_dir: str, tokenizer_model: str | None = None, batch_size: int = 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     manifest = load_manifest(output_dir)
     model, note = choose_tokenizer(manifest, tokenizer_model)
-    from pipeline.reader.dataset import make_dataset  # TensorFlow loads only here
+    with quiet_native_notices():
+        from pipeline.reader.dataset import make_dataset  # TensorFlow loads only here
 
+        batch = next(iter(make_dataset(output_dir, batch_size, seed=0)))
     lines = [format_summary(manifest), "", note]
-    batch = next(iter(make_dataset(output_dir, batch_size, seed=0)))
     inputs = batch["inputs"].numpy()
     lines.append("first batch: " + ", ".join(f"{k} {tuple(v.shape)} {v.dtype.name}" for k, v in batch.items()))
     eos = manifest["tokenizer"]["eos_id"]
