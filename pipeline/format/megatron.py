@@ -291,13 +291,16 @@ def data_path(pairs: list[tuple[float, str]], root: str = "", style: str = "mega
 def format_summary(manifest: dict, seconds: float | None = None, root: str | None = None) -> str:
     """A plain-text summary of a Megatron output: per-subset counts, shards, and its --data-path."""
     rows = [("subset", "docs", "kept", "filtered", "tokens", "tok x epochs", "text MB")]
+    total = [0] * 6
     for name, s in manifest["subsets"].items():
-        rows.append((name, str(s.get("documents", 0)), str(s.get("kept", 0)), str(sum(s.get("filtered", {}).values())),
-                     str(s.get("tokens", 0)), str(s.get("tokens_with_epochs", 0)),
-                     f"{s.get('text_bytes', 0) / 1e6:.2f}"))
+        cells = [s.get("documents", 0), s.get("kept", 0), sum(s.get("filtered", {}).values()), s.get("tokens", 0),
+                 s.get("tokens_with_epochs", 0), s.get("text_bytes", 0)]
+        total = [a + b for a, b in zip(total, cells, strict=True)]
+        rows.append((name, *map(str, cells[:-1]), f"{cells[-1] / 1e6:.2f}"))
+    rows.append(("total", *map(str, total[:-1]), f"{total[-1] / 1e6:.2f}"))
     totals, dead, meg = manifest["totals"], manifest["dead_letters"], manifest["megatron"]
     lines = [
-        format_table(rows),
+        format_table(rows, rules_before=(len(rows) - 1,)),
         "",
         f"megatron indexed dataset: {totals['documents']} documents, {totals['tokens']} tokens ({meg['dtype']}) in "
         f"{len(manifest['shards'])} .bin/.idx pair(s), {totals['bytes'] / 1e6:.1f} MB",
