@@ -86,3 +86,13 @@ def test_dataflow_workers_get_the_worker_extra_at_the_pinned_versions():
     assert set(wanted) == worker
     pins = _pins(REPO / "constraints.txt")
     assert {name: pins[name] for name in worker} == wanted
+
+
+def test_the_quickstart_installs_only_the_job_and_the_reader():
+    script = (REPO / "scripts" / "quickstart.sh").read_text()
+    (extras,) = re.findall(r"^EXTRAS=(\S+) bash scripts/setup_env.sh$", script, re.M)
+    assert sorted(extras.split(",")) == ["pipeline", "reader"]
+    installed = {_name(str(r)) for extra in extras.split(",") for r in _expand(extra)}
+    assert not installed & {"sagemaker", "moto", "ruff", "pytest", "matplotlib", "s3fs", "gcsfs"}
+    assert 'pip" install' in (REPO / "scripts" / "setup_env.sh").read_text() and "${EXTRAS:-dev}" in (
+        REPO / "scripts" / "setup_env.sh").read_text()

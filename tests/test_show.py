@@ -95,3 +95,12 @@ def test_the_filter_keeps_every_other_line_native_code_writes():
         os.close(saved)
     with open(path) as f:
         assert f.read() == real
+
+
+def test_without_the_summary_only_the_batch_is_printed(output, capsys):
+    out, _ = output
+    assert show.cli([str(out), "--summary", "false"]) == 0
+    printed = capsys.readouterr().out
+    assert "sequence 0 detokenized" in printed and "subset" not in printed and "total" not in printed
+    assert show.cli([str(out)]) == 0
+    assert capsys.readouterr().out.count("\ntotal ") == 1
