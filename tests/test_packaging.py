@@ -6,7 +6,9 @@
   (without apache-beam, which the worker image holds at the launcher's version), at the pinned versions.
 """
 
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -96,3 +98,15 @@ def test_the_quickstart_installs_only_the_job_and_the_reader():
     assert not installed & {"sagemaker", "moto", "ruff", "pytest", "matplotlib", "s3fs", "gcsfs"}
     assert 'pip" install' in (REPO / "scripts" / "setup_env.sh").read_text() and "${EXTRAS:-dev}" in (
         REPO / "scripts" / "setup_env.sh").read_text()
+
+
+def test_test_pythons_says_plainly_which_python_it_cannot_test():
+    script = str(REPO / "scripts" / "test_pythons.sh")
+    env = {**os.environ, "PYTHONS": "3.99"}
+    result = subprocess.run(["bash", script], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "Python 3.99: NOT TESTED: no python3.99 on PATH" in result.stdout
+    assert "NOT TESTED on this machine: Python 3.99" in result.stdout
+    strict = subprocess.run(["bash", script], env={**env, "REQUIRE_ALL_PYTHONS": "1"}, capture_output=True,
+                            text=True, timeout=60)
+    assert strict.returncode == 1
