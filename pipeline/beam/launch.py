@@ -28,7 +28,7 @@ from pipeline.format.manifest import load_manifest
 from pipeline.format.summary import format_summary
 from pipeline.io.inputs import expand_inputs
 from pipeline.io.lock import OutputLock
-from pipeline.io.outputs import new_run_id, prepare_output_dir
+from pipeline.io.outputs import LATEST_NAME, latest_run, new_run_id, prepare_output_dir
 from pipeline.io.spill import make_spill_dir, remove_spill_dir
 from pipeline.io.urls import redact_url, refuse_credentials
 from pipeline.tokenize.model import load_processor, resolve_special_ids
@@ -115,7 +115,9 @@ def run_job(config: PipelineConfig, beam_args: list[str], early: EarlyChoice | N
         return None
     if config.output_format == "megatron":
         manifest = megatron.load_manifest(config.output_dir)
-        print(megatron.format_summary(manifest, time.monotonic() - start, megatron.prefix_root(config.output_dir)))
+        link = LATEST_NAME if latest_run(config.output_dir) == manifest["run_id"] else None
+        print(megatron.format_summary(manifest, time.monotonic() - start, megatron.prefix_root(config.output_dir),
+                                      link))
         return manifest
     manifest = load_manifest(config.output_dir)
     print(format_summary(manifest, time.monotonic() - start, output_dir=redact_url(config.output_dir)))

@@ -21,7 +21,7 @@ import sys
 from pipeline.core.options import ArgumentParser, UsageError
 from pipeline.core.subsets import EPOCH_PRESETS, parse_epochs
 from pipeline.format import megatron
-from pipeline.format.manifest import ManifestError, run_dir
+from pipeline.format.manifest import ManifestError
 from pipeline.io.outputs import LATEST_NAME, latest_run
 
 
@@ -38,8 +38,7 @@ def data_path_line(output_dir: str, epochs: str | None = None, style: str = "meg
             raise ValueError(f"--epochs names {unknown}, which this output has no shards of")
     pairs = megatron.blend(manifest, weights)
     if latest_run(output_dir) == manifest["run_id"]:
-        prefix = run_dir(manifest["run_id"]) + "/"
-        pairs = [(w, LATEST_NAME + "/" + p[len(prefix):] if p.startswith(prefix) else p) for w, p in pairs]
+        pairs = megatron.via_link(pairs, manifest["run_id"], LATEST_NAME)
     return megatron.data_path(pairs, megatron.prefix_root(output_dir), style)
 
 
