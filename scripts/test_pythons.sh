@@ -52,9 +52,9 @@ for v in $VERSIONS; do
   venv="$REPO/.venv-py$v"
   log "Python $v ($py): reader in $venv"
   [[ -x "$venv/bin/python" ]] || "$py" -m venv "$venv"
-  if ! "$venv/bin/pip" install "${PIP[@]}" -c constraints.txt ".[reader]" pytest pytest-timeout 2>"$venv.pip.log"; then
+  if ! "$venv/bin/pip" install "${PIP[@]}" -c constraints.txt ".[reader]" pytest pytest-timeout 2>"$venv/pip.log"; then
     log "Python $v: NOT TESTED: the reader's packages cannot be installed here (no wheel, or no registry):"
-    grep -v "^WARNING: Location" "$venv.pip.log" | tail -3 | sed 's/^/[test_pythons]   /'
+    grep -v "^WARNING: Location" "$venv/pip.log" | tail -3 | sed 's/^/[test_pythons]   /'
     missing+=("$v")
     continue
   fi
