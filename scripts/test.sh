@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up .venv (and the Horovod training environment .venv-hvd, the Megatron one .venv-megatron), lint,
 # test the other Pythons (scripts/test_pythons.sh), and run the test suite: everything on TF 2.21 in
-# .venv, then the model and trainer tests again on TF 2.15 in .venv-hvd; tests/test_megatron_compat.py reads our Megatron output in .venv-megatron.
+# .venv, then the model and trainer tests again on TF 2.15 in .venv-hvd; tests/test_megatron_compat.py
+# reads our Megatron output in .venv-megatron.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
