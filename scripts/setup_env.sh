@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create (or refresh) the project's virtual environment at .venv with every extra (the pipeline, the
 # reader, cloud I/O, the fast tokenizer backends, the report) and the test tools, at the versions of
-# constraints.txt. Idempotent; needs only Python 3.11 and PyPI.
+# constraints.txt. EXTRAS=pipeline,reader installs only those extras (what scripts/quickstart.sh
+# needs); a later run without it adds the rest. Idempotent; needs only Python 3.11 and PyPI.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PYTHON="${PYTHON:-$(command -v python3.11 || command -v python3)}"
@@ -10,4 +11,4 @@ if [[ ! -x "$REPO/.venv/bin/python" ]]; then
   "$PYTHON" -m venv "$REPO/.venv"
 fi
 "$REPO/.venv/bin/pip" install --quiet --disable-pip-version-check --upgrade pip wheel
-"$REPO/.venv/bin/pip" install --quiet --disable-pip-version-check -c "$REPO/constraints.txt" -e "$REPO[dev]"
+"$REPO/.venv/bin/pip" install --quiet --disable-pip-version-check -c "$REPO/constraints.txt" -e "$REPO[${EXTRAS:-dev}]"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up .venv (and the Horovod training environment .venv-hvd, the Megatron one .venv-megatron), lint,
-# and run the test suite: everything on TF 2.21 in .venv, then the model and trainer tests again on
-# TF 2.15 in .venv-hvd; tests/test_megatron_compat.py reads our Megatron output in .venv-megatron.
+# test the other Pythons (scripts/test_pythons.sh), and run the test suite: everything on TF 2.21 in
+# .venv, then the model and trainer tests again on TF 2.15 in .venv-hvd; tests/test_megatron_compat.py
+# reads our Megatron output in .venv-megatron.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
@@ -14,5 +15,8 @@ export PILE_REQUIRE_FAST_BACKENDS=1
 .venv/bin/ruff check .
 # --noconftest: the shared conftest needs sentencepiece/zstandard, which the training env lacks.
 .venv-hvd/bin/python -m pytest --noconftest -q -p no:cacheprovider tests/test_model.py tests/test_trainers.py
+# The reader on Python 3.10, 3.12 and 3.13 and the job on 3.12, where this machine has them (it says
+# plainly which it has not).
+bash scripts/test_pythons.sh
 # Two test processes (PYTEST_WORKERS=0: one): most tests wait on subprocesses or I/O part of the time.
 .venv/bin/python -m pytest -n "${PYTEST_WORKERS:-2}" "$@"

@@ -46,6 +46,14 @@ def run_free(value):
     return value
 
 
+def file_digest(path) -> str:
+    """A file's sha256; TFDS's dataset_info.json (its shard template names the run directory) run-free."""
+    data = path.read_bytes()
+    if path.name == "dataset_info.json":
+        data = run_free(data.decode()).encode()
+    return hashlib.sha256(data).hexdigest()
+
+
 def output_digests(out) -> dict:
     """Every file's sha256 by path under `out` (a Path), run-free: what two runs of one job share byte for byte."""
     digests = {}
@@ -54,5 +62,7 @@ def output_digests(out) -> dict:
             data = p.read_bytes()
             if p.name == "manifest.json":
                 data = json.dumps(run_free(json.loads(data)), sort_keys=True).encode()
+            elif p.name == "dataset_info.json":  # TFDS's shard template names the run directory
+                data = run_free(data.decode()).encode()
             digests[run_free(str(p.relative_to(out)))] = hashlib.sha256(data).hexdigest()
     return digests

@@ -147,3 +147,15 @@ def test_blend_weights_are_tokens_times_epochs():
         fmt.blend(_manifest(per_subset=False), {"ArXiv": 2.0})
     with pytest.raises(ValueError, match="already holds"):
         fmt.blend(_manifest(epochs={"ArXiv": 2.0}), {"ArXiv": 2.0})
+
+
+def test_the_summary_ends_its_table_with_a_total_row():
+    subsets = {"ArXiv": {"documents": 3, "kept": 2, "filtered": {"empty": 1}, "tokens": 40, "tokens_with_epochs": 80,
+                         "text_bytes": 2_000_000},
+               "Github": {"documents": 5, "kept": 5, "filtered": {}, "tokens": 60, "tokens_with_epochs": 60,
+                          "text_bytes": 1_500_000}}
+    manifest = {"subsets": subsets, "totals": {"documents": 7, "tokens": 100, "bytes": 300},
+                "dead_letters": {"records": 0, "by_reason": {}}, "megatron": {"dtype": "uint16"},
+                "shards": [{"tokens": 100, "subset": None, "path": "run-0123456789abcdef/train-00000-of-00001"}]}
+    table = fmt.format_summary(manifest).split("\n\n")[0].splitlines()
+    assert table[-2].startswith("---") and table[-1].split() == ["total", "8", "7", "1", "100", "140", "3.50"]

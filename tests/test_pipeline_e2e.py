@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 import tensorflow as tf
-from corpus_helpers import FAST_BEAM, pile_line, run_free, write_lines
+from corpus_helpers import FAST_BEAM, file_digest, pile_line, run_free, write_lines
 
 from pipeline.cli import run
 from pipeline.core.shuffle import Permutation
@@ -187,7 +187,7 @@ def test_determinism_across_workers_and_fan_out(tmp_path, tiny_model, caplog):
         chosen = "execution: 2 DirectRunner worker threads in this process" in caplog.text
         assert chosen == (mode is None)
         files = sorted(p for p in out.rglob("*") if p.is_file())
-        digests.append({run_free(str(f.relative_to(out))): hashlib.sha256(f.read_bytes()).hexdigest()
+        digests.append({run_free(str(f.relative_to(out))): file_digest(f)
                         for f in files if f.name != "manifest.json"})
         digests[-1]["manifest.json"] = run_free(json.loads((out / "manifest.json").read_text()))
     assert len(digests[0]) > 3 and any(name.startswith("dead_letters/") for name in digests[0])

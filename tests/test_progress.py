@@ -5,15 +5,22 @@ datagrams on the loopback interface; and a real multi-process DirectRunner job o
 prints at least one line with a percent and an ETA.
 """
 
+import fcntl
 import io
 import os
+import pty
 import re
+import struct
 import subprocess
 import sys
+import termios
 import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
+from pipeline.beam import progress
 from pipeline.beam.progress import Monitor, Rates, Reporter, Totals, progress_line
 
 REPO = Path(__file__).resolve().parents[1]
@@ -139,3 +146,35 @@ def test_on_a_terminal_a_progress_bar_replaces_the_lines():
     shown = stream.getvalue()
     assert "tokenized" in shown and "750k/1.00M" in shown and "docs/s" in shown
     assert monitor.lines == []
+
+
+def _pty(columns: int):
+    """A pseudo-terminal of `columns` columns: (the file a program writes to, the other end's fd)."""
+    main_fd, child_fd = pty.openpty()
+    fcntl.ioctl(child_fd, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    return os.fdopen(child_fd, "w"), main_fd
+
+
+@pytest.mark.parametrize("columns,bar", [(0, False), (20, False), (120, True)])
+def test_a_terminal_too_narrow_for_a_bar_gets_the_progress_lines(columns, bar):
+    stream, other_end = _pty(columns)
+    try:
+        assert progress.bar_fits(stream) is bar
+        monitor = Monitor(total_bytes=1_000_000, every_s=0.5, stream=stream).start()
+        try:
+            reporter = Reporter(monitor.address, 1_000_000)
+            for _ in range(3):
+                reporter.add(read=250_000, done=250_000, docs=10, tokens=1000)
+                reporter.flush()
+                time.sleep(1.2)
+            reporter.close()
+        finally:
+            monitor.stop()
+        if bar:
+            assert monitor.lines == []
+            assert b"tokenized" in os.read(other_end, 1 << 16)
+        else:
+            assert monitor.lines and any("%" in line for line in monitor.lines), monitor.lines
+    finally:
+        stream.close()
+        os.close(other_end)

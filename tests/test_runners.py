@@ -7,7 +7,6 @@ PortableRunner (the path Flink and Spark take) writes the same bytes as DirectRu
 """
 
 import glob
-import hashlib
 import json
 import os
 import signal
@@ -16,7 +15,6 @@ import subprocess
 import sys
 import tarfile
 import time
-import tomllib
 from pathlib import Path
 
 import apache_beam as beam
@@ -34,7 +32,7 @@ from apache_beam.options.pipeline_options import (
 )
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners.portability import portable_runner
-from corpus_helpers import run_free
+from corpus_helpers import file_digest, run_free
 from sample_corpus import write_sample_corpus
 
 from pipeline.beam import options as beam_options
@@ -42,6 +40,11 @@ from pipeline.beam.job import build_pipeline
 from pipeline.beam.preflight import prepare
 from pipeline.cli import run
 from pipeline.core.options import PLACEHOLDER
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = sorted(glob.glob(str(REPO / "beam_configs" / "*.toml")))
@@ -59,7 +62,7 @@ DATAFLOW = ["--runner", "DataflowRunner", "--project", "my-project", "--region",
 
 def _digests(out: Path) -> dict:
     """Every file's sha256, by its path without the run directory; the manifest without the run id."""
-    digests = {run_free(str(p.relative_to(out))): hashlib.sha256(p.read_bytes()).hexdigest()
+    digests = {run_free(str(p.relative_to(out))): file_digest(p)
                for p in sorted(out.rglob("*")) if p.is_file() and p.name != "manifest.json"}
     digests["manifest.json"] = run_free(json.loads((out / "manifest.json").read_text()))
     return digests

@@ -87,7 +87,8 @@ def test_s3_job_writes_shards_dead_letters_and_the_manifest(s3, s3_run):
     assert manifest["dead_letters"]["records"] == 3
     (dead,) = manifest["dead_letters"]["files"]
     assert dead["path"] in names
-    assert names == {"manifest.json", dead["path"]} | {s["path"] for s in manifest["shards"]}  # no temp objects
+    assert names == {"manifest.json", "dataset_info.json", "features.json", dead["path"]} | {
+        s["path"] for s in manifest["shards"]}  # no temp objects; TFDS's metadata beside the manifest
 
 
 def test_s3_output_is_byte_identical_to_a_local_run(s3, s3_run, tiny_model, tmp_path):

@@ -1,6 +1,10 @@
 """`pile-pipeline show`: the tokenizer comes from the manifest when reachable; a given one must match it."""
 
+import os
 import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -8,6 +12,7 @@ import sentencepiece as spm
 from corpus_helpers import FAST_BEAM
 
 from pipeline.cli import run, show
+from pipeline.core import native_stderr
 
 REPO = Path(__file__).resolve().parents[1]
 OTHER_MODEL = str(REPO / "tokenizers" / "sample" / "sample.model")
@@ -61,3 +66,41 @@ def test_without_a_reachable_model_the_ids_are_shown(output, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert f"the recorded model {model} is not reachable from here" in printed
     assert "first 64 ids: [" in printed
+
+
+def test_show_prints_no_tensorflow_start_up_notices(output):
+    out, _ = output
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(REPO)}
+    result = subprocess.run([sys.executable, "-m", "pipeline.cli.main", "show", str(out)], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "sequence 0 detokenized" in result.stdout
+    assert result.stderr == ""  # no oneDNN, CUDA driver, cuInit or absl notices
+
+
+def test_the_filter_keeps_every_other_line_native_code_writes():
+    noise = ("WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+             "I0000 00:00:1 port.cc:153] oneDNN custom operations are on. You may see ...\n"
+             "E0000 00:00:1 cuda_platform.cc:52] failed call to cuInit: INTERNAL: CUDA error\n")
+    real = "E0000 00:00:1 op_kernel.cc:1] OP_REQUIRES failed: NOT_FOUND: shard.tfrecord\n"
+    assert native_stderr.keep(noise + real) == real
+    fd, path = tempfile.mkstemp()
+    saved = os.dup(2)
+    os.dup2(fd, 2)
+    try:
+        with native_stderr.quiet_native_notices():
+            os.write(2, (noise + real).encode())
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+    with open(path) as f:
+        assert f.read() == real
+
+
+def test_without_the_summary_only_the_batch_is_printed(output, capsys):
+    out, _ = output
+    assert show.cli([str(out), "--summary", "false"]) == 0
+    printed = capsys.readouterr().out
+    assert "sequence 0 detokenized" in printed and "subset" not in printed and "total" not in printed
+    assert show.cli([str(out)]) == 0
+    assert capsys.readouterr().out.count("\ntotal ") == 1

@@ -124,6 +124,6 @@ def test_direct_runner_moves_records_through_spill_files_and_cleans_up(tmp_path,
     assert sum(n for _, n in written) == manifest["totals"]["records"] > 0
     assert {d for d, _ in written} and all(os.path.basename(d).startswith(".spill.tmp-") for d, _ in written)
     run_dir = f"run-{manifest['run_id']}"
-    assert sorted(os.listdir(out)) == ["manifest.json", run_dir]
+    assert sorted(os.listdir(out)) == ["dataset_info.json", "features.json", "manifest.json", run_dir]
     assert os.listdir(out / run_dir) == ["train-00000-of-00001.tfrecord"]
 

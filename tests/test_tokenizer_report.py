@@ -71,7 +71,8 @@ def test_summary_rows():
         "Pile-CC": report.Counts(documents=3, bytes=3000, tokens=600, unk=6, byte_pieces=0),
     }
     rows = report.summarize(counts)
-    assert list(rows) == ["Pile-CC", "Github", report.ALL_ROW, report.MIX_ROW]  # the Pile's order
+    assert list(rows) == ["Github", "Pile-CC", report.ALL_ROW, report.MIX_ROW]  # by name
+    assert rows["Github"]["bytes_per_token"] == pytest.approx(1000 / 400)
     assert rows[report.ALL_ROW]["tokens_per_byte"] == pytest.approx(1000 / 4000)
     assert rows[report.ALL_ROW]["byte_fallback_rate"] == pytest.approx(40 / 1000)
     weights = subsets.pile_mix_weights()
@@ -102,6 +103,11 @@ def test_report_command_writes_table_json_and_png(models, tmp_path, capsys):
     result = report_cli.main(args)
     table = capsys.readouterr().out
     assert "llama tok/B" in table and "nofallback tok/B" in table
+    assert "llama B/tok" in table and "nofallback bytefb%" in table and "llama unk%" in table
+    assert f"chart: {tmp_path / 'report.png'}\n" in table and f"numbers: {tmp_path / 'report.json'}\n" in table
+    subset_rows = [line.split("  ")[0] for line in table.splitlines()[2:] if line and not line.startswith("-")]
+    named = subset_rows[:subset_rows.index(report.ALL_ROW)]
+    assert named == sorted(named, key=str.casefold) and len(named) > 3
     assert report.MIX_ROW in table and "Github" in table and "bad lines skipped: 1" in table
     with open(tmp_path / "report.json", encoding="utf-8") as f:
         saved = json.load(f)
@@ -129,16 +135,24 @@ def test_a_broken_model_fails_before_sampling(tmp_path):
 
 
 def _results(unk: float, fallback: float) -> dict:
-    row = {"documents": 12, "bytes": 34_000, "tokens_per_byte": 0.3, "byte_fallback_rate": fallback, "unk_rate": unk}
+    row = {"documents": 12, "bytes": 34_000, "tokens_per_byte": 0.3, "bytes_per_token": 1 / 0.3,
+           "byte_fallback_rate": fallback, "unk_rate": unk}
     return {"m": {"Github": row, "EuroParl": {**row, "documents": 3, "bytes": 1_200},
-                  report.MIX_ROW: {"tokens_per_byte": 0.3, "byte_fallback_rate": fallback, "unk_rate": unk}}}
+                  report.MIX_ROW: {"tokens_per_byte": 0.3, "bytes_per_token": 1 / 0.3, "byte_fallback_rate": fallback,
+                                   "unk_rate": unk}}}
 
 
 def test_the_chart_drops_panels_that_are_all_zero_and_labels_each_sample_size(tmp_path):
     assert [p[0] for p in report.chart_panels(_results(unk=0.0, fallback=0.01))] == [
-        "tokens_per_byte", "byte_fallback_rate"]
-    assert [p[0] for p in report.chart_panels(_results(unk=0.002, fallback=0.0))] == ["tokens_per_byte", "unk_rate"]
+        "bytes_per_token", "byte_fallback_rate"]
+    assert [p[0] for p in report.chart_panels(_results(unk=0.002, fallback=0.0))] == ["bytes_per_token", "unk_rate"]
     assert report.row_labels(_results(0, 0)) == ["Github  (n=12, 34.0 kB)", "EuroParl  (n=3, 1.2 kB)", report.MIX_ROW]
     drawn = report.plot(_results(unk=0.0, fallback=0.0), str(tmp_path / "one.png"), "title")
-    assert drawn == ["tokens_per_byte"]
+    assert drawn == {"bytes_per_token": [" 3.33"] * 3}
     assert (tmp_path / "one.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_every_bar_of_every_panel_carries_its_value(tmp_path):
+    drawn = report.plot(_results(unk=0.002, fallback=0.01), str(tmp_path / "all.png"), "title")
+    assert drawn == {"bytes_per_token": [" 3.33"] * 3, "byte_fallback_rate": [" 1.000%"] * 3,
+                     "unk_rate": [" 0.200%"] * 3}

@@ -46,7 +46,7 @@ from pipeline.core import packing
 from pipeline.core.stats import merge_stats, sorted_dict
 from pipeline.format import megatron as fmt
 from pipeline.format.framing import FramedRecords
-from pipeline.io.outputs import commit_output, run_path
+from pipeline.io.outputs import LATEST_NAME, commit_output, latest_run, run_path
 from pipeline.io.publish import publish
 from pipeline.io.spill import SpilledRecords, load
 from pipeline.tokenize.model import SpecialIds
@@ -268,4 +268,6 @@ def _write_manifest(_, config, tokenizer, dtype, run_id, shards, stats, dead_let
 def summary(config: PipelineConfig, seconds: float) -> tuple[dict, str]:
     """The manifest the job wrote and the lines printed after the run."""
     manifest = fmt.load_manifest(config.output_dir)
-    return manifest, fmt.format_summary(manifest, seconds, fmt.prefix_root(config.output_dir))
+    # The stable prefixes under the `latest` link, when it names this run's output.
+    link = LATEST_NAME if latest_run(config.output_dir) == manifest["run_id"] else None
+    return manifest, fmt.format_summary(manifest, seconds, fmt.prefix_root(config.output_dir), link)

@@ -10,7 +10,8 @@ its cumulative counts, at most once a second, as one small UDP datagram to the d
 on the loopback interface. Counts are cumulative per sender, so a lost datagram costs nothing; a
 retried bundle may count twice, so figures are clamped to the total. The driver knows the total
 (the stored size of every input file) and prints a line every `--progress_every` seconds, or keeps
-a tqdm bar up to date when stderr is a terminal. Progress is best effort: a failure to send or
+a tqdm bar up to date when stderr is a terminal at least MIN_BAR_COLUMNS wide (a pseudo-terminal
+that reports 0 columns, as some job launchers' do, gets the lines). Progress is best effort: a failure to send or
 receive never touches the job.
 
 DirectRunner runs one stage at a time: with the fan-out, every chunk is read (the "read" figure)
@@ -24,6 +25,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import os
 import socket
 import sys
 import threading
@@ -38,6 +40,7 @@ SEND_EVERY_S = 1.0
 BAR_EVERY_S = 1.0
 SAMPLE_EVERY_S = 1.0
 RATE_WINDOW_S = 60.0  # rates and the ETA follow the last minute, not the whole run
+MIN_BAR_COLUMNS = 40  # narrower (0: a pseudo-terminal that reports no size) and a bar shows nothing useful
 FIELDS = ("read", "done", "docs", "tokens")  # stored bytes read, stored bytes tokenized, documents kept, tokens
 
 
@@ -148,6 +151,14 @@ class Reporter:
             self._sock = None
 
 
+def bar_fits(stream) -> bool:
+    """Whether `stream` is a terminal wide enough for a progress bar."""
+    try:
+        return stream.isatty() and os.get_terminal_size(stream.fileno()).columns >= MIN_BAR_COLUMNS
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 class Monitor:
     """Driver side: receives the workers' counts and shows them (see the module docstring).
 
@@ -158,7 +169,7 @@ class Monitor:
         self.total_bytes = total_bytes
         self._every = every_s
         self._stream = stream if stream is not None else sys.stderr
-        self._bar_wanted = self._stream.isatty() if bar is None else bar
+        self._bar_wanted = bar_fits(self._stream) if bar is None else bar
         self._senders: dict[str, dict] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()

@@ -7,6 +7,11 @@ One weight and one path prefix per .bin/.idx pair of the manifest. The weight is
 count, so Megatron's blend samples every document alike; with `--epochs` (an output written with
 --per_subset), times its subset's epochs: `pile_paper` gives the Pile paper's mixture (Table 1) at
 train time without writing copies. Megatron and NeMo normalize the weights.
+
+On a file system the prefixes go through `OUT/latest`, the link a run points at its own run
+directory once its manifest is written (pipeline/io/outputs.py): a rerun of the same input and
+options gives the same line, and a launch script holding it reads the latest complete output. On
+an object store (no links) the prefixes name the run directory.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from pipeline.core.options import ArgumentParser, UsageError
 from pipeline.core.subsets import EPOCH_PRESETS, parse_epochs
 from pipeline.format import megatron
 from pipeline.format.manifest import ManifestError
+from pipeline.io.outputs import LATEST_NAME, latest_run
 
 
 def data_path_line(output_dir: str, epochs: str | None = None, style: str = "megatron") -> str:
@@ -31,6 +37,8 @@ def data_path_line(output_dir: str, epochs: str | None = None, style: str = "meg
         if unknown:
             raise ValueError(f"--epochs names {unknown}, which this output has no shards of")
     pairs = megatron.blend(manifest, weights)
+    if latest_run(output_dir) == manifest["run_id"]:
+        pairs = megatron.via_link(pairs, manifest["run_id"], LATEST_NAME)
     return megatron.data_path(pairs, megatron.prefix_root(output_dir), style)
 
 

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import gc
 import importlib
+import platform
 import sys
+
+from pipeline.core.versions import created_by
 
 COMMANDS = {
     "run": ("pipeline.cli.run", "JSON-lines files -> token shards + manifest (the Beam job)"),
@@ -24,7 +27,8 @@ COMMANDS = {
 def usage() -> str:
     """The list of commands."""
     width = max(map(len, COMMANDS))
-    lines = ["usage: pile-pipeline COMMAND [flags]   (pile-pipeline COMMAND --help for its flags)", "", "commands:"]
+    lines = ["usage: pile-pipeline COMMAND [flags]   (pile-pipeline COMMAND --help for its flags)",
+             "       pile-pipeline --version", "", "commands:"]
     lines += [f"  {name.ljust(width)}  {text}" for name, (_, text) in COMMANDS.items()]
     return "\n".join(lines)
 
@@ -35,6 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())
         return 0 if argv else 2
+    if argv[0] == "--version":
+        print(f"{created_by()} (Python {platform.python_version()})")
+        return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
         print(f"pile-pipeline: unknown command {name!r}\n\n{usage()}", file=sys.stderr)

@@ -17,7 +17,8 @@ import sys
 
 import numpy as np
 
-from pipeline.core.options import ArgumentParser, UsageError
+from pipeline.core.native_stderr import quiet_native_notices
+from pipeline.core.options import ArgumentParser, UsageError, parse_bool
 from pipeline.format.manifest import ManifestError, load_manifest
 from pipeline.format.summary import format_summary
 from pipeline.io.files import sha256_of
@@ -73,15 +74,17 @@ def _detokenized(ids: list[int], model: str, eos: int) -> str:
     return " ⟨EOS⟩ ".join(pieces)
 
 
-def show(output_dir: str, tokenizer_model: str | None = None, batch_size: int = 2, chars: int = 600) -> str:
-    """The summary and the first batch, as text."""
+def show(output_dir: str, tokenizer_model: str | None = None, batch_size: int = 2, chars: int = 600,
+         summary: bool = True) -> str:
+    """The summary (unless `summary` is false) and the first batch, as text."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     manifest = load_manifest(output_dir)
     model, note = choose_tokenizer(manifest, tokenizer_model)
-    from pipeline.reader.dataset import make_dataset  # TensorFlow loads only here
+    with quiet_native_notices():
+        from pipeline.reader.dataset import make_dataset  # TensorFlow loads only here
 
-    lines = [format_summary(manifest), "", note]
-    batch = next(iter(make_dataset(output_dir, batch_size, seed=0)))
+        batch = next(iter(make_dataset(output_dir, batch_size, seed=0)))
+    lines = [format_summary(manifest), "", note] if summary else [note]
     inputs = batch["inputs"].numpy()
     lines.append("first batch: " + ", ".join(f"{k} {tuple(v.shape)} {v.dtype.name}" for k, v in batch.items()))
     eos = manifest["tokenizer"]["eos_id"]
@@ -104,13 +107,15 @@ def build_parser() -> ArgumentParser:
                    help="the SentencePiece model the output was made with, checked against the manifest's "
                    "sha256 (default: the model the manifest records, when reachable)")
     p.add_argument("--batch_size", type=int, default=2, help="batch to read (default: 2)")
+    p.add_argument("--summary", type=parse_bool, default=True, metavar="BOOL",
+                   help="print the manifest's summary first; false after `run`, which printed it (default: true)")
     return p
 
 
 def main(argv=None) -> None:
     """Parse the flags and print `show`."""
     args = build_parser().parse_args(argv)
-    print(show(args.output_dir, args.tokenizer_model, args.batch_size))
+    print(show(args.output_dir, args.tokenizer_model, args.batch_size, summary=args.summary))
 
 
 def cli(argv=None) -> int:

@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> dict:
     title = (f"{' vs '.join(labels)} on {stats['documents']} documents, {stats['bytes'] / 1e6:.1f} MB "
              f"(sample sha256 {stats['sha256'][:12]})")
     plot(results, args.out, title)
-    LOG.info("wrote %s", args.out)
+    print(f"chart: {args.out}")
     report = {
         "models": {label: {"path": redact_url(path), "sha256": sha256_of(path)}
                    for label, path in zip(labels, args.tokenizer_model, strict=True)},
@@ -90,6 +90,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(report, f, indent=1, sort_keys=True)
+        print(f"numbers: {args.json}")
     return report
 
 

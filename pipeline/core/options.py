@@ -25,9 +25,14 @@ import argparse
 import dataclasses
 import difflib
 import re
-import tomllib
+import sys
 from collections.abc import Callable, Iterable
 from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the same parser, under its PyPI name
+    import tomli as tomllib
 
 
 class UsageError(ValueError):
@@ -187,9 +192,22 @@ class ArgumentParser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+# Flags of the tools users arrive from, with ours for the same thing (Megatron-LM's
+# tools/preprocess_data.py): suggested although the spelling is far from ours.
+HABITS = {
+    "--json-keys": ("--text_key", "Megatron's --json-keys names the text's key; here it is --text_key KEY, "
+                    "one key per run, and --subset_key names the subset's"),
+    "--output-prefix": ("--output_dir", "Megatron's --output-prefix; here --output_dir names a directory"),
+    "--append-eod": ("--add_eos", "Megatron's --append-eod; here --add_eos (on by default)"),
+}
+
+
 def suggest(name: str, candidates: Iterable[str]) -> str:
     """' (did you mean --x?)' for the closest candidate flag, case-insensitively, or ''."""
     candidates = sorted(set(candidates))
+    habit = HABITS.get(name.lower())
+    if habit and habit[0] in candidates:
+        return f" (did you mean {habit[0]}? {habit[1]})"
     lowered = {c.lower(): c for c in candidates}
     close = difflib.get_close_matches(name.lower(), list(lowered), n=1, cutoff=0.75)
     return f" (did you mean {lowered[close[0]]}?)" if close else ""

@@ -265,6 +265,16 @@ def blend(manifest: dict, epochs: dict[str, float] | None = None) -> list[tuple[
     return [(shard["tokens"] * (epochs or {}).get(shard["subset"], 1.0), shard["path"]) for shard in manifest["shards"]]
 
 
+def via_link(pairs: list[tuple[float, str]], run_id: str, link: str) -> list[tuple[float, str]]:
+    """The pairs with their run directory's name replaced by `link`, a link to it (pipeline/io/outputs.py).
+
+    >>> via_link([(3, "run-0123456789abcdef/train-00000-of-00001")], "0123456789abcdef", "latest")
+    [(3, 'latest/train-00000-of-00001')]
+    """
+    prefix = manifest_lib.run_dir(run_id) + "/"
+    return [(w, link + "/" + p[len(prefix):] if p.startswith(prefix) else p) for w, p in pairs]
+
+
 def prefix_root(output_dir: str) -> str:
     """The directory the prefixes of a --data-path line start with: absolute if local, else the URL."""
     if output_dir.startswith("file://"):
@@ -288,23 +298,32 @@ def data_path(pairs: list[tuple[float, str]], root: str = "", style: str = "mega
     return " ".join(f"{w} {p}" for w, p in items)
 
 
-def format_summary(manifest: dict, seconds: float | None = None, root: str | None = None) -> str:
-    """A plain-text summary of a Megatron output: per-subset counts, shards, and its --data-path."""
+def format_summary(manifest: dict, seconds: float | None = None, root: str | None = None,
+                   link: str | None = None) -> str:
+    """A plain-text summary of a Megatron output: per-subset counts, shards, and its --data-path.
+
+    `link`: the name of a link to the run directory for the --data-path prefixes (see `via_link`).
+    """
     rows = [("subset", "docs", "kept", "filtered", "tokens", "tok x epochs", "text MB")]
+    total = [0] * 6
     for name, s in manifest["subsets"].items():
-        rows.append((name, str(s.get("documents", 0)), str(s.get("kept", 0)), str(sum(s.get("filtered", {}).values())),
-                     str(s.get("tokens", 0)), str(s.get("tokens_with_epochs", 0)),
-                     f"{s.get('text_bytes', 0) / 1e6:.2f}"))
+        cells = [s.get("documents", 0), s.get("kept", 0), sum(s.get("filtered", {}).values()), s.get("tokens", 0),
+                 s.get("tokens_with_epochs", 0), s.get("text_bytes", 0)]
+        total = [a + b for a, b in zip(total, cells, strict=True)]
+        rows.append((name, *map(str, cells[:-1]), f"{cells[-1] / 1e6:.2f}"))
+    rows.append(("total", *map(str, total[:-1]), f"{total[-1] / 1e6:.2f}"))
     totals, dead, meg = manifest["totals"], manifest["dead_letters"], manifest["megatron"]
     lines = [
-        format_table(rows),
+        format_table(rows, rules_before=(len(rows) - 1,)),
         "",
         f"megatron indexed dataset: {totals['documents']} documents, {totals['tokens']} tokens ({meg['dtype']}) in "
         f"{len(manifest['shards'])} .bin/.idx pair(s), {totals['bytes'] / 1e6:.1f} MB",
         f"dead letters: {dead['records']} {dict(sorted(dead['by_reason'].items()))}",
     ]
     if 0 < len(manifest["shards"]) <= 16:
-        lines.append(f"--data-path {data_path(blend(manifest), root or '')}")
+        pairs = blend(manifest)
+        pairs = via_link(pairs, manifest["run_id"], link) if link else pairs
+        lines.append(f"--data-path {data_path(pairs, root or '')}")
     elif manifest["shards"]:
         lines.append(f"{len(manifest['shards'])} prefixes: `pile-pipeline data-path {root or 'OUTPUT_DIR'}` prints "
                      "the --data-path line")

@@ -39,7 +39,7 @@ class OutputLockedError(FileExistsError):
 
 def _holder_text(run_id: str) -> str:
     return json.dumps({"run_id": run_id, "host": socket.gethostname(), "pid": os.getpid(),
-                       "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")})
+                       "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")})
 
 
 def _describe(text: str) -> str:

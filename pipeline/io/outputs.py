@@ -6,6 +6,10 @@
       run-<run id>/train-00000-of-00042.bin/.idx ...       or those of a Megatron output (pipeline/format/megatron.py)
       run-<run id>/dead_letters/train-00001-00000.jsonl    malformed lines of input file 1, chunks 0-63
       run-<run id>/provenance/train-00001.npz              with --provenance: source spans of file 1's records
+      dataset_info.json, features.json                     TensorFlow Datasets' metadata of a TFRecord output
+                                                           (pipeline/format/tfds.py)
+      latest -> run-<run id>                               a Megatron output's stable --data-path root
+                                                           (a symbolic link, on file systems)
       .pile-pipeline.lock                                  while a run writes (pipeline/io/lock.py)
       .NAME.tmp-<uuid>                                     temporary names (pipeline/io/publish.py), spill files
 
@@ -19,7 +23,10 @@ Committing (`commit_output`, the job's last step): an output nobody should use (
 dead letters than allowed) is refused first, and no manifest is written. Then the manifest is written
 create-only: of two runs, the one that finishes second fails, and its files stay in its own run
 directory. Then every file the manifest lists is checked to be there with its size (a concurrent
-`--overwrite` could have removed it).
+`--overwrite` could have removed it). Only then, by the run whose manifest it is, what is derived
+from the manifest: TFDS's metadata files (a TFRecord output), or the `latest` link to the run
+directory (a Megatron output on a file system), renamed over the old one, so a path under
+`OUT/latest/` names the latest complete output, whatever the run id.
 
 Replacing (`prepare_output_dir` with `--overwrite`, under the lock): exactly the files the previous
 manifest lists, our temporary names, and what runs that never wrote a manifest (killed or failed)
@@ -39,11 +46,13 @@ import uuid
 import fsspec
 
 from pipeline.core.errors import JobError
+from pipeline.format import manifest as manifest_lib
+from pipeline.format import megatron, tfds
 from pipeline.format.manifest import MANIFEST_NAME, manifest_path, run_dir, serialize
 from pipeline.io.files import read_bytes
 from pipeline.io.lock import LOCK_NAME
-from pipeline.io.publish import TEMP_NAME, publish_text
-from pipeline.io.urls import is_local, reaching, redact_url
+from pipeline.io.publish import TEMP_NAME, publish_link, publish_text
+from pipeline.io.urls import fs_path, is_local, is_local_url, reaching, redact_url
 
 DEAD_LETTER_DIR = "dead_letters"
 RUN_DIR = re.compile(r"^run-([0-9a-f]{16})$")
@@ -55,6 +64,10 @@ _RUN_FILE = re.compile(r"^run-([0-9a-f]{16})/([A-Za-z0-9_]+-\d{5}-of-\d{5}\.tfre
                        + DEAD_LETTER_DIR + r"/[A-Za-z0-9_]+-\d{5}-\d{5}(-only)?\.jsonl|"
                        + PROVENANCE_DIR + r"/[A-Za-z0-9_]+-(\d{5}|final)\.npz)$")
 MAX_LISTED = 20
+LATEST_NAME = "latest"  # OUT/latest -> run-<id> of a Megatron output's manifest
+# Derived from a manifest, never data of their own: an interrupted --overwrite may leave them
+# without one, so they are always removable.
+_DERIVED = {LATEST_NAME, *tfds.metadata_names()}
 
 
 class OutputRejectedError(JobError):
@@ -150,7 +163,7 @@ def _plan_overwrite(url: str, files: list[str], entries: list[str]) -> tuple[lis
     remove = []
     for rel in files:
         run = _RUN_FILE.match(rel)
-        if rel in listed or _is_temp(rel) or (run and run.group(1) != committed):
+        if rel in listed or rel in _DERIVED or _is_temp(rel) or (run and run.group(1) != committed):
             remove.append(rel)
         elif not (rel == MANIFEST_NAME and unknown):
             unknown.append(rel)
@@ -191,8 +204,9 @@ def prepare_output_dir(output_dir: str, overwrite: bool) -> None:
                 f"this pipeline lists: {', '.join(unknown[:MAX_LISTED])}{more}. Move them away or choose "
                 "another directory; nothing was removed."
             )
-        # The manifest first: readers stop trusting the old output at once.
-        for rel in sorted(remove, key=lambda r: r != MANIFEST_NAME):
+        # The manifest first: readers stop trusting the old output at once
+        # (and the `latest` link after it).
+        for rel in sorted(remove, key=lambda r: (r != MANIFEST_NAME, r != LATEST_NAME)):
             fs.rm_file(posixpath.join(root, rel))
         if is_local(fs):
             _remove_empty_folders(root, remove, entries)
@@ -271,7 +285,29 @@ def commit_output(output_dir: str, manifest: dict, max_dead_letter_fraction: flo
     check_output(manifest, max_dead_letter_fraction, output_dir)
     path = write_manifest(output_dir, manifest)
     _check_listed(output_dir, manifest)
+    _publish_derived(output_dir, manifest)
     return path
+
+
+def _publish_derived(output_dir: str, manifest: dict) -> None:
+    """What the committed manifest implies: TFDS's metadata, or the Megatron output's `latest` link."""
+    if manifest.get("format") == manifest_lib.FORMAT:
+        for name, text in tfds.metadata(manifest).items():
+            publish_text(posixpath.join(output_dir.rstrip("/"), name), text)
+    elif manifest.get("format") == megatron.FORMAT and is_local_url(output_dir):
+        publish_link(os.path.join(fs_path(output_dir), LATEST_NAME), run_dir(manifest["run_id"]))
+
+
+def latest_run(output_dir: str) -> str | None:
+    """The run id `OUT/latest` points at, or None (no link: an object store, or an older output)."""
+    if not is_local_url(output_dir):
+        return None
+    try:
+        target = os.readlink(os.path.join(fs_path(output_dir), LATEST_NAME))
+    except OSError:
+        return None
+    match = RUN_DIR.match(target)
+    return match.group(1) if match else None
 
 
 def write_manifest(output_dir: str, manifest: dict) -> str:

@@ -25,6 +25,7 @@ A failed write (a full disk, no permission) is an OutputWriteError naming the fi
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
@@ -194,3 +195,19 @@ def publish_copy(local_path: str, dest: str) -> tuple[int, str]:
                 yield block
 
     return publish(dest, blocks())
+
+
+def publish_link(path: str, target: str) -> None:
+    """Point the symbolic link `path` (a local path) at `target`, replacing an old link atomically.
+
+    The new link is made under a temporary name and renamed over the old one: a reader resolving
+    `path` meanwhile finds the old target or the new one, never no link.
+    """
+    tmp = os.path.join(os.path.dirname(path), temp_name(os.path.basename(path)))
+    try:
+        os.symlink(target, tmp)
+        os.replace(tmp, path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise write_failure(path, e) from e

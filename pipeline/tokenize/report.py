@@ -31,7 +31,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from pipeline.core.subsets import PILE_SUBSETS, pile_mix_weights
+from pipeline.core.subsets import pile_mix_weights
 from pipeline.core.tables import format_table
 from pipeline.tokenize.model import load_processor
 
@@ -98,9 +98,8 @@ def measure(model_path: str, docs: Iterable[tuple[str, str]], num_threads: int =
 
 
 def summarize(counts: dict[str, Counts]) -> dict[str, dict]:
-    """Per-subset metrics (in the Pile's subset order) plus the "all sampled" and "Pile mix" rows."""
-    order = {name: i for i, name in enumerate(PILE_SUBSETS)}
-    rows = {name: counts[name].metrics() for name in sorted(counts, key=lambda n: order.get(n, len(order)))}
+    """Per-subset metrics (subsets by name, as a reader looks one up) plus the "all sampled" and "Pile mix" rows."""
+    rows = {name: counts[name].metrics() for name in sorted(counts, key=lambda n: (n.casefold(), n))}
     total = Counts()
     for c in counts.values():
         total.add(c)
@@ -138,12 +137,16 @@ def model_labels(paths: list[str], labels: list[str] | None = None) -> list[str]
 
 
 def results_table(results: dict[str, dict[str, dict]]) -> str:
-    """A plain-text table: one row per subset, per model tokens/byte, byte-fallback % and unk %."""
+    """A plain-text table: one row per subset; per model bytes/token, tokens/byte, byte-fallback %, unk %.
+
+    Bytes per token is the usual measure (higher: fewer tokens for the same text); every column is
+    named with its model.
+    """
     labels = list(results)
     first = results[labels[0]]
     header = ["subset", "docs", "MB"]
     for label in labels:
-        header += [f"{label} tok/B", "bytefb%", "unk%"]
+        header += [f"{label} B/tok", f"{label} tok/B", f"{label} bytefb%", f"{label} unk%"]
     rows = [header]
     for name in first:
         base = first[name]
@@ -151,14 +154,15 @@ def results_table(results: dict[str, dict[str, dict]]) -> str:
         for label in labels:
             m = results[label].get(name)
             if m is None:
-                row += ["-", "-", "-"]
+                row += ["-", "-", "-", "-"]
                 continue
-            row += [f"{m['tokens_per_byte']:.4f}", f"{100 * m['byte_fallback_rate']:.3f}", f"{100 * m['unk_rate']:.3f}"]
+            row += [f"{m['bytes_per_token']:.3f}", f"{m['tokens_per_byte']:.4f}",
+                    f"{100 * m['byte_fallback_rate']:.3f}", f"{100 * m['unk_rate']:.3f}"]
         rows.append(row)
     return format_table(rows, rules_before=(len(rows) - (2 if MIX_ROW in first else 1),))
 
 
-PANELS = (("tokens_per_byte", "tokens per byte (lower is better)", 1.0, 3.0),
+PANELS = (("bytes_per_token", "bytes per token (higher is better)", 1.0, 3.0),
           ("byte_fallback_rate", "byte-fallback pieces, % of tokens", 100.0, 2.0),
           ("unk_rate", "<unk>, % of tokens", 100.0, 1.5))  # (key, title, scale, relative width)
 
@@ -182,11 +186,16 @@ def row_labels(results: dict[str, dict[str, dict]]) -> list[str]:
     return labels
 
 
-def plot(results: dict[str, dict[str, dict]], out_path: str, title: str) -> list[str]:
-    """Grouped horizontal bars per subset, one color per model; returns the panels drawn.
+def value_label(key: str, value: float) -> str:
+    """The number written at the end of a bar: bytes/token to 2 decimals, percentages to 3."""
+    return f" {value:.2f}" if key == "bytes_per_token" else f" {value:.3f}%"
 
-    Panels: tokens/byte, byte-fallback % and unk %, each only when some value is non-zero; each
-    row is labelled with its sample size (documents, MB).
+
+def plot(results: dict[str, dict[str, dict]], out_path: str, title: str) -> dict[str, list[str]]:
+    """Grouped horizontal bars per subset, one color per model; returns {panel drawn: its value labels}.
+
+    Panels: bytes/token, byte-fallback % and unk %, each only when some value is non-zero; each bar
+    carries its value, each row its sample size (documents, MB).
     """
     import matplotlib
 
@@ -204,14 +213,16 @@ def plot(results: dict[str, dict[str, dict]], out_path: str, title: str) -> list
                              gridspec_kw={"width_ratios": [p[3] for p in panels]})
     axes = axes[0]
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    drawn: dict[str, list[str]] = {}
     for ax, (key, name, scale, _) in zip(axes, panels, strict=True):
+        drawn[key] = []
         for i, label in enumerate(labels):
             values = [scale * results[label].get(r, {}).get(key, 0.0) for r in rows]
             offset = (i - (len(labels) - 1) / 2) * height
             ax.barh(y + offset, values, height=height, label=label, color=colors[i % len(colors)])
-            if key == "tokens_per_byte":
-                for yy, v in zip(y + offset, values, strict=True):
-                    ax.text(v, yy, f" {v:.3f}", va="center", fontsize=7)
+            for yy, v in zip(y + offset, values, strict=True):
+                drawn[key].append(value_label(key, v))
+                ax.text(v, yy, drawn[key][-1], va="center", fontsize=7)
         ax.set_title(name, fontsize=10)
         ax.grid(axis="x", alpha=0.3)
         ax.set_axisbelow(True)
@@ -228,4 +239,4 @@ def plot(results: dict[str, dict[str, dict]], out_path: str, title: str) -> list
     fig.suptitle(title, fontsize=10)
     fig.savefig(out_path, dpi=110)
     plt.close(fig)
-    return [p[0] for p in panels]
+    return drawn

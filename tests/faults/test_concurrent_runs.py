@@ -112,7 +112,8 @@ def test_a_second_local_run_fails_at_once_and_touches_nothing(tmp_path, corpus, 
     assert f"--output_dir {out} is being written by another run (run {run_id_of(job.output())}, pid " in line
     assert job.finish() == 0, job.output()[-3000:]
     only_output_of(str(out), references, first)
-    assert sorted(os.listdir(out)) == ["manifest.json", f"run-{run_id_of(job.output())}"]  # no lock, no temp
+    assert sorted(os.listdir(out)) == ["dataset_info.json", "features.json", "manifest.json",
+                                       f"run-{run_id_of(job.output())}"]  # no lock, no temp
 
 
 def test_two_local_runs_started_together(tmp_path, corpus, references):

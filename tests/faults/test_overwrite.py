@@ -26,6 +26,8 @@ OURS_UNLISTED = [
     ".spill.tmp-" + "c" * 32 + "/0f1e2d3c4b5a69788796a5b4c3d2e1f0.records",  # a killed run's spill file
     f"run-{KILLED}/train-00000-of-00005.tfrecord",  # a killed run's shard
     f"run-{KILLED}/dead_letters/train-00000-00001.jsonl",  # a failed run's dead letters
+    "dataset_info.json",  # derived from a manifest (TFDS's metadata): left by an interrupted --overwrite
+    "features.json",
 ]
 NOT_OURS = [
     "notes.txt",
