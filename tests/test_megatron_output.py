@@ -203,8 +203,10 @@ def test_per_subset_selection_bos_and_epochs(corpus, tiny_model, tmp_path):
         assert {run_free(s["path"]).split("-")[1] for s in manifest["shards"] if s["subset"] == subset} == {
             fmt.subset_slug(subset)}
     # The --data-path line: its token counts already hold the epochs; --epochs again is refused.
+    # Its prefixes go through the `latest` link, which names this run's directory.
     line = data_path_cli.data_path_line(str(out))
-    assert line.split()[1] == f"{out}/{manifest['shards'][0]['path']}"
+    assert line.split()[1] == f"{out}/latest/{run_free(manifest['shards'][0]['path'])}"
+    assert os.path.realpath(out / "latest") == os.path.realpath(out / manifest["shards"][0]["path"].split("/")[0])
     with pytest.raises(ValueError, match="already holds"):
         data_path_cli.data_path_line(str(out), "pile_paper")
 
@@ -221,7 +223,7 @@ def test_data_path_command_weighs_subsets_by_paper_epochs(corpus, tiny_model, tm
     for shard in manifest["shards"]:
         paper = {"Wikipedia (en)": 3.0, "Pile-CC": 1.0, "Gutenberg (PG-19)": 2.5}.get(shard["subset"])
         if paper:
-            assert weights[f"{out}/{shard['path']}"] == shard["tokens"] * paper
+            assert weights[f"{out}/latest/{run_free(shard['path'])}"] == shard["tokens"] * paper
     assert data_path_cli.cli([str(tmp_path / "missing")]) == 2
     with pytest.raises(ValueError, match="Wikipedia"):  # a misspelt name must not silently weigh 1
         data_path_cli.data_path_line(str(out), "Wikipedia=3")
