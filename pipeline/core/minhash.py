@@ -1,8 +1,8 @@
 """MinHash signatures of shingle sets, LSH banding, and the S-curve that sets the bands.
 
-Signature: for each of `num_perm` keyed hash functions h_i(x) = mix64(x ^ key_i) (splitmix64's
-finalizer: a bijection of 64-bit words, so every h_i is a permutation of the shingle hashes), the
-minimum over the document's shingles; two documents' signatures agree in position i with
+Signature: for each of `num_perm` hash functions h_i(x) = a_i * x + b_i mod 2^64 (a_i odd: a
+bijection of 64-bit words, so every h_i permutes the shingle hashes, which are already well mixed),
+the minimum over the document's shingles; two documents' signatures agree in position i with
 probability equal to their Jaccard similarity J. Computed as one (shingles x num_perm) numpy block
 at a time (`BLOCK` shingles), so a 6 MB document needs no more memory than a short one. Only the
 upper 32 bits are kept (uint32), as datasketch and datatrove do: agreement by chance is 2^-32.
@@ -89,18 +89,22 @@ class MinHasher:
 
     @property
     def keys(self) -> np.ndarray:
-        """One uint64 key per hash function."""
+        """(2, num_perm) uint64: each hash function's odd multiplier a_i and offset b_i."""
         base = np.uint64(stable_hash("minhash", self.seed))
-        return mix64(base ^ mix64(np.arange(self.num_perm, dtype=np.uint64)))
+        words = mix64(base ^ mix64(np.arange(2 * self.num_perm, dtype=np.uint64))).reshape(2, self.num_perm)
+        words[0] |= np.uint64(1)
+        return words
 
     def signature(self, shingles: np.ndarray, keys: np.ndarray | None = None) -> np.ndarray:
         """uint32 signature (num_perm values) of a set of uint64 shingle hashes; all EMPTY for no shingles."""
         keys = self.keys if keys is None else keys
         out = np.full(self.num_perm, np.iinfo(np.uint64).max, np.uint64)
         shingles = np.asarray(shingles, np.uint64)
-        for start in range(0, len(shingles), BLOCK):
-            block = mix64(shingles[start : start + BLOCK, None] ^ keys[None, :])
-            np.minimum(out, block.min(axis=0), out=out)
+        a, b = keys
+        with np.errstate(over="ignore"):
+            for start in range(0, len(shingles), BLOCK):
+                block = shingles[start : start + BLOCK, None] * a + b  # wraps mod 2^64, as intended
+                np.minimum(out, block.min(axis=0), out=out)
         return (out >> np.uint64(32)).astype(np.uint32)
 
 

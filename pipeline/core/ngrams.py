@@ -65,19 +65,15 @@ def word_spans(text: str) -> tuple[list[str], np.ndarray]:
     return [w for w, _, _ in found], spans
 
 
-def _word_hash(word: str) -> int:
-    h = _word_cache.get(word)
-    if h is None:
-        if len(_word_cache) >= _CACHE_LIMIT:
-            _word_cache.clear()
-        h = int.from_bytes(hashlib.blake2b(word.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
-        _word_cache[word] = h
-    return h
-
-
 def word_hashes(tokens: list[str]) -> np.ndarray:
-    """uint64 hash of each word."""
-    return np.fromiter((_word_hash(w) for w in tokens), np.uint64, len(tokens))
+    """uint64 hash of each word (each distinct word hashed once per process, then looked up)."""
+    cache = _word_cache
+    missing = [w for w in set(tokens) if w not in cache]
+    if len(cache) + len(missing) > _CACHE_LIMIT:
+        cache.clear()
+    for w in missing:
+        cache[w] = int.from_bytes(hashlib.blake2b(w.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
+    return np.fromiter(map(cache.__getitem__, tokens), np.uint64, len(tokens))
 
 
 def ngram_hashes(hashes: np.ndarray, n: int) -> np.ndarray:
