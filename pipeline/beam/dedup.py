@@ -1,0 +1,491 @@
+"""Dedup and decontamination as one composite PTransform on Beam's shuffle: exact, near (MinHash LSH), eval n-grams.
+
+Input: a PCollection of documents `((file_index, line), doc)`, `doc` a dict with "text" and
+"subset" (and any small fields to carry, e.g. the chunk index: copied into a removed record).
+`Dedup(...)` returns a dict of three PCollections:
+
+- "kept":    `((file_index, line), doc)` of every document kept (with --cut, its text cut);
+- "removed": one dict per removed (or cut) document: file_index, line, subset, reason, the twin's
+             file_index and line (a duplicate) or the eval file and the matching n-gram (contaminated),
+             the similarity (duplicates: MinHash's estimate against the twin; contaminated: the share
+             of the document's n-grams found in the eval sets), "tokens" with a token counter;
+- "counts":  one dict per subset: documents, kept, removed by reason (documents and tokens), cut;
+             so that kept + removed = documents, checked by the job with its dead letters.
+
+Stages, in order (each optional), every survivor the first document in input order:
+
+1. Decontaminate: the eval files' n-gram hashes, sorted, are a side input (bounded by
+   `max_eval_ngrams`: 8 bytes plus 2 for the file each); a document with any of them is removed.
+2. Exact: group by blake2b-128 of the normalized text; the smallest (file, line) stays.
+3. Near: MinHash signature -> band keys; group by band key: each bucket gives the star of edges
+   (member, the bucket's first member), never its pairs; optionally keep only edges whose true
+   Jaccard reaches `jaccard_threshold`; then `rounds` large-star/small-star rounds (Kiveris et al.
+   2014) turn the edges into stars around each component's first document, and a last step checks
+   that they did (an error names `rounds` otherwise). Every other member is removed, its twin the
+   component's first document.
+
+Memory per worker: every reducer reads its group twice (the smallest key, then the output) and
+holds one element at a time, so a bucket or cluster of 100,000 copies costs what a pair does
+(beyond what the runner itself buffers for a group: DirectRunner holds a group in memory, Dataflow
+and Flink stream it). tests/test_dedup_beam.py measures it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import apache_beam as beam
+import fsspec
+import numpy as np
+
+from pipeline.core import dedup, minhash, ngrams
+
+KEPT, REMOVED, COUNTS = "kept", "removed", "counts"
+_SIGS, _BANDS, _SHINGLES = "sigs", "bands", "shingles"
+
+
+def _counter(name: str):
+    return beam.metrics.Metrics.counter("dedup", name)
+
+
+class _Records:
+    """Builds removed records: names, carried fields, tokens."""
+
+    def __init__(self, file_names: list[str] | None, token_count: Callable[[str], int] | None):
+        self._names = file_names
+        self._tokens = token_count
+
+    def record(self, key: int, doc: dict, reason: str, similarity: float, twin: int | None = None, **extra) -> dict:
+        file_index, line = dedup.order_parts(key)
+        rec = {k: v for k, v in doc.items() if k != "text"}
+        rec.update(file_index=file_index, line=line, subset=doc["subset"], reason=reason,
+                   similarity=round(float(similarity), 4))
+        if self._names is not None:
+            rec["file"] = self._names[file_index]
+        if twin is not None:  # the kept document it duplicates
+            t_file, t_line = dedup.order_parts(twin)
+            rec.update(twin_file_index=t_file, twin_line=t_line)
+            if self._names is not None:
+                rec["twin_file"] = self._names[t_file]
+        rec.update(extra)
+        if self._tokens is not None:
+            rec["tokens"] = int(self._tokens(doc["text"]))
+        return rec
+
+
+def _to_order(element):
+    (file_index, line), doc = element
+    return dedup.order_key(file_index, line), doc
+
+
+def _from_order(element):
+    key, doc = element
+    return dedup.order_parts(key), doc
+
+
+# -- decontamination ---------------------------------------------------------------------------------
+
+
+def eval_ngrams(path: str, text_key: str, n: int) -> np.ndarray:
+    """Distinct hashes of the n-grams (lower-cased words) of every eval text in a JSON-lines file (.gz/.zst too)."""
+    parts = []
+    with fsspec.open(path, "rt", compression="infer", encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                text = json.loads(line)[text_key]
+            except (ValueError, KeyError, TypeError) as bad:
+                raise ValueError(f"{path} line {number}: not a JSON object with a string {text_key!r}: {bad}") from None
+            if not isinstance(text, str):
+                raise ValueError(f"{path} line {number}: {text_key!r} is not a string")
+            tokens, _ = ngrams.word_spans(text)
+            if len(tokens) >= n:
+                parts.append(np.unique(ngrams.ngram_hashes(ngrams.word_hashes(tokens), n)))
+    return np.unique(np.concatenate(parts)) if parts else np.empty(0, np.uint64)
+
+
+class _EvalNgramsFn(beam.CombineFn):
+    """(eval file index, hashes) -> (sorted distinct hashes, the first eval file of each), bounded."""
+
+    def __init__(self, max_ngrams: int):
+        self._max = max_ngrams
+
+    def create_accumulator(self):
+        return []
+
+    def add_input(self, accumulator, element):
+        accumulator.append(element)
+        return self._bounded(accumulator)
+
+    def merge_accumulators(self, accumulators):
+        return self._bounded([part for acc in accumulators for part in acc])
+
+    def _bounded(self, parts):
+        total = sum(len(h) for _, h in parts)
+        if total > self._max:
+            raise ValueError(f"the eval files hold {total:,} distinct n-grams, more than max_eval_ngrams "
+                             f"({self._max:,}); raise it (10 bytes each on every worker)")
+        return parts
+
+    def extract_output(self, accumulator):
+        if not accumulator:
+            return np.empty(0, np.uint64), np.empty(0, np.uint16)
+        hashes = np.concatenate([h for _, h in accumulator])
+        files = np.concatenate([np.full(len(h), i, np.uint16) for i, h in accumulator])
+        order = np.lexsort((files, hashes))
+        hashes, files = hashes[order], files[order]
+        first = np.ones(len(hashes), bool)
+        first[1:] = hashes[1:] != hashes[:-1]
+        return hashes[first], files[first]
+
+
+class DecontaminateFn(beam.DoFn):
+    """(key, doc) -> kept (key, doc), or a `contaminated` record; with cut, the doc kept without the spans."""
+
+    def __init__(self, n: int, cut: bool, eval_files: list[str], records: _Records):
+        self._n, self._cut, self._eval_files, self._records = n, cut, eval_files, records
+        self._removed = _counter("contaminated")
+
+    def process(self, element, evals):
+        key, doc = element
+        hashes, files = evals
+        tokens, spans = ngrams.word_spans(doc["text"])
+        grams = ngrams.ngram_hashes(ngrams.word_hashes(tokens), self._n) if len(tokens) >= self._n else np.empty(0)
+        found = dedup.matches(grams.astype(np.uint64), hashes)
+        if len(found) == 0:
+            yield element
+            return
+        first = int(found[0])
+        at = int(np.searchsorted(hashes, grams[first]))
+        evidence = {"eval_file": self._eval_files[int(files[at])], "ngram": " ".join(tokens[first : first + self._n])}
+        share = len(found) / len(grams)
+        if self._cut:
+            cuts = dedup.cut_spans(spans, found, self._n)
+            yield beam.pvalue.TaggedOutput(REMOVED, self._records.record(key, doc, dedup.CUT, share, spans=cuts,
+                                                                         **evidence))
+            yield key, {**doc, "text": dedup.cut_text(doc["text"], cuts)}
+            return
+        self._removed.inc()
+        yield beam.pvalue.TaggedOutput(REMOVED, self._records.record(key, doc, "contaminated", share, **evidence))
+
+
+# -- exact -------------------------------------------------------------------------------------------
+
+
+class ExactFn(beam.DoFn):
+    """(text hash, [(key, doc), ...]) -> the first (key, doc) kept; every other a `duplicate_exact` record."""
+
+    def __init__(self, records: _Records):
+        self._records = records
+        self._removed = _counter("duplicate_exact")
+
+    def process(self, element):
+        _, group = element
+        first = min(key for key, _ in group)
+        for key, doc in group:
+            if key == first:
+                yield key, doc
+            else:
+                self._removed.inc()
+                yield beam.pvalue.TaggedOutput(REMOVED, self._records.record(key, doc, "duplicate_exact", 1.0,
+                                                                             twin=first))
+
+
+# -- near --------------------------------------------------------------------------------------------
+
+
+class SignFn(beam.DoFn):
+    """(key, doc) -> SIGS (key, signature bytes), BANDS (band key, key) per band, SHINGLES (key, bytes) if asked."""
+
+    def __init__(self, ngram: int, num_perm: int, bands: int, rows: int, seed: int, shingles: bool):
+        self._ngram, self._bands, self._rows, self._shingles = ngram, bands, rows, shingles
+        self._hasher = minhash.MinHasher(num_perm, seed)
+
+    def setup(self):
+        self._keys = self._hasher.keys
+
+    def process(self, element):
+        key, doc = element
+        grams = ngrams.shingles(doc["text"], self._ngram)
+        if len(grams) == 0:  # no words: only exact dedup can match it
+            return
+        sig = self._hasher.signature(grams, self._keys)
+        yield beam.pvalue.TaggedOutput(_SIGS, (key, sig.tobytes()))
+        for band in minhash.band_keys(sig, self._bands, self._rows).tolist():
+            yield beam.pvalue.TaggedOutput(_BANDS, (band, key))
+        if self._shingles:
+            yield beam.pvalue.TaggedOutput(_SHINGLES, (key, grams.tobytes()))
+
+
+def _bucket_edges(element):
+    _, members = element
+    yield from dedup.bucket_star(members)
+
+
+class _JoinOneFn(beam.DoFn):
+    """(k, tagged values): the one ("one", x) of the key joined to each ("many", y): (y, (k, x)); O(1) memory."""
+
+    def process(self, element):
+        k, values = element
+        one = next((x for tag, x in values if tag == "one"), None)
+        if one is None:
+            return
+        for tag, y in values:
+            if tag == "many":
+                yield y, (k, one)
+
+
+class JoinOne(beam.PTransform):
+    """(k, x) once per k, and (k, y) many times -> (y, (k, x)) for each y, streaming the many (no list of them)."""
+
+    def __init__(self, many):
+        super().__init__()
+        self._many = many
+
+    def expand(self, one):
+        return ((one | "TagOne" >> beam.MapTuple(lambda k, x: (k, ("one", x))),
+                 self._many | "TagMany" >> beam.MapTuple(lambda k, y: (k, ("many", y))))
+                | "Both" >> beam.Flatten() | "Group" >> beam.GroupByKey() | "Join" >> beam.ParDo(_JoinOneFn()))
+
+
+class CheckedEdges(beam.PTransform):
+    """Candidate edges (child, parent) -> those whose true Jaccard >= threshold (shingles joined to both ends)."""
+
+    def __init__(self, shingles, threshold: float):
+        super().__init__()
+        self._shingles, self._threshold = shingles, threshold
+
+    def expand(self, edges):
+        # (parent, child) -> (child, (parent, parent's shingles))
+        by_parent = edges | "ByParent" >> beam.MapTuple(lambda c, p: (p, c))
+        with_parent = self._shingles | "ParentShingles" >> JoinOne(by_parent)
+        # (child, shingles) one, (child, (parent, parent's shingles)) many -> ((parent, sh_p), (child, sh_c))
+        both = self._shingles | "ChildShingles" >> JoinOne(with_parent)
+        threshold = self._threshold
+        return both | "KeepSimilar" >> beam.FlatMap(lambda e: _keep_similar(e, threshold))
+
+
+def _keep_similar(element, threshold: float):
+    (parent, parent_shingles), (child, child_shingles) = element
+    a, b = np.frombuffer(child_shingles, np.uint64), np.frombuffer(parent_shingles, np.uint64)
+    if minhash.jaccard(a, b) >= threshold:
+        yield child, parent
+
+
+class StarRound(beam.PTransform):
+    """One large-star and one small-star round over edges (u, v): the same components, nearer to stars."""
+
+    def expand(self, edges):
+        large = (edges
+                 | "LargeMap" >> beam.FlatMap(dedup.large_star_map)
+                 | "LargeGroup" >> beam.GroupByKey()
+                 | "LargeStar" >> beam.FlatMapTuple(dedup.large_star)
+                 | "LargeDistinct" >> beam.Distinct())
+        return (large
+                | "SmallMap" >> beam.Map(dedup.small_star_map)
+                | "SmallGroup" >> beam.GroupByKey()
+                | "SmallStar" >> beam.FlatMapTuple(dedup.small_star)
+                | "SmallDistinct" >> beam.Distinct())
+
+
+class _CheckStarFn(beam.DoFn):
+    """Per node: at most one parent, and not both a parent and a child; else the rounds did not converge."""
+
+    def __init__(self, rounds: int):
+        self._rounds = rounds
+
+    def process(self, element):
+        node, values = element
+        parent, has_child = None, False
+        for tag, other in values:
+            if tag == "child_of":
+                if parent is not None and other != parent:
+                    raise RuntimeError(self._message(node))
+                parent = other
+            else:
+                has_child = True
+        if parent is not None and has_child:
+            raise RuntimeError(self._message(node))
+        if parent is not None:
+            yield node, parent
+
+    def _message(self, node: int) -> str:
+        file_index, line = dedup.order_parts(node)
+        return (f"near dedup: the clusters' connected components did not converge in rounds={self._rounds} "
+                f"(file {file_index} line {line} still has two parents); raise rounds")
+
+
+class NearFn(beam.DoFn):
+    """(key, tagged values) -> the doc kept, or a `duplicate_near` record with its root and estimated similarity."""
+
+    def __init__(self, records: _Records):
+        self._records = records
+        self._removed = _counter("duplicate_near")
+
+    def process(self, element):
+        key, values = element
+        doc = sig = root = None
+        for tag, value in values:  # at most one of each: a key is one document
+            if tag == "doc":
+                doc = value
+            elif tag == "sig":
+                sig = value
+            else:
+                root = value
+        if doc is None:
+            return
+        if root is None:
+            yield key, doc
+            return
+        root_key, root_sig = root
+        similarity = minhash.estimate_jaccard(np.frombuffer(sig, np.uint32), np.frombuffer(root_sig, np.uint32))
+        self._removed.inc()
+        yield beam.pvalue.TaggedOutput(REMOVED, self._records.record(key, doc, "duplicate_near", similarity,
+                                                                     twin=root_key))
+
+
+# -- counts ------------------------------------------------------------------------------------------
+
+
+class CountsFn(beam.CombineFn):
+    """(subset, what, tokens) -> {subset: {documents, kept, removed: {reason: n}, removed_tokens, cut}}."""
+
+    def create_accumulator(self):
+        return {}
+
+    def add_input(self, accumulator, element):
+        subset, what, tokens = element
+        s = accumulator.setdefault(subset, {"documents": 0, "kept": 0, "cut": 0, "removed": {}, "removed_tokens": {},
+                                            "tokens": 0, "kept_tokens": 0})
+        if what == "documents":
+            s["documents"] += 1
+            s["tokens"] += tokens
+        elif what == "kept":
+            s["kept"] += 1
+            s["kept_tokens"] += tokens
+        elif what == dedup.CUT:
+            s["cut"] += 1
+        else:
+            s["removed"][what] = s["removed"].get(what, 0) + 1
+            s["removed_tokens"][what] = s["removed_tokens"].get(what, 0) + tokens
+        return accumulator
+
+    def merge_accumulators(self, accumulators):
+        out: dict = {}
+        for acc in accumulators:
+            for subset, s in acc.items():
+                t = out.setdefault(subset, {"documents": 0, "kept": 0, "cut": 0, "removed": {}, "removed_tokens": {},
+                                            "tokens": 0, "kept_tokens": 0})
+                for name in ("documents", "kept", "cut", "tokens", "kept_tokens"):
+                    t[name] += s[name]
+                for name in ("removed", "removed_tokens"):
+                    for reason, n in s[name].items():
+                        t[name][reason] = t[name].get(reason, 0) + n
+        return out
+
+    def extract_output(self, accumulator):
+        return accumulator
+
+
+class Dedup(beam.PTransform):
+    """Decontaminate, then exact and near dedup: see the module's docstring for elements and outputs.
+
+    Args (the job's flags, when it wires this in, are meant to carry the same names):
+      exact: remove exact duplicates (after `normalization`: "none", "nfc", "nfc_whitespace").
+      near: remove near duplicates: MinHash over word `ngram`-grams, `num_perm` permutations, LSH with
+        `bands` x `rows` (defaults: 5-grams, 128, 7 x 18: threshold ~0.87), `seed`.
+      jaccard_threshold: keep a candidate pair only if its true Jaccard reaches this (None: no check).
+      rounds: large-star/small-star rounds unrolled in the graph (checked: an error if too few).
+      eval_files: JSON-lines eval sets (`eval_text_key`); a document sharing an `eval_ngram`-gram is
+        removed, or with `cut` keeps its text without the overlapping spans.
+      max_eval_ngrams: the side input's bound (10 bytes per n-gram on every worker).
+      file_names: names by file index, for the records' "file" fields.
+      token_count: text -> tokens, for the counts' token figures (None: tokens are 0).
+    """
+
+    def __init__(self, exact: bool = True, near: bool = True, normalization: str = "nfc_whitespace", ngram: int = 5,
+                 num_perm: int = 128, bands: int = 7, rows: int = 18, seed: int = 1,
+                 jaccard_threshold: float | None = None, rounds: int = 8, eval_files: list[str] | tuple = (),
+                 eval_text_key: str = "text", eval_ngram: int = 13, cut: bool = False,
+                 max_eval_ngrams: int = 50_000_000, file_names: list[str] | None = None,
+                 token_count: Callable[[str], int] | None = None):
+        super().__init__()
+        ngrams.normalize("", normalization)  # refuses an unknown one
+        if bands * rows > num_perm:
+            raise ValueError(f"bands * rows ({bands} * {rows}) must be <= num_perm ({num_perm})")
+        if ngram < 1 or eval_ngram < 1 or rounds < 1:
+            raise ValueError("ngram, eval_ngram and rounds must be >= 1")
+        if jaccard_threshold is not None and not 0 < jaccard_threshold <= 1:
+            raise ValueError("jaccard_threshold must be in (0, 1]")
+        if len(eval_files) >= 1 << 16:
+            raise ValueError("at most 65535 eval files")
+        self.exact, self.near, self.normalization = exact, near, normalization
+        self.ngram, self.num_perm, self.bands, self.rows, self.seed = ngram, num_perm, bands, rows, seed
+        self.jaccard_threshold, self.rounds = jaccard_threshold, rounds
+        self.eval_files, self.eval_text_key, self.eval_ngram = list(eval_files), eval_text_key, eval_ngram
+        self.cut, self.max_eval_ngrams = cut, max_eval_ngrams
+        self._records = _Records(file_names, token_count)
+        self._token_count = token_count
+
+    def expand(self, documents):
+        tokens = self._token_count or (lambda text: 0)
+        docs = documents | "OrderKeys" >> beam.Map(_to_order)  # (order key, doc)
+        removed = []
+        if self.eval_files:
+            evals = (documents.pipeline
+                     | "EvalFiles" >> beam.Create(list(enumerate(self.eval_files)))
+                     | "EvalNgrams" >> beam.MapTuple(
+                         lambda i, path, key=self.eval_text_key, n=self.eval_ngram: (i, eval_ngrams(path, key, n)))
+                     | "EvalSet" >> beam.CombineGlobally(_EvalNgramsFn(self.max_eval_ngrams)))
+            out = docs | "Decontaminate" >> beam.ParDo(
+                DecontaminateFn(self.eval_ngram, self.cut, self.eval_files, self._records),
+                beam.pvalue.AsSingleton(evals)).with_outputs(REMOVED, main=KEPT)
+            docs, removed = out[KEPT], [*removed, out[REMOVED]]
+        if self.exact:
+            norm = self.normalization
+            out = (docs
+                   | "ExactKey" >> beam.Map(lambda kd, norm=norm: (ngrams.exact_key(kd[1]["text"], norm), kd))
+                   | "ExactGroup" >> beam.GroupByKey()
+                   | "Exact" >> beam.ParDo(ExactFn(self._records)).with_outputs(REMOVED, main=KEPT))
+            docs, removed = out[KEPT], [*removed, out[REMOVED]]
+        if self.near:
+            docs, near_removed = self._near(docs)
+            removed.append(near_removed)
+        removed = removed | "Removed" >> beam.Flatten() if removed else (
+            documents.pipeline | "NoneRemoved" >> beam.Create([]))
+        kept = docs | "FileLine" >> beam.Map(_from_order)
+        counts = ((documents | "CountRead" >> beam.MapTuple(lambda _, d: (d["subset"], "documents", tokens(d["text"]))),
+                   kept | "CountKept" >> beam.MapTuple(lambda _, d: (d["subset"], "kept", tokens(d["text"]))),
+                   removed | "CountRemoved" >> beam.Map(lambda r: (r["subset"], r["reason"], r.get("tokens", 0))))
+                  | "CountAll" >> beam.Flatten()
+                  | "Counts" >> beam.CombineGlobally(CountsFn()))
+        return {KEPT: kept, REMOVED: removed, COUNTS: counts}
+
+    def _near(self, docs):
+        signed = docs | "Sign" >> beam.ParDo(SignFn(
+            self.ngram, self.num_perm, self.bands, self.rows, self.seed,
+            self.jaccard_threshold is not None)).with_outputs(_SIGS, _BANDS, _SHINGLES)
+        edges = (signed[_BANDS]
+                 | "BandGroup" >> beam.GroupByKey()
+                 | "BucketStars" >> beam.FlatMap(_bucket_edges)  # (member, the bucket's first member)
+                 | "DistinctEdges" >> beam.Distinct())
+        if self.jaccard_threshold is not None:
+            edges = edges | "TrueJaccard" >> CheckedEdges(signed[_SHINGLES], self.jaccard_threshold)
+        for i in range(self.rounds):
+            edges = edges | f"StarRound{i}" >> StarRound()
+        roots = ((edges | "ChildOf" >> beam.MapTuple(lambda c, p: (c, ("child_of", p))),
+                  edges | "ParentOf" >> beam.MapTuple(lambda c, p: (p, ("parent_of", c))))
+                 | "StarEnds" >> beam.Flatten()
+                 | "StarGroup" >> beam.GroupByKey()
+                 | "CheckStars" >> beam.ParDo(_CheckStarFn(self.rounds)))  # (member, its component's first)
+        # (member, (root, root's signature))
+        with_root = signed[_SIGS] | "RootSignature" >> JoinOne(roots | "ByRoot" >> beam.MapTuple(lambda c, r: (r, c)))
+        out = ((docs | "TagDoc" >> beam.MapTuple(lambda k, d: (k, ("doc", d))),
+                signed[_SIGS] | "TagSig" >> beam.MapTuple(lambda k, s: (k, ("sig", s))),
+                with_root | "TagRoot" >> beam.MapTuple(lambda k, r: (k, ("root", r))))
+               | "NearParts" >> beam.Flatten()
+               | "NearGroup" >> beam.GroupByKey()
+               | "Near" >> beam.ParDo(NearFn(self._records)).with_outputs(REMOVED, main=KEPT))
+        return out[KEPT], out[REMOVED]

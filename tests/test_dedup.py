@@ -1,0 +1,142 @@
+"""Dedup's pure rules: n-grams, MinHash and its S-curve, the star rounds of connected components, eval n-grams."""
+
+import doctest
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from pipeline.core import dedup, minhash, ngrams
+
+
+@pytest.mark.parametrize("module", [dedup, minhash, ngrams])
+def test_doctests(module):
+    assert doctest.testmod(module).failed == 0
+
+
+def test_order_key_orders_by_file_then_line():
+    keys = [dedup.order_key(f, line) for f, line in [(0, 5), (0, 7), (1, 1), (2, 0)]]
+    assert keys == sorted(keys)
+    assert [dedup.order_parts(k) for k in keys] == [(0, 5), (0, 7), (1, 1), (2, 0)]
+    with pytest.raises(ValueError, match="out of range"):
+        dedup.order_key(0, 1 << 40)
+
+
+def test_normalizations():
+    assert ngrams.exact_key("a  b\n", "none") != ngrams.exact_key("a b", "none")
+    assert ngrams.exact_key("a  b\n") == ngrams.exact_key("a b")
+    assert ngrams.exact_key("e\u0301", "nfc") == ngrams.exact_key("\u00e9", "nfc")
+    assert ngrams.exact_key("e\u0301", "none") != ngrams.exact_key("\u00e9", "none")
+    with pytest.raises(ValueError, match="normalization must be one of"):
+        ngrams.normalize("x", "nfkc")
+
+
+def test_ngram_hashes_see_order_and_not_case_or_punctuation():
+    a = ngrams.shingles("The quick brown fox jumps", 3)
+    assert np.array_equal(a, ngrams.shingles("the QUICK, brown... fox jumps!", 3))
+    assert not np.array_equal(a, ngrams.shingles("quick the brown fox jumps", 3))
+    assert len(ngrams.shingles("", 3)) == 0
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_minhash_estimates_jaccard(seed):
+    rng = np.random.default_rng(seed)
+    universe = rng.integers(0, 2**63, 3000, dtype=np.uint64)
+    hasher = minhash.MinHasher(num_perm=256, seed=seed)
+    for overlap in (500, 1500, 2500):
+        a, b = np.unique(universe[:2000]), np.unique(universe[2000 - overlap : 4000 - overlap])
+        true = minhash.jaccard(a, b)
+        est = minhash.estimate_jaccard(hasher.signature(a), hasher.signature(b))
+        assert abs(est - true) < 0.1, (overlap, true, est)
+
+
+def test_signature_does_not_depend_on_blocks_or_order():
+    x = np.arange(10_000, dtype=np.uint64) * np.uint64(7919)
+    hasher = minhash.MinHasher(64, 3)
+    assert np.array_equal(hasher.signature(x), hasher.signature(x[::-1].copy()))
+    assert np.array_equal(hasher.signature(x), hasher.signature(np.concatenate([x, x])))
+
+
+def test_s_curve_defaults_match_a_087_threshold():
+    assert minhash.optimal_bands(0.87, 128) == (7, 18)
+    p = minhash.collision_probability(np.array([0.5, 0.87, 0.95, 0.99]), 7, 18)
+    assert p[0] < 1e-4 and 0.4 < p[1] < 0.5 and p[2] > 0.95 and p[3] > 0.9999
+
+
+def test_band_keys_differ_by_band():
+    sig = np.zeros(126, np.uint32)
+    keys = minhash.band_keys(sig, 7, 18)
+    assert len(set(keys.tolist())) == 7  # equal values in two bands are still two buckets
+
+
+def _random_graph(rng, nodes, edges):
+    pairs = rng.integers(0, nodes, (edges, 2))
+    return {(int(u), int(v)) for u, v in pairs if u != v}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_star_rounds_reach_the_components(seed):
+    rng = np.random.default_rng(seed)
+    graph = _random_graph(rng, 300, int(rng.integers(50, 400)))
+    expected = dedup.components(graph)
+    edges, rounds = set(graph), 0
+    while True:
+        nxt = dedup.star_round(edges)
+        rounds += 1
+        if nxt == edges:
+            break
+        edges = nxt
+    assert dedup.is_star_forest(edges)
+    assert dict(edges) == expected
+    assert rounds <= 12
+
+
+def test_a_path_converges_in_few_rounds():
+    edges = {(i + 1, i) for i in range(1000)}  # the worst shape for label propagation: 1000 rounds there
+    for _ in range(10):
+        edges = dedup.star_round(edges)
+    assert dedup.is_star_forest(edges) and dict(edges) == {i: 0 for i in range(1, 1001)}
+
+
+class _Lazy:
+    """A re-iterable group that never exists as a list: what Dataflow's grouped values are."""
+
+    def __init__(self, n, make=int):
+        self.n, self.make = n, make
+
+    def __iter__(self):
+        return (self.make(i) for i in range(self.n))
+
+
+def _peak(fn):
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_reducers_hold_one_element_whatever_the_group():
+    """A bucket, a star or a cluster of 1,000,000 copies: each reducer's memory stays under 64 KiB."""
+    n = 1_000_000
+    out = {"edges": 0}
+
+    def drain(gen):
+        for _ in gen:
+            out["edges"] += 1
+
+    assert _peak(lambda: drain(dedup.bucket_star(_Lazy(n, lambda i: i + 5)))) < 64 << 10
+    assert _peak(lambda: drain(dedup.large_star(3, _Lazy(n)))) < 64 << 10
+    assert _peak(lambda: drain(dedup.small_star(n, _Lazy(n)))) < 64 << 10
+    assert out["edges"] == (n - 1) + (n - 4) + n
+
+
+def test_matches_and_cuts():
+    text = "one two three four five six"
+    tokens, spans = ngrams.word_spans(text)
+    grams = ngrams.ngram_hashes(ngrams.word_hashes(tokens), 2)
+    evals = np.sort(ngrams.ngram_hashes(ngrams.word_hashes(["three", "four"]), 2))
+    found = dedup.matches(grams, evals)
+    assert found.tolist() == [2]
+    assert dedup.cut_text(text, dedup.cut_spans(spans, found, 2)) == "one two  five six"
