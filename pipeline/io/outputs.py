@@ -39,7 +39,8 @@ import uuid
 import fsspec
 
 from pipeline.core.errors import JobError
-from pipeline.format.manifest import MANIFEST_NAME, manifest_path, run_dir, serialize
+from pipeline.format import megatron
+from pipeline.format.manifest import FORMAT, MANIFEST_NAME, manifest_path, run_dir, serialize
 from pipeline.io.files import read_bytes
 from pipeline.io.lock import LOCK_NAME
 from pipeline.io.publish import TEMP_NAME, publish_text
@@ -55,6 +56,7 @@ _RUN_FILE = re.compile(r"^run-([0-9a-f]{16})/([A-Za-z0-9_]+-\d{5}-of-\d{5}\.tfre
                        + DEAD_LETTER_DIR + r"/[A-Za-z0-9_]+-\d{5}-\d{5}(-only)?\.jsonl|"
                        + PROVENANCE_DIR + r"/[A-Za-z0-9_]+-(\d{5}|final)\.npz)$")
 MAX_LISTED = 20
+OWN_FORMATS = (FORMAT, megatron.FORMAT)  # the `format` markers of the manifests we write
 
 
 class OutputRejectedError(JobError):
@@ -136,6 +138,26 @@ def _listed(manifest: dict) -> set[str]:
     return {MANIFEST_NAME, *listed_files(manifest)}
 
 
+def own_listing(manifest) -> tuple[set[str], str]:
+    """(the files a manifest of ours lists, itself included; its run id), or ValueError saying why it is not ours.
+
+    A manifest is read back from disk, where anyone may have written or edited it: it widens what
+    `--overwrite` removes only when it carries our format marker and a run id, and lists nothing
+    but names our writers produce inside that run's own directory.
+    """
+    if not isinstance(manifest, dict) or manifest.get("format") not in OWN_FORMATS:
+        raise ValueError("not a manifest of this pipeline: no format marker of ours")
+    run_id = manifest.get("run_id")
+    if not isinstance(run_id, str) or not RUN_DIR.match(run_dir(run_id)):
+        raise ValueError("not a manifest of this pipeline: no run id")
+    listed = _listed(manifest)
+    strangers = sorted(rel for rel in listed - {MANIFEST_NAME}
+                       if not isinstance(rel, str) or not (m := _RUN_FILE.match(rel)) or m.group(1) != run_id)
+    if strangers:
+        raise ValueError(f"it lists files that are not its run's own: {', '.join(map(str, strangers[:5]))}")
+    return listed, run_id
+
+
 def _plan_overwrite(url: str, files: list[str], entries: list[str]) -> tuple[list[str], list[str]]:
     """(files to remove, files or folders that are not ours) for --overwrite of the output at `url`."""
     listed: set[str] = set()
@@ -143,10 +165,9 @@ def _plan_overwrite(url: str, files: list[str], entries: list[str]) -> tuple[lis
     unknown = []
     if MANIFEST_NAME in files:
         try:
-            manifest = json.loads(read_bytes(manifest_path(url)))
-            listed, committed = _listed(manifest), manifest.get("run_id")
+            listed, committed = own_listing(json.loads(read_bytes(manifest_path(url))))
         except (ValueError, OSError, KeyError, TypeError, AttributeError) as e:
-            unknown.append(f"{MANIFEST_NAME} (unreadable, so what it lists is unknown: {str(e)[:80]})")
+            unknown.append(f"{MANIFEST_NAME} (unreadable or not ours, so what it lists is unknown: {str(e)[:120]})")
     remove = []
     for rel in files:
         run = _RUN_FILE.match(rel)
