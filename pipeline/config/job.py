@@ -22,6 +22,7 @@ from pipeline.core.subsets import (
     resolve_selection,
 )
 from pipeline.io.inputs import ChunkSizes
+from pipeline.io.urls import redact_url
 from pipeline.tokenize.engines import BACKENDS
 
 _SPLIT_NAME = re.compile(r"^[A-Za-z0-9_]+$")
@@ -182,7 +183,7 @@ class PipelineConfig(ChunkSizes):
     def to_json(self) -> dict:
         """The recorded options, JSON-ready, for the manifest (see the module docstring)."""
         out = recorded(self)
-        out["inputs"] = list(self.inputs)
+        out["inputs"] = [redact_url(u) for u in self.inputs]  # a presigned URL's signature stays out
         out["subsets"] = list(self.subsets)
         out["exclude_subsets"] = list(self.exclude_subsets)
         out["epochs"] = dict(self.epochs)
