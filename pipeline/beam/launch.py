@@ -27,6 +27,7 @@ from pipeline.format import megatron
 from pipeline.format.manifest import load_manifest
 from pipeline.format.summary import format_summary
 from pipeline.io.inputs import expand_inputs
+from pipeline.io.layout_check import check_layout
 from pipeline.io.lock import OutputLock
 from pipeline.io.outputs import new_run_id, prepare_output_dir
 from pipeline.io.spill import make_spill_dir, remove_spill_dir
@@ -60,6 +61,7 @@ def run_job(config: PipelineConfig, beam_args: list[str], early: EarlyChoice | N
         LOG.warning("%s (a dry run only translates the job here; a real run stops on this)", e)
     # Fail fast, before any worker starts: inputs, tokenizer and output directory.
     input_files = expand_inputs(list(config.inputs))
+    check_layout(config.schema, input_files, config.max_line_bytes)
     try:
         sp = load_processor(config.tokenizer_model)
     except FileNotFoundError:
