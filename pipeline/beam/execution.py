@@ -50,7 +50,8 @@ class Execution:
     spill: records cross the shuffle as local files (all workers on this machine, pipeline/io/spill.py);
     spill_dir: where, once the job has made it;
     progress: where workers send their progress (pipeline/beam/progress.py), None: metrics only;
-    input_bytes: the inputs' stored size, the 100% of progress.
+    input_bytes: the inputs' stored size, the 100% of progress;
+    snapshots: (path, snapshot) of every input at launch, checked when each has been read (pipeline/io/snapshot.py).
     """
 
     fan_out: bool = True
@@ -61,6 +62,7 @@ class Execution:
     spill_dir: str | None = None
     progress: tuple[str, int] | None = None
     input_bytes: int = 0
+    snapshots: tuple[tuple[str, tuple], ...] = ()
 
 
 def plan_execution(runner: str, direct_workers: int | None, input_files: list[str], fan_out: str = "auto",

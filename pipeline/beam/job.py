@@ -135,7 +135,7 @@ def _chunks(p: beam.Pipeline, job: Job):
     cfg, execution = job.config, job.execution
     files = list(enumerate(job.input_files))  # (file_index, path)
     read_chunks = transforms.ReadChunksFn(cfg.chunk_bytes, cfg.max_line_bytes, cfg.on_corrupt_file,
-                                          _reporter(job))
+                                          _reporter(job), dict(execution.snapshots))
     # An indexed input (pipeline/io/frames.py) is read one frame per work item, on any worker.
     frames_of = {i: read_units(path, cfg.chunk_bytes, cfg.max_line_bytes) for i, path in files}
     if execution.fan_out:

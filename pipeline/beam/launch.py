@@ -30,6 +30,7 @@ from pipeline.io.inputs import expand_inputs
 from pipeline.io.layout_check import check_layout
 from pipeline.io.lock import OutputLock
 from pipeline.io.outputs import new_run_id, prepare_output_dir
+from pipeline.io.snapshot import take_snapshots
 from pipeline.io.spill import make_spill_dir, remove_spill_dir
 from pipeline.io.urls import redact_url, refuse_credentials
 from pipeline.tokenize.model import load_processor, resolve_special_ids
@@ -85,7 +86,8 @@ def run_job(config: PipelineConfig, beam_args: list[str], early: EarlyChoice | N
         input_bytes = sum(file_sizes(input_files))
         monitor = Monitor(input_bytes, config.progress_every if workers_of(options).local else 0).start()
         try:
-            execution = dataclasses.replace(execution, progress=monitor.address, input_bytes=input_bytes)
+            execution = dataclasses.replace(execution, progress=monitor.address, input_bytes=input_bytes,
+                                            snapshots=take_snapshots(input_files))
             backend = early.result(config.tokenizer_backend, config.tokenizer_model, input_files,
                                    config.schema) if early is not None else None
             job = resolve_job(config, input_files, special, execution, run_id, backend)

@@ -45,6 +45,7 @@ from pipeline.format import records
 from pipeline.format.framing import FramedRecords, serialize_records
 from pipeline.io import frames, inputs, outputs
 from pipeline.io.publish import publish
+from pipeline.io.snapshot import unchanged
 from pipeline.io.spill import RecordReader, SpillWriter
 from pipeline.io.spool import OrderedSpool
 from pipeline.io.urls import redact_url
@@ -79,7 +80,8 @@ class ReadChunksFn(beam.DoFn):
     before the damage (`"skip"`). Used by every job that reads inputs.
     """
 
-    def __init__(self, chunk_bytes: int, max_line_bytes: int, on_corrupt_file: str, progress: Reporter | None = None):
+    def __init__(self, chunk_bytes: int, max_line_bytes: int, on_corrupt_file: str, progress: Reporter | None = None,
+                 snapshots: dict | None = None):
         self._chunk_bytes = chunk_bytes
         self._max_line_bytes = max_line_bytes
         self._on_corrupt_file = on_corrupt_file
@@ -87,6 +89,7 @@ class ReadChunksFn(beam.DoFn):
         self._bytes = _counter("decompressed_bytes")
         self._chunks = _counter("chunks")
         self._files = _counter("files_read")
+        self._snapshots = snapshots or {}  # path -> its snapshot at launch (pipeline/io/snapshot.py)
 
     def process(self, element):
         file_index, path = element[:2]
@@ -97,7 +100,8 @@ class ReadChunksFn(beam.DoFn):
         LOG.info("reading %s", shown)
         file_stats: dict = {}
         try:
-            for chunk in frames.iter_unit_chunks(path, file_index, unit, self._chunk_bytes, self._max_line_bytes):
+            for chunk in unchanged(frames.iter_unit_chunks(path, file_index, unit, self._chunk_bytes,
+                                                           self._max_line_bytes), path, self._snapshots.get(path)):
                 lines += len(chunk.lines)
                 size += chunk.num_bytes
                 chunks += 1
