@@ -29,7 +29,8 @@ from pipeline.format.summary import format_summary
 from pipeline.io.inputs import expand_inputs
 from pipeline.io.layout_check import check_layout
 from pipeline.io.lock import OutputLock
-from pipeline.io.outputs import new_run_id, prepare_output_dir
+from pipeline.io.outputs import new_run_id, prepare_output_dir, remove_unfinished_run
+from pipeline.io.signals import caught_signal
 from pipeline.io.snapshot import take_snapshots
 from pipeline.io.spill import make_spill_dir, remove_spill_dir
 from pipeline.io.urls import redact_url, refuse_credentials
@@ -110,6 +111,10 @@ def run_job(config: PipelineConfig, beam_args: list[str], early: EarlyChoice | N
         finally:
             monitor.stop()
             remove_spill_dir(execution.spill_dir)
+    except BaseException:
+        if caught_signal() and lock is not None:  # stopped: what this run wrote goes (nobody else writes there)
+            remove_unfinished_run(config.output_dir, run_id)
+        raise
     finally:
         if lock is not None:
             lock.release()

@@ -18,6 +18,7 @@ Beam is imported only once a fast tokenizer's self-check has started in a proces
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 from pipeline.beam.logs import JobFailed, configure_logging
@@ -33,6 +34,7 @@ from pipeline.core.options import (
 )
 from pipeline.format.manifest import ManifestError
 from pipeline.io.scratch import private_temp_dir
+from pipeline.io.signals import Interrupted, caught_signal, interruptible
 from pipeline.io.urls import refuse_credentials
 from pipeline.tokenize.self_check import EarlyChoice
 
@@ -97,8 +99,18 @@ def cli(argv: list[str] | None = None) -> int:
     configure_logging()
     gc_policy.pause()  # until the job's graph is built (pipeline/beam/launch.py)
     try:
-        with private_temp_dir():
-            main(argv)
+        try:
+            with interruptible(), private_temp_dir():
+                main(argv)
+        except BaseException:
+            if caught_signal() is None:
+                raise
+            raise Interrupted(caught_signal()) from None  # whatever the runner made of it
+    except Interrupted as e:
+        LOG.error("stopped by %s: the workers were stopped and what this run made was removed", e)
+        logging.shutdown()
+        sys.stdout.flush()
+        os._exit(128 + e.signum)  # the runner's own threads may still be waiting on the stopped workers
     except JobFailed as e:
         LOG.error("%s", e)
         return 1

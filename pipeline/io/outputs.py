@@ -233,6 +233,28 @@ def _remove_empty_folders(root: str, removed: list[str], entries: list[str]) -> 
             pass  # not empty: something else is (or was) there
 
 
+def remove_unfinished_run(output_dir: str, run_id: str) -> list[str]:
+    """Remove what run `run_id` wrote into its run directory, unless its manifest was committed; returns it.
+
+    Only our names (shards, dead letters, provenance, temporary names) are removed, never a stranger's.
+    """
+    fs, root = fsspec.core.url_to_fs(output_dir)
+    try:
+        committed = json.loads(read_bytes(manifest_path(output_dir))).get("run_id")
+    except (OSError, ValueError, AttributeError):
+        committed = None
+    own = run_dir(run_id)
+    if committed == run_id or not fs.exists(posixpath.join(root, own)):
+        return []
+    removed = [rel for rel in _files(fs, root) if rel.startswith(own + "/")
+               and ((m := _RUN_FILE.match(rel)) and m.group(1) == run_id or _is_temp(rel))]
+    for rel in removed:
+        fs.rm_file(posixpath.join(root, rel))
+    if is_local(fs):
+        _remove_empty_folders(root, removed, [own])
+    return removed
+
+
 def dead_letter_lines(records: list[dict]) -> list[bytes]:
     """JSON lines (ending in a newline) of dead-letter records, sorted by (file, line) for byte-identical reruns."""
     records = sorted(records, key=lambda r: (r["file_index"], r["line"]))
