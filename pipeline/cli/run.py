@@ -18,7 +18,6 @@ Beam is imported only once a fast tokenizer's self-check has started in a proces
 from __future__ import annotations
 
 import logging
-import os
 import sys
 
 from pipeline.beam.logs import JobFailed, configure_logging
@@ -95,6 +94,7 @@ def cli(argv: list[str] | None = None) -> int:
 
     2: a mistake found before the job starts (the command, its inputs, the output directory, a store
     out of reach). 1: the job failed on a damaged input, a full disk or an output it refuses to publish.
+    128 + N: stopped by signal N (143: SIGTERM, 130: SIGINT), its workers stopped and its files removed.
     """
     configure_logging()
     gc_policy.pause()  # until the job's graph is built (pipeline/beam/launch.py)
@@ -108,9 +108,7 @@ def cli(argv: list[str] | None = None) -> int:
             raise Interrupted(caught_signal()) from None  # whatever the runner made of it
     except Interrupted as e:
         LOG.error("stopped by %s: the workers were stopped and what this run made was removed", e)
-        logging.shutdown()
-        sys.stdout.flush()
-        os._exit(128 + e.signum)  # the runner's own threads may still be waiting on the stopped workers
+        return 128 + e.signum
     except JobFailed as e:
         LOG.error("%s", e)
         return 1
