@@ -9,7 +9,12 @@ Where the userinfo ends cannot be told from the text alone: AWS secrets hold `/`
 is not the end of the host) and may hold `@` (so the first `@` is not either). A URL is therefore
 taken to carry credentials when an `@` follows a first segment that is not a plain host or bucket
 name, or when its first segment holds an `@` (see `has_credentials`), and such a URL is never shown
-past its scheme.
+past its scheme. A typo such as `s3:/KEY:SECRET@bucket` (one slash) is read the same way.
+
+Presigned and SAS URLs are allowed (they are how a store grants one object), but the values of
+their secret query parameters (signatures, credentials, tokens) are never shown: `redact_url`
+replaces them, and `redact_text` does so for every URL inside a message (every log line goes
+through it).
 """
 
 from __future__ import annotations
