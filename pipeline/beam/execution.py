@@ -60,7 +60,7 @@ class Execution:
     encode_threads: int | None = None
     spill: bool = False
     spill_dir: str | None = None
-    progress: tuple[str, int] | None = None
+    progress: tuple[str, int, bytes] | None = None  # the Monitor's (host, port, key)
     input_bytes: int = 0
     snapshots: tuple[tuple[str, tuple], ...] = ()
 
