@@ -93,7 +93,7 @@ def _kind(value) -> str:
 
 def _get(obj: dict, key: str, kind, where: str, optional: bool = False):
     """obj[key], of type `kind` (int: not a bool, and >= 0); ManifestError naming `where` otherwise."""
-    if key not in obj:
+    if key not in obj or (optional and obj[key] is None):
         if optional:
             return None
         raise ManifestError(f"{where}: {key!r} is missing")
@@ -129,8 +129,11 @@ def _relative_path(entry: dict, where: str) -> str:
 def validate_manifest(manifest, path: str, fmt: str = FORMAT, version: int = FORMAT_VERSION) -> None:
     """Check the whole manifest's shape once, so that no reader or command meets a wrong type later.
 
-    Every file it lists (shards, dead letters, provenance) must be a relative path inside the
-    directory of the run that wrote it (`check_run`). Raises ManifestError naming the field.
+    A manifest with a run id (every output since run directories) must hold every field the reader
+    and the commands use; in an older one (and in the reader's test outputs) only the reader's
+    fields are required, and the others checked where present. Every file it lists (shards, dead
+    letters, provenance) must be a relative path inside the directory of the run that wrote it
+    (`check_run`). Raises ManifestError naming the field.
     """
     if not isinstance(manifest, dict):
         raise ManifestError(f"{path}: a manifest is a JSON object, not {_kind(manifest)}")
@@ -142,6 +145,7 @@ def validate_manifest(manifest, path: str, fmt: str = FORMAT, version: int = FOR
             f"{version}. Upgrade the reader or re-run the pipeline."
         )
     _get(manifest, "run_id", str, path, optional=True)
+    lax = "run_id" not in manifest  # an older manifest: what the reader needs, and the rest where present
     listed = []
     for i, shard in enumerate(_items(manifest, "shards", path)):
         where = f"{path}: shards[{i}]"
@@ -155,17 +159,17 @@ def validate_manifest(manifest, path: str, fmt: str = FORMAT, version: int = FOR
             if entry is not None:
                 listed.append(_relative_path(entry, f"{where}.{part}"))
                 _get(entry, "bytes", int, f"{where}.{part}")
-    totals = _get(manifest, "totals", dict, path)
+    totals = _get(manifest, "totals", dict, path, optional=lax) or {}
     for key in ("records", "documents", "documents_kept", "lines", "label_tokens", "bytes"):
         _get(totals, key, int, f"{path}: totals", optional=True)
-    for name, subset in _get(manifest, "subsets", dict, path).items():
+    for name, subset in (_get(manifest, "subsets", dict, path, optional=lax) or {}).items():
         if not isinstance(subset, dict):
             raise ManifestError(f"{path}: subsets[{name!r}] is {_kind(subset)}, not an object")
         _get(subset, "filtered", dict, f"{path}: subsets[{name!r}]", optional=True)
-    dead = _get(manifest, "dead_letters", dict, path)
-    _get(dead, "by_reason", dict, f"{path}: dead_letters")
-    _get(dead, "records", int, f"{path}: dead_letters")
-    for i, entry in enumerate(_items(dead, "files", f"{path}: dead_letters")):
+    dead = _get(manifest, "dead_letters", dict, path, optional=lax) or {}
+    _get(dead, "by_reason", dict, f"{path}: dead_letters", optional=lax)
+    _get(dead, "records", int, f"{path}: dead_letters", optional=lax)
+    for i, entry in enumerate(_items(dead, "files", f"{path}: dead_letters", optional=lax)):
         listed.append(_relative_path(entry, f"{path}: dead_letters.files[{i}]"))
     for i, entry in enumerate(_items(manifest, "inputs", path, optional=True)):
         _get(entry, "path", str, f"{path}: inputs[{i}]")
@@ -181,21 +185,21 @@ def validate_manifest(manifest, path: str, fmt: str = FORMAT, version: int = FOR
         seq_len = _get(manifest, "seq_len", int, path)
         if seq_len < 1:
             raise ManifestError(f"{path}: seq_len {seq_len} is not >= 1")
-        tokenizer = _get(manifest, "tokenizer", dict, path)
-        _get(tokenizer, "sha256", str, f"{path}: tokenizer")
+        tokenizer = _get(manifest, "tokenizer", dict, path, optional=lax) or {}
+        _get(tokenizer, "sha256", str, f"{path}: tokenizer", optional=lax)
         _get(tokenizer, "model", str, f"{path}: tokenizer", optional=True)
-        _get(tokenizer, "eos_id", _INTEGER, f"{path}: tokenizer")
+        _get(tokenizer, "eos_id", _INTEGER, f"{path}: tokenizer", optional=lax)
         features = _get(manifest, "features", dict, path)
         tokens = features.get("tokens")
         if not isinstance(tokens, dict):
             raise ManifestError(f"{path}: features: 'tokens' is {_kind(tokens)}, not an object")
-        packing = _get(manifest, "packing", dict, path, optional=True)
+        packing = _get(manifest, "packing", dict, path, optional=lax)
         if packing is not None:
-            _get(packing, "remainder_policy", str, f"{path}: packing")
-        shuffle = _get(manifest, "shuffle", dict, path, optional=True)
+            _get(packing, "remainder_policy", str, f"{path}: packing", optional=lax)
+        shuffle = _get(manifest, "shuffle", dict, path, optional=lax)
         if shuffle is not None:
-            _get(shuffle, "seed", _INTEGER, f"{path}: shuffle")
-            _get(shuffle, "num_shards", int, f"{path}: shuffle")
+            _get(shuffle, "seed", _INTEGER, f"{path}: shuffle", optional=lax)
+            _get(shuffle, "num_shards", int, f"{path}: shuffle", optional=lax)
     check_run(manifest, path, listed)
 
 
