@@ -22,6 +22,7 @@ import pytest
 
 from pipeline.beam import progress
 from pipeline.beam.progress import Monitor, Rates, Reporter, Totals, progress_line
+from pipeline.core.reports import sign
 
 REPO = Path(__file__).resolve().parents[1]
 LINE_WITH_ETA = re.compile(r"progress: (\d+\.\d)% of [\d.]+ MB input tokenized, [\d,]+ docs/s, [\d,]+ tokens/s, "
@@ -40,23 +41,27 @@ def test_lines_say_what_phase_the_job_is_in():
         "progress: 100% of 2.0 MB input tokenized (5 documents, 7 tokens); shuffling into shards")
 
 
+def _report(monitor, sender="a", **counts) -> bytes:
+    return sign(monitor.key, sender, counts)
+
+
 def test_rates_follow_the_recent_window():
     monitor = Monitor(total_bytes=1000, every_s=10)
-    monitor.receive(b'{"id": "a", "read": 0, "done": 0, "docs": 0, "tokens": 0}')
+    monitor.receive(_report(monitor, read=0, done=0, docs=0, tokens=0))
     monitor.sample(now=0.0)
     assert monitor.rates() is None  # nothing tokenized yet
     for t in range(1, 200):
-        monitor.receive(f'{{"id": "a", "read": 1000, "done": {t}, "docs": {t}, "tokens": {10 * t}}}'.encode())
+        monitor.receive(_report(monitor, read=1000, done=t, docs=t, tokens=10 * t))
         monitor.sample(now=float(t))
     # After a slow start the pace doubles: the rates are the last minute's.
     for t in range(200, 260):
         done = 199 + 2 * (t - 199)
-        monitor.receive(f'{{"id": "a", "read": 1000, "done": {done}, "docs": {done}, "tokens": 0}}'.encode())
+        monitor.receive(_report(monitor, read=1000, done=done, docs=done, tokens=0))
         monitor.sample(now=float(t))
     rates = monitor.rates()
     assert abs(rates.bytes - 2.0) < 0.05 and abs(rates.docs - 2.0) < 0.05
     monitor.receive(b"not json")  # ignored
-    monitor.receive(b'{"id": "b", "read": 5}')  # incomplete: ignored
+    monitor.receive(_report(monitor, "b", read=5))  # incomplete: ignored
     assert monitor.totals().done == 199 + 2 * 60
 
 

@@ -47,7 +47,8 @@ def test_overwrite_removes_what_the_manifest_lists_and_our_temporary_files(tmp_p
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes(b"x")
     (tmp_path / "manifest.json").write_text(json.dumps({
-        "run_id": run, "shards": [{"path": p} for p in listed[:2]], "dead_letters": {"files": [{"path": listed[2]}]}}))
+        "format": "pile-token-shards", "run_id": run, "shards": [{"path": p} for p in listed[:2]],
+        "dead_letters": {"files": [{"path": listed[2]}]}}))
     with pytest.raises(FileExistsError, match="finished output"):
         outputs.prepare_output_dir(str(tmp_path), overwrite=False)
     outputs.prepare_output_dir(str(tmp_path), overwrite=True)

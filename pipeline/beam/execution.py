@@ -68,7 +68,7 @@ class Workspace:
     """
 
     spill_dir: str | None = None
-    progress: tuple[str, int] | None = None
+    progress: tuple[str, int, bytes] | None = None  # the Monitor's (host, port, key)
 
 
 def plan_execution(runner: str, direct_workers: int | None, input_files: list[str], fan_out: str = "auto",

@@ -23,7 +23,8 @@ from pipeline.beam.remote import workers_of
 from pipeline.config.job import PipelineConfig
 from pipeline.core import gc_policy
 from pipeline.io.lock import OutputLock
-from pipeline.io.outputs import prepare_output_dir
+from pipeline.io.outputs import prepare_output_dir, remove_unfinished_run
+from pipeline.io.signals import caught_signal
 from pipeline.io.spill import make_spill_dir, remove_spill_dir
 from pipeline.io.urls import redact_url
 from pipeline.tokenize.model import TokenizerModel
@@ -51,6 +52,10 @@ def run_job(config: PipelineConfig, beam_args: list[str], early: EarlyChoice | N
         if not dry_run:
             prepare_output_dir(config.output_dir, config.overwrite)
         seconds = run(job, options, beam_args, translate_only=bool(dry_run or executable))
+    except BaseException:
+        if caught_signal() and lock is not None:  # stopped: what this run wrote goes (nobody else writes there)
+            remove_unfinished_run(config.output_dir, job.run_id)
+        raise
     finally:
         if lock is not None:
             lock.release()

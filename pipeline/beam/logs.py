@@ -17,6 +17,7 @@ import os
 import re
 
 from pipeline.core.errors import JobError
+from pipeline.io.urls import redact_text
 
 # How a traceback's last line names an exception of ours: "pipeline.io.decompress.CorruptInputError: ..."
 _RAISED = re.compile(r"^(pipeline(?:\.\w+)+)\.(\w+): (.+)$", re.M)
@@ -79,6 +80,17 @@ class _OwnWorkerLogs(logging.Filter):
         return True
 
 
+class _Redacted(logging.Filter):
+    """Every URL in a log line is shown redacted (pipeline/io/urls.py): userinfo and query-string secrets."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        shown = redact_text(text)
+        if shown != text:
+            record.msg, record.args = shown, ()
+        return True
+
+
 def configure_logging() -> None:
     """Our progress at INFO; Beam's own chatter only from WARNING up."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -88,3 +100,4 @@ def configure_logging() -> None:
     forwarded.addFilter(_OwnWorkerLogs())
     for handler in logging.getLogger().handlers:
         handler.addFilter(_NoBundleFailureReports())
+        handler.addFilter(_Redacted())

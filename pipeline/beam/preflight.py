@@ -24,8 +24,11 @@ from pipeline.beam.execution import Execution, file_sizes, plan_execution
 from pipeline.beam.remote import check_workers_can_read
 from pipeline.config.job import PipelineConfig
 from pipeline.core.options import UsageError
+from pipeline.io.files import NotAFileError
 from pipeline.io.inputs import expand_inputs
+from pipeline.io.layout_check import check_layout
 from pipeline.io.outputs import new_run_id
+from pipeline.io.snapshot import take_snapshots
 from pipeline.io.urls import redact_url, refuse_credentials
 from pipeline.tokenize.model import SpecialIds, TokenizerModel
 from pipeline.tokenize.self_check import BackendChoice, EarlyChoice, choose_backend
@@ -48,6 +51,8 @@ class Job:
     backend: BackendChoice
     execution: Execution = Execution()
     run_id: str = ""
+    # (path, snapshot) of every input at launch, checked as each is read (pipeline/io/snapshot.py).
+    snapshots: tuple[tuple[str, tuple], ...] = ()
 
 
 def translated(options: PipelineOptions) -> tuple[bool, str | None]:
@@ -64,6 +69,8 @@ def load_model(config: PipelineConfig) -> TokenizerModel:
         return TokenizerModel.load(config.tokenizer_model)
     except FileNotFoundError:
         raise UsageError(f"--tokenizer_model: no such file {redact_url(config.tokenizer_model)}") from None
+    except NotAFileError as e:  # a folder, a device, a FIFO, or a file past the size bound
+        raise UsageError(f"--tokenizer_model {redact_url(config.tokenizer_model)!r}: {e}") from None
 
 
 def prepare(config: PipelineConfig, options: PipelineOptions, model: TokenizerModel | None = None,
@@ -84,6 +91,8 @@ def prepare(config: PipelineConfig, options: PipelineOptions, model: TokenizerMo
             raise
         LOG.warning("%s (a dry run only translates the job here; a real run stops on this)", e)
     input_files = expand_inputs(list(config.inputs))
+    # A wrong --text_key or layout is refused here, from each input's first lines, not after the job.
+    check_layout(config.schema, input_files, config.max_line_bytes)
     if model is None or model.path != config.tokenizer_model:
         model = load_model(config)
     special = model.special_ids(add_bos=config.add_bos, add_eos=config.add_eos, bos_id=config.bos_id,
@@ -95,4 +104,5 @@ def prepare(config: PipelineConfig, options: PipelineOptions, model: TokenizerMo
                            config.schema) if early is not None else None
     if backend is None:
         backend = choose_backend(config.tokenizer_backend, model, input_files, schema=config.schema)
-    return Job(config, tuple(input_files), special, model.sha256, backend, execution, new_run_id())
+    return Job(config, tuple(input_files), special, model.sha256, backend, execution, new_run_id(),
+               take_snapshots(input_files))

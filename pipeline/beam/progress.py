@@ -7,7 +7,9 @@ a distributed runner's own UI (Dataflow's job page, Flink's dashboard) shows the
 
 On this machine (DirectRunner, or a portable runner whose workers run here) each worker also sends
 its cumulative counts, at most once a second, as one small UDP datagram to the driver's `Monitor`
-on the loopback interface. Counts are cumulative per sender, so a lost datagram costs nothing; a
+on the loopback interface, signed with the job's key (pipeline/core/reports.py): a datagram from any
+other local process, or one out of bounds, is dropped, and at most MAX_SENDERS senders are kept.
+Counts are cumulative per sender, so a lost datagram costs nothing; a
 retried bundle may count twice, so figures are clamped to the total. The driver knows the total
 (the stored size of every input file) and prints a line every `--progress_every` seconds, or keeps
 a tqdm bar up to date when stderr is a terminal at least MIN_BAR_COLUMNS wide (a pseudo-terminal
@@ -23,7 +25,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import socket
@@ -34,6 +35,8 @@ import uuid
 
 from apache_beam.metrics import Metrics
 
+from pipeline.core.reports import new_key, open_report, sign
+
 LOG = logging.getLogger("pipeline.progress")
 NAMESPACE = "pile"
 SEND_EVERY_S = 1.0
@@ -42,6 +45,7 @@ SAMPLE_EVERY_S = 1.0
 RATE_WINDOW_S = 60.0  # rates and the ETA follow the last minute, not the whole run
 MIN_BAR_COLUMNS = 40  # narrower (0: a pseudo-terminal that reports no size) and a bar shows nothing useful
 FIELDS = ("read", "done", "docs", "tokens")  # stored bytes read, stored bytes tokenized, documents kept, tokens
+MAX_SENDERS = 4096  # worker copies of a DoFn: far more than one machine runs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,9 +100,10 @@ class Reporter:
     """Worker side: counts what a DoFn has done, as Beam metrics and (locally) datagrams to the Monitor.
 
     Picklable until first used (the socket opens lazily), so a DoFn can take one in its constructor.
+    `address`: the Monitor's (host, port, key).
     """
 
-    def __init__(self, address: tuple[str, int] | None = None, total_bytes: int = 0):
+    def __init__(self, address: tuple[str, int, bytes] | None = None, total_bytes: int = 0):
         self._address = address
         self._total_bytes = total_bytes
         self._counts = dict.fromkeys(FIELDS, 0)
@@ -139,7 +144,8 @@ class Reporter:
             if self._sock is None:
                 self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
                 self._id = uuid.uuid4().hex
-            self._sock.sendto(json.dumps({"id": self._id, **self._counts}).encode(), self._address)
+            host, port, key = self._address
+            self._sock.sendto(sign(key, self._id, self._counts), (host, port))
         except OSError:
             pass  # best effort: progress never fails the job
 
@@ -162,7 +168,8 @@ def bar_fits(stream) -> bool:
 class Monitor:
     """Driver side: receives the workers' counts and shows them (see the module docstring).
 
-    Use `start()` ... `stop()`; `address` is what the Reporters send to (None when stopped or off).
+    Use `start()` ... `stop()`; `address` is what the Reporters send to, with the job's key (None
+    when stopped or off).
     """
 
     def __init__(self, total_bytes: int, every_s: float, stream=None, bar: bool | None = None):
@@ -171,6 +178,7 @@ class Monitor:
         self._stream = stream if stream is not None else sys.stderr
         self._bar_wanted = bar_fits(self._stream) if bar is None else bar
         self._senders: dict[str, dict] = {}
+        self.key = new_key()  # the reports' key: goes to the workers with the job, never on the channel
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._sock: socket.socket | None = None
@@ -179,9 +187,9 @@ class Monitor:
         self.lines: list[str] = []  # every line printed, for the end of the run and for tests
 
     @property
-    def address(self) -> tuple[str, int] | None:
-        """(host, port) for the Reporters, or None when not receiving."""
-        return self._sock.getsockname() if self._sock is not None else None
+    def address(self) -> tuple[str, int, bytes] | None:
+        """(host, port, key) for the Reporters, or None when not receiving."""
+        return (*self._sock.getsockname(), self.key) if self._sock is not None else None
 
     def start(self) -> Monitor:
         """Listen on a loopback port and start showing progress (nothing when every_s is 0)."""
@@ -225,15 +233,14 @@ class Monitor:
         return Totals(**sums)
 
     def receive(self, datagram: bytes) -> None:
-        """Take one worker's cumulative counts (a malformed datagram is ignored)."""
-        try:
-            message = json.loads(datagram)
-            counts = {f: int(message[f]) for f in FIELDS}
-            sender = str(message["id"])
-        except (ValueError, KeyError, TypeError):
+        """Take one worker's cumulative counts (a datagram not signed with the key, or out of bounds, is dropped)."""
+        report = open_report(self.key, datagram, FIELDS)
+        if report is None:
             return
+        sender, counts = report
         with self._lock:
-            self._senders[sender] = counts
+            if sender in self._senders or len(self._senders) < MAX_SENDERS:
+                self._senders[sender] = counts
 
     def sample(self, now: float | None = None) -> None:
         """Remember the totals now (once tokenizing has begun), for the rates over the last RATE_WINDOW_S."""

@@ -20,6 +20,7 @@ from pipeline.beam.preflight import Job
 from pipeline.beam.progress import Reporter
 from pipeline.io import frames, inputs
 from pipeline.io.frames import Stripe, read_units
+from pipeline.io.snapshot import unchanged
 from pipeline.io.urls import redact_url
 
 LOG = logging.getLogger(__name__)
@@ -45,7 +46,8 @@ class ReadChunksFn(beam.DoFn):
     before the damage (`"skip"`). Used by every job that reads inputs.
     """
 
-    def __init__(self, chunk_bytes: int, max_line_bytes: int, on_corrupt_file: str, progress: Reporter | None = None):
+    def __init__(self, chunk_bytes: int, max_line_bytes: int, on_corrupt_file: str, progress: Reporter | None = None,
+                 snapshots: dict | None = None):
         self._chunk_bytes = chunk_bytes
         self._max_line_bytes = max_line_bytes
         self._on_corrupt_file = on_corrupt_file
@@ -53,6 +55,7 @@ class ReadChunksFn(beam.DoFn):
         self._bytes = counter("decompressed_bytes")
         self._chunks = counter("chunks")
         self._files = counter("files_read")
+        self._snapshots = snapshots or {}  # path -> its snapshot at launch (pipeline/io/snapshot.py)
 
     def process(self, element):
         file_index, path = element[:2]
@@ -63,7 +66,8 @@ class ReadChunksFn(beam.DoFn):
         LOG.info("reading %s", shown)
         file_stats: dict = {}
         try:
-            for chunk in frames.iter_unit_chunks(path, file_index, unit, self._chunk_bytes, self._max_line_bytes):
+            for chunk in unchanged(frames.iter_unit_chunks(path, file_index, unit, self._chunk_bytes,
+                                                           self._max_line_bytes), path, self._snapshots.get(path)):
                 lines += len(chunk.lines)
                 size += chunk.num_bytes
                 chunks += 1
@@ -101,7 +105,8 @@ def read_chunks(p: beam.Pipeline, job: Job, workspace: Workspace):
     """
     cfg, execution = job.config, job.execution
     files = list(enumerate(job.input_files))  # (file_index, path)
-    read_fn = ReadChunksFn(cfg.chunk_bytes, cfg.max_line_bytes, cfg.on_corrupt_file, reporter(job, workspace))
+    read_fn = ReadChunksFn(cfg.chunk_bytes, cfg.max_line_bytes, cfg.on_corrupt_file, reporter(job, workspace),
+                           dict(job.snapshots))
     # An indexed input (pipeline/io/frames.py) is read one frame per work item, on any worker.
     frames_of = {i: read_units(path, cfg.chunk_bytes, cfg.max_line_bytes) for i, path in files}
     if execution.fan_out:

@@ -27,6 +27,7 @@ from pipeline.core import gc_policy
 from pipeline.core.options import ArgumentParser, command_parser, options_from, parse_command_line, parse_own_flags
 from pipeline.format.manifest import ManifestError
 from pipeline.io.scratch import private_temp_dir
+from pipeline.io.signals import Interrupted, caught_signal, interruptible
 from pipeline.io.urls import is_local_url, refuse_credentials
 from pipeline.tokenize.model import TokenizerModel
 from pipeline.tokenize.self_check import EarlyChoice
@@ -88,12 +89,21 @@ def cli(argv: list[str] | None = None) -> int:
 
     2: a mistake found before the job starts (the command, its inputs, the output directory, a store
     out of reach). 1: the job failed on a damaged input, a full disk or an output it refuses to publish.
+    128 + N: stopped by signal N (143: SIGTERM, 130: SIGINT), its workers stopped and its files removed.
     """
     configure_logging()
     gc_policy.pause()  # until the job's graph is built (pipeline/beam/launch.py)
     try:
-        with private_temp_dir():
-            main(argv)
+        try:
+            with interruptible(), private_temp_dir():
+                main(argv)
+        except BaseException:
+            if caught_signal() is None:
+                raise
+            raise Interrupted(caught_signal()) from None  # whatever the runner made of it
+    except Interrupted as e:
+        LOG.error("stopped by %s: the workers were stopped and what this run made was removed", e)
+        return 128 + e.signum
     except JobFailed as e:
         LOG.error("%s", e)
         return 1

@@ -22,6 +22,7 @@ from pipeline.core.subsets import (
     resolve_selection,
 )
 from pipeline.io.inputs import ChunkSizes
+from pipeline.io.urls import redact_url
 from pipeline.tokenize.engines import BACKENDS
 
 _SPLIT_NAME = re.compile(r"^[A-Za-z0-9_]+$")
@@ -119,6 +120,11 @@ class PipelineConfig(ChunkSizes):
     def __post_init__(self):
         if not self.inputs:
             raise ValueError("No --input given: pass one or more globs or URLs of .jsonl[.zst|.gz] files")
+        if not self.output_dir.strip():
+            raise ValueError("--output_dir is empty: give the output directory (a path or an s3:// URL)")
+        for flag, value in (("--bos_id", self.bos_id), ("--eos_id", self.eos_id)):
+            if value is not None and value < 0:
+                raise ValueError(f"{flag} {value}: a token id is >= 0 (leave the flag out to use the model's)")
         if not 1 <= self.seq_len <= 1 << 20:
             raise ValueError(f"--seq_len must be in [1, 1048576], got {self.seq_len}")
         if self.shard_size_mb <= 0:
@@ -177,7 +183,7 @@ class PipelineConfig(ChunkSizes):
     def to_json(self) -> dict:
         """The recorded options, JSON-ready, for the manifest (see the module docstring)."""
         out = recorded(self)
-        out["inputs"] = list(self.inputs)
+        out["inputs"] = [redact_url(u) for u in self.inputs]  # a presigned URL's signature stays out
         out["subsets"] = list(self.subsets)
         out["exclude_subsets"] = list(self.exclude_subsets)
         out["epochs"] = dict(self.epochs)

@@ -24,6 +24,7 @@ Every field is described in docs/output-format.md; in short (format_version 1):
 from __future__ import annotations
 
 import json
+import math
 import posixpath
 
 import fsspec
@@ -31,6 +32,8 @@ import fsspec
 MANIFEST_NAME = "manifest.json"
 FORMAT = "pile-token-shards"
 FORMAT_VERSION = 1
+FORMAT_MEGATRON = "pile-megatron-indexed"  # pipeline/format/megatron.py
+MAX_MANIFEST_BYTES = 1 << 30  # the Pile's manifest is a few MB; anything near this is not one of ours
 
 
 class ManifestError(ValueError):
@@ -61,11 +64,79 @@ def load_manifest(path_or_dir: str, fmt: str = FORMAT, version: int = FORMAT_VER
             f"No manifest at {path}: the output is incomplete (a job still running or one that "
             "failed) or this is not a pipeline output directory. Refusing to read it."
         )
-    with fs.open(fs_path, "r", encoding="utf-8") as f:
-        try:
-            manifest = json.load(f)
-        except json.JSONDecodeError as e:
-            raise ManifestError(f"{path} is not valid JSON: {e}") from e
+    if not fs.isfile(fs_path) or (fs.size(fs_path) or 0) > MAX_MANIFEST_BYTES:
+        raise ManifestError(f"{path}: not a regular file of at most {MAX_MANIFEST_BYTES:,} bytes")
+    with fs.open(fs_path, "rb") as f:
+        data = f.read(MAX_MANIFEST_BYTES + 1)
+    return parse_manifest(data, path, fmt, version)
+
+
+def parse_manifest(data: bytes, path: str, fmt: str = FORMAT, version: int = FORMAT_VERSION) -> dict:
+    """The manifest in `data`, checked whole (`validate_manifest`); ManifestError for anything else."""
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise ManifestError(f"{path}: larger than {MAX_MANIFEST_BYTES:,} bytes")
+    try:
+        manifest = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise ManifestError(f"{path} is not valid JSON: {str(e)[:200]}") from None
+    validate_manifest(manifest, path, fmt, version)
+    return manifest
+
+
+class _INTEGER:  # noqa: N801 -- a kind for `_get`: any integer, negative too
+    pass
+
+
+def _kind(value) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _get(obj: dict, key: str, kind, where: str, optional: bool = False):
+    """obj[key], of type `kind` (int: not a bool, and >= 0); ManifestError naming `where` otherwise."""
+    if key not in obj or (optional and obj[key] is None):
+        if optional:
+            return None
+        raise ManifestError(f"{where}: {key!r} is missing")
+    value = obj[key]
+    ok = isinstance(value, kind) and not (kind is int and (isinstance(value, bool) or value < 0))
+    if kind is float:  # a finite number (JSON's 1e999 is infinite)
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if kind is _INTEGER:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    if not ok:
+        wanted = {int: "a count (an integer >= 0)", str: "a string", dict: "an object", list: "a list",
+                  float: "a finite number", _INTEGER: "an integer"}[kind]
+        raise ManifestError(f"{where}: {key!r} is {_kind(value)}, not {wanted}")
+    return value
+
+
+def _items(obj: dict, key: str, where: str, optional: bool = False) -> list[dict]:
+    """obj[key]: a list of objects."""
+    items = _get(obj, key, list, where, optional) or []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise ManifestError(f"{where}: {key}[{i}] is {_kind(item)}, not an object")
+    return items
+
+
+def _relative_path(entry: dict, where: str) -> str:
+    rel = _get(entry, "path", str, where)
+    if not rel or rel.startswith("/") or ".." in rel.split("/") or "://" in rel or "\\" in rel or "\0" in rel:
+        raise ManifestError(f"{where}: path {rel!r} escapes the output directory")
+    return rel
+
+
+def validate_manifest(manifest, path: str, fmt: str = FORMAT, version: int = FORMAT_VERSION) -> None:
+    """Check the whole manifest's shape once, so that no reader or command meets a wrong type later.
+
+    A manifest with a run id (every output since run directories) must hold every field the reader
+    and the commands use; in an older one (and in the reader's test outputs) only the reader's
+    fields are required, and the others checked where present. Every file it lists (shards, dead
+    letters, provenance) must be a relative path inside the directory of the run that wrote it
+    (`check_run`). Raises ManifestError naming the field.
+    """
+    if not isinstance(manifest, dict):
+        raise ManifestError(f"{path}: a manifest is a JSON object, not {_kind(manifest)}")
     if manifest.get("format") != fmt:
         raise ManifestError(f"{path}: format {manifest.get('format')!r}, expected {fmt!r}")
     if manifest.get("format_version") != version:
@@ -73,12 +144,63 @@ def load_manifest(path_or_dir: str, fmt: str = FORMAT, version: int = FORMAT_VER
             f"{path}: format_version {manifest.get('format_version')!r}; this reader understands "
             f"{version}. Upgrade the reader or re-run the pipeline."
         )
-    for shard in manifest["shards"]:
-        rel = shard["path"]
-        if rel.startswith("/") or ".." in rel.split("/") or "://" in rel:
-            raise ManifestError(f"{path}: shard path {rel!r} escapes the output directory")
-    check_run(manifest, path)
-    return manifest
+    _get(manifest, "run_id", str, path, optional=True)
+    lax = "run_id" not in manifest  # an older manifest: what the reader needs, and the rest where present
+    listed = []
+    for i, shard in enumerate(_items(manifest, "shards", path)):
+        where = f"{path}: shards[{i}]"
+        listed.append(_relative_path(shard, where))
+        if fmt == FORMAT:
+            _get(shard, "records", int, where)
+            _get(shard, "bytes", int, where)
+            _get(shard, "sha256", str, where, optional=True)
+        for part in ("bin", "idx"):
+            entry = _get(shard, part, dict, where, optional=fmt != FORMAT_MEGATRON)
+            if entry is not None:
+                listed.append(_relative_path(entry, f"{where}.{part}"))
+                _get(entry, "bytes", int, f"{where}.{part}")
+    totals = _get(manifest, "totals", dict, path, optional=lax) or {}
+    for key in ("records", "documents", "documents_kept", "lines", "label_tokens", "bytes"):
+        _get(totals, key, int, f"{path}: totals", optional=True)
+    for name, subset in (_get(manifest, "subsets", dict, path, optional=lax) or {}).items():
+        if not isinstance(subset, dict):
+            raise ManifestError(f"{path}: subsets[{name!r}] is {_kind(subset)}, not an object")
+        _get(subset, "filtered", dict, f"{path}: subsets[{name!r}]", optional=True)
+    dead = _get(manifest, "dead_letters", dict, path, optional=lax) or {}
+    _get(dead, "by_reason", dict, f"{path}: dead_letters", optional=lax)
+    _get(dead, "records", int, f"{path}: dead_letters", optional=lax)
+    for i, entry in enumerate(_items(dead, "files", f"{path}: dead_letters", optional=lax)):
+        listed.append(_relative_path(entry, f"{path}: dead_letters.files[{i}]"))
+    for i, entry in enumerate(_items(manifest, "inputs", path, optional=True)):
+        _get(entry, "path", str, f"{path}: inputs[{i}]")
+    config = _get(manifest, "config", dict, path, optional=True)
+    if config is not None:
+        _get(config, "max_line_mb", float, f"{path}: config", optional=True)
+        _get(config, "tokenizer_model", str, f"{path}: config", optional=True)
+    provenance = _get(manifest, "provenance", dict, path, optional=True)
+    if provenance:
+        for i, entry in enumerate(_items(provenance, "files", f"{path}: provenance")):
+            listed.append(_relative_path(entry, f"{path}: provenance.files[{i}]"))
+    if fmt == FORMAT:
+        seq_len = _get(manifest, "seq_len", int, path)
+        if seq_len < 1:
+            raise ManifestError(f"{path}: seq_len {seq_len} is not >= 1")
+        tokenizer = _get(manifest, "tokenizer", dict, path, optional=lax) or {}
+        _get(tokenizer, "sha256", str, f"{path}: tokenizer", optional=lax)
+        _get(tokenizer, "model", str, f"{path}: tokenizer", optional=True)
+        _get(tokenizer, "eos_id", _INTEGER, f"{path}: tokenizer", optional=lax)
+        features = _get(manifest, "features", dict, path)
+        tokens = features.get("tokens")
+        if not isinstance(tokens, dict):
+            raise ManifestError(f"{path}: features: 'tokens' is {_kind(tokens)}, not an object")
+        packing = _get(manifest, "packing", dict, path, optional=lax)
+        if packing is not None:
+            _get(packing, "remainder_policy", str, f"{path}: packing", optional=lax)
+        shuffle = _get(manifest, "shuffle", dict, path, optional=lax)
+        if shuffle is not None:
+            _get(shuffle, "seed", _INTEGER, f"{path}: shuffle", optional=lax)
+            _get(shuffle, "num_shards", int, f"{path}: shuffle", optional=lax)
+    check_run(manifest, path, listed)
 
 
 def run_dir(run_id: str) -> str:
@@ -86,20 +208,22 @@ def run_dir(run_id: str) -> str:
     return f"run-{run_id}"
 
 
-def check_run(manifest: dict, path: str) -> None:
-    """Refuse a manifest that lists a shard outside the directory of the run that wrote it.
+def check_run(manifest: dict, path: str, listed: list[str] | None = None) -> None:
+    """Refuse a manifest that lists a file outside the directory of the run that wrote it.
 
-    No other run writes into a run's directory, so a manifest that passes lists only its own shards.
-    Manifests without a run id (written before run directories) have nothing to check.
+    `listed`: every file it lists (its shards' paths when not given). No other run writes into a
+    run's directory, so a manifest that passes lists only its own files. Manifests without a run
+    id (written before run directories) have nothing to check.
     """
     run_id = manifest.get("run_id")
     if run_id is None:
         return
     prefix = run_dir(run_id) + "/"
-    strangers = [s["path"] for s in manifest["shards"] if not s["path"].startswith(prefix)]
+    listed = [s["path"] for s in manifest["shards"]] if listed is None else listed
+    strangers = [rel for rel in listed if not rel.startswith(prefix)]
     if strangers:
         raise ManifestError(
-            f"{path}: shard(s) {strangers[:3]} are not in {prefix}, the directory of the run that wrote "
+            f"{path}: file(s) {strangers[:3]} are not in {prefix}, the directory of the run that wrote "
             "this manifest: they are not its own"
         )
 

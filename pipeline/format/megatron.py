@@ -42,7 +42,7 @@ import numpy as np
 from pipeline.core.tables import format_table
 from pipeline.format import manifest as manifest_lib
 
-FORMAT = "pile-megatron-indexed"  # the manifest's `format`
+FORMAT = manifest_lib.FORMAT_MEGATRON  # the manifest's `format`: "pile-megatron-indexed"
 FORMAT_VERSION = 1
 HEADER = b"MMIDIDX\x00\x00"
 VERSION = 1

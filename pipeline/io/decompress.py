@@ -22,7 +22,7 @@ from collections.abc import Iterator
 import zstandard
 
 from pipeline.core.errors import JobError
-from pipeline.io.urls import redact_url
+from pipeline.io.urls import name_part, redact_url
 
 READ_BLOCK = 1 << 20  # compressed bytes read per call
 OUT_BLOCK = 1 << 20  # decompressed bytes returned per call, at most
@@ -202,7 +202,7 @@ def plain_blocks(raw) -> Iterator[bytes]:
 
 def decompressed_blocks(raw, path: str, max_window: int, hint: str = "") -> Iterator[bytes]:
     """The decompressed content of `raw` in blocks of at most 1 MiB, by the file name's extension."""
-    name = path.lower()
+    name = name_part(path).lower()
     if name.endswith((".zst", ".zstd")):
         return zstd_blocks(raw, path, max_window, hint)
     if name.endswith(".gz"):

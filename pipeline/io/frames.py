@@ -35,7 +35,7 @@ import zstandard
 
 from pipeline.io.inputs import Chunk, CorruptInputError, iter_chunks
 from pipeline.io.publish import publish
-from pipeline.io.urls import redact_url
+from pipeline.io.urls import name_part, redact_url
 
 LOG = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class Stripe:
 
 def read_index(path: str) -> tuple[dict, list[Frame]] | None:
     """(index settings, frames) of an indexed file, or None for a file without an index."""
-    if not path.lower().endswith((".zst", ".zstd")):
+    if not name_part(path).lower().endswith((".zst", ".zstd")):
         return None
     fs, root = fsspec.core.url_to_fs(path)
     size = fs.size(root)

@@ -39,6 +39,8 @@ __all__ = ["Chunk", "ChunkSizes", "CorruptInputError", "InputError", "WindowTooL
 MAX_CHUNK_LINES = 1 << 16  # a chunk of tiny (or blank) lines stays small too
 PREFIX_BYTES = PREFIX_CHARS * 4  # what is kept of an over-long line (the dead letter's prefix)
 MIN_WINDOW = 8 * MIB  # zstd's levels 1-19 never declare more
+MAX_WINDOW = 2048 * MIB  # zstd's largest window (ZSTD_WINDOWLOG_MAX on 64-bit): 2**31 bytes
+MAX_LINE_MB = MAX_WINDOW // MIB // 2  # the window is twice the longest line (max_window_bytes)
 MAX_PROBLEMS_SHOWN = 20
 
 
@@ -52,6 +54,9 @@ class ChunkSizes:
         """Raise ValueError unless both sizes are positive."""
         if self.chunk_mb <= 0 or self.max_line_mb <= 0:
             raise ValueError("--chunk_mb and --max_line_mb must be > 0")
+        if self.max_line_mb > MAX_LINE_MB:
+            raise ValueError(f"--max_line_mb {self.max_line_mb:g} is above {MAX_LINE_MB}: a zstd window of twice the "
+                             f"longest line may be at most {MAX_WINDOW // MIB} MiB (zstd's limit)")
 
     @property
     def chunk_bytes(self) -> int:

@@ -48,7 +48,7 @@ import fsspec
 from pipeline.core.errors import JobError
 from pipeline.format import manifest as manifest_lib
 from pipeline.format import megatron, tfds
-from pipeline.format.manifest import MANIFEST_NAME, manifest_path, run_dir, serialize
+from pipeline.format.manifest import FORMAT, MANIFEST_NAME, manifest_path, run_dir, serialize
 from pipeline.io.files import read_bytes
 from pipeline.io.lock import LOCK_NAME
 from pipeline.io.publish import TEMP_NAME, publish_link, publish_text
@@ -68,6 +68,7 @@ LATEST_NAME = "latest"  # OUT/latest -> run-<id> of a Megatron output's manifest
 # Derived from a manifest, never data of their own: an interrupted --overwrite may leave them
 # without one, so they are always removable.
 _DERIVED = {LATEST_NAME, *tfds.metadata_names()}
+OWN_FORMATS = (FORMAT, megatron.FORMAT)  # the `format` markers of the manifests we write
 
 
 class OutputRejectedError(JobError):
@@ -149,6 +150,26 @@ def _listed(manifest: dict) -> set[str]:
     return {MANIFEST_NAME, *listed_files(manifest)}
 
 
+def own_listing(manifest) -> tuple[set[str], str]:
+    """(the files a manifest of ours lists, itself included; its run id), or ValueError saying why it is not ours.
+
+    A manifest is read back from disk, where anyone may have written or edited it: it widens what
+    `--overwrite` removes only when it carries our format marker and a run id, and lists nothing
+    but names our writers produce inside that run's own directory.
+    """
+    if not isinstance(manifest, dict) or manifest.get("format") not in OWN_FORMATS:
+        raise ValueError("not a manifest of this pipeline: no format marker of ours")
+    run_id = manifest.get("run_id")
+    if not isinstance(run_id, str) or not RUN_DIR.match(run_dir(run_id)):
+        raise ValueError("not a manifest of this pipeline: no run id")
+    listed = _listed(manifest)
+    strangers = sorted(rel for rel in listed - {MANIFEST_NAME}
+                       if not isinstance(rel, str) or not (m := _RUN_FILE.match(rel)) or m.group(1) != run_id)
+    if strangers:
+        raise ValueError(f"it lists files that are not its run's own: {', '.join(map(str, strangers[:5]))}")
+    return listed, run_id
+
+
 def _plan_overwrite(url: str, files: list[str], entries: list[str]) -> tuple[list[str], list[str]]:
     """(files to remove, files or folders that are not ours) for --overwrite of the output at `url`."""
     listed: set[str] = set()
@@ -156,10 +177,9 @@ def _plan_overwrite(url: str, files: list[str], entries: list[str]) -> tuple[lis
     unknown = []
     if MANIFEST_NAME in files:
         try:
-            manifest = json.loads(read_bytes(manifest_path(url)))
-            listed, committed = _listed(manifest), manifest.get("run_id")
+            listed, committed = own_listing(json.loads(read_bytes(manifest_path(url))))
         except (ValueError, OSError, KeyError, TypeError, AttributeError) as e:
-            unknown.append(f"{MANIFEST_NAME} (unreadable, so what it lists is unknown: {str(e)[:80]})")
+            unknown.append(f"{MANIFEST_NAME} (unreadable or not ours, so what it lists is unknown: {str(e)[:120]})")
     remove = []
     for rel in files:
         run = _RUN_FILE.match(rel)
@@ -224,6 +244,28 @@ def _remove_empty_folders(root: str, removed: list[str], entries: list[str]) -> 
             os.rmdir(os.path.join(root, folder))
         except OSError:
             pass  # not empty: something else is (or was) there
+
+
+def remove_unfinished_run(output_dir: str, run_id: str) -> list[str]:
+    """Remove what run `run_id` wrote into its run directory, unless its manifest was committed; returns it.
+
+    Only our names (shards, dead letters, provenance, temporary names) are removed, never a stranger's.
+    """
+    fs, root = fsspec.core.url_to_fs(output_dir)
+    try:
+        committed = json.loads(read_bytes(manifest_path(output_dir))).get("run_id")
+    except (OSError, ValueError, AttributeError):
+        committed = None
+    own = run_dir(run_id)
+    if committed == run_id or not fs.exists(posixpath.join(root, own)):
+        return []
+    removed = [rel for rel in _files(fs, root) if rel.startswith(own + "/")
+               and ((m := _RUN_FILE.match(rel)) and m.group(1) == run_id or _is_temp(rel))]
+    for rel in removed:
+        fs.rm_file(posixpath.join(root, rel))
+    if is_local(fs):
+        _remove_empty_folders(root, removed, [own])
+    return removed
 
 
 def dead_letter_lines(records: list[dict]) -> list[bytes]:

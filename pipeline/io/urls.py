@@ -9,7 +9,12 @@ Where the userinfo ends cannot be told from the text alone: AWS secrets hold `/`
 is not the end of the host) and may hold `@` (so the first `@` is not either). A URL is therefore
 taken to carry credentials when an `@` follows a first segment that is not a plain host or bucket
 name, or when its first segment holds an `@` (see `has_credentials`), and such a URL is never shown
-past its scheme.
+past its scheme. A typo such as `s3:/KEY:SECRET@bucket` (one slash) is read the same way.
+
+Presigned and SAS URLs are allowed (they are how a store grants one object), but the values of
+their secret query parameters (signatures, credentials, tokens) are never shown: `redact_url`
+replaces them, and `redact_text` does so for every URL inside a message (every log line goes
+through it).
 """
 
 from __future__ import annotations
@@ -26,10 +31,27 @@ _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
 # has ports.
 _BUCKET = re.compile(r"^[a-z0-9._-]*$")
 _HOST_PORT = re.compile(r"^[A-Za-z0-9._-]*(:[0-9]*)?$")
+# A scheme followed by other than "//" (a typo such as `s3:/KEY:SECRET@bucket`); two letters at
+# least, so that a Windows drive (C:) is no scheme.
+_LOOSE_SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]+):/*")
+# Query parameters that carry a secret in presigned and SAS URLs: AWS (X-Amz-Signature,
+# X-Amz-Credential, X-Amz-Security-Token, AWSAccessKeyId, Signature), GCS (X-Goog-Signature,
+# X-Goog-Credential, GoogleAccessId), Azure SAS (sig), and any token, key, secret or password.
+_SECRET_PARAM = re.compile(r"(?i)(signature|credential|token|secret|passw|accessid|accesskey|^sig$|^key$|"
+                           r"api[-_]?key|^code$|^auth)")
+_URL_IN_TEXT = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]+:/{1,3}[^\s'\"<>,;()\[\]]+")
 _SCHEMES_WITH_HOSTS = frozenset({"http", "https", "ftp", "sftp", "ssh", "hdfs", "webhdfs"})
 # Object stores make an object visible only once its one PUT is complete and have no rename
 # (s3fs's mv is copy + delete).
 OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss"})
+
+
+def _malformed(url: str) -> tuple[str, str] | None:
+    """(scheme, the rest) of a URL whose scheme is followed by other than two slashes (`s3:/KEY:SECRET@b/x`)."""
+    match = _LOOSE_SCHEME.match(url)
+    if not match or url[match.end(1):].startswith("://"):
+        return None
+    return match.group(1), url[match.end():]
 
 
 def has_credentials(url: str) -> bool:
@@ -40,23 +62,54 @@ def has_credentials(url: str) -> bool:
     `AKIDEXAMPLE` is a bucket name.
     """
     match = _SCHEME.match(url)
-    if not match:
+    if match:
+        scheme, rest = match.group(1), url[match.end():]
+    elif malformed := _malformed(url):
+        scheme, rest = malformed  # a typo: whatever follows may still be userinfo
+    else:
         return False  # a local path
-    rest = url[match.end():]
+    rest = rest.split("?", 1)[0] if scheme.lower() in _SCHEMES_WITH_HOSTS else rest
+    rest = rest.lstrip("/")  # `s3:///KEY:SECRET@bucket`: a slash too many hides nothing
     if "@" not in rest:
         return False
     first = rest.split("/", 1)[0]
     if "@" in first:
         return True  # user[:secret]@host
-    host = _HOST_PORT if match.group(1).lower() in _SCHEMES_WITH_HOSTS else _BUCKET
+    host = _HOST_PORT if scheme.lower() in _SCHEMES_WITH_HOSTS else _BUCKET
     return not host.match(first)
 
 
+def _redact_query(url: str) -> str:
+    """The URL with the value of every query parameter that may be a secret replaced (presigned URLs)."""
+    base, sep, query = url.partition("?")
+    if not sep:
+        return url
+    params = [(name, value) for name, _, value in (p.partition("=") for p in query.split("&"))]
+    if not any(_SECRET_PARAM.search(name) for name, _ in params):
+        return url
+    return base + "?" + "&".join(f"{name}=<removed>" if _SECRET_PARAM.search(name) else f"{name}={value}"
+                                 for name, value in params)
+
+
 def redact_url(path: str) -> str:
-    """The location as it may be shown: a URL that may carry credentials is cut after its scheme."""
+    """The location as it may be shown, without userinfo or query-string secrets.
+
+    A URL that may carry userinfo is cut after its scheme; the secret parameters of a query string
+    (presigned URLs: signatures, credentials, tokens) lose their values.
+    """
     if has_credentials(path):
-        return f"{_SCHEME.match(path).group(1)}://<credentials removed>"
-    return path
+        scheme = (_SCHEME.match(path) or _LOOSE_SCHEME.match(path)).group(1)
+        return f"{scheme}://<credentials removed>"
+    return _redact_query(path) if _SCHEME.match(path) else path
+
+
+def redact_text(text: str) -> str:
+    """`text` (an error message, a log line) with every URL in it redacted (`redact_url`)."""
+    def one(match: re.Match) -> str:
+        url = match.group(0).rstrip(".:!?")  # the sentence's punctuation, not the URL's
+        return redact_url(url) + match.group(0)[len(url):]
+
+    return _URL_IN_TEXT.sub(one, text)
 
 
 def refuse_credentials(locations: Iterable[tuple[str, str]]) -> None:
@@ -95,6 +148,17 @@ def reaching(flag: str, url: str) -> Iterator[None]:
             f"{flag} {redact_url(url)}: cannot reach the store ({type(e).__name__}: {str(e)[:200]}); check "
             f"{endpoint} and the network"
         ) from None
+
+
+def name_part(url: str) -> str:
+    """The part of a location that names the file: an http(s) URL without its query.
+
+    A presigned URL's signature follows the name, whose extension says how the file is compressed.
+    """
+    match = _SCHEME.match(url)
+    if match and match.group(1).lower() in ("http", "https"):
+        return url.split("?", 1)[0].split("#", 1)[0]
+    return url
 
 
 def protocols(fs) -> tuple[str, ...]:

@@ -14,19 +14,26 @@ from collections.abc import Callable
 
 import sentencepiece as spm
 
-from pipeline.io.files import read_bytes
+from pipeline.io.files import NotAFileError, read_bytes
+from pipeline.io.urls import redact_url
 
 SENTENCEPIECE = "sentencepiece"
 
 
-def load_processor(path: str) -> spm.SentencePieceProcessor:
-    """Load a SentencePiece model from a local path or fsspec URL."""
-    proto = read_bytes(path)
+def load_processor(path: str, flag: str = "--tokenizer_model") -> spm.SentencePieceProcessor:
+    """Load a SentencePiece model from a local path or fsspec URL; errors name `flag`.
+
+    Only a regular file of at most `MAX_READ_BYTES` is read (not a device, a FIFO or a folder).
+    """
+    try:
+        proto = read_bytes(path)
+    except NotAFileError as e:
+        raise NotAFileError(f"{flag} {redact_url(path)!r}: {e}") from None
     sp = spm.SentencePieceProcessor()
     try:
         sp.LoadFromSerializedProto(proto)
     except Exception as e:  # sentencepiece raises RuntimeError/OSError variants
-        raise ValueError(f"{path} is not a SentencePiece model: {e}") from e
+        raise ValueError(f"{flag} {redact_url(path)} is not a SentencePiece model: {e}") from e
     return sp
 
 

@@ -50,7 +50,7 @@ def where(request, tmp_path):
 
 
 def populate(fs, root: str, names: list[str]) -> None:
-    manifest = {"run_id": COMMITTED, "shards": [{"path": p} for p in LISTED[:2]],
+    manifest = {"format": "pile-token-shards", "run_id": COMMITTED, "shards": [{"path": p} for p in LISTED[:2]],
                 "dead_letters": {"files": [{"path": LISTED[2]}]}}
     for name, data in [("manifest.json", json.dumps(manifest).encode()), *((n, b"x") for n in names)]:
         path = posixpath.join(root, name)
@@ -107,24 +107,55 @@ def test_an_unreadable_manifest_is_refused(tmp_path):
     (out / "manifest.json").write_text("{not json")
     (out / f"run-{COMMITTED}").mkdir()
     (out / f"run-{COMMITTED}" / "train-00000-of-00001.tfrecord").write_bytes(b"x")
-    with pytest.raises(FileExistsError, match="manifest.json \\(unreadable, so what it lists is unknown"):
+    with pytest.raises(FileExistsError, match="manifest.json \\(unreadable or not ours, so what it lists is unknown"):
         outputs.prepare_output_dir(str(out), overwrite=True)
 
 
-def test_an_output_of_the_flat_layout_is_replaced_by_its_own_list(tmp_path):
-    """Outputs written before run directories list their shards at the top: those, and only those, go."""
+def test_an_output_of_the_flat_layout_is_refused(tmp_path):
+    """A manifest without a run id lists files outside any run directory: nothing tells them from a user's."""
     out = tmp_path / "out"
     (out / "dead_letters").mkdir(parents=True)
     flat = ["train-00000-of-00001.tfrecord", "dead_letters/train-00000-00000.jsonl"]
     for name in flat:
         (out / name).write_bytes(b"x")
-    (out / "manifest.json").write_text(json.dumps({"shards": [{"path": flat[0]}],
+    (out / "manifest.json").write_text(json.dumps({"format": "pile-token-shards", "shards": [{"path": flat[0]}],
                                                    "dead_letters": {"files": [{"path": flat[1]}]}}))
-    outputs.prepare_output_dir(str(out), overwrite=True)
-    assert list(out.iterdir()) == []
-    (out / "val-00000-of-00001.tfrecord").write_bytes(b"x")  # a shard of another split: not ours to remove
-    with pytest.raises(FileExistsError, match="val-00000-of-00001.tfrecord"):
+    with pytest.raises(FileExistsError, match="not a manifest of this pipeline: no run id"):
         outputs.prepare_output_dir(str(out), overwrite=True)
+    kept = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    assert kept == sorted(["dead_letters", "manifest.json", *flat])
+
+
+def _refused_and_kept(url, fs, root, why):
+    before = listing(fs, root)
+    with pytest.raises(FileExistsError, match=f"--overwrite refused: .*manifest.json \\(unreadable or not ours.*{why}.*"
+                                              "nothing was removed"):
+        outputs.prepare_output_dir(url, overwrite=True)
+    assert listing(fs, root) == before
+
+
+def test_a_foreign_manifest_naming_a_users_file_removes_nothing(where):
+    """An unrelated `manifest.json` beside a user's file: neither is ours, both stay."""
+    url, fs, root = where
+    if url == root:
+        os.makedirs(root)
+    fs.pipe_file(posixpath.join(root, "thesis.tex"), b"\\documentclass{article}")
+    fs.pipe_file(posixpath.join(root, "manifest.json"), json.dumps({"shards": [{"path": "thesis.tex"}]}).encode())
+    _refused_and_kept(url, fs, root, "no format marker of ours")
+
+
+@pytest.mark.parametrize("key", ["shards", "dead_letters", "provenance"])
+@pytest.mark.parametrize("stranger", ["thesis.tex", f"run-{COMMITTED}/thesis.tex",
+                                      f"run-{KILLED}/train-00000-of-00005.tfrecord", f"run-{COMMITTED}/../thesis.tex"])
+def test_a_manifest_of_ours_listing_a_file_not_its_runs_own_removes_nothing(where, key, stranger):
+    """Our own manifest, edited: a user's file added to its shards, dead letters or provenance files."""
+    url, fs, root = where
+    populate(fs, root, LISTED + [stranger])
+    manifest = json.loads(fs.cat_file(posixpath.join(root, "manifest.json")))
+    entries = manifest["shards"] if key == "shards" else manifest.setdefault(key, {}).setdefault("files", [])
+    entries.append({"path": stranger})
+    fs.pipe_file(posixpath.join(root, "manifest.json"), json.dumps(manifest).encode())
+    _refused_and_kept(url, fs, root, "it lists files that are not its run's own")
 
 
 def test_the_command_refuses_one_line_and_keeps_the_previous_output(tmp_path):

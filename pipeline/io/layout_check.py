@@ -1,0 +1,102 @@
+"""Before the job starts: do the inputs' first lines hold a text and a subset where the flags say?
+
+A wrong `--text_key` (or a corpus in another layout without `--subset_names any`) would otherwise
+run the whole job and end with every line a dead letter. `check_layout` reads the first
+`SAMPLE_LINES` lines of every input and refuses, naming the flag and the keys those lines do have,
+when none of a file's sampled JSON objects is a document and every one fails for the layout
+(where the text or subset is, or the subset names accepted). A file with a few broken lines among
+good ones passes: those are the job's dead letters.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import itertools
+import json
+
+from pipeline.core.documents import BadRecord, Schema, parse_document
+from pipeline.io.inputs import iter_lines
+from pipeline.io.urls import redact_url
+
+SAMPLE_LINES = 64
+_TEXT = {"text_missing"}  # a text that is not a string is that line's problem, not the layout's
+_SUBSET = {"meta_missing", "meta_not_object", "subset_missing", "subset_not_string"}
+_NAMES = {"subset_unknown"}
+MAX_KEYS_SHOWN = 12
+
+
+class LayoutError(ValueError):
+    """The inputs' lines do not hold a text or subset where the flags say: the flags to change."""
+
+
+def _keys(objects: list[dict], path: tuple[str, ...]) -> list[str]:
+    """The keys the objects have at the deepest level of `path` they reach (dotted)."""
+    found: set[str] = set()
+    for obj in objects:
+        value, prefix = obj, ""
+        for key in path:
+            if not isinstance(value, dict) or key not in value or not isinstance(value[key], dict):
+                break
+            value, prefix = value[key], f"{prefix}{key}."
+        if isinstance(value, dict):
+            found.update(prefix + k for k in value)
+    return sorted(found)
+
+
+def _sample(path: str, schema: Schema, max_line_bytes: int) -> str | None:
+    """Why the first lines of `path` cannot be this layout's documents, or None when they can."""
+    reasons, objects = [], []
+    for line in itertools.islice(iter_lines(path, max_line_bytes), SAMPLE_LINES):
+        try:
+            parse_document(line, max_line_bytes, schema)
+            return None
+        except BadRecord as bad:
+            if bad.reason in _TEXT | _SUBSET | _NAMES:
+                try:
+                    objects.append(json.loads(line.data))
+                except ValueError:
+                    continue
+                reasons.append(bad.reason)
+    if not objects:
+        return None  # nothing to go by (blank or broken lines only): the job's dead letters say it
+    shown = redact_url(path)
+    if any(r in _TEXT for r in reasons):
+        keys = _keys(objects, schema.text_path)
+        return (f"--text_key {schema.text_key!r}: no text there in the first {len(objects)} line(s) of {shown}; "
+                f"their keys: {', '.join(keys[:MAX_KEYS_SHOWN]) or 'none'} (a dotted path reaches a nested one: "
+                "--text_key doc.body)")
+    if any(r in _SUBSET for r in reasons):
+        keys = _keys(objects, schema.subset_path)
+        return (f"--subset_key {schema.subset_key!r}: no subset name there in the first {len(objects)} line(s) of "
+                f"{shown}; their keys: {', '.join(keys[:MAX_KEYS_SHOWN]) or 'none'}. Pass the key of the name "
+                "(--subset_key source.name), or --default_subset NAME for lines without one")
+    seen = sorted({_subset_value(o, schema) for o in objects} - {None})
+    return (f"--subset_names pile: the first {len(objects)} line(s) of {shown} name no subset of the Pile "
+            f"({', '.join(map(repr, seen[:MAX_KEYS_SHOWN]))} at --subset_key {schema.subset_key!r}); pass "
+            "--subset_names any for another corpus")
+
+
+def _subset_value(obj: dict, schema: Schema):
+    value = obj
+    for key in schema.subset_path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def check_layout(schema: Schema, input_files: list[str], max_line_bytes: int) -> None:
+    """Raise LayoutError naming the flags to change when an input's first lines are of another layout.
+
+    Reads at most SAMPLE_LINES lines of each file (a few files at once); a damaged file is left for
+    the job to report, with its policy (--on_corrupt_file).
+    """
+    def one(path: str) -> str | None:
+        try:
+            return _sample(path, schema, max_line_bytes)
+        except (OSError, ValueError):
+            return None  # damaged or unreadable: the job reports it, by its policy
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        problems = [p for p in pool.map(one, input_files) if p]
+    if problems:
+        more = f" (and {len(problems) - 1} more file(s) alike)" if len(problems) > 1 else ""
+        raise LayoutError(problems[0] + more)

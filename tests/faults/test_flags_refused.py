@@ -1,0 +1,73 @@
+"""Flags past a physical limit and unusable paths are refused before the job starts: exit status 2,
+one line naming the flag, no traceback, nothing written.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from fault_helpers import MODEL, command, problem_lines, small_corpus
+
+
+def _run(tmp_path, *flags, timeout: float = 120):
+    """The command with a small corpus and `flags` (later flags win); (CompletedProcess, its one problem line)."""
+    inputs = small_corpus(tmp_path / "in", files=1, docs=5)
+    out = tmp_path / "out"
+    start = time.monotonic()
+    proc = command("--input", inputs, "--output_dir", str(out), "--tokenizer_model", MODEL, "--seq_len", "32",
+                   *flags, timeout=timeout)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert time.monotonic() - start < timeout
+    (line,) = problem_lines(proc.stderr)
+    assert not out.exists() or not os.listdir(out)
+    return proc, line
+
+
+@pytest.mark.parametrize("value", ["1025", "4096"])
+def test_a_max_line_beyond_zstds_window_is_refused(tmp_path, value):
+    """zstd's largest window is 2 GiB, twice the longest line: --max_line_mb above 1024 cannot be read."""
+    _, line = _run(tmp_path, "--max_line_mb", value)
+    assert f"--max_line_mb {value} is above 1024" in line and "zstd" in line
+
+
+def test_the_largest_max_line_is_allowed():
+    from pipeline.io.decompress import MIB
+    from pipeline.io.inputs import MAX_LINE_MB, max_window_bytes
+
+    assert max_window_bytes(MAX_LINE_MB * MIB) == 2**31  # ZSTD_WINDOWLOG_MAX on 64-bit machines
+
+
+@pytest.mark.parametrize("model", ["/dev/zero", "", "folder", "fifo"])
+def test_a_tokenizer_model_that_is_not_a_regular_file_is_refused_at_once(tmp_path, model):
+    """/dev/zero was read whole until memory ran out; a folder or an empty path gave `[Errno 21]`."""
+    if model == "folder":
+        model = str(tmp_path)
+    elif model == "fifo":
+        model = str(tmp_path / "fifo")
+        os.mkfifo(model)
+    _, line = _run(tmp_path, "--tokenizer_model", model, timeout=60)
+    assert f"--tokenizer_model {model!r}: " in line
+    assert any(why in line for why in ("not a regular file", "is a folder", "the path is empty")), line
+
+
+def test_a_tokenizer_model_larger_than_the_bound_is_refused(tmp_path):
+    big = tmp_path / "big.model"
+    with open(big, "wb") as f:
+        f.truncate((256 << 20) + 1)  # sparse: costs no disk
+    _, line = _run(tmp_path, "--tokenizer_model", str(big))
+    assert f"--tokenizer_model {str(big)!r}: is 268,435,457 bytes, more than the 268,435,456 read whole" in line
+
+
+def test_an_empty_output_dir_is_not_the_current_directory(tmp_path):
+    _, line = _run(tmp_path, "--output_dir", "")
+    assert "--output_dir is empty" in line
+
+
+@pytest.mark.parametrize("flag", ["--eos_id", "--bos_id"])
+def test_a_negative_special_id_is_named_as_such(tmp_path, flag):
+    """`--eos_id -3` said that the model has no EOS id (it has one)."""
+    _, line = _run(tmp_path, flag, "-3", "--add_bos", "True")
+    assert f"{flag} -3: a token id is >= 0" in line and "has no" not in line

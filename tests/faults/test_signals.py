@@ -1,0 +1,72 @@
+"""SIGTERM (what `timeout`, systemd and Kubernetes send) and SIGINT end a run with one line: its
+worker processes stopped, and nothing of it left (temp folder, lock, spill files, its run
+directory). What a SIGKILLed run leaves in the temp dir is cleared by the next run.
+
+Real signals to a real command running real Beam workers, as `timeout` sends them: to the command's
+process only.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import psutil
+import pytest
+from fault_helpers import IN_MEMORY, MODEL, PROCESSES, Job, command, problem_lines, small_corpus
+
+
+def _session(job: Job) -> list[psutil.Process]:
+    """The live processes of the job's session (it and every worker it started)."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if os.getsid(p.pid) == job.proc.pid and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)
+        except (OSError, psutil.Error):
+            pass
+    return found
+
+
+def _started(tmp_path, mode):
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    out = tmp_path / "out"
+    inputs = small_corpus(tmp_path / "in", files=4, docs=600)
+    job = Job("--input", inputs, "--output_dir", str(out), "--tokenizer_model", MODEL, "--seq_len", "32",
+              "--chunk_mb", "0.02", *mode, env={"TMPDIR": str(temp)})
+    # Mid-job: it has written into the output directory (its lock, spill files, its run directory).
+    job.wait_until(lambda: "input files ->" in job.output() and "reading" in job.output(), "the job reads")
+    return job, temp, out
+
+
+@pytest.mark.parametrize("mode", [PROCESSES, IN_MEMORY], ids=["processes", "in_memory"])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_stops_the_run_cleanly(tmp_path, mode, signum):
+    job, temp, out = _started(tmp_path, mode)
+    os.kill(job.proc.pid, signum)
+    status = job.finish(timeout=120)
+    output = job.output()
+    assert status == 128 + signum, output[-3000:]
+    lines = problem_lines(output)
+    assert len(lines) == 1, output[-5000:]
+    (line,) = lines
+    assert f"stopped by {signal.Signals(signum).name}: the workers were stopped" in line
+    assert "Traceback" not in output
+    assert _session(job) == []  # no worker left running
+    assert os.listdir(temp) == []  # the run's temp folder
+    assert not out.exists() or os.listdir(out) == []  # lock, spill files, run directory
+
+
+def test_what_a_sigkilled_run_leaves_in_the_temp_dir_is_cleared_by_the_next_run(tmp_path):
+    job, temp, _ = _started(tmp_path, PROCESSES)
+    os.killpg(job.proc.pid, signal.SIGKILL)
+    job.finish(timeout=60)
+    left = os.listdir(temp)
+    assert left and all(name.startswith("pile-pipeline-") for name in left)
+    other = temp / "pile-pipeline-of-another-version"  # no lock file: not known to be abandoned, kept
+    other.mkdir()
+    proc = command("--input", str(tmp_path / "nothing-*.jsonl"), "--output_dir", str(tmp_path / "o2"),
+                   "--tokenizer_model", MODEL, env={"TMPDIR": str(temp)})
+    assert proc.returncode == 2
+    assert os.listdir(temp) == [other.name]
