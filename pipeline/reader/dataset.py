@@ -282,15 +282,8 @@ def make_dataset(
     window = shuffle_buffer or default_window(source.seq_len, token_bytes)
     tf_dtype = DTYPES[source.token_dtype]
     seq_len = source.seq_len
-    # A best_fit output marks padding by segment id 0: its loss mask needs the segment ids.
     best_fit = source.packing == records.BEST_FIT
-    parsed_optional = tuple(dict.fromkeys((*optional, *((records.SEGMENT_IDS,) if best_fit else ()))))
-    widths = ((records.TOKENS, seq_len + 1), *((name, seq_len) for name in parsed_optional))
-    spec = {
-        records.TOKENS: tf.io.FixedLenFeature([], tf.string),
-        records.VALID_LABELS: tf.io.FixedLenFeature([], tf.int64, default_value=seq_len),
-        **{name: tf.io.FixedLenFeature([], tf.string) for name in parsed_optional},
-    }
+    widths, spec = _parse_spec(seq_len, optional, best_fit)
     counts = np.array(source.counts, dtype=np.int64)
     layout = source.layout
     first_column = dp_rank * rank_batch
@@ -332,6 +325,21 @@ def make_dataset(
         first_step,
     )
     return ds
+
+
+def _parse_spec(seq_len: int, optional: tuple[str, ...], best_fit: bool) -> tuple[tuple, dict]:
+    """(each parsed array's (name, width), the records' parse spec) for the features a reader returns.
+
+    A best_fit output marks padding by segment id 0, so its loss mask needs the segment ids parsed.
+    """
+    parsed = tuple(dict.fromkeys((*optional, *((records.SEGMENT_IDS,) if best_fit else ()))))
+    widths = ((records.TOKENS, seq_len + 1), *((name, seq_len) for name in parsed))
+    spec = {
+        records.TOKENS: tf.io.FixedLenFeature([], tf.string),
+        records.VALID_LABELS: tf.io.FixedLenFeature([], tf.int64, default_value=seq_len),
+        **{name: tf.io.FixedLenFeature([], tf.string) for name in parsed},
+    }
+    return widths, spec
 
 
 def _select_features(features, declared: tuple[str, ...], where: str) -> tuple[str, ...]:
@@ -410,13 +418,7 @@ def _mixture_dataset(mixture: Mixture, rank_batch, element_batch, dp_rank, dp_si
         raise ValueError(f"mixture {mixture.description}: its sources are packed in different ways "
                          f"({', '.join(sorted(packings))}); mix outputs of one --packing mode")
     best_fit = first.packing == records.BEST_FIT
-    parsed_optional = tuple(dict.fromkeys((*optional, *((records.SEGMENT_IDS,) if best_fit else ()))))
-    widths = ((records.TOKENS, seq_len + 1), *((name, seq_len) for name in parsed_optional))
-    spec = {
-        records.TOKENS: tf.io.FixedLenFeature([], tf.string),
-        records.VALID_LABELS: tf.io.FixedLenFeature([], tf.int64, default_value=seq_len),
-        **{name: tf.io.FixedLenFeature([], tf.string) for name in parsed_optional},
-    }
+    widths, spec = _parse_spec(seq_len, optional, best_fit)
     gathers: dict[int, np.ndarray] = {}
 
     def plan_window(w: np.ndarray) -> np.ndarray:
