@@ -92,7 +92,8 @@ def test_a_rerun_after_a_refused_output_needs_overwrite_and_clears_it(six_percen
     with pytest.raises(FileExistsError, match="incomplete or foreign output"):
         run.main(_job(six_percent_bad, out, "--max_dead_letter_fraction", "1"))
     manifest = run.main(_job(six_percent_bad, out, "--max_dead_letter_fraction", "1", "--overwrite"))
-    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", f"run-{manifest['run_id']}"]
+    assert sorted(p.name for p in out.iterdir()) == ["dataset_info.json", "features.json", "manifest.json",
+                                                     f"run-{manifest['run_id']}"]
 
 
 @pytest.mark.parametrize("value", ["-0.1", "1.5"])
