@@ -59,7 +59,7 @@ def format_summary(manifest: dict, seconds: float | None = None, output_dir: str
     subsets = manifest["subsets"]
     rows = subset_rows(manifest)
     lines = [format_table(rows, rules_before=(len(rows) - 1,))]
-    totals, packing, dead = manifest["totals"], manifest["packing"], manifest["dead_letters"]
+    totals, dead = manifest["totals"], manifest["dead_letters"]
     tokens = sum(s.get("tokens", 0) for s in subsets.values())
     text_bytes = sum(f.get("decompressed_bytes", 0) for f in manifest.get("inputs", []))
     lines.append("")
