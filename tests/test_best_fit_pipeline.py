@@ -142,6 +142,7 @@ def test_padding_counted_is_the_loss_masks_zeros(best_fit_run):
     assert padding > 0
     assert sum(s.get("padding_labels", 0) for s in manifest["subsets"].values()) == padding
     assert manifest["totals"]["label_tokens"] == manifest["totals"]["records"] * SEQ_LEN - padding
+    assert sum(s["tokens_with_epochs"] for s in manifest["subsets"].values()) == manifest["totals"]["label_tokens"]
     ds = tfdata.make_dataset(str(out), batch_size=1, shuffle=False, keras=True)  # batch 1: every record
     zeros = records_seen = 0
     for x, y, weight in ds.as_numpy_iterator():
@@ -221,3 +222,18 @@ def test_concat_manifest_records_no_packing_options(corpus, tiny_model, tmp_path
     assert best.document_boundaries and best.to_json()["packing"] == "best_fit"
     with pytest.raises(ValueError, match="--packing_window"):
         PipelineConfig(inputs=("x",), output_dir=str(tmp_path), tokenizer_model=tiny_model, packing_window=0)
+
+
+def test_provenance_command_names_the_documents_of_a_shuffled_step(best_fit_run, tiny_model, capsys):
+    _, out, manifest, _ = best_fit_run
+    step, batch = 3, 4
+    assert provenance_cli.cli([str(out), "--step", str(step), "--global_batch_size", str(batch), "--seed", "5"]) == 0
+    printed = capsys.readouterr().out
+    sources = provenance_cli.step_documents(str(out), step, batch, 5)
+    assert len(sources) == batch and all(f"{p.file}:{p.line}" in printed for s in sources for p in s.pieces)
+    # The reader's batch of that step, with that seed: its labels are those documents' tokens.
+    got = list(tfdata.make_dataset(str(out), batch_size=batch, seed=5).take(step + 1).as_numpy_iterator())[step]
+    docs = _documents(manifest, tiny_model)
+    for source, labels, mask in zip(sources, got["labels"], got["loss_mask"], strict=True):
+        want = [t for p in source.pieces for t in docs[p.file, p.line][p.first_token:p.first_token + p.tokens]]
+        assert labels[mask > 0].tolist() == want
