@@ -10,6 +10,8 @@ Element shapes:
   (source_id, Records) + offsets + plan    -> AssignShardsFn    -> (shard, (positions, Records))
   (shard, [(positions, Records)]) + plan   -> WriteShardFn      -> shard info dict
   (file or -1, [(source_id, n, spans)])    -> WriteProvenanceFn -> provenance file info dict
+With --packing best_fit, ProcessChunkFn packs each chunk's documents whole (pipeline/core/best_fit.py)
+and emits no tails: PackTails and PackFinal are not in the job.
 source_id = (kind, copy, file_index, chunk_index): kind 0 chunk records, 1 per-file tails, 2 final.
 positions: the permuted global positions of those records in that shard, as little-endian int64 bytes.
 With --provenance, the three packing DoFns also emit (source_id, records, spans) on PROVENANCE: where
@@ -40,7 +42,7 @@ from pipeline.beam.preflight import Job
 from pipeline.beam.progress import Reporter
 from pipeline.beam.read import STATS, counter, reporter
 from pipeline.config.job import PipelineConfig
-from pipeline.core import packing, provenance
+from pipeline.core import best_fit, packing, provenance
 from pipeline.core.shuffle import Permutation, ShardPlan
 from pipeline.core.sources import SourceOffsets
 from pipeline.core.stats import merge_into, sorted_dict
@@ -70,6 +72,11 @@ def token_dtype(job: Job) -> np.dtype:
 def record_bytes(job: Job) -> int:
     """Framed size of every full record (they all have the same size)."""
     return framing.record_bytes(job.config.seq_len, token_dtype(job), job.config.document_boundaries)
+
+
+def packs_best_fit(config: PipelineConfig) -> bool:
+    """Whether the records are best_fit's (whole documents, padded), not concat's."""
+    return config.packing == records.BEST_FIT
 
 
 def _spans_out(source: tuple, count: int, spans: np.ndarray, labels: int):
@@ -111,18 +118,21 @@ class ProcessChunkFn(ChunkDocumentsFn):
                 docs.ids, docs.offsets, copies > copy, bos_id=special.bos_id if special.add_bos else None,
                 eos_id=special.eos_id if special.add_eos else None, separator_id=special.separator_id,
             )
+            chosen = copies > copy
             if cfg.provenance:  # the documents in stream order, as packed
-                chosen = copies > copy
                 numbers = np.array([line.number for line in docs.lines], np.int64)
                 stream.spans = provenance.document_spans(chunk.file_index, numbers[chosen], docs.sizes[chosen])
-            tokens, starts, remainder = packing.pack(stream, cfg.seq_len)
             self._tokens.inc(len(stream))
+            source = (0, copy, chunk.file_index, chunk.chunk_index)
+            if packs_best_fit(cfg):
+                yield from self._best_fit(source, stream, docs, chosen)
+                continue
+            tokens, starts, remainder = packing.pack(stream, cfg.seq_len)
             if len(tokens):
                 self._records.inc(len(tokens))
                 block = serialize_records(tokens, starts, dtype=self._dtype,
                                           document_boundaries=cfg.document_boundaries)
-                yield from _records_out(self, (0, copy, chunk.file_index, chunk.chunk_index), block, stream,
-                                             len(tokens) * cfg.seq_len)
+                yield from _records_out(self, source, block, stream, len(tokens) * cfg.seq_len)
             if len(remainder):
                 yield beam.pvalue.TaggedOutput(TAILS, ((copy, chunk.file_index), (chunk.chunk_index, remainder)))
 
@@ -131,6 +141,30 @@ class ProcessChunkFn(ChunkDocumentsFn):
         if time.monotonic() - self._last_log > 30:
             LOG.info("worker progress: %d chunks tokenized and packed", self._done_chunks)
             self._last_log = time.monotonic()
+
+    def _best_fit(self, source: tuple, stream: packing.Piece, docs, chosen: np.ndarray):
+        """One epoch copy of a chunk's documents, best-fit packed on its own (nothing crosses chunks).
+
+        Packing each chunk alone makes the records depend on the input and its cut into chunks only,
+        never on which worker got what; its padding and cuts go into the chunk's subset counts.
+        """
+        cfg = self._config
+        packed, _ = best_fit.pack_documents(stream, docs.sizes[chosen], cfg.seq_len, cfg.packing_window,
+                                            self._special.padding_id, subsets=np.array(docs.subsets)[chosen],
+                                            final=True)
+        for subset, counts in packed.counts.items():
+            merge_into(docs.counts.setdefault(subset, {}), counts)
+        if not len(packed):
+            return
+        self._records.inc(len(packed))
+        block = framing.serialize_packed(packed.tokens, packed.segment_ids, packed.positions, dtype=self._dtype)
+        yield source, self._emit(block)
+        yield beam.pvalue.TaggedOutput(COUNTS, (source, len(block)))
+        if packed.spans is not None:
+            yield _spans_out(source, len(packed), packed.spans, len(packed) * cfg.seq_len)
+        yield beam.pvalue.TaggedOutput(STATS, {"packing": {
+            "records_from_chunks": len(packed), "padding_labels": packed.padding,
+            "documents_cut": packed.documents_cut, "padded_records": 0}})
 
 
 class _PacksTails(EmitsRecords):
@@ -311,11 +345,14 @@ def build_manifest(job: Job, shards: list[dict], stats: dict, dead_letters: list
         label_tokens=num_records * cfg.seq_len - packing_stats.get("padding_labels", 0),
         bytes=sum(s["bytes"] for s in shards),
     )
+    mode = records.BEST_FIT if packs_best_fit(cfg) else records.CONCAT
+    # Only for best_fit, so that a concat manifest stays the same bytes.
+    layout = {"mode": mode, "window": cfg.packing_window} if mode == records.BEST_FIT else {}
     manifest.update({
         "format": manifest_lib.FORMAT,
         "format_version": manifest_lib.FORMAT_VERSION,
         "seq_len": cfg.seq_len,
-        "features": records.feature_spec(cfg.seq_len, token_dtype(job), cfg.document_boundaries),
+        "features": records.feature_spec(cfg.seq_len, token_dtype(job), cfg.document_boundaries, mode),
         "tokenizer": tokenizer_json(job),
         "shards": shards,
         "packing": {
@@ -324,6 +361,7 @@ def build_manifest(job: Job, shards: list[dict], stats: dict, dead_letters: list
             - packing_stats.get("records_from_tails", 0)
             - packing_stats.get("padded_records", 0),
             **packing_stats,
+            **layout,
         },
         "shuffle": {"method": "feistel permutation of global record index", "seed": cfg.seed,
                     "num_shards": num_shards},
@@ -346,28 +384,31 @@ def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) 
                        reporter(job, workspace))
     ).with_outputs(TAILS, DEAD_LETTERS, STATS, COUNTS,
                    PROVENANCE, main="records")
-    file_tails = (
-        processed[TAILS]
-        | "GroupTailsByFile" >> beam.GroupByKey()  # ((copy, file), [(chunk, Piece)])
-        | "PackTails" >> beam.ParDo(PackTailsFn(cfg, job.special, spill_dir)).with_outputs(
-            TAILS, STATS, COUNTS, PROVENANCE, main="records"
+    if packs_best_fit(cfg):  # every chunk packed whole: no tails to join
+        stages = [processed]
+    else:
+        file_tails = (
+            processed[TAILS]
+            | "GroupTailsByFile" >> beam.GroupByKey()  # ((copy, file), [(chunk, Piece)])
+            | "PackTails" >> beam.ParDo(PackTailsFn(cfg, job.special, spill_dir)).with_outputs(
+                TAILS, STATS, COUNTS, PROVENANCE, main="records"
+            )
         )
-    )
-    final = (
-        file_tails[TAILS]
-        | "GroupLastTails" >> beam.GroupByKey()  # (None, [((copy, file), Piece)]): one small group
-        | "PackFinal" >> beam.ParDo(PackFinalFn(cfg, job.special, spill_dir)).with_outputs(
-            STATS, COUNTS, PROVENANCE, main="records"
+        final = (
+            file_tails[TAILS]
+            | "GroupLastTails" >> beam.GroupByKey()  # (None, [((copy, file), Piece)]): one small group
+            | "PackFinal" >> beam.ParDo(PackFinalFn(cfg, job.special, spill_dir)).with_outputs(
+                STATS, COUNTS, PROVENANCE, main="records"
+            )
         )
-    )
-    all_records = (processed.records, file_tails.records, final.records) | "AllRecords" >> beam.Flatten()
+        stages = [processed, file_tails, final]
+    all_records = tuple(stage.records for stage in stages) | "AllRecords" >> beam.Flatten()
     # One global combine for the stats and the record counts (every step of a DirectRunner job runs
     # after the other, ~20 ms each). Record counts come from the producers themselves: counting
     # `all_records` would be one more pass of every record through the driver on DirectRunner. Never
     # empty (every work item read reports its file's stats), so no default value is needed.
     totals = (
-        (read_stats, processed[STATS], file_tails[STATS], final[STATS],
-         processed[COUNTS], file_tails[COUNTS], final[COUNTS])
+        (read_stats, *(stage[STATS] for stage in stages), *(stage[COUNTS] for stage in stages))
         | "AllStats" >> beam.Flatten()
         | "SumStats" >> beam.CombineGlobally(TotalsFn()).without_defaults()
     )
@@ -387,7 +428,7 @@ def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) 
     provenance = []  # without --provenance: no step (each costs ~20 ms on DirectRunner, even empty)
     if cfg.provenance:
         provenance = beam.pvalue.AsList(
-            (processed[PROVENANCE], file_tails[PROVENANCE], final[PROVENANCE])
+            tuple(stage[PROVENANCE] for stage in stages)
             | "AllProvenance" >> beam.Flatten()
             # One file per input file, one for the job's last records: (file_index or -1, block)
             | "KeyProvenanceByFile" >> beam.Map(lambda block: (block[0][2] if block[0][0] < 2 else -1, block))

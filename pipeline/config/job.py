@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from pipeline.core import best_fit
 from pipeline.core.documents import Schema
 from pipeline.core.options import option, recorded
 from pipeline.core.subsets import (
@@ -32,6 +33,8 @@ VERIFY_TOKENIZER_MODES = ("off", "dead_letter", "fail")
 FAN_OUT_CHOICES = ("auto", "yes", "no")  # pipeline/beam/execution.py
 SUBSET_NAME_CHOICES = ("pile", "any")
 OUTPUT_FORMATS = ("tfrecord", "megatron")
+PACKING_MODES = ("concat", "best_fit")  # pipeline/format/records.py's layouts
+_BEST_FIT_ONLY = ("packing", "packing_window")  # recorded only for best_fit: concat manifests keep their bytes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +77,13 @@ class PipelineConfig(ChunkSizes):
     remainder: str = option("pad", choices=REMAINDER_POLICIES,
                             help="the job's one partial record: pad (marked by valid_labels) or drop")
     document_boundaries: bool = option(False, help="also write seqio-style segment_ids and positions")
+    packing: str = option(
+        "concat", choices=PACKING_MODES,
+        help="concat: documents joined and cut every seq_len labels; best_fit: whole documents packed by best fit "
+        "decreasing, the rest padded and loss-masked (implies --document_boundaries; tfrecord only)")
+    packing_window: int = option(
+        best_fit.DEFAULT_WINDOW, metavar="N",
+        help="best_fit: documents packed together per window (in input order); larger pads less and holds more")
     provenance: bool = option(False, recorded=False,
                               help="also write provenance/: each record's source spans (file, line, tokens), "
                               "for `pile-pipeline provenance`; the shards are the same bytes")
@@ -133,7 +143,8 @@ class PipelineConfig(ChunkSizes):
             raise ValueError(f"--split {self.split!r}: use letters, digits and underscores only")
         for name, choices in (("remainder", REMAINDER_POLICIES), ("on_corrupt_file", CORRUPT_FILE_POLICIES),
                               ("tokenizer_backend", BACKENDS), ("verify_tokenizer", VERIFY_TOKENIZER_MODES),
-                              ("fan_out", FAN_OUT_CHOICES), ("subset_names", SUBSET_NAME_CHOICES)):
+                              ("fan_out", FAN_OUT_CHOICES), ("subset_names", SUBSET_NAME_CHOICES),
+                              ("packing", PACKING_MODES)):
             if getattr(self, name) not in choices:
                 raise ValueError(f"--{name} must be one of {', '.join(choices)}; got {getattr(self, name)!r}")
         any_names = self.subset_names == "any"
@@ -157,6 +168,14 @@ class PipelineConfig(ChunkSizes):
             raise ValueError(f"--output_format must be one of {', '.join(OUTPUT_FORMATS)}; got {self.output_format!r}")
         if self.per_subset and self.output_format != "megatron":
             raise ValueError("--per_subset needs --output_format megatron")
+        if self.packing_window < 1:
+            raise ValueError(f"--packing_window must be at least 1, got {self.packing_window}")
+        if self.packing == "best_fit":
+            if self.output_format == "megatron":
+                raise ValueError("--packing best_fit is for packed TFRecords: the Megatron output keeps one "
+                                 "document per sequence (Megatron's GPTDataset does its own packing)")
+            # A best_fit record is read through its segment ids (0: padding), so they are always written.
+            object.__setattr__(self, "document_boundaries", True)
         if self.document_boundaries and self.output_format == "megatron":
             raise ValueError("--document_boundaries is for packed TFRecords: the Megatron output keeps one "
                              "document per sequence (Megatron's GPTDataset packs and can reset positions)")
@@ -183,6 +202,9 @@ class PipelineConfig(ChunkSizes):
     def to_json(self) -> dict:
         """The recorded options, JSON-ready, for the manifest (see the module docstring)."""
         out = recorded(self)
+        if self.packing == "concat":
+            for name in _BEST_FIT_ONLY:
+                del out[name]
         out["inputs"] = [redact_url(u) for u in self.inputs]  # a presigned URL's signature stays out
         out["subsets"] = list(self.subsets)
         out["exclude_subsets"] = list(self.exclude_subsets)

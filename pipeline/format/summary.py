@@ -32,12 +32,16 @@ def subset_rows(manifest: dict) -> list[tuple[str, ...]]:
     """The per-subset table, a header and a total row included (all cells are manifest counts)."""
     subsets = manifest["subsets"]
     columns = _filter_columns(subsets)
-    header = ("subset", "docs", "kept", *(title for _, title in columns), "tokens", "tok x epochs", "text MB")
+    # best_fit's own counts (pipeline/core/best_fit.py), only for its outputs.
+    packed = [("padding_labels", "padding"), ("documents_cut", "cut")] if _best_fit(manifest) else []
+    header = ("subset", "docs", "kept", *(title for _, title in columns), "tokens", "tok x epochs",
+              *(title for _, title in packed), "text MB")
     rows = [header]
     total = [0] * (len(header) - 1)
     for name, s in subsets.items():
         cells = [s.get("documents", 0), s.get("kept", 0), *(s.get("filtered", {}).get(r, 0) for r, _ in columns),
-                 s.get("tokens", 0), s.get("tokens_with_epochs", 0), s.get("text_bytes", 0)]
+                 s.get("tokens", 0), s.get("tokens_with_epochs", 0), *(s.get(key, 0) for key, _ in packed),
+                 s.get("text_bytes", 0)]
         total = [a + b for a, b in zip(total, cells, strict=True)]
         rows.append((name, *map(str, cells[:-1]), f"{cells[-1] / 1e6:.2f}"))
     rows.append(("total", *map(str, total[:-1]), f"{total[-1] / 1e6:.2f}"))
@@ -55,7 +59,7 @@ def format_summary(manifest: dict, seconds: float | None = None, output_dir: str
     subsets = manifest["subsets"]
     rows = subset_rows(manifest)
     lines = [format_table(rows, rules_before=(len(rows) - 1,))]
-    totals, packing, dead = manifest["totals"], manifest["packing"], manifest["dead_letters"]
+    totals, dead = manifest["totals"], manifest["dead_letters"]
     tokens = sum(s.get("tokens", 0) for s in subsets.values())
     text_bytes = sum(f.get("decompressed_bytes", 0) for f in manifest.get("inputs", []))
     lines.append("")
@@ -67,9 +71,7 @@ def format_summary(manifest: dict, seconds: float | None = None, output_dir: str
     lines += [
         f"records {totals['records']} x {manifest['seq_len'] + 1} tokens in {len(manifest['shards'])} shard(s), "
         f"{totals['bytes'] / 1e6:.1f} MB; label tokens {totals['label_tokens']}",
-        f"packing: {packing.get('records_from_tails', 0)} records from joined tails, remainder policy "
-        f"{packing['remainder_policy']}: {packing.get('padding_labels', 0)} padding, "
-        f"{packing.get('dropped_labels', 0)} dropped label tokens",
+        _packing_line(manifest),
         f"dead letters: {dead['records']} {dict(sorted(dead['by_reason'].items()))}",
     ]
     if dead["records"] and output_dir:
@@ -88,6 +90,23 @@ def format_summary(manifest: dict, seconds: float | None = None, output_dir: str
         lines += [f"output: {output_dir} (manifest.json lists every shard)", "read it in training:"]
         lines += [f"  {line}" for line in reader_snippet(output_dir).splitlines()]
     return "\n".join(lines)
+
+
+def _best_fit(manifest: dict) -> bool:
+    return manifest.get("packing", {}).get("mode") == "best_fit"
+
+
+def _packing_line(manifest: dict) -> str:
+    packing = manifest["packing"]
+    if _best_fit(manifest):
+        labels = manifest["totals"]["records"] * manifest["seq_len"]
+        padding = packing.get("padding_labels", 0)
+        return (f"packing: best_fit, window {packing['window']}: {padding} padding label positions "
+                f"({100 * padding / max(labels, 1):.2f}%), {packing.get('documents_cut', 0)} documents cut "
+                f"(longer than seq_len)")
+    return (f"packing: {packing.get('records_from_tails', 0)} records from joined tails, remainder policy "
+            f"{packing['remainder_policy']}: {packing.get('padding_labels', 0)} padding, "
+            f"{packing.get('dropped_labels', 0)} dropped label tokens")
 
 
 def _selected_but_unseen(manifest: dict) -> list[str]:
