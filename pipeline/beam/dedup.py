@@ -88,8 +88,16 @@ def _from_order(element):
 
 
 def eval_ngrams(path: str, text_key: str, n: int) -> np.ndarray:
-    """Distinct hashes of the n-grams (lower-cased words) of every eval text in a JSON-lines file (.gz/.zst too)."""
+    """Distinct hashes of the n-grams (lower-cased words) of every eval text in a JSON-lines file (.gz/.zst too).
+
+    A .txt file (.txt.gz, .txt.zst) is one eval text, the whole file.
+    """
     parts = []
+    if ".txt" in path.rsplit("/", 1)[-1]:
+        with fsspec.open(path, "rt", compression="infer", encoding="utf-8") as f:
+            tokens, _ = ngrams.word_spans(f.read())
+        grams = ngrams.ngram_hashes(ngrams.word_hashes(tokens), n) if len(tokens) >= n else np.empty(0, np.uint64)
+        return np.unique(grams.astype(np.uint64))
     with fsspec.open(path, "rt", compression="infer", encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
             if not line.strip():

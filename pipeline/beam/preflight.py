@@ -24,7 +24,7 @@ from pipeline.beam.execution import Execution, file_sizes, plan_execution
 from pipeline.beam.remote import check_workers_can_read
 from pipeline.config.job import PipelineConfig
 from pipeline.core.options import UsageError
-from pipeline.io.inputs import expand_inputs
+from pipeline.io.inputs import InputError, expand_inputs
 from pipeline.io.outputs import new_run_id
 from pipeline.io.urls import redact_url, refuse_credentials
 from pipeline.tokenize.model import SpecialIds, TokenizerModel
@@ -48,6 +48,7 @@ class Job:
     backend: BackendChoice
     execution: Execution = Execution()
     run_id: str = ""
+    eval_files: tuple[str, ...] = ()  # --decontaminate, expanded
 
 
 def translated(options: PipelineOptions) -> tuple[bool, str | None]:
@@ -84,6 +85,7 @@ def prepare(config: PipelineConfig, options: PipelineOptions, model: TokenizerMo
             raise
         LOG.warning("%s (a dry run only translates the job here; a real run stops on this)", e)
     input_files = expand_inputs(list(config.inputs))
+    eval_files = _eval_files(config)
     if model is None or model.path != config.tokenizer_model:
         model = load_model(config)
     special = model.special_ids(add_bos=config.add_bos, add_eos=config.add_eos, bos_id=config.bos_id,
@@ -95,4 +97,16 @@ def prepare(config: PipelineConfig, options: PipelineOptions, model: TokenizerMo
                            config.schema) if early is not None else None
     if backend is None:
         backend = choose_backend(config.tokenizer_backend, model, input_files, schema=config.schema)
-    return Job(config, tuple(input_files), special, model.sha256, backend, execution, new_run_id())
+    return Job(config, tuple(input_files), special, model.sha256, backend, execution, new_run_id(),
+               tuple(eval_files))
+
+
+def _eval_files(config: PipelineConfig) -> list[str]:
+    """--decontaminate's globs, expanded: a UsageError naming the flag if they match nothing."""
+    if not config.decontaminate:
+        return []
+    refuse_credentials([("--decontaminate", u) for u in config.decontaminate])
+    try:
+        return expand_inputs(list(config.decontaminate))
+    except InputError as e:
+        raise UsageError(f"--decontaminate: {e}") from None

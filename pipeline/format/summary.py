@@ -72,6 +72,8 @@ def format_summary(manifest: dict, seconds: float | None = None, output_dir: str
         f"{packing.get('dropped_labels', 0)} dropped label tokens",
         f"dead letters: {dead['records']} {dict(sorted(dead['by_reason'].items()))}",
     ]
+    if "removed" in manifest:
+        lines.append(removed_line(manifest, output_dir))
     if dead["records"] and output_dir:
         # In the directory of the run that wrote the manifest (older outputs: at the top).
         where = posixpath.join(output_dir.rstrip("/"), *([run_dir(manifest["run_id"])] if "run_id" in manifest else []),
@@ -88,6 +90,18 @@ def format_summary(manifest: dict, seconds: float | None = None, output_dir: str
         lines += [f"output: {output_dir} (manifest.json lists every shard)", "read it in training:"]
         lines += [f"  {line}" for line in reader_snippet(output_dir).splitlines()]
     return "\n".join(lines)
+
+
+def removed_line(manifest: dict, output_dir: str | None = None) -> str:
+    """The summary's line of the documents --dedup / --decontaminate removed (both formats)."""
+    removed = manifest["removed"]
+    line = (f"removed: {sum(removed['by_reason'].values())} documents {dict(sorted(removed['by_reason'].items()))}, "
+            f"{sum(removed['tokens_by_reason'].values()):,} tokens {dict(sorted(removed['tokens_by_reason'].items()))}"
+            + (f", {removed['cut']} cut" if removed.get("cut") else ""))
+    if removed["records"] and output_dir:
+        where = posixpath.join(output_dir.rstrip("/"), run_dir(manifest["run_id"]), "removed")
+        line += f" in {where}/ ({len(removed['files'])} files)"
+    return line
 
 
 def _selected_but_unseen(manifest: dict) -> list[str]:
