@@ -132,12 +132,15 @@ def test_counts_add_up(corpus, near_run):
         assert set(s["removed_tokens"]) == set(s["removed"]) and all(n > 0 for n in s["removed_tokens"].values())
 
 
-def test_summary_shows_removed(near_run, capsys):
+def test_summary_shows_removed(near_run):
     from pipeline.format.summary import format_summary
 
     _, out, manifest = near_run
     text = format_summary(manifest, 1.0, output_dir=str(out))
-    assert "removed: 8 documents" in text and "duplicate_near" in text and "/removed/ (" in text
+    (line,) = [line for line in text.splitlines() if line.startswith("removed: ")]
+    assert line.startswith("removed: 8 documents") and "duplicate_near" in line and line.endswith("/removed/ (2 files)")
+    (dead,) = [line for line in text.splitlines() if line.startswith("dead letters:")]
+    assert dead.endswith("/dead_letters/ (1 files)")
 
 
 @pytest.mark.slow
@@ -233,3 +236,13 @@ def test_bad_flags_are_refused(corpus, tiny_model, tmp_path):
                    + FAST_BEAM) == 2
     assert run.cli(_argv(root, tmp_path / "o", tiny_model, "--dedup", "near", "--minhash_bands", "9") + FAST_BEAM) == 2
     assert run.cli(_argv(root, tmp_path / "o", tiny_model, "--decontam_cut") + FAST_BEAM) == 2
+
+
+def test_removed_files_are_listed_and_checked_at_commit(near_run):
+    from pipeline.io import outputs
+
+    _, out, manifest = near_run
+    listed = outputs.listed_files(manifest)
+    paths = [f["path"] for f in manifest["removed"]["files"]]
+    assert paths and all(outputs.is_run_file(p) and listed[p] == (out / p).stat().st_size for p in paths)
+    assert paths == [f"run-{manifest['run_id']}/removed/train-0000{f}-00000.jsonl" for f in (0, 1)]

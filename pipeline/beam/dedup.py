@@ -400,7 +400,7 @@ class CountsFn(beam.CombineFn):
 class Dedup(beam.PTransform):
     """Decontaminate, then exact and near dedup: see the module's docstring for elements and outputs.
 
-    Args (the job's flags, when it wires this in, are meant to carry the same names):
+    Args (the job's flags: docs/dedup.md, "In the job: the flags"):
       exact: remove exact duplicates (after `normalization`: "none", "nfc", "nfc_whitespace").
       near: remove near duplicates: MinHash over word `ngram`-grams, `num_perm` permutations, LSH with
         `bands` x `rows` (defaults: 5-grams, 128, 7 x 18: threshold ~0.87), `seed`.

@@ -72,13 +72,13 @@ def format_summary(manifest: dict, seconds: float | None = None, output_dir: str
         f"{packing.get('dropped_labels', 0)} dropped label tokens",
         f"dead letters: {dead['records']} {dict(sorted(dead['by_reason'].items()))}",
     ]
-    if "removed" in manifest:
-        lines.append(removed_line(manifest, output_dir))
     if dead["records"] and output_dir:
         # In the directory of the run that wrote the manifest (older outputs: at the top).
         where = posixpath.join(output_dir.rstrip("/"), *([run_dir(manifest["run_id"])] if "run_id" in manifest else []),
                                "dead_letters")
         lines[-1] += f" in {where}/ ({len(dead['files'])} files)"
+    if "removed" in manifest:
+        lines.append(removed_line(manifest, output_dir))
     layout = sum(dead["by_reason"].get(reason, 0) for reason in _LAYOUT_REASONS)
     hints = sorted({hint for reason, hint in _LAYOUT_REASONS.items() if dead["by_reason"].get(reason)})
     if hints and layout >= 0.01 * max(totals.get("lines", 0), 1):  # a pattern, not a stray broken line
