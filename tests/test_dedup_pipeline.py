@@ -246,3 +246,19 @@ def test_removed_files_are_listed_and_checked_at_commit(near_run):
     paths = [f["path"] for f in manifest["removed"]["files"]]
     assert paths and all(outputs.is_run_file(p) and listed[p] == (out / p).stat().st_size for p in paths)
     assert paths == [f"run-{manifest['run_id']}/removed/train-0000{f}-00000.jsonl" for f in (0, 1)]
+
+
+def test_any_json_lines_corpus(tiny_model, tmp_path):
+    rng = np.random.default_rng(5)
+    a, b = _text(rng), _text(rng)
+    lines = [json.dumps({"doc": {"body": text}, "src": src}).encode()
+             for text, src in ((a, "web"), (b, "code"), (a, "code"), (_edit(b, 100), "web"))]
+    write_lines(str(tmp_path / "in" / "x.jsonl"), lines, compression="none")
+    out = tmp_path / "out"
+    manifest = run.main(["--input", str(tmp_path / "in" / "x.jsonl"), "--output_dir", str(out), "--tokenizer_model",
+                         tiny_model, "--seq_len", "64", "--text_key", "doc.body", "--subset_key", "src",
+                         "--subset_names", "any", "--dedup", "near"] + FAST_BEAM)
+    removed = _removed(out, manifest)
+    assert {k: (r["reason"], r["twin_line"], r["subset"]) for k, r in removed.items()} == {
+        (0, 3): ("duplicate_exact", 1, "code"), (0, 4): ("duplicate_near", 2, "web")}
+    assert manifest["subsets"]["web"]["kept"] == 1 and manifest["subsets"]["code"]["kept"] == 1
