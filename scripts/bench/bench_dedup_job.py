@@ -6,8 +6,8 @@ Runs `pile-pipeline run` on CORPUS_DIR/train/*.jsonl.zst without dedup and with 
 alternating (so that both see the same machine load), on DirectRunner with --workers processes,
 and prints each wall time. Then encodes, with Beam's default coder (what the runner shuffles), the
 elements each document puts through the dedup stage's shuffles: the exact-dedup group (the
-document), the 7 band keys, the signature join and the near group (the document again and its
-signature twice), and the join of the removals with the chunks (the chunk's lines once more); a
+document), the 7 band keys, the signature join and the near group (the document's fields without
+its text, and its signature), and the join of the removals with the chunks (the chunk's lines once more); a
 duplicate's cluster edges add a few dozen bytes per round, left out (they scale with duplicates,
 not documents).
 """
@@ -65,8 +65,9 @@ def shuffle_bytes(corpus: str, limit: int = 2000) -> dict:
                 bands = minhash.band_keys(sig, 7, 18).tolist()
                 sizes["band keys (7)"].append(sum(len(coder.encode((b, key))) for b in bands))
                 sizes["signature join"].append(len(coder.encode((key, ("one", sig.tobytes())))))
+                no_text = {n: v for n, v in doc.items() if n != "text"}  # the job's Dedup(keep_text=False)
                 sizes["near group (document, signature)"].append(
-                    len(coder.encode((key, ("doc", doc)))) + len(coder.encode((key, ("sig", sig.tobytes())))))
+                    len(coder.encode((key, ("doc", no_text)))) + len(coder.encode((key, ("sig", sig.tobytes())))))
                 sizes["chunk join (the line)"].append(len(line.data) + 8)
                 seen += 1
                 if seen >= limit:
