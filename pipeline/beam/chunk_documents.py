@@ -22,7 +22,7 @@ import numpy as np
 from pipeline.beam.progress import Reporter
 from pipeline.beam.read import STATS, counter
 from pipeline.config.job import PipelineConfig
-from pipeline.core import documents
+from pipeline.core import dedup, documents
 from pipeline.core.epochs import copies_of
 from pipeline.format.framing import FramedRecords
 from pipeline.io import inputs, outputs
@@ -139,13 +139,19 @@ class ChunkDocumentsFn(EmitsRecords):
         if dead_letters:
             yield beam.pvalue.TaggedOutput(DEAD_LETTERS, dead_letter_part(chunk, dead_letters))
 
-    def _documents(self, chunk: inputs.Chunk) -> tuple[ChunkDocuments, list[dict]]:
-        """The chunk's kept documents, tokenized, and its dead letters (bad lines, then mismatches)."""
+    def _documents(self, chunk: inputs.Chunk, removed: dict | None = None) -> tuple[ChunkDocuments, list[dict]]:
+        """The chunk's kept documents, tokenized, and its dead letters (bad lines, then mismatches).
+
+        `removed`: with --dedup / --decontaminate, the chunk's removed documents' records by line
+        (pipeline/beam/dedup_stage.py): left out, counted per subset by reason with their tokens;
+        a `contaminated_cut` one is kept with its cut text.
+        """
         cfg, special = self._config, self._special
         subsets: dict = {}
         dead: dict[str, int] = {}
         file_stats = documents.file_stats()
         dead_letters, texts, kept_subsets, kept_lines = [], [], [], []
+        removed_texts, removed_of = [], []  # (subset counts, reason) of each removed text
         for line in chunk.lines:
             try:
                 doc = documents.validate(line, cfg.max_line_bytes, self._schema, file_stats)
@@ -160,12 +166,24 @@ class ChunkDocumentsFn(EmitsRecords):
                 s["filtered"][reason] = s["filtered"].get(reason, 0) + 1
                 self._filtered.inc()
                 continue
+            record = removed.get(line.number) if removed else None
+            if record is not None and record["reason"] == dedup.CUT:
+                s["cut"] = s.get("cut", 0) + 1
+                text = dedup.cut_text(text, record["spans"])
+            elif record is not None:
+                s.setdefault("removed", {})
+                s["removed"][record["reason"]] = s["removed"].get(record["reason"], 0) + 1
+                removed_texts.append(text)
+                removed_of.append((s, record["reason"]))
+                continue
             s["kept"] += 1
             s["text_bytes"] += len(line.data)
             texts.append(text)
             kept_subsets.append(subset)
             kept_lines.append(line)
 
+        if removed is not None:
+            self._count_removed_tokens(subsets, removed_texts, removed_of)
         # (ids, offsets): every kept document's ids in one flat array.
         ids, offsets, mismatches = self._encoder.encode_verified(texts)
         copies = np.array([copies_of(cfg.epochs_of(subset), cfg.seed, chunk.file_index, line.number)
@@ -178,6 +196,18 @@ class ChunkDocumentsFn(EmitsRecords):
             docs.unkeep(i)["documents"] -= 1
             dead_letters.append(self._dead_letter(chunk, kept_lines[i], "tokenizer_mismatch", detail, dead))
         return docs, dead_letters
+
+    def _count_removed_tokens(self, subsets: dict, texts: list[str], removed_of: list[tuple[dict, str]]) -> None:
+        """Per subset `removed_tokens` by reason: the tokens (with BOS/EOS) the removed documents would have had."""
+        for s in subsets.values():
+            s.setdefault("removed", {})
+            s.setdefault("removed_tokens", {})
+        if not texts:
+            return
+        _, offsets, _ = self._encoder.encode_verified(texts)
+        extra = self._special.add_bos + self._special.add_eos
+        for (s, reason), n in zip(removed_of, np.diff(offsets).tolist(), strict=True):
+            s["removed_tokens"][reason] = s["removed_tokens"].get(reason, 0) + n + extra
 
     def _stats_out(self, chunk: inputs.Chunk, docs: ChunkDocuments):
         """Count the tokens of the documents written and report progress; the chunk's STATS output."""
@@ -193,6 +223,11 @@ class ChunkDocumentsFn(EmitsRecords):
                                                 "lines": len(chunk.lines),
                                                 "inputs": {f"{chunk.file_index:05d}": docs.file_stats}})
 
+
+
+def with_removed(element) -> tuple[inputs.Chunk, dict | None]:
+    """A tokenizing stage's element: a Chunk, or with dedup (Chunk, {line: removed record})."""
+    return element if isinstance(element, tuple) else (element, None)
 
 
 def dead_letter_part(chunk: inputs.Chunk, items: list[dict]):

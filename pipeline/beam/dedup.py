@@ -88,8 +88,16 @@ def _from_order(element):
 
 
 def eval_ngrams(path: str, text_key: str, n: int) -> np.ndarray:
-    """Distinct hashes of the n-grams (lower-cased words) of every eval text in a JSON-lines file (.gz/.zst too)."""
+    """Distinct hashes of the n-grams (lower-cased words) of every eval text in a JSON-lines file (.gz/.zst too).
+
+    A .txt file (.txt.gz, .txt.zst) is one eval text, the whole file.
+    """
     parts = []
+    if ".txt" in path.rsplit("/", 1)[-1]:
+        with fsspec.open(path, "rt", compression="infer", encoding="utf-8") as f:
+            tokens, _ = ngrams.word_spans(f.read())
+        grams = ngrams.ngram_hashes(ngrams.word_hashes(tokens), n) if len(tokens) >= n else np.empty(0, np.uint64)
+        return np.unique(grams.astype(np.uint64))
     with fsspec.open(path, "rt", compression="infer", encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
@@ -392,7 +400,7 @@ class CountsFn(beam.CombineFn):
 class Dedup(beam.PTransform):
     """Decontaminate, then exact and near dedup: see the module's docstring for elements and outputs.
 
-    Args (the job's flags, when it wires this in, are meant to carry the same names):
+    Args (the job's flags: docs/dedup.md, "In the job: the flags"):
       exact: remove exact duplicates (after `normalization`: "none", "nfc", "nfc_whitespace").
       near: remove near duplicates: MinHash over word `ngram`-grams, `num_perm` permutations, LSH with
         `bands` x `rows` (defaults: 5-grams, 128, 7 x 18: threshold ~0.87), `seed`.
@@ -403,6 +411,8 @@ class Dedup(beam.PTransform):
       max_eval_ngrams: the side input's bound (10 bytes per n-gram on every worker).
       file_names: names by file index, for the records' "file" fields.
       token_count: text -> tokens, for the counts' token figures (None: tokens are 0).
+      keep_text: False: `kept` documents come without their text, which then skips the near stage's
+        last shuffle (the job reads only `removed`; a cut's spans are in its record).
     """
 
     def __init__(self, exact: bool = True, near: bool = True, normalization: str = "nfc_whitespace", ngram: int = 5,
@@ -410,7 +420,7 @@ class Dedup(beam.PTransform):
                  jaccard_threshold: float | None = None, rounds: int = 8, eval_files: list[str] | tuple = (),
                  eval_text_key: str = "text", eval_ngram: int = 13, cut: bool = False,
                  max_eval_ngrams: int = 50_000_000, file_names: list[str] | None = None,
-                 token_count: Callable[[str], int] | None = None):
+                 token_count: Callable[[str], int] | None = None, keep_text: bool = True):
         super().__init__()
         ngrams.normalize("", normalization)  # refuses an unknown one
         if bands * rows > num_perm:
@@ -419,6 +429,8 @@ class Dedup(beam.PTransform):
             raise ValueError("ngram, eval_ngram and rounds must be >= 1")
         if jaccard_threshold is not None and not 0 < jaccard_threshold <= 1:
             raise ValueError("jaccard_threshold must be in (0, 1]")
+        if not keep_text and token_count is not None:
+            raise ValueError("token_count needs keep_text=True (near duplicates' tokens are counted from their text)")
         if len(eval_files) >= 1 << 16:
             raise ValueError("at most 65535 eval files")
         self.exact, self.near, self.normalization = exact, near, normalization
@@ -428,6 +440,7 @@ class Dedup(beam.PTransform):
         self.cut, self.max_eval_ngrams = cut, max_eval_ngrams
         self._records = _Records(file_names, token_count)
         self._token_count = token_count
+        self.keep_text = keep_text
 
     def expand(self, documents):
         tokens = self._token_count or (lambda text: 0)
@@ -457,7 +470,7 @@ class Dedup(beam.PTransform):
             documents.pipeline | "NoneRemoved" >> beam.Create([]))
         kept = docs | "FileLine" >> beam.Map(_from_order)
         counts = ((documents | "CountRead" >> beam.MapTuple(lambda _, d: (d["subset"], "documents", tokens(d["text"]))),
-                   kept | "CountKept" >> beam.MapTuple(lambda _, d: (d["subset"], "kept", tokens(d["text"]))),
+                   kept | "CountKept" >> beam.MapTuple(lambda _, d: (d["subset"], "kept", tokens(d.get("text", "")))),
                    removed | "CountRemoved" >> beam.Map(lambda r: (r["subset"], r["reason"], r.get("tokens", 0))))
                   | "CountAll" >> beam.Flatten()
                   | "Counts" >> beam.CombineGlobally(CountsFn()))
@@ -482,7 +495,9 @@ class Dedup(beam.PTransform):
                  | "CheckStars" >> beam.ParDo(_CheckStarFn(self.rounds)))  # (member, its component's first)
         # (member, (root, root's signature))
         with_root = signed[_SIGS] | "RootSignature" >> JoinOne(roots | "ByRoot" >> beam.MapTuple(lambda c, r: (r, c)))
-        out = ((docs | "TagDoc" >> beam.MapTuple(lambda k, d: (k, ("doc", d))),
+        keep = self.keep_text
+        out = ((docs | "TagDoc" >> beam.MapTuple(
+                    lambda k, d: (k, ("doc", d if keep else {n: v for n, v in d.items() if n != "text"}))),
                 signed[_SIGS] | "TagSig" >> beam.MapTuple(lambda k, s: (k, ("sig", s))),
                 with_root | "TagRoot" >> beam.MapTuple(lambda k, r: (k, ("root", r))))
                | "NearParts" >> beam.Flatten()

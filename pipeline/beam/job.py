@@ -15,6 +15,7 @@ from typing import NamedTuple
 import apache_beam as beam
 
 from pipeline.beam import megatron, tfrecord
+from pipeline.beam.dedup_stage import apply_dedup
 from pipeline.beam.execution import Workspace
 from pipeline.beam.preflight import Job
 from pipeline.beam.read import read_chunks
@@ -34,10 +35,12 @@ FORMATS = {
 
 
 def build_pipeline(p: beam.Pipeline, job: Job, workspace: Workspace | None = None) -> None:
-    """Add the whole job to `p`: read (and fan out) -> the output format's stages -> its manifest.
+    """Add the whole job to `p`: read (and fan out) -> [dedup] -> the output format's stages -> its manifest.
 
     `workspace`: what the run made for its workers (none: no spill files, no progress lines).
     """
     workspace = workspace or Workspace()
     chunks, read_stats = read_chunks(p, job, workspace)
+    if job.config.dedup_enabled:  # before tokenizing and epochs (pipeline/beam/dedup_stage.py)
+        chunks, read_stats = apply_dedup(job, chunks, read_stats)
     FORMATS[job.config.output_format].build(p, job, chunks, read_stats, workspace)

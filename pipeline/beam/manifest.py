@@ -23,7 +23,8 @@ def shared_entries(config: PipelineConfig, run_id: str, stats: dict, dead_letter
         s["epochs"] = config.epochs_of(name)
         s["selected"] = name in selection
     inputs = stats.get("inputs", {})
-    return {
+    removed = stats.get("removed_files")
+    entries = {
         "created_by": created_by(),
         "run_id": run_id,
         "split": config.split,
@@ -39,6 +40,25 @@ def shared_entries(config: PipelineConfig, run_id: str, stats: dict, dead_letter
         },
         # Validation's per-file counts are there for every file, read or empty.
         "inputs": [merge_into(documents.file_stats(), inputs[k]) for k in sorted(inputs)],
+    }
+    if config.dedup_enabled:  # only then, so that the default output keeps its manifest's bytes
+        entries["removed"] = removed_entry(subsets, removed or {})
+    return entries
+
+
+def removed_entry(subsets: dict, files: dict) -> dict:
+    """The manifest's `removed`: documents and tokens removed by --dedup / --decontaminate by reason, their files."""
+    by_reason: dict = {}
+    tokens: dict = {}
+    for s in subsets.values():
+        merge_into(by_reason, s.get("removed", {}))
+        merge_into(tokens, s.get("removed_tokens", {}))
+    return {
+        "by_reason": by_reason,
+        "tokens_by_reason": tokens,
+        "cut": sum(s.get("cut", 0) for s in subsets.values()),
+        "records": sum(f["records"] for f in files.values()),
+        "files": [files[k] for k in sorted(files)],
     }
 
 

@@ -35,7 +35,7 @@ import tempfile
 import apache_beam as beam
 import numpy as np
 
-from pipeline.beam.chunk_documents import COUNTS, DEAD_LETTERS, ChunkDocumentsFn, WriteDeadLetters
+from pipeline.beam.chunk_documents import COUNTS, DEAD_LETTERS, ChunkDocumentsFn, WriteDeadLetters, with_removed
 from pipeline.beam.execution import Workspace
 from pipeline.beam.manifest import shared_entries, tokenizer_json
 from pipeline.beam.preflight import Job
@@ -74,9 +74,10 @@ class TokenizeDocumentsFn(ChunkDocumentsFn):
         super().__init__(config, special, fmt.token_dtype(special.vocab_size), backend, encode_threads, spill_dir,
                          progress)
 
-    def process(self, chunk):
+    def process(self, element):
         cfg, special = self._config, self._special
-        docs, dead_letters = self._documents(chunk)
+        chunk, removed = with_removed(element)
+        docs, dead_letters = self._documents(chunk, removed)
         yield from self._dead_letters_out(chunk, dead_letters)
         copies = docs.copies
         for i in np.flatnonzero((np.diff(docs.offsets) == 0) & (copies >= 0)).tolist():

@@ -25,7 +25,7 @@ from pipeline.beam.remote import check_workers_can_read
 from pipeline.config.job import PipelineConfig
 from pipeline.core.options import UsageError
 from pipeline.io.files import NotAFileError
-from pipeline.io.inputs import expand_inputs
+from pipeline.io.inputs import InputError, expand_inputs
 from pipeline.io.layout_check import check_layout
 from pipeline.io.outputs import new_run_id
 from pipeline.io.snapshot import take_snapshots
@@ -53,6 +53,7 @@ class Job:
     run_id: str = ""
     # (path, snapshot) of every input at launch, checked as each is read (pipeline/io/snapshot.py).
     snapshots: tuple[tuple[str, tuple], ...] = ()
+    eval_files: tuple[str, ...] = ()  # --decontaminate, expanded
 
 
 def translated(options: PipelineOptions) -> tuple[bool, str | None]:
@@ -93,6 +94,7 @@ def prepare(config: PipelineConfig, options: PipelineOptions, model: TokenizerMo
     input_files = expand_inputs(list(config.inputs))
     # A wrong --text_key or layout is refused here, from each input's first lines, not after the job.
     check_layout(config.schema, input_files, config.max_line_bytes)
+    eval_files = _eval_files(config)
     if model is None or model.path != config.tokenizer_model:
         model = load_model(config)
     special = model.special_ids(add_bos=config.add_bos, add_eos=config.add_eos, bos_id=config.bos_id,
@@ -105,4 +107,15 @@ def prepare(config: PipelineConfig, options: PipelineOptions, model: TokenizerMo
     if backend is None:
         backend = choose_backend(config.tokenizer_backend, model, input_files, schema=config.schema)
     return Job(config, tuple(input_files), special, model.sha256, backend, execution, new_run_id(),
-               take_snapshots(input_files))
+               snapshots=take_snapshots(input_files), eval_files=tuple(eval_files))
+
+
+def _eval_files(config: PipelineConfig) -> list[str]:
+    """--decontaminate's globs, expanded: a UsageError naming the flag if they match nothing."""
+    if not config.decontaminate:
+        return []
+    refuse_credentials([("--decontaminate", u) for u in config.decontaminate])
+    try:
+        return expand_inputs(list(config.decontaminate))
+    except InputError as e:
+        raise UsageError(f"--decontaminate: {e}") from None

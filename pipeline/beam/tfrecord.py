@@ -35,7 +35,14 @@ import time
 import apache_beam as beam
 import numpy as np
 
-from pipeline.beam.chunk_documents import COUNTS, DEAD_LETTERS, ChunkDocumentsFn, EmitsRecords, WriteDeadLetters
+from pipeline.beam.chunk_documents import (
+    COUNTS,
+    DEAD_LETTERS,
+    ChunkDocumentsFn,
+    EmitsRecords,
+    WriteDeadLetters,
+    with_removed,
+)
 from pipeline.beam.execution import Workspace
 from pipeline.beam.manifest import shared_entries, tokenizer_json
 from pipeline.beam.preflight import Job
@@ -51,7 +58,7 @@ from pipeline.format import manifest as manifest_lib
 from pipeline.format import provenance as provenance_files
 from pipeline.format.framing import FramedRecords, serialize_records
 from pipeline.format.summary import format_summary
-from pipeline.io import inputs, outputs
+from pipeline.io import outputs
 from pipeline.io.outputs import commit_output
 from pipeline.io.publish import publish
 from pipeline.io.spill import RecordReader
@@ -106,9 +113,10 @@ class ProcessChunkFn(ChunkDocumentsFn):
         self._last_log = time.monotonic()
         self._done_chunks = 0
 
-    def process(self, chunk: inputs.Chunk):
+    def process(self, element):
         cfg, special = self._config, self._special
-        docs, dead_letters = self._documents(chunk)
+        chunk, removed = with_removed(element)
+        docs, dead_letters = self._documents(chunk, removed)
         yield from self._dead_letters_out(chunk, dead_letters)
         copies = docs.copies
         # Epoch copies are packed as separate streams, so repeats of a document land in different

@@ -12,6 +12,7 @@ import re
 
 from pipeline.core import best_fit
 from pipeline.core.documents import Schema
+from pipeline.core.ngrams import NORMALIZATIONS
 from pipeline.core.options import option, recorded
 from pipeline.core.subsets import (
     ALL_NAMES,
@@ -35,6 +36,11 @@ SUBSET_NAME_CHOICES = ("pile", "any")
 OUTPUT_FORMATS = ("tfrecord", "megatron")
 PACKING_MODES = ("concat", "best_fit")  # pipeline/format/records.py's layouts
 _BEST_FIT_ONLY = ("packing", "packing_window")  # recorded only for best_fit: concat manifests keep their bytes
+DEDUP_MODES = ("none", "exact", "near")
+# Recorded only when dedup or decontamination is on, so that a job without them keeps its manifest's bytes.
+DEDUP_OPTIONS = ("dedup", "dedup_normalization", "minhash_ngram", "minhash_num_perm", "minhash_bands", "minhash_rows",
+                 "minhash_seed", "dedup_verify_jaccard", "dedup_rounds", "decontaminate", "decontam_text_key",
+                 "decontam_ngram", "decontam_cut", "decontam_max_ngrams")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,6 +132,34 @@ class PipelineConfig(ChunkSizes):
         False, recorded=False,
         help="megatron: separate .bin/.idx files per subset, so that a blend can weigh subsets "
         "(pile-pipeline data-path --epochs pile_paper)")
+    dedup: str = option(
+        "none", choices=DEDUP_MODES,
+        help="remove duplicate documents before tokenizing and epochs, keeping the first in input order: exact "
+        "(identical text after --dedup_normalization) or near (exact, then MinHash LSH); each removal is listed "
+        "in removed/ (docs/dedup.md)")
+    dedup_normalization: str = option(
+        "nfc_whitespace", choices=NORMALIZATIONS,
+        help="text normalization before exact dedup: Unicode NFC with whitespace runs collapsed, NFC, or none")
+    minhash_ngram: int = option(5, help="--dedup near: word n-grams of the MinHash shingles")
+    minhash_num_perm: int = option(128, help="--dedup near: MinHash permutations")
+    minhash_bands: int = option(7, help="--dedup near: LSH bands (7 x 18 rows: a Jaccard threshold of ~0.87)")
+    minhash_rows: int = option(18, help="--dedup near: rows per LSH band (bands x rows <= --minhash_num_perm)")
+    minhash_seed: int = option(1, help="--dedup near: seed of the MinHash hash functions")
+    dedup_verify_jaccard: float | None = option(
+        None, metavar="J", shown_default="none: no check",
+        help="--dedup near: join a candidate pair only if its true shingle Jaccard reaches J (two more shuffles)")
+    dedup_rounds: int = option(8, help="--dedup near: large-star/small-star rounds (the job fails naming this "
+                               "flag if the clusters did not converge)")
+    decontaminate: tuple[str, ...] = option(
+        (), many=True, metavar="EVAL_FILES",
+        help="globs of eval sets (JSON lines with --decontam_text_key, or .txt files, one text each): a document "
+        "sharing a --decontam_ngram word n-gram (lower-cased) with any is removed (listed in removed/)")
+    decontam_text_key: str = option("text", metavar="KEY", help="the text's key in the eval JSON lines")
+    decontam_ngram: int = option(13, help="--decontaminate: words per n-gram (13: GPT-3's and the Pile paper's)")
+    decontam_cut: bool = option(False, help="--decontaminate: keep the document without the overlapping spans "
+                                "(tokenized cut) instead of removing it")
+    decontam_max_ngrams: int = option(
+        50_000_000, help="--decontaminate: most distinct eval n-grams (10 bytes each, held by every worker)")
 
     def __post_init__(self):
         if not self.inputs:
@@ -144,7 +178,8 @@ class PipelineConfig(ChunkSizes):
         for name, choices in (("remainder", REMAINDER_POLICIES), ("on_corrupt_file", CORRUPT_FILE_POLICIES),
                               ("tokenizer_backend", BACKENDS), ("verify_tokenizer", VERIFY_TOKENIZER_MODES),
                               ("fan_out", FAN_OUT_CHOICES), ("subset_names", SUBSET_NAME_CHOICES),
-                              ("packing", PACKING_MODES)):
+                              ("packing", PACKING_MODES), ("dedup", DEDUP_MODES),
+                              ("dedup_normalization", NORMALIZATIONS)):
             if getattr(self, name) not in choices:
                 raise ValueError(f"--{name} must be one of {', '.join(choices)}; got {getattr(self, name)!r}")
         any_names = self.subset_names == "any"
@@ -180,6 +215,26 @@ class PipelineConfig(ChunkSizes):
             raise ValueError("--document_boundaries is for packed TFRecords: the Megatron output keeps one "
                              "document per sequence (Megatron's GPTDataset packs and can reset positions)")
 
+        self._check_dedup()
+
+    def _check_dedup(self):
+        for name in ("minhash_ngram", "minhash_num_perm", "minhash_bands", "minhash_rows", "dedup_rounds",
+                     "decontam_ngram", "decontam_max_ngrams"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name} must be at least 1, got {getattr(self, name)}")
+        if self.minhash_bands * self.minhash_rows > self.minhash_num_perm:
+            raise ValueError(f"--minhash_bands x --minhash_rows ({self.minhash_bands} x {self.minhash_rows}) must be "
+                             f"at most --minhash_num_perm ({self.minhash_num_perm})")
+        if self.dedup_verify_jaccard is not None and not 0 < self.dedup_verify_jaccard <= 1:
+            raise ValueError(f"--dedup_verify_jaccard must be in (0, 1], got {self.dedup_verify_jaccard}")
+        if self.decontam_cut and not self.decontaminate:
+            raise ValueError("--decontam_cut needs --decontaminate EVAL_FILES")
+
+    @property
+    def dedup_enabled(self) -> bool:
+        """Whether the job removes duplicates or eval overlap before tokenizing (pipeline/beam/dedup_stage.py)."""
+        return self.dedup != "none" or bool(self.decontaminate)
+
     @property
     def schema(self) -> Schema:
         """Where each line keeps its text and subset name, and which names are accepted."""
@@ -209,4 +264,9 @@ class PipelineConfig(ChunkSizes):
         out["subsets"] = list(self.subsets)
         out["exclude_subsets"] = list(self.exclude_subsets)
         out["epochs"] = dict(self.epochs)
+        if self.dedup_enabled:
+            out["decontaminate"] = [redact_url(u) for u in self.decontaminate]
+        else:
+            for name in DEDUP_OPTIONS:
+                out.pop(name)
         return out

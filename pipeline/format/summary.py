@@ -79,6 +79,8 @@ def format_summary(manifest: dict, seconds: float | None = None, output_dir: str
         where = posixpath.join(output_dir.rstrip("/"), *([run_dir(manifest["run_id"])] if "run_id" in manifest else []),
                                "dead_letters")
         lines[-1] += f" in {where}/ ({len(dead['files'])} files)"
+    if "removed" in manifest:
+        lines.append(removed_line(manifest, output_dir))
     layout = sum(dead["by_reason"].get(reason, 0) for reason in _LAYOUT_REASONS)
     hints = sorted({hint for reason, hint in _LAYOUT_REASONS.items() if dead["by_reason"].get(reason)})
     if hints and layout >= 0.01 * max(totals.get("lines", 0), 1):  # a pattern, not a stray broken line
@@ -107,6 +109,18 @@ def _packing_line(manifest: dict) -> str:
     return (f"packing: {packing.get('records_from_tails', 0)} records from joined tails, remainder policy "
             f"{packing['remainder_policy']}: {packing.get('padding_labels', 0)} padding, "
             f"{packing.get('dropped_labels', 0)} dropped label tokens")
+
+
+def removed_line(manifest: dict, output_dir: str | None = None) -> str:
+    """The summary's line of the documents --dedup / --decontaminate removed (both formats)."""
+    removed = manifest["removed"]
+    line = (f"removed: {sum(removed['by_reason'].values())} documents {dict(sorted(removed['by_reason'].items()))}, "
+            f"{sum(removed['tokens_by_reason'].values()):,} tokens {dict(sorted(removed['tokens_by_reason'].items()))}"
+            + (f", {removed['cut']} cut" if removed.get("cut") else ""))
+    if removed["records"] and output_dir:
+        where = posixpath.join(output_dir.rstrip("/"), run_dir(manifest["run_id"]), "removed")
+        line += f" in {where}/ ({len(removed['files'])} files)"
+    return line
 
 
 def _selected_but_unseen(manifest: dict) -> list[str]:

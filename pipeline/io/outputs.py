@@ -55,6 +55,7 @@ from pipeline.io.publish import TEMP_NAME, publish_link, publish_text
 from pipeline.io.urls import fs_path, is_local, is_local_url, reaching, redact_url
 
 DEAD_LETTER_DIR = "dead_letters"
+REMOVED_DIR = "removed"  # documents removed by --dedup / --decontaminate, written like dead letters
 RUN_DIR = re.compile(r"^run-([0-9a-f]{16})$")
 PROVENANCE_DIR = "provenance"  # pipeline/format/provenance.py
 # The files a run writes into its run directory: TFRecord shards, Megatron .bin/.idx pairs, dead
@@ -62,6 +63,7 @@ PROVENANCE_DIR = "provenance"  # pipeline/format/provenance.py
 _RUN_FILE = re.compile(r"^run-([0-9a-f]{16})/([A-Za-z0-9_]+-\d{5}-of-\d{5}\.tfrecord|"
                        r"[A-Za-z0-9_]+(-[A-Za-z0-9_]+)?-\d{5}-of-\d{5}\.(bin|idx)|"
                        + DEAD_LETTER_DIR + r"/[A-Za-z0-9_]+-\d{5}-\d{5}(-only)?\.jsonl|"
+                       + REMOVED_DIR + r"/[A-Za-z0-9_]+-\d{5}-\d{5}\.jsonl|"
                        + PROVENANCE_DIR + r"/[A-Za-z0-9_]+-(\d{5}|final)\.npz)$")
 MAX_LISTED = 20
 LATEST_NAME = "latest"  # OUT/latest -> run-<id> of a Megatron output's manifest
@@ -108,6 +110,11 @@ def dead_letter_name(split: str, file_index: int, chunk_index: int, own: bool = 
     return f"{DEAD_LETTER_DIR}/{split}-{file_index:05d}-{chunk_index:05d}{'-only' if own else ''}.jsonl"
 
 
+def removed_name(split: str, file_index: int, chunk_index: int) -> str:
+    """`removed/train-00001-00064.jsonl`: documents of input file 1 removed by dedup, from chunk 64 on."""
+    return f"{REMOVED_DIR}/{split}-{file_index:05d}-{chunk_index:05d}.jsonl"
+
+
 def _is_temp(rel: str) -> bool:
     """A temporary name of ours, or a file inside a temporary directory (the spill files)."""
     return any(TEMP_NAME.match(part) for part in rel.split("/"))
@@ -133,13 +140,13 @@ def listed_files(manifest: dict) -> dict[str, int | None]:
     """The files a manifest lists (paths relative to the output directory) and their sizes.
 
     A shard is one file (`path`, `bytes`), or a Megatron .bin/.idx pair (`bin` and `idx`, each with
-    `path` and `bytes`); dead letters and provenance files are listed with `path` and `bytes`.
+    `path` and `bytes`); dead letters, removed documents and provenance files are listed with `path` and `bytes`.
     """
     files = {}
     for shard in manifest.get("shards", []):
         for entry in (shard.get("bin"), shard.get("idx")) if "bin" in shard else (shard,):
             files[entry["path"]] = entry.get("bytes")
-    for key in ("dead_letters", "provenance"):
+    for key in ("dead_letters", "provenance", "removed"):
         for entry in (manifest.get(key) or {}).get("files", []):
             files[entry["path"]] = entry.get("bytes")
     return files
