@@ -84,6 +84,7 @@ def test_show_prints_the_mixture(per_subset_out):
     out, _ = per_subset_out
     text = show.show(str(out))
     assert "3 sources" in text and "Gutenberg (PG-19)" in text and "Enron" not in text
+    assert show.show(str(out / "mixture.json")) == text
 
 
 def test_rerun_needs_overwrite_and_overwrite_replaces(corpus, tiny_model, tmp_path):

@@ -11,6 +11,10 @@ as deterministic. `--epochs` are not written as copies: they become the mixture'
 the subset's label tokens x its epochs), which a mixture.json edited later, or a `schedule`, changes
 at train time without running the job again. A selected subset without documents in the input gets
 no output and no source in the mixture. mixture.json is written last, from the subsets' manifests.
+
+Cost: the inputs are read and decompressed once, every branch validates (parses) every line and
+tokenizes only its subset's documents. Progress lines come from the first subset's branch: the
+input bytes are counted once, the documents and tokens shown are that subset's.
 """
 
 from __future__ import annotations
@@ -67,9 +71,11 @@ def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) 
     """Add one TFRecord branch per subset to `p`, then the step writing mixture.json from their manifests."""
     cfg = job.config
     written = []
-    for name, slug in per_subset_outputs(cfg):
+    for i, (name, slug) in enumerate(per_subset_outputs(cfg)):
         branch = dataclasses.replace(job, config=subset_config(cfg, name, slug))
-        written.append((chunks, read_stats) | f"Subset[{name}]" >> _SubsetOutput(branch, name, workspace))
+        # Every branch sees every chunk: one reports progress, so that the input is counted once.
+        space = workspace if i == 0 else dataclasses.replace(workspace, progress=None)
+        written.append((chunks, read_stats) | f"Subset[{name}]" >> _SubsetOutput(branch, name, space))
     manifests = tuple(written) | "AllSubsetManifests" >> beam.Flatten()
     _ = (
         p
