@@ -289,7 +289,7 @@ def test_each_format_refuses_the_others_manifest(plain, tmp_path, corpus, tiny_m
         fmt.load_manifest(str(tmp_path / "tf"))
 
 
-@pytest.mark.parametrize("flags", [["--per_subset"], ["--output_format", "megatron", "--document_boundaries"],
+@pytest.mark.parametrize("flags", [["--output_format", "megatron", "--document_boundaries"],
                                    ["--output_format", "parquet"]])
 def test_options_that_do_not_fit_are_refused(flags, tiny_model):
     with pytest.raises(UsageError):

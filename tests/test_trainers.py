@@ -348,3 +348,100 @@ def test_the_flags_build_the_config_with_sagemakers_environment_as_defaults(monk
     with pytest.raises(SystemExit) as exc:
         config.config_from_args(parser.parse_args(["--shuffle", "maybe"]))
     assert exc.value.code == 2 and "--shuffle: expected true or false" in capsys.readouterr().err
+
+
+# -- a mixture as --train_data ---------------------------------------------------------------------------
+
+MIX_BUFFER = 8  # records per window of the mixture's order: 2 steps of 4, so a schedule step may be 6
+
+
+@pytest.fixture(scope="module")
+def mixture_data(tmp_path_factory):
+    """Two outputs and a mixture.json over them, re-weighted at step 6."""
+    root = tmp_path_factory.mktemp("trainer_mixture")
+    write_shards(root / "a", 40, 2, seed=1, split="train")
+    write_shards(root / "b", 18, 2, seed=4, split="train")
+    spec = {"format": "pile-mixture", "format_version": 1,
+            "sources": [{"name": "a", "manifest": "a", "weight": 0.7}, {"name": "b", "manifest": "b", "weight": 0.3}],
+            "schedule": [{"step": 6, "weights": {"a": 0.2, "b": 0.8}}]}
+    (root / "mixture.json").write_text(json.dumps(spec))
+    return root
+
+
+def _mix_cfg(root, out, **kw) -> TrainConfig:
+    return _cfg(root, out, train_data=str(root / "mixture.json"), val_data=None, eval_steps=0,
+                shuffle_buffer=MIX_BUFFER, checkpoint_every=5, **kw)
+
+
+def _mixture_scalars(out) -> dict:
+    """{tag: {step: value}} of the mixture/ scalars in the run's event files."""
+    found: dict = {}
+    for path in glob.glob(os.path.join(out, "tensorboard", "events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                if value.tag.startswith("mixture/"):
+                    number = float(tf.make_ndarray(value.tensor)) if value.HasField("tensor") else value.simple_value
+                    found.setdefault(value.tag, {})[event.step] = number
+    return found
+
+
+def test_a_mixture_trains_resumes_exactly_and_logs_tokens_per_source(mixture_data, tmp_path):
+    full = train(_mix_cfg(mixture_data, tmp_path / "full"), LocalBackend())
+    assert sorted(full["losses"]) == list(range(1, 13)) and all(np.isfinite(list(full["losses"].values())))
+    first = train(_mix_cfg(mixture_data, tmp_path / "resumed", stop_at=7), LocalBackend())
+    assert first["final_step"] == 7
+    ckpts = tmp_path / "resumed" / "checkpoints"
+    saved = json.loads((ckpts / "mixture_state-7.json").read_text())
+    assert saved["step"] == 7 and saved["sources"] == ["a", "b"]
+    assert saved == tfdata.mixture_state(str(mixture_data / "mixture.json"), 4, 7, seed=3,
+                                         shuffle_buffer=MIX_BUFFER)
+    resumed = train(_mix_cfg(mixture_data, tmp_path / "resumed"), LocalBackend())
+    assert resumed["start_step"] == 7 and resumed["restored_from"].endswith("ckpt-7")
+    assert [resumed["losses"][k] for k in range(8, 13)] == [full["losses"][k] for k in range(8, 13)]
+    assert resumed["weights_sha256"] == full["weights_sha256"]
+    assert resumed["batches"] == {k: full["batches"][k] for k in range(8, 13)}
+    # A state beside every checkpoint kept, none beside those CheckpointManager removed.
+    states = sorted(p.name for p in ckpts.glob("mixture_state-*.json"))
+    assert states == ["mixture_state-10.json", "mixture_state-12.json", "mixture_state-7.json"]
+
+    scalars = _mixture_scalars(tmp_path / "full")
+    assert set(scalars) == {"mixture/tokens/a", "mixture/tokens/b", "mixture/epoch/a", "mixture/epoch/b"}
+    assert sorted(scalars["mixture/tokens/a"]) == list(range(1, 13))
+    for step in (1, 6, 12):
+        state = tfdata.mixture_state(str(mixture_data / "mixture.json"), 4, step, seed=3, shuffle_buffer=MIX_BUFFER)
+        assert [scalars[f"mixture/tokens/{n}"][step] for n in "ab"] == [c * SEQ for c in state["counts"]]
+        assert [scalars[f"mixture/epoch/{n}"][step] for n in "ab"] == state["epochs"]
+        assert sum(state["counts"]) == 4 * step
+    # The re-weighting at step 6 shows in the tokens: b takes 0.8 of the samples after it.
+    b_after = scalars["mixture/tokens/b"][12] - scalars["mixture/tokens/b"][6]
+    assert abs(b_after / SEQ - 0.8 * 24) <= 1
+
+
+def test_a_mixture_whose_past_weights_changed_is_refused_on_resume(mixture_data, tmp_path):
+    root = tmp_path / "data"
+    root.mkdir()
+    for name in ("a", "b"):
+        os.symlink(mixture_data / name, root / name)
+    spec = json.loads((mixture_data / "mixture.json").read_text())
+    (root / "mixture.json").write_text(json.dumps(spec))
+    train(_mix_cfg(root, tmp_path / "out", stop_at=8), LocalBackend())
+    spec["schedule"][0]["weights"] = {"a": 0.5, "b": 0.5}  # step 6 is in the past at step 8
+    (root / "mixture.json").write_text(json.dumps(spec))
+    with pytest.raises(tfdata.MixtureError, match="schedule"):
+        train(_mix_cfg(root, tmp_path / "out"), LocalBackend())
+
+
+def test_the_smp_trainer_takes_a_mixture_and_resumes_exactly(mixture_data, tmp_path):
+    from trainers import train_smp
+
+    flags = ["--smp_emulation", "--microbatches", "2", "--train_data", str(mixture_data / "mixture.json"),
+             "--batch_size", "4", "--max_steps", "8", "--learning_rate", "1e-2", "--warmup_steps", "2",
+             "--log_every", "1", "--eval_steps", "0", "--checkpoint_every", "4", "--deterministic", "--seed", "5",
+             "--shuffle_buffer", str(MIX_BUFFER)]
+    full = train_smp.main([*flags, "--output_dir", str(tmp_path / "full")])
+    train_smp.main([*flags, "--output_dir", str(tmp_path / "resumed"), "--stop_at", "5"])
+    resumed = train_smp.main([*flags, "--output_dir", str(tmp_path / "resumed")])
+    assert resumed["start_step"] == 5
+    assert [resumed["losses"][k] for k in (6, 7, 8)] == [full["losses"][k] for k in (6, 7, 8)]
+    assert resumed["weights_sha256"] == full["weights_sha256"]
+    assert "mixture/tokens/b" in _mixture_scalars(tmp_path / "full")

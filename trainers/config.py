@@ -23,8 +23,8 @@ class TrainConfig:
     """Everything a training run needs; `config_from_args` builds it from the command line."""
 
     train_data: str = option(
-        None, help="pipeline output directory (manifest.json inside), local, EFS mount or s3:// "
-        "(default: $SM_CHANNEL_TRAIN)")
+        None, help="pipeline output directory (manifest.json inside), local, EFS mount or s3://, or a "
+        "mixture: a mixture.json or a --per_subset output's directory (default: $SM_CHANNEL_TRAIN)")
     output_dir: str = option(
         None, help="metrics, TensorBoard, configs, profile traces (default: $SM_MODEL_DIR or out/train)")
     val_data: str | None = option(

@@ -11,6 +11,10 @@ divides it (a spot job stopped on 16 GPUs continues on 8).
 The data signature is everything that fixes the data order: the shards, the global batch size,
 seed, shuffling, window and the reader's order. Resuming with a different one is refused, except a
 different global batch size at an epoch boundary (a new epoch starts whole).
+
+`--train_data` may also be a mixture (a mixture.json, or a `--per_subset` output's directory):
+`open_train_data` then gives a `MixtureRun` (trainers/mixture.py), whose reader state is saved
+beside each checkpoint and given back to the reader on a resume.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import logging
 import posixpath
 
 from trainers.config import TrainConfig, batch_sizes
+from trainers.mixture import ENDLESS, MixtureRun, mixture_file
 
 LOG = logging.getLogger("trainers")
 
@@ -40,10 +45,68 @@ def features(cfg: TrainConfig):
     return None if cfg.use_document_boundaries else ()
 
 
-def train_dataset(cfg: TrainConfig, dp_rank: int, dp_size: int, epoch: int, step_in_epoch: int):
+class TrainData:
+    """The run's training data: one output, or a mixture (`mixture` set); what both trainers ask of it."""
+
+    def __init__(self, cfg: TrainConfig, global_batch: int):
+        from pipeline import tfdata
+        from pipeline.format import manifest as manifest_lib
+
+        path = mixture_file(cfg.train_data)
+        self.mixture: MixtureRun | None = None
+        if path is None:
+            self.manifest = manifest_lib.load_manifest(cfg.train_data)
+            self.steps_per_epoch = tfdata.steps_per_epoch(cfg.train_data, global_batch)
+            if self.steps_per_epoch == 0:
+                raise SystemExit(
+                    f"{cfg.train_data}: {self.manifest['totals'].get('records', '?')} records cannot fill one "
+                    f"global batch of {global_batch}; lower the batch size")
+        else:
+            self.mixture = MixtureRun(path, global_batch, 0, seed=cfg.seed, shuffle=cfg.shuffle,
+                                      shuffle_buffer=cfg.shuffle_buffer)
+            self.manifest = self.mixture.manifest
+            self.mixture.seq_len = int(self.manifest["seq_len"])
+            self.steps_per_epoch = ENDLESS  # a mixture's position is its global step (per-source epochs)
+
+    def resume(self, checkpoint: str | None, step: int) -> None:
+        """A mixture: the reader's state at `step`, from beside `checkpoint` (its prefix), on every rank."""
+        if self.mixture is not None:
+            self.mixture.resume(checkpoint, step)
+
+    def saving(self, save):
+        """`save(step) -> checkpoint path or None`, also writing a mixture's state beside the checkpoint."""
+        if self.mixture is None:
+            return save
+
+        def save_with_state(step: int):
+            path = save(step)
+            self.mixture.save(path, step)
+            return path
+
+        return save_with_state
+
+    @property
+    def scalars(self):
+        """Step -> a mixture's per-source scalars (tokens seen, epoch), or None for one output."""
+        return None if self.mixture is None else self.mixture.scalars
+
+
+def open_train_data(cfg: TrainConfig, global_batch: int) -> TrainData:
+    """The run's training data (`--train_data`: an output directory, a mixture.json or a --per_subset output)."""
+    return TrainData(cfg, global_batch)
+
+
+def train_dataset(cfg: TrainConfig, dp_rank: int, dp_size: int, epoch: int, step_in_epoch: int,
+                  mixture: MixtureRun | None = None):
     """This rank's training batches from a data position on (forever: the loop decides when to stop)."""
     from pipeline import tfdata
 
+    if mixture is not None:
+        return tfdata.make_dataset(
+            mixture.path, global_batch_size=batch_sizes(cfg, dp_size)[1], dp_rank=dp_rank, dp_size=dp_size,
+            seed=cfg.seed, shuffle=cfg.shuffle, verify=cfg.verify_data, features=features(cfg),
+            **mixture.dataset_kwargs(), **reader_kwargs(cfg),
+        )
     return tfdata.make_dataset(
         cfg.train_data, global_batch_size=batch_sizes(cfg, dp_size)[1], dp_rank=dp_rank, dp_size=dp_size,
         seed=cfg.seed, shuffle=cfg.shuffle, epoch=epoch, start_step=step_in_epoch, num_epochs=None,
@@ -69,13 +132,19 @@ def eval_dataset(cfg: TrainConfig, dp_rank: int, dp_size: int, is_chief: bool):
     return ds.take(steps)
 
 
-def data_signature(cfg: TrainConfig, manifest: dict, dp_size: int) -> dict:
-    """Everything that fixes which records global step k holds (not the number of ranks)."""
+def data_signature(cfg: TrainConfig, manifest: dict, dp_size: int, mixture: MixtureRun | None = None) -> dict:
+    """Everything that fixes which records global step k holds (not the number of ranks).
+
+    A mixture's weights are not in it: its reader state checks them (a schedule may add weights).
+    """
     from pipeline import tfdata
 
-    # By name, not path: a rerun of the same job writes the same shards into another run directory.
-    listed = [(posixpath.basename(s["path"]), s["records"], s.get("sha256")) for s in manifest["shards"]]
-    shards = hashlib.sha256(json.dumps(listed).encode()).hexdigest()
+    if mixture is not None:
+        shards = mixture.signature()
+    else:
+        # By name, not path: a rerun of the same job writes the same shards into another run directory.
+        listed = [(posixpath.basename(s["path"]), s["records"], s.get("sha256")) for s in manifest["shards"]]
+        shards = hashlib.sha256(json.dumps(listed).encode()).hexdigest()
     return {
         "shards": shards,
         "global_batch_size": batch_sizes(cfg, dp_size)[1],

@@ -26,11 +26,10 @@ import os
 
 import tensorflow as tf
 
-from pipeline.format import manifest as manifest_lib
 from trainers import loop
 from trainers.checkpoint import Checkpointer, Progress
 from trainers.config import TrainConfig, batch_sizes, peak_learning_rate, resolve_model_config
-from trainers.data import data_signature, eval_dataset, resume_problem, train_dataset
+from trainers.data import data_signature, eval_dataset, open_train_data, resume_problem, train_dataset
 from trainers.loss import masked_lm_loss, model_inputs, token_losses
 from trainers.model import build_model
 from trainers.optim import AdamW, WarmupCosine
@@ -101,16 +100,11 @@ def train(cfg: TrainConfig, backend) -> dict:
     backend.pin_gpu()  # Horovod (step 2): one GPU per local rank
     configure_tensorflow(cfg)
 
-    manifest = manifest_lib.load_manifest(cfg.train_data)
+    per_rank, global_batch = batch_sizes(cfg, size)
+    data = open_train_data(cfg, global_batch)  # one output or a mixture
+    manifest, spe = data.manifest, data.steps_per_epoch
     mcfg = resolve_model_config(cfg, manifest)
     seq_len = int(manifest["seq_len"])
-    per_rank, global_batch = batch_sizes(cfg, size)
-    spe = tfdata.steps_per_epoch(cfg.train_data, global_batch)
-    if spe == 0:
-        raise SystemExit(
-            f"{cfg.train_data}: {manifest['totals'].get('records', '?')} records cannot fill one global batch "
-            f"of {global_batch}; lower the batch size"
-        )
 
     seed_everything(cfg.seed)  # same initial weights everywhere (broadcast anyway)
     model = build_model(mcfg)
@@ -124,7 +118,7 @@ def train(cfg: TrainConfig, backend) -> dict:
     ckpt = Checkpointer(cfg.resolved_checkpoint_dir, chief, cfg.keep_checkpoints,
                         variables=[*model.variables, *optimizer.variables, *progress.variables],
                         model=model, optimizer=optimizer, progress=progress)
-    signature = data_signature(cfg, manifest, size)
+    signature = data_signature(cfg, manifest, size, data.mixture)
 
     restored_from, problem = None, None
     if chief:
@@ -152,6 +146,8 @@ def train(cfg: TrainConfig, backend) -> dict:
     progress.signature.assign(json.dumps(signature, sort_keys=True))
 
     start_step, epoch, step_in_epoch = progress.position()
+    # A mixture's reader state, on every rank (checkpoints are numbered by step: ckpt-<step>).
+    data.resume(restored_from or os.path.join(cfg.resolved_checkpoint_dir, f"ckpt-{start_step}"), start_step)
     logger = MetricsLogger(cfg.resolved_tensorboard_dir, os.path.join(cfg.output_dir, "metrics.jsonl"),
                            enabled=chief)
     profiler = ProfileWindow(os.path.join(cfg.output_dir, "profile"), cfg.profile_start,
@@ -161,15 +157,16 @@ def train(cfg: TrainConfig, backend) -> dict:
     eval_ds = eval_dataset(cfg, rank, size, chief)
     hooks = loop.Hooks(
         step=lambda batch, step: train_step(batch, _dropout_seed(cfg.seed, rank, step)),
-        save=ckpt.save,
+        save=data.saving(ckpt.save),
         evaluate=None if eval_ds is None else lambda: loop.evaluate(eval_step, backend.allreduce_sum, eval_ds),
+        data_scalars=data.scalars,
     )
     summary = {"rank": rank, "size": size, "start_step": start_step, "restored_from": restored_from,
                "losses": {}, "evals": [], "checkpoints": [], "steps_per_epoch": spe, "batches": {}}
 
     end_step = cfg.max_steps if cfg.stop_at is None else min(cfg.stop_at, cfg.max_steps)
     if start_step < end_step:
-        iterator = iter(train_dataset(cfg, rank, size, epoch, step_in_epoch))
+        iterator = iter(train_dataset(cfg, rank, size, epoch, step_in_epoch, data.mixture))
         if chief:
             LOG.info("training steps %d..%d of %d: %d steps/epoch, %d ranks x batch %d x %d tokens, lr %.3g",
                      start_step, end_step, cfg.max_steps, spe, size, per_rank, seq_len, peak_lr)

@@ -35,12 +35,15 @@ class Hooks:
         evaluate: validation over every rank -> {"loss", "perplexity", "tokens"}; None: no validation.
         reduce_sum: sum of a scalar over every rank (for evaluation).
         after_first_step: runs once, after the run's first step (SMP broadcasts then).
+        data_scalars: global step -> the data's own scalars (a mixture's tokens seen per source),
+            logged as `mixture/...` at every logging step; None: none.
     """
 
     step: Callable[[dict, int], tuple]
     save: Callable[[int], str | None]
     evaluate: Callable[[], dict] | None = None
     after_first_step: Callable[[], None] | None = None
+    data_scalars: Callable[[int], dict] | None = None
 
 
 def record_digests(batch: dict) -> list[str]:
@@ -96,6 +99,8 @@ def run_steps(cfg, hooks: Hooks, *, iterator, start_step: int, end_step: int, st
             metrics = {"loss": value, "learning_rate": lr, "grad_norm": float(grad_norm), **timer.window_metrics()}
             summary["losses"][done] = value
             logger.log(done, metrics, epoch=int(progress.epoch.numpy()))
+            if is_chief and hooks.data_scalars is not None:
+                logger.log(done, hooks.data_scalars(done), prefix="mixture")
             if is_chief:
                 LOG.info("step %d/%d loss %.4f lr %.3g %.0f tok/s step %.3fs input wait %.0f%%", done,
                          cfg.max_steps, value, lr, metrics["tokens_per_sec"], metrics["step_time_s"],

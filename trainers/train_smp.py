@@ -40,7 +40,6 @@ if __package__ in (None, ""):  # run as a file (SageMaker's entry_point): make t
 
 import tensorflow as tf  # noqa: E402
 
-from pipeline.format import manifest as manifest_lib  # noqa: E402
 from trainers import loop  # noqa: E402
 from trainers.checkpoint import Progress  # noqa: E402
 from trainers.config import (  # noqa: E402
@@ -51,7 +50,13 @@ from trainers.config import (  # noqa: E402
     peak_learning_rate,
     resolve_model_config,
 )
-from trainers.data import data_signature, eval_dataset, resume_problem, train_dataset  # noqa: E402
+from trainers.data import (  # noqa: E402
+    data_signature,
+    eval_dataset,
+    open_train_data,
+    resume_problem,
+    train_dataset,
+)
 from trainers.loss import masked_lm_loss, model_inputs, token_losses  # noqa: E402
 from trainers.microbatch import check_microbatches  # noqa: E402
 from trainers.model import DecoderStack, ModelConfig  # noqa: E402
@@ -188,12 +193,10 @@ def train(cfg: TrainConfig, smp, microbatches_default: int = 1, mp_parameters: s
     microbatches = num_microbatches(smp, microbatches_default, mp_parameters)
     per_replica, global_batch = batch_sizes(cfg, dp_size)
     check_microbatches(per_replica, microbatches)
-    manifest = manifest_lib.load_manifest(cfg.train_data)
+    data = open_train_data(cfg, global_batch)  # one output or a mixture
+    manifest, spe = data.manifest, data.steps_per_epoch
     mcfg = resolve_model_config(cfg, manifest)
     seq_len = int(manifest["seq_len"])
-    spe = tfdata.steps_per_epoch(cfg.train_data, global_batch)
-    if spe == 0:
-        raise SystemExit(f"{cfg.train_data}: too few records for one global batch of {global_batch}")
 
     seed_everything(cfg.seed)
     model = make_smp_model(smp, mcfg)  # SMP: partitioned on the first smp.step call
@@ -212,7 +215,7 @@ def train(cfg: TrainConfig, smp, microbatches_default: int = 1, mp_parameters: s
     checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, progress=progress)
     manager = smp.CheckpointManager(checkpoint, directory=cfg.resolved_checkpoint_dir,
                                     max_to_keep=cfg.keep_checkpoints)
-    signature = data_signature(cfg, manifest, dp_size)
+    signature = data_signature(cfg, manifest, dp_size, data.mixture)
     restored_from = manager.latest_checkpoint
     if restored_from:
         status = manager.restore()
@@ -236,6 +239,7 @@ def train(cfg: TrainConfig, smp, microbatches_default: int = 1, mp_parameters: s
     profiler = ProfileWindow(os.path.join(cfg.output_dir, "profile"), cfg.profile_start, cfg.profile_steps,
                              enabled=chief)
     start_step, epoch, step_in_epoch = progress.position()
+    data.resume(restored_from, start_step)  # a mixture's reader state, from beside the checkpoint
     end_step = cfg.max_steps if cfg.stop_at is None else min(cfg.stop_at, cfg.max_steps)
     summary = {"rank": rank, "dp_rank": dp_rank, "dp_size": dp_size, "start_step": start_step,
                "restored_from": restored_from, "losses": {}, "evals": [], "checkpoints": [], "batches": {},
@@ -257,13 +261,14 @@ def train(cfg: TrainConfig, smp, microbatches_default: int = 1, mp_parameters: s
     val = eval_dataset(cfg, dp_rank, dp_size, chief)
     hooks = loop.Hooks(
         step=lambda batch, step: train_step(batch),
-        save=save,
+        save=data.saving(save),
         evaluate=None if val is None else lambda: loop.evaluate(eval_step, reduce_sum, val),
         after_first_step=after_first_step,
+        data_scalars=data.scalars,
     )
     if start_step < end_step:
         # SMP: shard by dp_rank/dp_size: the replica's slice of every global batch.
-        iterator = iter(train_dataset(cfg, dp_rank, dp_size, epoch, step_in_epoch))
+        iterator = iter(train_dataset(cfg, dp_rank, dp_size, epoch, step_in_epoch, data.mixture))
         with tfdata.shard_errors():
             loop.run_steps(cfg, hooks, iterator=iterator, start_step=start_step, end_step=end_step,
                            steps_per_epoch=spe, tokens_per_step=global_batch * seq_len, optimizer=optimizer,

@@ -14,11 +14,13 @@ from typing import NamedTuple
 
 import apache_beam as beam
 
-from pipeline.beam import megatron, tfrecord
+from pipeline.beam import megatron, per_subset, tfrecord
 from pipeline.beam.dedup_stage import apply_dedup
 from pipeline.beam.execution import Workspace
 from pipeline.beam.preflight import Job
 from pipeline.beam.read import read_chunks
+from pipeline.config.job import PipelineConfig
+from pipeline.io.outputs import prepare_output_dir
 
 
 class OutputFormat(NamedTuple):
@@ -26,12 +28,23 @@ class OutputFormat(NamedTuple):
 
     build: Callable[..., None]  # (p, job, chunks, read_stats, workspace): its stages, its manifest last
     summary: Callable[..., tuple[dict, str]]  # (config, seconds) -> (its manifest, the summary's lines)
+    prepare: Callable[[PipelineConfig], None] = lambda config: prepare_output_dir(config.output_dir, config.overwrite)
 
 
 FORMATS = {
     "tfrecord": OutputFormat(tfrecord.build, tfrecord.summary),
     "megatron": OutputFormat(megatron.build, megatron.summary),
 }
+
+# TFRecord outputs, one per subset, and their mixture.json (--per_subset).
+PER_SUBSET = OutputFormat(per_subset.build, per_subset.summary, per_subset.prepare)
+
+
+def output_format(config: PipelineConfig) -> OutputFormat:
+    """The stages, summary and output-directory check of the config's output."""
+    if config.per_subset and config.output_format == "tfrecord":
+        return PER_SUBSET
+    return FORMATS[config.output_format]
 
 
 def build_pipeline(p: beam.Pipeline, job: Job, workspace: Workspace | None = None) -> None:
@@ -43,4 +56,4 @@ def build_pipeline(p: beam.Pipeline, job: Job, workspace: Workspace | None = Non
     chunks, read_stats = read_chunks(p, job, workspace)
     if job.config.dedup_enabled:  # before tokenizing and epochs (pipeline/beam/dedup_stage.py)
         chunks, read_stats = apply_dedup(job, chunks, read_stats)
-    FORMATS[job.config.output_format].build(p, job, chunks, read_stats, workspace)
+    output_format(job.config).build(p, job, chunks, read_stats, workspace)

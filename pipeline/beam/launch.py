@@ -14,7 +14,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
 from pipeline.beam.execution import Workspace, running_mode
-from pipeline.beam.job import FORMATS, build_pipeline
+from pipeline.beam.job import build_pipeline, output_format
 from pipeline.beam.logs import JobFailed, failure_line
 from pipeline.beam.options import direct_runner, pipeline_options, running_mode_given
 from pipeline.beam.preflight import Job, prepare, translated
@@ -23,7 +23,7 @@ from pipeline.beam.remote import workers_of
 from pipeline.config.job import PipelineConfig
 from pipeline.core import gc_policy
 from pipeline.io.lock import OutputLock
-from pipeline.io.outputs import prepare_output_dir, remove_unfinished_run
+from pipeline.io.outputs import remove_unfinished_run
 from pipeline.io.signals import caught_signal
 from pipeline.io.spill import make_spill_dir, remove_spill_dir
 from pipeline.io.urls import redact_url
@@ -50,7 +50,7 @@ def run_job(config: PipelineConfig, beam_args: list[str], early: EarlyChoice | N
     lock = None if dry_run or executable else OutputLock.acquire(config.output_dir, job.run_id, config.overwrite)
     try:
         if not dry_run:
-            prepare_output_dir(config.output_dir, config.overwrite)
+            output_format(config).prepare(config)
         seconds = run(job, options, beam_args, translate_only=bool(dry_run or executable))
     except BaseException:
         if caught_signal() and lock is not None:  # stopped: what this run wrote goes (nobody else writes there)
@@ -63,7 +63,7 @@ def run_job(config: PipelineConfig, beam_args: list[str], early: EarlyChoice | N
         LOG.info("%s: the job was translated for %s, not run%s", "dry run" if dry_run else "jar",
                  options.view_as(StandardOptions).runner, f"; wrote {executable}" if executable else "")
         return None
-    manifest, summary = FORMATS[config.output_format].summary(config, seconds)
+    manifest, summary = output_format(config).summary(config, seconds)
     print(summary)
     return manifest
 

@@ -381,11 +381,17 @@ def build_manifest(job: Job, shards: list[dict], stats: dict, dead_letters: list
 
 
 
-def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) -> None:
+def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace):
     """Add the TFRecord writer to `p`: chunks -> tokenize/pack -> shuffle into shards -> manifest.
 
-    `chunks` and `read_stats` are the read stage's outputs (pipeline/beam/read.py).
+    `chunks` and `read_stats` are the read stage's outputs (pipeline/beam/read.py). Returns the
+    manifest's path, a PCollection of one element.
     """
+    return build_output(p, job, chunks, read_stats, workspace)
+
+
+def build_output(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace, skip_empty: bool = False):
+    """`build`; with `skip_empty`, no records is no manifest and "" (a subset of a --per_subset job)."""
     cfg, spill_dir = job.config, workspace.spill_dir
     processed = chunks | "TokenizeAndPack" >> beam.ParDo(
         ProcessChunkFn(cfg, job.special, job.backend.name, job.execution.encode_threads, spill_dir,
@@ -445,13 +451,14 @@ def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) 
         )
     # The manifest is written last: its side inputs exist only once every shard has been written.
     # An output that must not be used (no records, too many dead letters) gets no manifest.
-    _ = (
+    return (
         p
         | "ManifestTrigger" >> beam.Create([None])
         | "WriteManifest"
         >> beam.Map(
             _write_manifest,
             job,
+            skip_empty,
             shards=beam.pvalue.AsList(shards),
             stats=beam.pvalue.AsSingleton(stats),
             dead_letters=beam.pvalue.AsList(dead),
@@ -461,8 +468,11 @@ def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) 
     )
 
 
-def _write_manifest(_, job: Job, shards, stats, dead_letters, plan: ShardPlan, provenance) -> str:
+def _write_manifest(_, job: Job, skip_empty: bool, shards, stats, dead_letters, plan: ShardPlan, provenance) -> str:
     manifest = build_manifest(job, list(shards), stats, list(dead_letters), plan.num_shards, list(provenance))
+    if skip_empty and not manifest["totals"]["records"]:
+        LOG.info("%s: no records, no manifest", redact_url(job.config.output_dir))
+        return ""
     path = commit_output(job.config.output_dir, manifest, job.config.max_dead_letter_fraction)
     LOG.info("wrote %s: %d shards, %d records", path, len(manifest["shards"]), manifest["totals"]["records"])
     return path

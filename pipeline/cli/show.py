@@ -13,13 +13,16 @@ Without a usable model the first ids are shown instead.
 from __future__ import annotations
 
 import os
+import posixpath
 import sys
 
+import fsspec
 import numpy as np
 
 from pipeline.core.native_stderr import quiet_native_notices
 from pipeline.core.options import ArgumentParser, UsageError, parse_bool
 from pipeline.format.manifest import ManifestError, load_manifest
+from pipeline.format.mixture import format_mixture, is_mixture, load_mixture
 from pipeline.format.summary import format_summary
 from pipeline.io.files import sha256_of
 from pipeline.io.urls import redact_url
@@ -74,10 +77,26 @@ def _detokenized(ids: list[int], model: str, eos: int) -> str:
     return " ⟨EOS⟩ ".join(pieces)
 
 
+def _mixture_file(path: str) -> str | None:
+    """The mixture.json that `path` names, or that an output directory without a manifest holds (--per_subset)."""
+    if is_mixture(path):
+        return path
+    candidate = posixpath.join(path.rstrip("/"), "mixture.json")
+    fs, root = fsspec.core.url_to_fs(path)
+    if not fs.exists(posixpath.join(root, "manifest.json")) and fs.exists(posixpath.join(root, "mixture.json")):
+        return candidate
+    return None
+
+
 def show(output_dir: str, tokenizer_model: str | None = None, batch_size: int = 2, chars: int = 600,
          summary: bool = True) -> str:
-    """The summary (unless `summary` is false) and the first batch, as text."""
+    """The summary (unless `summary` is false) and the first batch, as text; a mixture's table for a mixture."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    mixture_file = _mixture_file(output_dir)
+    if mixture_file:
+        mixture = load_mixture(mixture_file)
+        manifests = {s.name: load_manifest(s.manifest) for s in mixture.sources}
+        return format_mixture(mixture, manifests, redact_url(mixture_file))
     manifest = load_manifest(output_dir)
     model, note = choose_tokenizer(manifest, tokenizer_model)
     with quiet_native_notices():
@@ -102,7 +121,8 @@ def show(output_dir: str, tokenizer_model: str | None = None, batch_size: int = 
 def build_parser() -> ArgumentParser:
     """The command's flags."""
     p = ArgumentParser(prog="pile-pipeline show", description=__doc__)
-    p.add_argument("output_dir", help="the pipeline's output directory (local path or URL) (required)")
+    p.add_argument("output_dir", help="the pipeline's output directory (local path or URL), or a mixture.json "
+                   "(or a --per_subset output's directory): its sources and weights (required)")
     p.add_argument("--tokenizer_model", metavar="FILE", default=None,
                    help="the SentencePiece model the output was made with, checked against the manifest's "
                    "sha256 (default: the model the manifest records, when reachable)")

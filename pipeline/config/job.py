@@ -23,6 +23,7 @@ from pipeline.core.subsets import (
     parse_selection,
     resolve_selection,
 )
+from pipeline.format.megatron import subset_slug
 from pipeline.io.inputs import ChunkSizes
 from pipeline.io.urls import redact_url
 from pipeline.tokenize.engines import BACKENDS
@@ -131,7 +132,8 @@ class PipelineConfig(ChunkSizes):
     per_subset: bool = option(
         False, recorded=False,
         help="megatron: separate .bin/.idx files per subset, so that a blend can weigh subsets "
-        "(pile-pipeline data-path --epochs pile_paper)")
+        "(pile-pipeline data-path --epochs pile_paper); tfrecord: one output per subset in OUT/<subset> and "
+        "OUT/mixture.json for tfdata.make_dataset, --epochs as its weights (docs/reader.md)")
     dedup: str = option(
         "none", choices=DEDUP_MODES,
         help="remove duplicate documents before tokenizing and epochs, keeping the first in input order: exact "
@@ -201,8 +203,8 @@ class PipelineConfig(ChunkSizes):
             raise ValueError("--progress_every must be >= 0 (0: no progress lines)")
         if self.output_format not in OUTPUT_FORMATS:
             raise ValueError(f"--output_format must be one of {', '.join(OUTPUT_FORMATS)}; got {self.output_format!r}")
-        if self.per_subset and self.output_format != "megatron":
-            raise ValueError("--per_subset needs --output_format megatron")
+        if self.per_subset and self.output_format == "tfrecord":
+            per_subset_outputs(self)  # checks that the subsets are named and their directories distinct
         if self.packing_window < 1:
             raise ValueError(f"--packing_window must be at least 1, got {self.packing_window}")
         if self.packing == "best_fit":
@@ -270,3 +272,16 @@ class PipelineConfig(ChunkSizes):
             for name in DEDUP_OPTIONS:
                 out.pop(name)
         return out
+
+
+def per_subset_outputs(config: PipelineConfig) -> tuple[tuple[str, str], ...]:
+    """(subset, directory name) of each output of a `--per_subset` TFRecord job, in the selection's order."""
+    if config.subsets == (ALL_NAMES,):
+        raise ValueError("--per_subset with --subset_names any needs the subsets named: --subsets 'A,B,...' "
+                         "(each gets its own output directory, so the job must know them before it reads)")
+    pairs = tuple((name, subset_slug(name)) for name in config.subsets)
+    slugs = [slug for _, slug in pairs]
+    clashes = sorted({n for n, slug in pairs if slugs.count(slug) > 1})
+    if clashes:
+        raise ValueError(f"--per_subset: subsets {clashes} would share an output directory name; rename them")
+    return pairs

@@ -227,3 +227,18 @@ def is_mixture(spec) -> bool:
         return True
     path = os.fspath(spec)
     return path.endswith(".json") and posixpath.basename(path) != "manifest.json"
+
+
+def format_mixture(mixture: Mixture, manifests: dict[str, dict], where: str | None = None) -> str:
+    """A table of a mixture: each source's weight, share, records, label tokens and manifest; the schedule."""
+    total = sum(s.weight for s in mixture.sources) or 1.0
+    lines = [f"mixture {where or mixture.description}: {len(mixture.sources)} sources",
+             f"  {'source':<22} {'weight':>14} {'share':>7} {'records':>10} {'label tokens':>14}  manifest"]
+    for s in mixture.sources:
+        totals = (manifests.get(s.name) or {}).get("totals") or {}
+        lines.append(f"  {s.name:<22} {s.weight:>14.6g} {s.weight / total:>7.2%} {totals.get('records', '?'):>10} "
+                     f"{totals.get('label_tokens', '?'):>14}  {s.manifest}")
+    for step, weights in mixture.schedule[1:]:
+        shown = ", ".join(f"{n}={w:g}" for n, w in zip(mixture.names, weights, strict=True))
+        lines.append(f"  from global step {step}: {shown}")
+    return "\n".join(lines)

@@ -1,0 +1,145 @@
+"""`--output_format tfrecord --per_subset`: one complete TFRecord output per subset, and a mixture.json.
+
+    OUT/mixture.json     the subsets as one mixture for tfdata.make_dataset (pipeline/format/mixture.py)
+    OUT/<slug>/          what `--subsets NAME --output_dir OUT/<slug>` (no --epochs) writes there:
+                         manifest.json, the run's shards, dead letters, TFDS metadata
+
+One Beam pipeline: the inputs are read once (pipeline/beam/read.py); each selected subset is a branch
+of the TFRecord stages (pipeline/beam/tfrecord.py) whose config selects that subset alone, under its
+own labels (`Subset[Pile-CC]/...`). So each subset's output is the same bytes as its own run, and
+as deterministic. `--epochs` are not written as copies: they become the mixture's weights (weight =
+the subset's label tokens x its epochs), which a mixture.json edited later, or a `schedule`, changes
+at train time without running the job again. A selected subset without documents in the input gets
+no output and no source in the mixture. mixture.json is written last, from the subsets' manifests.
+
+Cost: the inputs are read and decompressed once, every branch validates (parses) every line and
+tokenizes only its subset's documents. Progress lines come from the first subset's branch: the
+input bytes are counted once, the documents and tokens shown are that subset's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import posixpath
+
+import apache_beam as beam
+import fsspec
+
+from pipeline.beam import tfrecord
+from pipeline.beam.execution import Workspace
+from pipeline.beam.preflight import Job
+from pipeline.config.job import PipelineConfig, per_subset_outputs
+from pipeline.format import manifest as manifest_lib
+from pipeline.format import mixture as mixture_lib
+from pipeline.io.outputs import OutputRejectedError, prepare_output_dir
+from pipeline.io.publish import TEMP_NAME, publish_text
+from pipeline.io.urls import redact_url
+
+LOG = logging.getLogger(__name__)
+MIXTURE_NAME = "mixture.json"
+LOCK_NAME = ".pile-pipeline.lock"  # pipeline/io/lock.py
+
+
+def mixture_path(output_dir: str) -> str:
+    """OUT/mixture.json."""
+    return posixpath.join(output_dir.rstrip("/"), MIXTURE_NAME)
+
+
+def subset_config(config: PipelineConfig, name: str, slug: str) -> PipelineConfig:
+    """The config of one subset's branch: that subset alone, no epoch copies, into OUT/<slug>."""
+    return dataclasses.replace(config, subsets=(name,), exclude_subsets=(), epochs=(), per_subset=False,
+                               output_dir=posixpath.join(config.output_dir.rstrip("/"), slug))
+
+
+class _SubsetOutput(beam.PTransform):
+    """(chunks, read_stats) -> the TFRecord stages for one subset -> (name, its manifest's path or "")."""
+
+    def __init__(self, job: Job, name: str, workspace: Workspace):
+        super().__init__()
+        self._job, self._name, self._workspace = job, name, workspace
+
+    def expand(self, pcolls):
+        chunks, read_stats = pcolls
+        written = tfrecord.build_output(chunks.pipeline, self._job, chunks, read_stats, self._workspace,
+                                        skip_empty=True)
+        return written | "Name" >> beam.Map(lambda path, name=self._name: (name, path))
+
+
+def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) -> None:
+    """Add one TFRecord branch per subset to `p`, then the step writing mixture.json from their manifests."""
+    cfg = job.config
+    written = []
+    for i, (name, slug) in enumerate(per_subset_outputs(cfg)):
+        branch = dataclasses.replace(job, config=subset_config(cfg, name, slug))
+        # Every branch sees every chunk: one reports progress, so that the input is counted once.
+        space = workspace if i == 0 else dataclasses.replace(workspace, progress=None)
+        written.append((chunks, read_stats) | f"Subset[{name}]" >> _SubsetOutput(branch, name, space))
+    manifests = tuple(written) | "AllSubsetManifests" >> beam.Flatten()
+    _ = (
+        p
+        | "MixtureTrigger" >> beam.Create([None])
+        | "WriteMixture" >> beam.Map(_write_mixture, cfg, manifests=beam.pvalue.AsList(manifests))
+    )
+
+
+def mixture_json(config: PipelineConfig, manifests: dict[str, dict]) -> dict:
+    """mixture.json's content from the subsets' manifests (name -> manifest), in the selection's order."""
+    sources = []
+    for name, slug in per_subset_outputs(config):
+        if name in manifests:
+            tokens = int(manifests[name]["totals"]["label_tokens"])
+            sources.append({"name": name, "manifest": slug, "weight": tokens * config.epochs_of(name)})
+    return {"format": mixture_lib.FORMAT, "format_version": mixture_lib.FORMAT_VERSION, "sources": sources}
+
+
+def _write_mixture(_, config: PipelineConfig, manifests) -> str:
+    found = {name: manifest_lib.load_manifest(path) for name, path in manifests if path}
+    if not found:
+        raise OutputRejectedError("the job wrote no records in any subset: no mixture.json was written")
+    text = json.dumps(mixture_json(config, found), indent=2, sort_keys=True) + "\n"
+    path = mixture_path(config.output_dir)
+    publish_text(path, text)
+    LOG.info("wrote %s: %d subsets", path, len(found))
+    return path
+
+
+def prepare(config: PipelineConfig) -> None:
+    """Check OUT (locked) and each OUT/<slug> as `prepare_output_dir` does; refuse anything else in OUT.
+
+    With --overwrite, mixture.json goes first (a reader stops trusting the old mixture at once), then
+    each subset's output as a single output's would.
+    """
+    fs, root = fsspec.core.url_to_fs(config.output_dir)
+    shown = redact_url(config.output_dir)
+    if not fs.exists(root):
+        return
+    if not fs.isdir(root):
+        raise FileExistsError(f"--output_dir {shown} exists and is not a directory")
+    slugs = {slug for _, slug in per_subset_outputs(config)}
+    entries = sorted(posixpath.basename(p.rstrip("/")) for p in fs.ls(root, detail=False, refresh=True))
+    entries = [e for e in entries if e != LOCK_NAME and not TEMP_NAME.match(e)]
+    foreign = [e for e in entries if e not in slugs and e != MIXTURE_NAME]
+    if foreign:
+        raise FileExistsError(f"--output_dir {shown} holds {', '.join(foreign[:10])}, which no subset of this "
+                              "--per_subset job writes: choose an empty directory; nothing was removed")
+    if entries and not config.overwrite:
+        raise FileExistsError(f"--output_dir {shown} is not empty ({len(entries)} entries). Pass --overwrite to "
+                              "replace it, or choose an empty directory.")
+    if MIXTURE_NAME in entries:
+        fs.rm_file(posixpath.join(root, MIXTURE_NAME))
+    for _, slug in per_subset_outputs(config):
+        prepare_output_dir(posixpath.join(config.output_dir.rstrip("/"), slug), config.overwrite)
+
+
+def summary(config: PipelineConfig, seconds: float) -> tuple[dict, str]:
+    """mixture.json's content, each subset's manifest under `outputs`, and the lines printed after the run."""
+    path = mixture_path(config.output_dir)
+    mixture = mixture_lib.load_mixture(path)  # also checks that the reader accepts it
+    outputs = {s.name: manifest_lib.load_manifest(s.manifest) for s in mixture.sources}
+    with fsspec.open(path, "r", encoding="utf-8") as f:
+        written = json.load(f)
+    text = "\n".join([mixture_lib.format_mixture(mixture, outputs, redact_url(path)), f"{seconds:.1f} s; a subset's "
+                      f"summary: pile-pipeline show {redact_url(config.output_dir).rstrip('/')}/<subset>"])
+    return {**written, "outputs": outputs}, text
