@@ -24,6 +24,7 @@ from pipeline.beam.execution import Execution, file_sizes, plan_execution
 from pipeline.beam.remote import check_workers_can_read
 from pipeline.config.job import PipelineConfig
 from pipeline.core.options import UsageError
+from pipeline.io import columnar
 from pipeline.io.inputs import expand_inputs
 from pipeline.io.outputs import new_run_id
 from pipeline.io.urls import redact_url, refuse_credentials
@@ -58,6 +59,16 @@ def translated(options: PipelineOptions) -> tuple[bool, str | None]:
     return bool(options.view_as(TestOptions).dry_run), options.view_as(PortableOptions).output_executable_path
 
 
+def check_columns(input_files: list[str], config) -> None:
+    """Refuse (UsageError) a Parquet or Arrow input without the columns --text_key/--subset_key name."""
+    for path in input_files:
+        if columnar.is_columnar(path):
+            try:
+                columnar.check_columns(path, config.schema)
+            except columnar.ColumnError as e:
+                raise UsageError(str(e)) from None
+
+
 def load_model(config: PipelineConfig) -> TokenizerModel:
     """The job's tokenizer model, read once; a missing file is a UsageError naming the flag."""
     try:
@@ -84,6 +95,7 @@ def prepare(config: PipelineConfig, options: PipelineOptions, model: TokenizerMo
             raise
         LOG.warning("%s (a dry run only translates the job here; a real run stops on this)", e)
     input_files = expand_inputs(list(config.inputs))
+    check_columns(input_files, config)
     if model is None or model.path != config.tokenizer_model:
         model = load_model(config)
     special = model.special_ids(add_bos=config.add_bos, add_eos=config.add_eos, bos_id=config.bos_id,
