@@ -61,7 +61,7 @@ class KeyDocumentsFn(beam.DoFn):
         dead: dict[str, int] = {}
         for line in chunk.lines:
             try:
-                text, subset = documents.parse_line(line, cfg.max_line_bytes)
+                text, subset = documents.parse_line(line, cfg.max_line_bytes, cfg.schema)
             except documents.BadRecord as bad:
                 dead[bad.reason] = dead.get(bad.reason, 0) + 1
                 continue
@@ -139,7 +139,8 @@ def build_sample_pipeline(p, config: SampleConfig, input_files: list[str], work_
     read_out = (
         p
         | "ListInputs" >> beam.Create(list(enumerate(input_files)))  # (file_index, path)
-        | "ReadChunks" >> beam.ParDo(ReadChunksFn(config.chunk_bytes, config.max_line_bytes, config.on_corrupt_file))
+        | "ReadChunks" >> beam.ParDo(ReadChunksFn(config.chunk_bytes, config.max_line_bytes, config.on_corrupt_file,
+                                                 schema=config.schema))
         .with_outputs(STATS, main="chunks")
     )
     keyed = (
