@@ -1,8 +1,9 @@
 """Wire the job into one Beam pipeline: the read stage, then the output format's stages, from `FORMATS`.
 
-`build_pipeline(p, job)` is what tests and `run_job` call. An output format is a module of this
-package with `build(p, job, chunks, read_stats, workspace)` (its stages, from the read stage's
-outputs to its manifest) and `summary(config, seconds)` (the manifest it wrote, the lines printed
+`build_pipeline(p, job)` is what tests and `run_job` call: `p | TokenShards(job=job)`, the job's
+public PTransform (pipeline/beam/transform.py), which reads the inputs and builds the format's stages.
+An output format is a module of this package with `build(p, job, chunks, read_stats, workspace)`
+(its stages, from the read stage's outputs to its manifest, returning the manifest's path) and `summary(config, seconds)` (the manifest it wrote, the lines printed
 after the run): pipeline/beam/tfrecord.py, pipeline/beam/megatron.py. A new format is one such
 module, its row here and its name in `--output_format`'s choices (pipeline/config/job.py).
 """
@@ -17,7 +18,7 @@ import apache_beam as beam
 from pipeline.beam import megatron, tfrecord
 from pipeline.beam.execution import Workspace
 from pipeline.beam.preflight import Job
-from pipeline.beam.read import read_chunks
+from pipeline.beam.transform import TokenShards
 
 
 class OutputFormat(NamedTuple):
@@ -38,6 +39,4 @@ def build_pipeline(p: beam.Pipeline, job: Job, workspace: Workspace | None = Non
 
     `workspace`: what the run made for its workers (none: no spill files, no progress lines).
     """
-    workspace = workspace or Workspace()
-    chunks, read_stats = read_chunks(p, job, workspace)
-    FORMATS[job.config.output_format].build(p, job, chunks, read_stats, workspace)
+    _ = p | "TokenShards" >> TokenShards(job=job, workspace=workspace or Workspace())

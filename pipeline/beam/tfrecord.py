@@ -335,10 +335,11 @@ def build_manifest(job: Job, shards: list[dict], stats: dict, dead_letters: list
 
 
 
-def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) -> None:
+def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) -> beam.PCollection:
     """Add the TFRecord writer to `p`: chunks -> tokenize/pack -> shuffle into shards -> manifest.
 
-    `chunks` and `read_stats` are the read stage's outputs (pipeline/beam/read.py).
+    `chunks` and `read_stats` are the read stage's outputs (pipeline/beam/read.py). Returns the
+    manifest's path (one element, once it is written).
     """
     cfg, spill_dir = job.config, workspace.spill_dir
     processed = chunks | "TokenizeAndPack" >> beam.ParDo(
@@ -396,7 +397,7 @@ def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) 
         )
     # The manifest is written last: its side inputs exist only once every shard has been written.
     # An output that must not be used (no records, too many dead letters) gets no manifest.
-    _ = (
+    return (
         p
         | "ManifestTrigger" >> beam.Create([None])
         | "WriteManifest"
