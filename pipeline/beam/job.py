@@ -3,9 +3,10 @@
 `build_pipeline(p, job)` is what tests and `run_job` call: `p | TokenShards(job=job)`, the job's
 public PTransform (pipeline/beam/transform.py), which reads the inputs and builds the format's stages.
 An output format is a module of this package with `build(p, job, chunks, read_stats, workspace)`
-(its stages, from the read stage's outputs to its manifest, returning the manifest's path) and `summary(config, seconds)` (the manifest it wrote, the lines printed
-after the run): pipeline/beam/tfrecord.py, pipeline/beam/megatron.py. A new format is one such
-module, its row here and its name in `--output_format`'s choices (pipeline/config/job.py).
+(its stages, from the read stage's outputs to its manifest, returning the manifest's path) and
+`summary(config, seconds)` (the manifest it wrote, the lines printed after the run):
+pipeline/beam/tfrecord.py, pipeline/beam/megatron.py. A new format is one such module, its row
+here and its name in `--output_format`'s choices (pipeline/config/job.py).
 """
 
 from __future__ import annotations
