@@ -17,7 +17,7 @@ import pytest
 from corpus_helpers import FAST_BEAM
 from s3_server import loopback_s3
 
-from pipeline.cli import run
+from pipeline.cli import run, train_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
 NOTES = REPO / "sample_data" / "notes" / "part-00.jsonl"
@@ -147,3 +147,16 @@ def test_parquet_on_s3_makes_the_local_runs_shards(corpus, reference, tiny_model
                             *FAST_BEAM, env=env)
             assert proc.returncode == 0, proc.stderr[-3000:]
             assert _shards(out) == reference[0]
+
+
+def test_train_tokenizer_samples_parquet_and_refuses_a_missing_column(corpus, tmp_path, caplog):
+    layout = FLAGS[:8]
+    card = train_tokenizer.main(["--input", str(corpus / "groups.parquet"), *layout, "--sample_mb", "1",
+                                 "--model_prefix", str(tmp_path / "m"), "--vocab_size", "400", "--num_threads", "1",
+                                 "--work_dir", str(tmp_path / "work"), *FAST_BEAM])
+    stats = json.loads((tmp_path / "work" / "sample_stats.json").read_text())
+    assert stats["documents"] == len(_rows()) - 1 and stats["dead_letters"] == {}  # one note is empty
+    assert card and (tmp_path / "m.model").exists()
+    assert train_tokenizer.cli(["--input", str(corpus / "one.parquet"), "--text_key", "content", "--default_subset",
+                                "Pile-CC", "--model_prefix", str(tmp_path / "n"), *FAST_BEAM]) == 2
+    assert "--text_key content" in caplog.text and "its columns: id, body, source, source.name" in caplog.text

@@ -1,38 +1,20 @@
-"""Wire the job into one Beam pipeline: the read stage, then the output format's stages, from `FORMATS`.
+"""Wire the job into one Beam pipeline: `p | TokenShards(job=job)`, the read stage, then the output format's.
 
-`build_pipeline(p, job)` is what tests and `run_job` call: `p | TokenShards(job=job)`, the job's
-public PTransform (pipeline/beam/transform.py), which reads the inputs and builds the format's stages.
-An output format is a module of this package with `build(p, job, chunks, read_stats, workspace)`
-(its stages, from the read stage's outputs to its manifest, returning the manifest's path) and
-`summary(config, seconds)` (the manifest it wrote, the lines printed after the run):
-pipeline/beam/tfrecord.py, pipeline/beam/megatron.py. A new format is one such module, its row
-here and its name in `--output_format`'s choices (pipeline/config/job.py).
+`build_pipeline(p, job)` is what tests and `run_job` call; the job's public PTransform
+(pipeline/beam/transform.py) reads the inputs and adds the stages of the format's module, from
+`FORMATS` (pipeline/beam/formats.py: pipeline/beam/tfrecord.py, pipeline/beam/megatron.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import NamedTuple
-
 import apache_beam as beam
 
-from pipeline.beam import megatron, tfrecord
 from pipeline.beam.execution import Workspace
+from pipeline.beam.formats import FORMATS, OutputFormat
 from pipeline.beam.preflight import Job
 from pipeline.beam.transform import TokenShards
 
-
-class OutputFormat(NamedTuple):
-    """What the job asks of an output format."""
-
-    build: Callable[..., None]  # (p, job, chunks, read_stats, workspace): its stages, its manifest last
-    summary: Callable[..., tuple[dict, str]]  # (config, seconds) -> (its manifest, the summary's lines)
-
-
-FORMATS = {
-    "tfrecord": OutputFormat(tfrecord.build, tfrecord.summary),
-    "megatron": OutputFormat(megatron.build, megatron.summary),
-}
+__all__ = ["FORMATS", "OutputFormat", "build_pipeline"]
 
 
 def build_pipeline(p: beam.Pipeline, job: Job, workspace: Workspace | None = None) -> None:

@@ -30,6 +30,7 @@ import orjson
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
 from pipeline.beam.execution import Workspace, plan_execution
+from pipeline.beam.formats import FORMATS
 from pipeline.beam.preflight import Job, load_model, prepare
 from pipeline.beam.read import STATS, read_chunks
 from pipeline.config.job import PipelineConfig
@@ -64,8 +65,6 @@ class TokenShards(beam.PTransform):
         self._job, self._workspace, self._buckets = job, workspace or Workspace(), buckets
 
     def expand(self, pvalue):
-        from pipeline.beam.job import FORMATS  # not at the top: job.py builds its pipeline with this transform
-
         if isinstance(pvalue, beam.pvalue.PBegin):
             job = self._job or prepare(self._config, self._options)
             chunks, read_stats = read_chunks(pvalue.pipeline, job, self._workspace)
