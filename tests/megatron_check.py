@@ -1,7 +1,8 @@
 """Check a Megatron output of pile-pipeline with Megatron's own code (megatron-core), document by document.
 
     .venv-megatron/bin/python tests/megatron_check.py OUTPUT_DIR --input FILE.jsonl ... \
-        --tokenizer_model M.model [--seq_length 64] [--samples 2000] [--json REPORT.json]
+        --tokenizer_model M.model [--text_key body --subset_key source.name] [--seq_length 64] \
+        [--samples 2000] [--json REPORT.json]
 
 Runs in the Megatron environment (scripts/setup_megatron_env.sh: megatron-core on a CPU build of
 torch), not in ours: it imports nothing from this repository, so what it checks is what Megatron
@@ -72,11 +73,34 @@ def read_lines(path: str):
             yield from f
 
 
-def expected_documents(inputs: list[str], manifest: dict, model: str) -> dict[str | None, list[np.ndarray]]:
+def at(obj, path: str):
+    """The value at a dotted path of a JSON object (KeyError/TypeError when it has none)."""
+    for key in path.split("."):
+        obj = obj[key]
+    return obj
+
+
+def subset_of(obj, path: str, default: str | None):
+    """The subset name at `path`, or `default` for a missing, null or empty one (as the job reads it)."""
+    try:
+        value = at(obj, path)
+    except (KeyError, TypeError):
+        value = None
+    if value is None or value == "":
+        if default is None:
+            raise KeyError(path)
+        return default
+    return value
+
+
+def expected_documents(inputs: list[str], manifest: dict, model: str, text_key: str,
+                       subset_key: str) -> dict[str | None, list[np.ndarray]]:
     """The documents each group of shards must hold, in order, from the input alone."""
     config, tok = manifest["config"], manifest["tokenizer"]
     check(not config.get("epochs"), "outputs written with --epochs are not supported by this check")
-    selected = set(config["subsets"])
+    every = config["subsets"] == ["*"]
+    selected, excluded = set(config["subsets"]), set(config.get("exclude_subsets") or ())
+    default = config.get("default_subset")
     sp = spm.SentencePieceProcessor(model_file=model)
     groups: dict[str | None, list[np.ndarray]] = {}
     for path in inputs:  # in the pipeline's input order: sorted paths
@@ -84,10 +108,11 @@ def expected_documents(inputs: list[str], manifest: dict, model: str) -> dict[st
             raw = raw.rstrip(b"\n").rstrip(b"\r")
             try:
                 obj = json.loads(raw.decode("utf-8"))
-                text, subset = obj["text"], obj["meta"]["pile_set_name"]
+                text, subset = at(obj, text_key), subset_of(obj, subset_key, default)
             except (ValueError, KeyError, TypeError):
                 continue  # a dead letter of ours; the test checks those separately
-            if not isinstance(text, str) or subset not in selected or not text.strip():
+            if (not isinstance(text, str) or not (every or subset in selected) or subset in excluded
+                    or not text.strip()):
                 continue
             ids = sp.encode(text)
             if not ids:
@@ -198,6 +223,8 @@ def main() -> int:
     p.add_argument("output_dir")
     p.add_argument("--input", nargs="+", required=True, help="the job's input files, in its (sorted) order")
     p.add_argument("--tokenizer_model", required=True)
+    p.add_argument("--text_key", help="the text's key, a dotted path (default: the manifest's, else text)")
+    p.add_argument("--subset_key", help="the subset name's key (default: the manifest's, else meta.pile_set_name)")
     p.add_argument("--seq_length", type=int, default=64)
     p.add_argument("--samples", type=int, default=2000, help="samples drawn from the blend")
     p.add_argument("--json", help="also write the summary here")
@@ -206,7 +233,10 @@ def main() -> int:
         manifest = json.load(f)
     try:
         check(manifest["format"] == "pile-megatron-indexed", f"format {manifest['format']}")
-        expected = expected_documents(sorted(args.input), manifest, args.tokenizer_model)
+        config = manifest["config"]
+        text_key = args.text_key or config.get("text_key", "text")
+        subset_key = args.subset_key or config.get("subset_key", "meta.pile_set_name")
+        expected = expected_documents(sorted(args.input), manifest, args.tokenizer_model, text_key, subset_key)
         by_prefix = check_indexed(args.output_dir, manifest, expected)
         gpt = check_gpt(args.output_dir, manifest, by_prefix, args.tokenizer_model, args.seq_length, args.samples)
     except Mismatch as e:

@@ -163,8 +163,10 @@ def test_s3_rerun_refuses_then_overwrites_with_the_same_bytes(s3, s3_run, tiny_m
     before = {run_free(k): run_free_bytes(k, v) for k, v in before.items()}
     assert set(after) == set(before)
     manifest_key = f"{BUCKET}/tokens/train/manifest.json"
-    assert {k: v for k, v in after.items() if k != manifest_key} == {
-        k: v for k, v in before.items() if k != manifest_key}
+    info_key = f"{BUCKET}/tokens/train/dataset_info.json"  # TFDS's shard template names the run's directory
+    assert {k: v for k, v in after.items() if k not in (manifest_key, info_key)} == {
+        k: v for k, v in before.items() if k not in (manifest_key, info_key)}
+    assert run_free(json.loads(after[info_key])) == run_free(json.loads(before[info_key]))
 
     def comparable(data):  # the manifest may record --overwrite in its config
         m = run_free(json.loads(data))

@@ -210,10 +210,11 @@ def build_manifest(config: PipelineConfig, tokenizer: dict, dtype: np.dtype, sha
     return sorted_dict(manifest)
 
 
-def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) -> None:
+def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) -> beam.PCollection:
     """Add the Megatron writer to `p`: chunks -> documents -> shards of .bin/.idx -> manifest.
 
-    `chunks` and `read_stats` are the read stage's outputs (pipeline/beam/read.py).
+    `chunks` and `read_stats` are the read stage's outputs (pipeline/beam/read.py). Returns the
+    manifest's path (one element, once it is written).
     """
     cfg, spill_dir = job.config, workspace.spill_dir
     tokenizer, progress = tokenizer_json(job), reporter(job, workspace)
@@ -247,7 +248,7 @@ def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) 
         | "SumStats" >> beam.CombineGlobally(merge_stats)
     )
     # The manifest is written last: its side inputs exist only once every shard has been written.
-    _ = (
+    return (
         p
         | "ManifestTrigger" >> beam.Create([None])
         | "WriteManifest" >> beam.Map(

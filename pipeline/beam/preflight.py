@@ -24,6 +24,7 @@ from pipeline.beam.execution import Execution, file_sizes, plan_execution
 from pipeline.beam.remote import check_workers_can_read
 from pipeline.config.job import PipelineConfig
 from pipeline.core.options import UsageError
+from pipeline.io import columnar
 from pipeline.io.files import NotAFileError
 from pipeline.io.inputs import InputError, expand_inputs
 from pipeline.io.layout_check import check_layout
@@ -64,6 +65,16 @@ def translated(options: PipelineOptions) -> tuple[bool, str | None]:
     return bool(options.view_as(TestOptions).dry_run), options.view_as(PortableOptions).output_executable_path
 
 
+def check_columns(input_files: list[str], config) -> None:
+    """Refuse (UsageError) a Parquet or Arrow input without the columns --text_key/--subset_key name."""
+    for path in input_files:
+        if columnar.is_columnar(path):
+            try:
+                columnar.check_columns(path, config.schema)
+            except columnar.ColumnError as e:
+                raise UsageError(str(e)) from None
+
+
 def load_model(config: PipelineConfig) -> TokenizerModel:
     """The job's tokenizer model, read once; a missing file is a UsageError naming the flag."""
     try:
@@ -92,9 +103,11 @@ def prepare(config: PipelineConfig, options: PipelineOptions, model: TokenizerMo
             raise
         LOG.warning("%s (a dry run only translates the job here; a real run stops on this)", e)
     input_files = expand_inputs(list(config.inputs))
-    # A wrong --text_key or layout is refused here, from each input's first lines, not after the job.
-    check_layout(config.schema, input_files, config.max_line_bytes)
-    eval_files = _eval_files(config)
+    # A wrong --text_key or layout is refused here, from each input's first lines or columns, not
+    # after the job.
+    check_layout(config.schema, [f for f in input_files if not columnar.is_columnar(f)], config.max_line_bytes)
+    check_columns(input_files, config)
+    eval_files = expand_eval_files(config)
     if model is None or model.path != config.tokenizer_model:
         model = load_model(config)
     special = model.special_ids(add_bos=config.add_bos, add_eos=config.add_eos, bos_id=config.bos_id,
@@ -110,7 +123,7 @@ def prepare(config: PipelineConfig, options: PipelineOptions, model: TokenizerMo
                snapshots=take_snapshots(input_files), eval_files=tuple(eval_files))
 
 
-def _eval_files(config: PipelineConfig) -> list[str]:
+def expand_eval_files(config: PipelineConfig) -> list[str]:
     """--decontaminate's globs, expanded: a UsageError naming the flag if they match nothing."""
     if not config.decontaminate:
         return []

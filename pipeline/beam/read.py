@@ -1,7 +1,7 @@
 """The read stage: input files -> chunks of lines on the workers, for the token-shard job and the tokenizer sample.
 
 Element shapes:
-  (file_index, path[, frame | stripe])   -> ReadChunksFn -> Chunk + file stats on STATS
+  (file_index, path[, frame | stripe | row group])   -> ReadChunksFn -> Chunk + file stats on STATS
 A frame is one unit of an indexed input (pipeline/io/frames.py); a stripe, every n-th chunk of a file
 read by several DirectRunner workers (pipeline/beam/execution.py). Also here: the names every stage
 shares, the metrics namespace and the STATS output (dicts summed into the manifest's counts).
@@ -18,7 +18,8 @@ from apache_beam.metrics import Metrics
 from pipeline.beam.execution import READ_SHARE, READ_SHARE_FAST, Workspace, balance, file_sizes, share_files
 from pipeline.beam.preflight import Job
 from pipeline.beam.progress import Reporter
-from pipeline.io import frames, inputs
+from pipeline.core.documents import PILE, Schema
+from pipeline.io import columnar, frames, inputs
 from pipeline.io.frames import Stripe, read_units
 from pipeline.io.snapshot import unchanged
 from pipeline.io.urls import redact_url
@@ -47,7 +48,8 @@ class ReadChunksFn(beam.DoFn):
     """
 
     def __init__(self, chunk_bytes: int, max_line_bytes: int, on_corrupt_file: str, progress: Reporter | None = None,
-                 snapshots: dict | None = None):
+                 snapshots: dict | None = None, schema: Schema = PILE):
+        self._schema = schema  # the columns a Parquet or Arrow input is read from
         self._chunk_bytes = chunk_bytes
         self._max_line_bytes = max_line_bytes
         self._on_corrupt_file = on_corrupt_file
@@ -66,8 +68,11 @@ class ReadChunksFn(beam.DoFn):
         LOG.info("reading %s", shown)
         file_stats: dict = {}
         try:
-            for chunk in unchanged(frames.iter_unit_chunks(path, file_index, unit, self._chunk_bytes,
-                                                           self._max_line_bytes), path, self._snapshots.get(path)):
+            if columnar.is_columnar(path):
+                chunks_of = columnar.iter_unit_chunks(path, file_index, unit, self._chunk_bytes, self._schema)
+            else:
+                chunks_of = frames.iter_unit_chunks(path, file_index, unit, self._chunk_bytes, self._max_line_bytes)
+            for chunk in unchanged(chunks_of, path, self._snapshots.get(path)):
                 lines += len(chunk.lines)
                 size += chunk.num_bytes
                 chunks += 1
@@ -106,9 +111,11 @@ def read_chunks(p: beam.Pipeline, job: Job, workspace: Workspace):
     cfg, execution = job.config, job.execution
     files = list(enumerate(job.input_files))  # (file_index, path)
     read_fn = ReadChunksFn(cfg.chunk_bytes, cfg.max_line_bytes, cfg.on_corrupt_file, reporter(job, workspace),
-                           dict(job.snapshots))
-    # An indexed input (pipeline/io/frames.py) is read one frame per work item, on any worker.
-    frames_of = {i: read_units(path, cfg.chunk_bytes, cfg.max_line_bytes) for i, path in files}
+                           dict(job.snapshots), cfg.schema)
+    # An indexed input (pipeline/io/frames.py) is read one frame per work item, on any worker; a
+    # Parquet file one row group per work item (pipeline/io/columnar.py).
+    frames_of = {i: columnar.read_units(path) if columnar.is_columnar(path) else
+                 read_units(path, cfg.chunk_bytes, cfg.max_line_bytes) for i, path in files}
     if execution.fan_out:
         units = [(i, path, unit) for i, path in files for unit in frames_of[i]]
         read_out = p | "ListInputs" >> beam.Create(units) | "ReadChunks" >> beam.ParDo(read_fn).with_outputs(

@@ -25,7 +25,7 @@ from pipeline.beam.read import STATS, ReadChunksFn
 from pipeline.config.tokenizer import SampleConfig
 from pipeline.core import documents
 from pipeline.core.stats import merge_stats, sorted_dict
-from pipeline.io import inputs
+from pipeline.io import columnar, inputs
 from pipeline.io.publish import publish, publish_text
 from pipeline.io.urls import refuse_credentials
 from pipeline.tokenize.sample import (
@@ -61,7 +61,7 @@ class KeyDocumentsFn(beam.DoFn):
         dead: dict[str, int] = {}
         for line in chunk.lines:
             try:
-                text, subset = documents.parse_line(line, cfg.max_line_bytes)
+                text, subset = documents.parse_line(line, cfg.max_line_bytes, cfg.schema)
             except documents.BadRecord as bad:
                 dead[bad.reason] = dead.get(bad.reason, 0) + 1
                 continue
@@ -139,7 +139,8 @@ def build_sample_pipeline(p, config: SampleConfig, input_files: list[str], work_
     read_out = (
         p
         | "ListInputs" >> beam.Create(list(enumerate(input_files)))  # (file_index, path)
-        | "ReadChunks" >> beam.ParDo(ReadChunksFn(config.chunk_bytes, config.max_line_bytes, config.on_corrupt_file))
+        | "ReadChunks" >> beam.ParDo(ReadChunksFn(config.chunk_bytes, config.max_line_bytes, config.on_corrupt_file,
+                                                 schema=config.schema))
         .with_outputs(STATS, main="chunks")
     )
     keyed = (
@@ -165,6 +166,9 @@ def draw_sample(config: SampleConfig, work_dir: str, beam_args: list[str]) -> di
     """Run the sampler on Beam; returns the sample statistics (WORK_DIR/sample_stats.json)."""
     refuse_credentials([("--input", url) for url in config.inputs] + [("--work_dir", work_dir)])
     input_files = inputs.expand_inputs(list(config.inputs))  # fails fast on a pattern matching nothing
+    for path in input_files:  # a Parquet or Arrow input without the columns named: refused here
+        if columnar.is_columnar(path):
+            columnar.check_columns(path, config.schema)
     options = pipeline_options(beam_args)
     LOG.info("sampling %.1f MB (%s weights) from %d input files", config.sample_bytes / 1e6, config.weights,
              len(input_files))

@@ -381,11 +381,11 @@ def build_manifest(job: Job, shards: list[dict], stats: dict, dead_letters: list
 
 
 
-def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace):
+def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) -> beam.PCollection:
     """Add the TFRecord writer to `p`: chunks -> tokenize/pack -> shuffle into shards -> manifest.
 
     `chunks` and `read_stats` are the read stage's outputs (pipeline/beam/read.py). Returns the
-    manifest's path, a PCollection of one element.
+    manifest's path (one element, once it is written).
     """
     return build_output(p, job, chunks, read_stats, workspace)
 

@@ -21,7 +21,7 @@ import sys
 
 import numpy as np
 
-from pipeline.core.documents import BadRecord, parse_line
+from pipeline.core.documents import BadRecord, Schema, parse_line
 from pipeline.core.options import ArgumentParser, UsageError
 from pipeline.format.manifest import ManifestError, load_manifest, manifest_path
 from pipeline.format.mixture import is_mixture, load_mixture
@@ -72,21 +72,29 @@ def step_documents(output_dir: str, step: int, global_batch_size: int, seed: int
     return _documents(manifest, index, np.arange(len(shards)), shards, records)
 
 
+def schema_of(config: dict) -> Schema:
+    """Where the output's inputs keep their text and subset name, as its manifest records."""
+    default = Schema()
+    return Schema(config.get("text_key", default.text_key), config.get("subset_key", default.subset_key),
+                  config.get("default_subset"), config.get("subset_names", "pile") == "any")
+
+
 def _documents(manifest: dict, index: ProvenanceIndex, positions, shards, records,
                source: str = "") -> list[RecordSource]:
     """The records (shard, record) at these positions of a global batch, with their documents."""
     spans = index.spans(shards, records)
     inputs = [entry["path"] for entry in manifest["inputs"]]
     max_line = int(float(manifest["config"].get("max_line_mb", 64.0)) * (1 << 20))
+    schema = schema_of(manifest["config"])
     wanted: dict[int, set[int]] = {}
     for rows in spans:
         for file_index, line, _, _ in rows.tolist():
             wanted.setdefault(file_index, set()).add(line)
     documents = {}
     for file_index, numbers in sorted(wanted.items()):
-        for number, line in lines_at(inputs[file_index], numbers, max_line).items():
+        for number, line in lines_at(inputs[file_index], numbers, max_line, schema).items():
             try:
-                documents[file_index, number] = parse_line(line, max_line)
+                documents[file_index, number] = parse_line(line, max_line, schema)
             except BadRecord as e:
                 raise LookupError(f"{inputs[file_index]} line {number} is not the document it was ({e})") from e
     out = []

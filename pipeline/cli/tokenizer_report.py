@@ -9,6 +9,7 @@ tokenizer trainer's Beam job (every Beam flag works), with the same budget for e
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import shutil
@@ -18,8 +19,10 @@ import tempfile
 from pipeline.beam.logs import configure_logging
 from pipeline.beam.options import BEAM
 from pipeline.beam.sample import draw_sample
+from pipeline.config.inputs import DocumentLayout
 from pipeline.config.tokenizer import SampleConfig, TokenizerReportCommand
 from pipeline.core.options import ArgumentParser, UsageError, command_parser, options_from, parse_command_line
+from pipeline.core.subsets import ALL_NAMES, resolve_selection
 from pipeline.io.files import sha256_of
 from pipeline.io.urls import redact_url
 from pipeline.tokenize.model import load_processor
@@ -50,7 +53,8 @@ def main(argv: list[str] | None = None) -> dict:
     labels = model_labels(list(args.tokenizer_model), list(args.label) or None)
     for path in args.tokenizer_model:
         load_processor(path)  # fail fast on a missing or broken model, before sampling
-    subsets = tuple(s for s in args.subsets if s not in args.exclude_subsets)
+    subsets, exclude = resolve_selection(args.subsets, args.exclude_subsets, args.any_names)
+    every = subsets == (ALL_NAMES,)
     work_dir = args.from_sample or args.work_dir or tempfile.mkdtemp(prefix="tokenizer-report-")
     own_work_dir = not (args.from_sample or args.work_dir)
     try:
@@ -59,9 +63,11 @@ def main(argv: list[str] | None = None) -> dict:
         else:
             config = SampleConfig(
                 inputs=args.inputs,
-                sample_bytes=int(args.sample_mb_per_subset * 1e6 * len(subsets)),
-                weights="uniform",
+                sample_bytes=int(args.sample_mb_per_subset * 1e6 * (1 if every else len(subsets))),
+                weights="natural" if every else "uniform",
                 subsets=subsets,
+                exclude_subsets=exclude,
+                **{f.name: getattr(args, f.name) for f in dataclasses.fields(DocumentLayout)},
                 seed=args.seed,
                 max_doc_chars=args.max_doc_chars,
                 on_corrupt_file=args.on_corrupt_file,

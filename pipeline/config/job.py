@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from pipeline.config.inputs import SUBSET_NAME_CHOICES, DocumentLayout
 from pipeline.core import best_fit
-from pipeline.core.documents import Schema
 from pipeline.core.ngrams import NORMALIZATIONS
 from pipeline.core.options import option, recorded
 from pipeline.core.subsets import (
@@ -33,7 +33,6 @@ REMAINDER_POLICIES = ("pad", "drop")
 CORRUPT_FILE_POLICIES = ("fail", "skip")
 VERIFY_TOKENIZER_MODES = ("off", "dead_letter", "fail")
 FAN_OUT_CHOICES = ("auto", "yes", "no")  # pipeline/beam/execution.py
-SUBSET_NAME_CHOICES = ("pile", "any")
 OUTPUT_FORMATS = ("tfrecord", "megatron")
 PACKING_MODES = ("concat", "best_fit")  # pipeline/format/records.py's layouts
 _BEST_FIT_ONLY = ("packing", "packing_window")  # recorded only for best_fit: concat manifests keep their bytes
@@ -45,23 +44,15 @@ DEDUP_OPTIONS = ("dedup", "dedup_normalization", "minhash_ngram", "minhash_num_p
 
 
 @dataclasses.dataclass(frozen=True)
-class PipelineConfig(ChunkSizes):
+class PipelineConfig(DocumentLayout, ChunkSizes):
     """Everything that decides the output bytes (plus where things are and how the work spreads)."""
 
     inputs: tuple[str, ...] = option(
-        help="globs or fsspec URLs of .jsonl.zst/.jsonl.gz/.jsonl files (local, EFS, s3://); several "
-        "after one --input, or --input repeated", many=True, metavar="PATTERN", flag="--input")
+        help="globs or fsspec URLs of .jsonl[.zst|.gz], .parquet or .arrow files, or datasets.save_to_disk "
+        "folders (local, EFS, s3://); several after one --input, or --input repeated", many=True,
+        metavar="PATTERN", flag="--input")
     output_dir: str = option(help="local path, EFS mount or s3:// URL", metavar="DIR", recorded=False)
     tokenizer_model: str = option(help="SentencePiece .model (Llama-2's tokenizer.model works)", metavar="FILE")
-    text_key: str = option("text", metavar="KEY", help="the text's key in each JSON line (a dotted path: doc.body)")
-    subset_key: str = option("meta.pile_set_name", metavar="KEY",
-                             help="the subset name's key, a dotted path; per-subset stats, selection and epochs use it")
-    subset_names: str = option(
-        "pile", choices=SUBSET_NAME_CHOICES,
-        help="pile: only the Pile's 22 names (others are dead letters, subset_unknown); any: any name")
-    default_subset: str | None = option(
-        None, metavar="NAME", shown_default="none: such lines are dead letters",
-        help="the subset of a line without one (missing, null or empty)")
     seq_len: int = option(2048, help="label positions per record; records hold seq_len + 1 tokens")
     shard_size_mb: float = option(1024.0, help="upper bound per shard in MiB (+ one record)")
     split: str = option("train", help="shard name prefix: train-00000-of-00042.tfrecord")
@@ -236,11 +227,6 @@ class PipelineConfig(ChunkSizes):
     def dedup_enabled(self) -> bool:
         """Whether the job removes duplicates or eval overlap before tokenizing (pipeline/beam/dedup_stage.py)."""
         return self.dedup != "none" or bool(self.decontaminate)
-
-    @property
-    def schema(self) -> Schema:
-        """Where each line keeps its text and subset name, and which names are accepted."""
-        return Schema(self.text_key, self.subset_key, self.default_subset, self.subset_names == "any")
 
     def selection(self) -> Selection:
         """The selected subsets: `name in config.selection()`."""

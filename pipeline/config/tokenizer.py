@@ -10,8 +10,15 @@ from __future__ import annotations
 
 import dataclasses
 
+from pipeline.config.inputs import DocumentLayout
 from pipeline.core.options import option, recorded
-from pipeline.core.subsets import PILE_SUBSETS, check_subset_names, parse_exclude, parse_subsets
+from pipeline.core.subsets import (
+    ALL_NAMES,
+    Selection,
+    parse_names,
+    parse_selection,
+    resolve_selection,
+)
 from pipeline.io.inputs import ChunkSizes
 from pipeline.tokenize.sample import NATURAL_STRATUM, parse_weights
 
@@ -26,19 +33,24 @@ def parse_megabytes(value) -> int:
 
 
 @dataclasses.dataclass(frozen=True)
-class SampleConfig(ChunkSizes):
-    """What decides the sample's bytes; recorded in the card. Every field is a flag of the command."""
+class SampleConfig(DocumentLayout, ChunkSizes):
+    """What decides the sample's bytes; recorded in the card. Every field is a flag of the command.
+
+    With --subset_names any and every name selected, the names are not known before the sample is
+    drawn: --weights pile (the default) and natural draw one stratum, a NAME=W list draws those names.
+    """
 
     inputs: tuple[str, ...] = option(
-        help="globs or fsspec URLs of .jsonl.zst/.jsonl.gz/.jsonl files; several after one --input, or "
-        "--input repeated", many=True, metavar="PATTERN", flag="--input")
+        help="globs or fsspec URLs of .jsonl[.zst|.gz], .parquet or .arrow files or datasets.save_to_disk "
+        "folders; several after one --input, or --input repeated", many=True, metavar="PATTERN", flag="--input")
     sample_bytes: int = option(256_000_000, flag="--sample_mb", parse=parse_megabytes, metavar="MB",
                                shown_default="256", help="text to sample, in MB (1e6 bytes) of UTF-8")
     weights: str = option("pile", help="'pile' (raw size x paper epochs), 'uniform', 'natural' (no strata), "
-                          "or 'Name=w,Other=w' (unnamed subsets get 0)")
-    subsets: tuple[str, ...] = option(PILE_SUBSETS, parse=parse_subsets, metavar="SUBSETS", shown_default="all",
+                          "or 'Name=w,Other=w' (unnamed subsets get 0); with --subset_names any and all names, "
+                          "pile is natural")
+    subsets: tuple[str, ...] = option(("all",), parse=parse_selection, metavar="SUBSETS", shown_default="all",
                                       help="'all', 'uncopyrighted', or a comma list; others are not sampled")
-    exclude_subsets: tuple[str, ...] = option((), parse=parse_exclude, metavar="SUBSETS", recorded=False,
+    exclude_subsets: tuple[str, ...] = option((), parse=parse_names, metavar="SUBSETS", recorded=False,
                                               help="comma list of subsets to leave out")
     seed: int = option(0, help="sampling and trainer seed")
     max_doc_chars: int = option(100_000, help="documents are cut to this many characters before sampling")
@@ -57,18 +69,27 @@ class SampleConfig(ChunkSizes):
         self.check_chunk_sizes()
         if self.on_corrupt_file not in ("fail", "skip"):
             raise ValueError("--on_corrupt_file must be 'fail' or 'skip'")
-        check_subset_names(self.subsets, "--subsets")
-        if self.exclude_subsets:
-            chosen = set(self.subsets) - set(self.exclude_subsets)
-            object.__setattr__(self, "subsets", tuple(s for s in PILE_SUBSETS if s in chosen))
-            object.__setattr__(self, "exclude_subsets", ())
-        if not self.subsets:
-            raise ValueError("The subset selection is empty: check --subsets and --exclude_subsets")
+        self.schema  # noqa: B018 -- checks the keys and --default_subset
+        subsets, exclude = resolve_selection(self.subsets, self.exclude_subsets, self.any_names)
+        object.__setattr__(self, "subsets", subsets)
+        object.__setattr__(self, "exclude_subsets", exclude)
         self.normalized_weights()  # validates --weights
+
+    @property
+    def every_name(self) -> bool:
+        """Every subset name the data holds is selected (--subset_names any, no list)."""
+        return self.subsets == (ALL_NAMES,)
 
     def normalized_weights(self) -> dict[str, float] | None:
         """Weight share of each selected subset; None for `natural` (one stratum)."""
-        return parse_weights(self.weights, self.subsets)
+        if not self.every_name:
+            return parse_weights(self.weights, self.subsets, self.any_names)
+        if self.weights in ("pile", "natural"):
+            return None
+        if self.weights == "uniform":
+            raise ValueError("--weights uniform needs the subsets' names: list them with --subsets")
+        named = [item.rpartition("=")[0].strip() for item in self.weights.split(",")]
+        return parse_weights(self.weights, [n for n in named if n not in self.exclude_subsets], True)
 
     def budgets(self) -> dict[str, int]:
         """Byte budget of each stratum with a positive weight (at least 1: one document or more)."""
@@ -82,9 +103,12 @@ class SampleConfig(ChunkSizes):
         """One stratum for all subsets (`--weights natural`)."""
         return self.normalized_weights() is None
 
-    def selected(self) -> frozenset[str]:
-        """The subsets a document may be sampled from (selected, with a positive weight)."""
+    def selected(self) -> frozenset[str] | Selection:
+        """The subsets a document may be sampled from (selected, with a positive weight): `name in selected`."""
         budgets = self.budgets()
+        if self.every_name:
+            names = frozenset(() if self.is_natural else budgets)
+            return Selection(names, self.is_natural, frozenset(self.exclude_subsets))
         return frozenset(s for s in self.subsets if self.is_natural or s in budgets)
 
     def to_json(self) -> dict:
@@ -92,6 +116,8 @@ class SampleConfig(ChunkSizes):
         out = recorded(self)
         out["inputs"] = list(self.inputs)
         out["subsets"] = list(self.subsets)
+        if self.exclude_subsets:
+            out["exclude_subsets"] = list(self.exclude_subsets)
         return out
 
 
@@ -212,7 +238,7 @@ class TrainTokenizerCommand:
 
 
 @dataclasses.dataclass(frozen=True)
-class TokenizerReportCommand:
+class TokenizerReportCommand(DocumentLayout):
     """`tokenizer-report`'s flags."""
 
     tokenizer_model: tuple[str, ...] = option(
@@ -221,13 +247,16 @@ class TokenizerReportCommand:
     out: str = option(help="PNG chart to write", metavar="PNG")
     inputs: tuple[str, ...] = option(
         (), flag="--input", many=True, metavar="PATTERN", shown_default="none; required unless --from_sample",
-        help="globs or fsspec URLs of .jsonl.zst/.jsonl.gz/.jsonl files (use held-out data)")
+        help="globs or fsspec URLs of .jsonl[.zst|.gz], .parquet or .arrow files or datasets.save_to_disk "
+        "folders (use held-out data)")
     label: tuple[str, ...] = option((), many=True, help="a name per --tokenizer_model, in order")
     json: str | None = option(None, metavar="FILE", shown_default="no JSON", help="also write the numbers as JSON here")
-    sample_mb_per_subset: float = option(1.0, help="text sampled per subset, MB (a subset with less gives all it has)")
-    subsets: tuple[str, ...] = option(PILE_SUBSETS, parse=parse_subsets, metavar="SUBSETS", shown_default="all",
+    sample_mb_per_subset: float = option(
+        1.0, help="text sampled per subset, MB (a subset with less gives all it has); with --subset_names any "
+        "and all names, in all, drawn in the corpus's own proportions")
+    subsets: tuple[str, ...] = option(("all",), parse=parse_selection, metavar="SUBSETS", shown_default="all",
                                       help="'all', 'uncopyrighted', or a comma list")
-    exclude_subsets: tuple[str, ...] = option((), parse=parse_exclude, metavar="SUBSETS",
+    exclude_subsets: tuple[str, ...] = option((), parse=parse_names, metavar="SUBSETS",
                                               help="comma list of subsets to leave out")
     seed: int = option(1, help="sampling seed (the trainer's default is 0, so held-out text is not its sample)")
     max_doc_chars: int = option(100_000, help="documents are cut to this many characters")

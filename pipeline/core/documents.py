@@ -52,6 +52,8 @@ class Line:
 
     `oversized` is the full length of a line longer than the limit; then `data` is only its start.
     `input_end`: bytes of the (compressed) file read when the line was complete, for progress.
+    `row`: a columnar row holding a value JSON cannot (pipeline/io/columnar.py), validated as it is;
+    then `data` is only its printable form.
     """
 
     number: int
@@ -59,6 +61,7 @@ class Line:
     data: bytes
     oversized: int = 0
     input_end: int = 0
+    row: dict | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,6 +238,8 @@ def parse_document(line: Line, max_line_bytes: int, schema: Schema = PILE) -> Do
 def _parse(line: Line, max_line_bytes: int, schema: Schema) -> Document:
     if line.oversized:
         raise BadRecord("line_too_long", f"{line.oversized} bytes > max_line_bytes={max_line_bytes}")
+    if line.row is not None:
+        return _parse_row(line.row, schema)
     data = line.data[:-1] if line.data.endswith(b"\r") else line.data
     if has_byte_order_mark(line):
         data = data[len(BYTE_ORDER_MARK):]
@@ -256,6 +261,14 @@ def _parse(line: Line, max_line_bytes: int, schema: Schema) -> Document:
     text = _text(obj, schema, data)
     subset = _subset(obj, schema)
     return Document(text, subset, repeated)
+
+
+def _parse_row(row: dict, schema: Schema) -> Document:
+    """The document of a columnar row that holds a value JSON cannot (it is not a valid one, or is)."""
+    text = _text(row, schema, None)
+    if _SURROGATE.search(text):
+        raise BadRecord("invalid_unicode", f"`{schema.text_key}` holds a lone surrogate")
+    return Document(text, _subset(row, schema), False)
 
 
 def _key_ends(data: bytes, limit: int) -> int:

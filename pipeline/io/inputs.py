@@ -14,6 +14,10 @@ Every input is checked before the job starts (`expand_inputs`): a pattern that m
 folder, a dangling symlink, a symlink loop, something that is not a regular file or cannot be read
 is reported, all of them in one error, instead of being skipped or found by a worker mid-job.
 
+A file is read by its name: JSON lines (`.jsonl`, `.json`, `.ndjson`, each plain, `.gz` or `.zst`)
+or columnar (Parquet, Arrow: pipeline/io/columnar.py); a `datasets.save_to_disk` folder stands for
+its data files. Any other name is refused before the job, naming the file.
+
 Parsing and validation (`pipeline.core.documents`) is separate and runs after the fan-out.
 """
 
@@ -23,7 +27,9 @@ import concurrent.futures
 import dataclasses
 import errno
 import glob
+import json
 import os
+import posixpath
 import stat
 from collections.abc import Iterator
 
@@ -42,6 +48,10 @@ MIN_WINDOW = 8 * MIB  # zstd's levels 1-19 never declare more
 MAX_WINDOW = 2048 * MIB  # zstd's largest window (ZSTD_WINDOWLOG_MAX on 64-bit): 2**31 bytes
 MAX_LINE_MB = MAX_WINDOW // MIB // 2  # the window is twice the longest line (max_window_bytes)
 MAX_PROBLEMS_SHOWN = 20
+JSON_LINES = (".jsonl", ".json", ".ndjson")
+COMPRESSIONS = ("", ".gz", ".zst", ".zstd")
+COLUMNAR = (".parquet", ".pq", ".arrow", ".feather", ".ipc")  # pipeline/io/columnar.py
+SUPPORTED = tuple(kind + c for kind in JSON_LINES for c in COMPRESSIONS) + COLUMNAR
 
 
 class ChunkSizes:
@@ -71,6 +81,41 @@ class ChunkSizes:
 
 class InputError(FileNotFoundError):
     """Inputs that are missing, not regular files or unreadable: every problem found, in one message."""
+
+
+def file_type_problem(url: str) -> str | None:
+    """Why a file's name is not one the job reads, or None when it is."""
+    if url.lower().endswith(SUPPORTED):
+        return None
+    return (f"{redact_url(url)}: not a file type the job reads (JSON lines: .jsonl/.json/.ndjson, plain, .gz or "
+            ".zst; .parquet; .arrow; a datasets.save_to_disk folder)")
+
+
+def dataset_files(folder: str, read_text) -> list[str] | None:
+    """The data files of a `datasets.save_to_disk` folder (its state.json's list), or None for another folder.
+
+    `read_text(name)`: the text of the folder's file `name`, or None when it has none.
+    """
+    state = read_text("state.json")
+    if state is None or read_text("dataset_info.json") is None:
+        return None
+    try:
+        files = [entry["filename"] for entry in json.loads(state).get("_data_files", [])]
+    except (ValueError, TypeError, KeyError, AttributeError):
+        files = []
+    if not files or any(posixpath.basename(name) != name for name in files):
+        raise InputError(f"{redact_url(folder)}: its state.json lists no data files")
+    return [posixpath.join(folder, name) for name in files]
+
+
+def _read_local(folder: str):
+    def read_text(name: str) -> str | None:
+        try:
+            with open(os.path.join(folder, name), encoding="utf-8") as f:
+                return f.read()
+        except OSError:
+            return None
+    return read_text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,6 +166,11 @@ def _local_matches(pattern: str) -> tuple[list[str], list[str]]:
     matches = [os.path.abspath(m) for m in matches if os.path.lexists(m)]
     if not matches:
         return [], [f"{pattern!r} matches nothing"]
+    expanded = []
+    for match in matches:
+        data = dataset_files(match, _read_local(match)) if os.path.isdir(match) else None
+        expanded += data if data is not None else [match]
+    matches = expanded
     problems = [p for p in map(_local_problem, matches) if p]
     return [f"{protocol}://{m}" if protocol else m for m in matches], problems
 
@@ -134,6 +184,13 @@ def _remote_problem(fs, path: str, url: str) -> str | None:
     except PermissionError as e:
         return f"{redact_url(url)}: cannot be read ({e})"
     return None
+
+
+def _read_remote(fs, path: str) -> str | None:
+    try:
+        return fs.cat_file(path).decode("utf-8")
+    except (FileNotFoundError, UnicodeDecodeError):
+        return None
 
 
 def _remote_matches(pattern: str) -> tuple[list[str], list[str]]:
@@ -150,7 +207,12 @@ def _remote_matches(pattern: str) -> tuple[list[str], list[str]]:
         files, problems = [], []
         for name, info in sorted(found.items()):
             url = name if name.startswith(protocol) else protocol + name
+            data = None
             if info.get("type") == "directory":
+                data = dataset_files(url, lambda n, folder=name: _read_remote(fs, posixpath.join(folder, n)))
+            if data is not None:
+                files += data
+            elif info.get("type") == "directory":
                 problems.append(f"{redact_url(url)}: is a folder, not a file (match files only, e.g. "
                                 "DIR/*.jsonl.zst)")
             else:
@@ -175,6 +237,7 @@ def expand_inputs(patterns: list[str]) -> list[str]:
         found, wrong = (_local_matches if is_local_url(pattern) else _remote_matches)(pattern)
         files.update(found)
         problems.extend(wrong)
+    problems += [p for p in map(file_type_problem, sorted(files)) if p]
     if problems:
         shown = problems[:MAX_PROBLEMS_SHOWN]
         more = f"; and {len(problems) - len(shown)} more" if len(problems) > len(shown) else ""

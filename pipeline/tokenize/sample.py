@@ -42,7 +42,7 @@ NATURAL_STRATUM = "*"  # the one stratum of `--weights natural`
 WEIGHT_PRESETS = ("pile", "natural", "uniform")
 
 
-def parse_weights(value: str | None, subsets: Iterable[str]) -> dict[str, float] | None:
+def parse_weights(value: str | None, subsets: Iterable[str], any_names: bool = False) -> dict[str, float] | None:
     """`--weights`: 'pile' (default), 'uniform', 'natural' (None: one stratum) or 'Name=w,Other=w'.
 
     Returns the normalized weight of each selected subset (summing to 1). In an explicit list, the
@@ -53,6 +53,10 @@ def parse_weights(value: str | None, subsets: Iterable[str]) -> dict[str, float]
     if value == "natural":
         return None
     if value == "pile":
+        unknown = [name for name in chosen if name not in pile_mix_weights()]
+        if unknown:
+            raise ValueError(f"--weights pile has no weight for {', '.join(unknown)}: give --weights uniform, "
+                             "natural or NAME=W,...")
         raw = {name: pile_mix_weights()[name] for name in chosen}
     elif value == "uniform":
         raw = dict.fromkeys(chosen, 1.0)
@@ -65,7 +69,7 @@ def parse_weights(value: str | None, subsets: Iterable[str]) -> dict[str, float]
                     f"--weights: {item!r} is not NAME=WEIGHT (or use a preset: {', '.join(WEIGHT_PRESETS)})"
                 )
             name = name.strip()
-            check_subset_names([name], "--weights")
+            check_subset_names([name], "--weights", any_names)
             if name not in raw:
                 raise ValueError(f"--weights: {name!r} is not among the selected subsets (see --subsets)")
             try:

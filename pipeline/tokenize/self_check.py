@@ -25,7 +25,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import sentencepiece as spm
 
 from pipeline.core import documents
-from pipeline.io import inputs
+from pipeline.io import columnar, inputs
 from pipeline.tokenize.engines import (
     AUTO,
     BACKENDS,
@@ -131,7 +131,9 @@ def sample_documents(input_files: list[str], total_bytes: int = SAMPLE_BYTES,
     for path in chosen:
         taken = 0
         try:
-            for line in inputs.iter_lines(path, longest):
+            lines = (columnar.iter_lines(path, schema) if columnar.is_columnar(path) else
+                     inputs.iter_lines(path, longest))
+            for line in lines:
                 if taken >= share or line.offset >= 16 * share:
                     break
                 try:

@@ -1,0 +1,143 @@
+"""`TokenShards`: the whole job as one Beam PTransform, to compose into a pipeline of your own.
+
+    with beam.Pipeline() as p:
+        docs = p | beam.Create([{"text": "...", "meta": {"pile_set_name": "Pile-CC"}}, ...])
+        manifest = docs | TokenShards(config)          # one element: the manifest's path
+
+    p | TokenShards(config)                            # reads config.inputs: what `pile-pipeline run` does
+
+Applied to a pipeline, it reads the config's inputs (the command's job, pipeline/beam/job.py).
+Applied to a PCollection, its elements are the documents: dicts, or JSON lines as str or bytes, in
+the config's layout (--text_key, --subset_key, ...), validated and dead-lettered as input lines
+are. A PCollection has no order, so the documents are put in one: each goes to one of `buckets`
+chunks by a hash of its bytes and is ordered within it by that hash; the same documents give the
+same shards in any order, on any runner. Their line numbers (dead letters, provenance) are places
+in that order, and the manifest's input is `config.inputs[0]`, a name for them.
+
+Either way the output is written in `config.output_dir` as by the command, the manifest last.
+What the transform cannot do inside someone else's pipeline is hold the output directory's lock
+for the run: `pile-pipeline run` (pipeline/beam/launch.py) takes it; a pipeline of your own must
+not run two writers into one directory. The directory is checked and prepared (a previous output
+refused unless `overwrite`) when the transform is applied to documents.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import apache_beam as beam
+import orjson
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+
+from pipeline.beam.dedup_stage import apply_dedup
+from pipeline.beam.execution import Workspace, plan_execution
+from pipeline.beam.formats import output_format
+from pipeline.beam.preflight import Job, expand_eval_files, load_model, prepare
+from pipeline.beam.read import STATS, read_chunks
+from pipeline.config.job import PipelineConfig
+from pipeline.core.documents import Line
+from pipeline.io.inputs import MAX_CHUNK_LINES, Chunk
+from pipeline.io.outputs import new_run_id
+from pipeline.io.urls import refuse_credentials
+from pipeline.tokenize.self_check import choose_backend
+
+BUCKET_CHUNKS = 1 << 12  # chunk numbers per bucket
+
+
+class TokenShards(beam.PTransform):
+    """Documents in (the config's inputs, or a PCollection of them), token shards and manifest out.
+
+    config: the job's options (`PipelineConfig`, every `pile-pipeline run` flag); options: the
+    pipeline's options (the runner decides how the work spreads, never the bytes); job, workspace:
+    a Job already prepared by the command (pipeline/beam/preflight.py) and what its run made;
+    buckets: how many chunks documents given as a PCollection are ordered into.
+    The output PCollection holds one element, the manifest's path, once every shard is written.
+    """
+
+    def __init__(self, config: PipelineConfig | None = None, options: PipelineOptions | None = None, *,
+                 job: Job | None = None, workspace: Workspace | None = None, buckets: int = 16):
+        super().__init__()
+        if (config is None) == (job is None):
+            raise ValueError("TokenShards takes a config or a prepared job")
+        if buckets < 1:
+            raise ValueError("buckets must be >= 1")
+        self._config = config if job is None else job.config
+        self._options = options or PipelineOptions()
+        self._job, self._workspace, self._buckets = job, workspace or Workspace(), buckets
+
+    def expand(self, pvalue):
+        if isinstance(pvalue, beam.pvalue.PBegin):
+            job = self._job or prepare(self._config, self._options)
+            chunks, read_stats = read_chunks(pvalue.pipeline, job, self._workspace)
+        else:
+            job = self._job or _documents_job(self._config, self._options)
+            if self._job is None:
+                output_format(job.config).prepare(job.config)
+            read = (
+                pvalue
+                | "DocumentLines" >> beam.Map(_keyed_line, self._buckets)
+                | "GroupByBucket" >> beam.GroupByKey()
+                | "BucketChunks" >> beam.ParDo(_BucketChunksFn(job.config.chunk_bytes, job.config.inputs[0]))
+                .with_outputs(STATS, main="chunks")
+            )
+            chunks, read_stats = read.chunks, read[STATS]
+        if job.config.dedup_enabled:  # before tokenizing and epochs (pipeline/beam/dedup_stage.py)
+            chunks, read_stats = apply_dedup(job, chunks, read_stats)
+        return output_format(job.config).build(pvalue.pipeline, job, chunks, read_stats, self._workspace)
+
+
+def _documents_job(config: PipelineConfig, options: PipelineOptions) -> Job:
+    """The Job of documents given as a PCollection: the checks of `prepare` that apply without input files."""
+    refuse_credentials([("--output_dir", config.output_dir), ("--tokenizer_model", config.tokenizer_model)])
+    model = load_model(config)
+    special = model.special_ids(add_bos=config.add_bos, add_eos=config.add_eos, bos_id=config.bos_id,
+                                eos_id=config.eos_id)
+    execution = plan_execution(options.view_as(StandardOptions).runner or "DirectRunner",
+                               options.view_as(DirectOptions).direct_num_workers, [], "yes",
+                               config.tokenizer_threads)
+    backend = choose_backend(config.tokenizer_backend, model, [], schema=config.schema)
+    return Job(config, (config.inputs[0],), special, model.sha256, backend, execution, new_run_id(),
+               eval_files=tuple(expand_eval_files(config)))
+
+
+def _line_bytes(document) -> tuple[bytes, dict | None]:
+    """A document's JSON line, and the document itself when JSON cannot hold one of its values."""
+    if isinstance(document, bytes):
+        return document.rstrip(b"\n"), None
+    if isinstance(document, str):
+        return document.rstrip("\n").encode("utf-8", errors="surrogatepass"), None
+    if isinstance(document, dict):
+        try:
+            return orjson.dumps(document), None
+        except TypeError:
+            return orjson.dumps(document, default=repr), document
+    return repr(document).encode("utf-8"), None  # not a document: a dead letter (invalid_json)
+
+
+def _keyed_line(document, buckets: int):
+    data, row = _line_bytes(document)
+    digest = hashlib.blake2b(data, digest_size=16).digest()
+    return int.from_bytes(digest[:8], "big") % buckets, (digest, data, row)
+
+
+class _BucketChunksFn(beam.DoFn):
+    """(bucket, [(digest, line, row)]) -> the bucket's chunks in hash order; its stats on STATS."""
+
+    def __init__(self, chunk_bytes: int, name: str):
+        self._chunk_bytes, self._name = chunk_bytes, name
+
+    def process(self, element):
+        bucket, items = element
+        lines, size, k, number, total = [], 0, 0, 0, 0
+        for _, data, row in sorted(items, key=lambda item: (item[0], item[1])):
+            lines.append(Line(number + 1, number, data, row=row))
+            number += 1
+            size += len(data) + 1
+            if size >= self._chunk_bytes or len(lines) >= MAX_CHUNK_LINES:
+                yield Chunk(0, bucket * BUCKET_CHUNKS + k, self._name, tuple(lines))
+                total, k, lines, size = total + size, k + 1, [], 0
+        if lines:
+            yield Chunk(0, bucket * BUCKET_CHUNKS + k, self._name, tuple(lines))
+            total, k = total + size, k + 1
+        yield beam.pvalue.TaggedOutput(STATS, {"inputs": {"00000": {
+            "path": self._name, "lines": number, "decompressed_bytes": total, "chunks": k}}})
