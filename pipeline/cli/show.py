@@ -111,8 +111,9 @@ def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="pile-pipeline show", description=__doc__)
     p.add_argument("output_dir", help="the pipeline's output directory (local path or URL) (required)")
     p.add_argument("--tokenizer_model", metavar="FILE", default=None,
-                   help="the tokenizer the output was made with (any kind: .model, tokenizer.json or its directory, tiktoken file), checked against the manifest's "
-                   "sha256 (default: the model the manifest records, when reachable)")
+                   help="the tokenizer the output was made with (any kind: .model, tokenizer.json or its directory, "
+                   "tiktoken file), checked against the manifest's sha256 (default: the model the manifest records, "
+                   "when reachable)")
     p.add_argument("--batch_size", type=int, default=2, help="batch to read (default: 2)")
     p.add_argument("--summary", type=parse_bool, default=True, metavar="BOOL",
                    help="print the manifest's summary first; false after `run`, which printed it (default: true)")
