@@ -4,8 +4,8 @@
 
 writes PREFIX.model, PREFIX.vocab and PREFIX.card.json; `--kind bpe --vocab_size N` instead writes a
 byte-level BPE tokenizer.json (GPT-NeoX-20B's recipe) in the directory PREFIX/ (pipeline/tokenize/bpe_trainer.py).
-The sample's rules, the trainer and the card are described in pipeline/tokenize/sample.py, trainer.py and card.py; the sample is drawn by a Beam job, so every
-Beam flag works here as for `pile-pipeline run`.
+The sample's rules, the trainer and the card are described in pipeline/tokenize/sample.py, trainer.py
+and card.py; the sample is drawn by a Beam job, so every Beam flag works here as for `pile-pipeline run`.
 """
 
 from __future__ import annotations

@@ -222,7 +222,8 @@ class TokenizerReportCommand:
     """`tokenizer-report`'s flags."""
 
     tokenizer_model: tuple[str, ...] = option(
-        help="SentencePiece .model; repeat (or give several) to compare models on the same sample",
+        help="a tokenizer of any kind (.model, tokenizer.json or its directory, tiktoken file with its JSON); repeat "
+        "(or give several) to compare them on the same sample",
         many=True, required=True, metavar="FILE")
     out: str = option(help="PNG chart to write", metavar="PNG")
     inputs: tuple[str, ...] = option(
