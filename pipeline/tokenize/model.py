@@ -20,7 +20,14 @@ import sentencepiece as spm
 from pipeline.io.files import read_bytes
 from pipeline.io.urls import redact_url
 from pipeline.tokenize.kinds import detect
-from pipeline.tokenize.kinds.base import HUGGINGFACE, SENTENCEPIECE, TIKTOKEN, Tokenizer, TokenizerFileError
+from pipeline.tokenize.kinds.base import (  # noqa: F401 -- SpecialIds is this module's public name too
+    HUGGINGFACE,
+    SENTENCEPIECE,
+    TIKTOKEN,
+    SpecialIds,
+    Tokenizer,
+    TokenizerFileError,
+)
 from pipeline.tokenize.kinds.base import special_ids as kind_special_ids
 
 
@@ -33,29 +40,6 @@ def load_processor(path: str) -> spm.SentencePieceProcessor:
     except Exception as e:  # sentencepiece raises RuntimeError/OSError variants
         raise ValueError(f"{path} is not a SentencePiece model: {e}") from e
     return sp
-
-
-@dataclasses.dataclass(frozen=True)
-class SpecialIds:
-    """Special token ids from the model, with the document-boundary policy applied."""
-
-    vocab_size: int
-    bos_id: int  # -1 when the model has none
-    eos_id: int
-    pad_id: int
-    unk_id: int
-    add_bos: bool
-    add_eos: bool
-
-    @property
-    def separator_id(self) -> int:
-        """The token that starts every stream (context for a document's first token)."""
-        return self.eos_id if self.add_eos else self.bos_id
-
-    @property
-    def padding_id(self) -> int:
-        """Id written into padded positions: the model's pad id, else the separator."""
-        return self.pad_id if self.pad_id >= 0 else self.separator_id
 
 
 def resolve_special_ids(
