@@ -137,11 +137,18 @@ def test_without_verification_the_wrong_ids_go_through(wrong_backend, tiny_model
 
 def test_backend_flags(tiny_model):
     config, _ = run.parse_args(["--input", "x", "--output_dir", "o", "--tokenizer_model", "m", "--verify_tokenizer"])
-    assert config.verify_tokenizer == "dead_letter" and config.tokenizer_backend == "sentencepiece"
+    assert config.verify_tokenizer == "dead_letter" and config.tokenizer_backend is None  # the kind's reference
+    from pipeline.beam.preflight import requested_backend
+
+    assert requested_backend(config, "sentencepiece") == "sentencepiece"
+    assert requested_backend(config, "huggingface") == "tokenizers"
     config, _ = run.parse_args(["--input", "x", "--output_dir", "o", "--tokenizer_model", "m",
                                 "--tokenizer_backend", "gigatoken", "--verify_tokenizer", "fail"])
     assert (config.tokenizer_backend, config.verify_tokenizer) == ("gigatoken", "fail")
     with pytest.raises(ValueError, match="--verify_tokenizer"):
         PipelineConfig(inputs=("x",), output_dir="o", tokenizer_model="m", verify_tokenizer="yes")
     with pytest.raises(ValueError, match="--tokenizer_backend"):
-        PipelineConfig(inputs=("x",), output_dir="o", tokenizer_model="m", tokenizer_backend="tiktoken")
+        PipelineConfig(inputs=("x",), output_dir="o", tokenizer_model="m", tokenizer_backend="nonsense")
+    wrong_kind = PipelineConfig(inputs=("x",), output_dir="o", tokenizer_model="m", tokenizer_backend="tiktoken")
+    with pytest.raises(ValueError, match="--tokenizer_backend tiktoken does not apply to a sentencepiece tokenizer"):
+        requested_backend(wrong_kind, "sentencepiece")

@@ -129,7 +129,7 @@ def test_report_command_writes_table_json_and_png(models, tmp_path, capsys):
 
 def test_a_broken_model_fails_before_sampling(tmp_path):
     (tmp_path / "bad.model").write_bytes(b"not a model")
-    with pytest.raises(ValueError, match="not a SentencePiece model"):
+    with pytest.raises(ValueError, match="bad.model: not a tokenizer file of a known kind"):
         report_cli.main(["--input", str(tmp_path / "nothing-*.zst"), "--tokenizer_model", str(tmp_path / "bad.model"),
                      "--out", str(tmp_path / "x.png"), *FAST_BEAM])
 

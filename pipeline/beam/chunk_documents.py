@@ -29,8 +29,8 @@ from pipeline.io import inputs, outputs
 from pipeline.io.publish import publish
 from pipeline.io.spill import SpillWriter
 from pipeline.io.urls import redact_url
-from pipeline.tokenize.engines import Encoder, TokenizerMismatch
-from pipeline.tokenize.model import SpecialIds
+from pipeline.tokenize.engines import TokenizerMismatch
+from pipeline.tokenize.model import SpecialIds, WorkerTokenizer
 
 LOG = logging.getLogger(__name__)
 DEAD_LETTERS = "dead_letters"
@@ -94,13 +94,15 @@ class ChunkDocumentsFn(EmitsRecords):
     """
 
     def __init__(self, config: PipelineConfig, special: SpecialIds, dtype: np.dtype, backend: str = "sentencepiece",
-                 encode_threads: int | None = None, spill_dir: str | None = None, progress: Reporter | None = None):
+                 encode_threads: int | None = None, spill_dir: str | None = None, progress: Reporter | None = None,
+                 tokenizer: WorkerTokenizer | None = None):
         super().__init__(spill_dir)
         self._config = config
         self._special = special
         self._dtype = dtype
-        self._encoder = Encoder(config.tokenizer_model, backend, verify=config.verify_tokenizer != "off",
-                                threads=encode_threads)
+        # `tokenizer`: the checked tokenizer of any kind (Job.worker_tokenizer); else the SentencePiece model.
+        self._encoder = (tokenizer or WorkerTokenizer(config.tokenizer_model)).encoder(
+            backend, verify=config.verify_tokenizer != "off", threads=encode_threads)
         self._selected = config.selection()
         self._schema = config.schema
         self._progress = progress or Reporter()

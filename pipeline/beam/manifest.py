@@ -63,10 +63,15 @@ def removed_entry(subsets: dict, files: dict) -> dict:
 
 
 def tokenizer_json(job) -> dict:
-    """The manifest's `tokenizer`: the model file, its hash, special ids and policy, the backend."""
+    """The manifest's `tokenizer`: the model file, its hash, special ids and policy, the backend.
+
+    A tokenizer other than SentencePiece adds its kind, files, where each special id came from, the
+    library versions (and a tiktoken file's encoding and pattern): kinds/base.Tokenizer.to_json.
+    The ids here are the job's (flags applied); a SentencePiece model's entry is as it always was.
+    """
     special = job.special
-    return {
-        "model": job.config.tokenizer_model.rsplit("/", 1)[-1],
+    out = {
+        "model": job.config.tokenizer_model.rstrip("/").rsplit("/", 1)[-1],
         "sha256": job.tokenizer_sha256,
         "vocab_size": special.vocab_size,
         "bos_id": special.bos_id,
@@ -79,3 +84,7 @@ def tokenizer_json(job) -> dict:
         "padding_id": special.padding_id,
         "backend": job.backend.to_json(),
     }
+    facts = getattr(job, "tokenizer_facts", None)
+    if facts:
+        out.update({k: v for k, v in facts.items() if k not in out and k != "path" and not k.endswith("_id")})
+    return out

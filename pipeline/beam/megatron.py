@@ -49,7 +49,7 @@ from pipeline.format.framing import FramedRecords
 from pipeline.io.outputs import LATEST_NAME, commit_output, latest_run, run_path
 from pipeline.io.publish import publish
 from pipeline.io.spill import SpilledRecords, load
-from pipeline.tokenize.model import SpecialIds
+from pipeline.tokenize.model import SpecialIds, WorkerTokenizer
 
 LOG = logging.getLogger(__name__)
 NO_TOKENS = "no_tokens"  # filter reason: text that encodes to no ids (preprocess_data.py writes nothing for it)
@@ -70,9 +70,10 @@ class TokenizeDocumentsFn(ChunkDocumentsFn):
     """Chunk -> the kept documents' tokens, one block per (group, epoch copy); see the module docstring."""
 
     def __init__(self, config: PipelineConfig, special: SpecialIds, backend: str = "sentencepiece",
-                 encode_threads: int | None = None, spill_dir: str | None = None, progress: Reporter | None = None):
+                 encode_threads: int | None = None, spill_dir: str | None = None, progress: Reporter | None = None,
+                 tokenizer: WorkerTokenizer | None = None):
         super().__init__(config, special, fmt.token_dtype(special.vocab_size), backend, encode_threads, spill_dir,
-                         progress)
+                         progress, tokenizer)
 
     def process(self, element):
         cfg, special = self._config, self._special
@@ -220,7 +221,8 @@ def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) 
     tokenizer, progress = tokenizer_json(job), reporter(job, workspace)
     dtype = fmt.token_dtype(job.special.vocab_size)
     docs = chunks | "TokenizeDocuments" >> beam.ParDo(
-        TokenizeDocumentsFn(cfg, job.special, job.backend.name, job.execution.encode_threads, spill_dir, progress)
+        TokenizeDocumentsFn(cfg, job.special, job.backend.name, job.execution.encode_threads, spill_dir, progress,
+                            tokenizer=job.worker_tokenizer)
     ).with_outputs(DEAD_LETTERS, STATS, COUNTS, main="documents")
     layout = (
         docs[COUNTS]

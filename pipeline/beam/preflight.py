@@ -31,7 +31,11 @@ from pipeline.io.layout_check import check_layout
 from pipeline.io.outputs import new_run_id
 from pipeline.io.snapshot import take_snapshots
 from pipeline.io.urls import redact_url, refuse_credentials
-from pipeline.tokenize.model import SpecialIds, TokenizerModel
+from pipeline.tokenize.engines import BACKENDS as SENTENCEPIECE_BACKENDS
+from pipeline.tokenize.kind_check import choose_kind_backend
+from pipeline.tokenize.kind_engines import REFERENCE, backends
+from pipeline.tokenize.kinds.base import SENTENCEPIECE, TokenizerFileError
+from pipeline.tokenize.model import SpecialIds, TokenizerModel, WorkerTokenizer
 from pipeline.tokenize.self_check import BackendChoice, EarlyChoice, choose_backend
 
 LOG = logging.getLogger("pipeline")
@@ -55,6 +59,13 @@ class Job:
     # (path, snapshot) of every input at launch, checked as each is read (pipeline/io/snapshot.py).
     snapshots: tuple[tuple[str, tuple], ...] = ()
     eval_files: tuple[str, ...] = ()  # --decontaminate, expanded
+    tokenizer: WorkerTokenizer | None = None  # where workers load it (None: config.tokenizer_model, SentencePiece)
+    tokenizer_facts: dict | None = None  # the manifest's description of a tokenizer other than SentencePiece
+
+    @property
+    def worker_tokenizer(self) -> WorkerTokenizer:
+        """What each worker loads the tokenizer from."""
+        return self.tokenizer or WorkerTokenizer(self.config.tokenizer_model)
 
 
 def translated(options: PipelineOptions) -> tuple[bool, str | None]:
@@ -76,13 +87,33 @@ def check_columns(input_files: list[str], config) -> None:
 
 
 def load_model(config: PipelineConfig) -> TokenizerModel:
-    """The job's tokenizer model, read once; a missing file is a UsageError naming the flag."""
+    """The job's tokenizer model, read once, of whichever kind; a file that cannot be used is a UsageError."""
     try:
-        return TokenizerModel.load(config.tokenizer_model)
+        return TokenizerModel.load(config.tokenizer_model, tiktoken_name=config.tiktoken_encoding)
     except FileNotFoundError:
         raise UsageError(f"--tokenizer_model: no such file {redact_url(config.tokenizer_model)}") from None
     except NotAFileError as e:  # a folder, a device, a FIFO, or a file past the size bound
         raise UsageError(f"--tokenizer_model {redact_url(config.tokenizer_model)!r}: {e}") from None
+    except TokenizerFileError as e:
+        raise UsageError(f"--tokenizer_model: {e}") from None
+
+
+def requested_backend(config: PipelineConfig, kind: str) -> str:
+    """--tokenizer_backend for a tokenizer of `kind`: its reference when not given; one not valid for it is refused."""
+    if kind == SENTENCEPIECE:
+        names, reference = SENTENCEPIECE_BACKENDS, SENTENCEPIECE
+    else:
+        names, reference = backends(kind), REFERENCE[kind]
+    requested = config.tokenizer_backend or reference
+    if requested not in names:
+        raise UsageError(f"--tokenizer_backend {requested} does not apply to a {kind} tokenizer "
+                         f"({redact_url(config.tokenizer_model)}): choose one of {', '.join(names)}")
+    return requested
+
+
+def resolved(config: PipelineConfig, model: TokenizerModel) -> PipelineConfig:
+    """The config with --tokenizer_backend resolved for the model's kind (what the manifest records)."""
+    return dataclasses.replace(config, tokenizer_backend=requested_backend(config, model.kind))
 
 
 def prepare(config: PipelineConfig, options: PipelineOptions, model: TokenizerModel | None = None,
@@ -108,13 +139,23 @@ def prepare(config: PipelineConfig, options: PipelineOptions, model: TokenizerMo
     check_layout(config.schema, [f for f in input_files if not columnar.is_columnar(f)], config.max_line_bytes)
     check_columns(input_files, config)
     eval_files = expand_eval_files(config)
-    if model is None or model.path != config.tokenizer_model:
+    if model is None or model.path != config.tokenizer_model or model.tiktoken_name != config.tiktoken_encoding:
         model = load_model(config)
-    special = model.special_ids(add_bos=config.add_bos, add_eos=config.add_eos, bos_id=config.bos_id,
-                                eos_id=config.eos_id)
+    config = resolved(config, model)
+    try:
+        special = model.special_ids(add_bos=config.add_bos, add_eos=config.add_eos, bos_id=config.bos_id,
+                                    eos_id=config.eos_id, pad_id=config.pad_id)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     execution = plan_execution(options.view_as(StandardOptions).runner,
                                options.view_as(DirectOptions).direct_num_workers, input_files, config.fan_out,
                                config.tokenizer_threads, sum(file_sizes(input_files)))
+    if model.kind != SENTENCEPIECE:
+        backend = choose_kind_backend(config.tokenizer_backend, model.tokenizer, input_files, schema=config.schema)
+        return Job(config, tuple(input_files), special, model.sha256, backend, execution, new_run_id(),
+                   snapshots=take_snapshots(input_files), eval_files=tuple(eval_files),
+                   tokenizer=WorkerTokenizer(model.path, model.kind, model.sha256, model.tiktoken_name),
+                   tokenizer_facts=model.facts())
     backend = early.result(config.tokenizer_backend, model, input_files,
                            config.schema) if early is not None else None
     if backend is None:

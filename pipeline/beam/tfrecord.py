@@ -64,7 +64,7 @@ from pipeline.io.publish import publish
 from pipeline.io.spill import RecordReader
 from pipeline.io.spool import OrderedSpool
 from pipeline.io.urls import redact_url
-from pipeline.tokenize.model import SpecialIds
+from pipeline.tokenize.model import SpecialIds, WorkerTokenizer
 
 LOG = logging.getLogger(__name__)
 TAILS = "tails"
@@ -103,9 +103,10 @@ class ProcessChunkFn(ChunkDocumentsFn):
     """Chunk -> validated, tokenized, packed and serialized records of each epoch copy."""
 
     def __init__(self, config: PipelineConfig, special: SpecialIds, backend: str = "sentencepiece",
-                 encode_threads: int | None = None, spill_dir: str | None = None, progress: Reporter | None = None):
+                 encode_threads: int | None = None, spill_dir: str | None = None, progress: Reporter | None = None,
+                 tokenizer: WorkerTokenizer | None = None):
         super().__init__(config, special, records.token_dtype_for(special.vocab_size), backend, encode_threads,
-                         spill_dir, progress)
+                         spill_dir, progress, tokenizer)
         self._records = counter("records_from_chunks")
 
     def setup(self):
@@ -395,7 +396,7 @@ def build_output(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Work
     cfg, spill_dir = job.config, workspace.spill_dir
     processed = chunks | "TokenizeAndPack" >> beam.ParDo(
         ProcessChunkFn(cfg, job.special, job.backend.name, job.execution.encode_threads, spill_dir,
-                       reporter(job, workspace))
+                       reporter(job, workspace), tokenizer=job.worker_tokenizer)
     ).with_outputs(TAILS, DEAD_LETTERS, STATS, COUNTS,
                    PROVENANCE, main="records")
     if packs_best_fit(cfg):  # every chunk packed whole: no tails to join

@@ -29,6 +29,7 @@ from pipeline.format.manifest import ManifestError
 from pipeline.io.scratch import private_temp_dir
 from pipeline.io.signals import Interrupted, caught_signal, interruptible
 from pipeline.io.urls import is_local_url, refuse_credentials
+from pipeline.tokenize.kinds.base import SENTENCEPIECE
 from pipeline.tokenize.model import TokenizerModel
 from pipeline.tokenize.self_check import EarlyChoice
 
@@ -64,10 +65,12 @@ def early_choice(argv: list[str]) -> tuple[EarlyChoice | None, TokenizerModel | 
         refuse_credentials([("--input", u) for u in config.inputs] + [("--tokenizer_model", config.tokenizer_model)])
         if not is_local_url(config.tokenizer_model):
             return None, None
-        model = TokenizerModel.load(config.tokenizer_model)
+        model = TokenizerModel.load(config.tokenizer_model, tiktoken_name=config.tiktoken_encoding)
     except (ValueError, OSError):
         return None, None
-    return EarlyChoice(config.tokenizer_backend, model, list(config.inputs), config.schema), model
+    if model.kind != SENTENCEPIECE:  # no early check for the other kinds: the preflight checks them
+        return None, model
+    return EarlyChoice(config.tokenizer_backend or SENTENCEPIECE, model, list(config.inputs), config.schema), model
 
 
 def main(argv: list[str] | None = None) -> dict | None:

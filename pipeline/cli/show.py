@@ -30,6 +30,13 @@ from pipeline.io.urls import redact_url
 IDS_SHOWN = 64
 
 
+def tokenizer_sha256(path: str) -> str:
+    """The sha256 the manifest records for a tokenizer: of the file, or of a directory's tokenizer.json."""
+    from pipeline.tokenize.kinds.detect import is_dir  # only when there is a tokenizer to look at
+
+    return sha256_of(path.rstrip("/") + "/tokenizer.json" if is_dir(path) else path)
+
+
 def choose_tokenizer(manifest: dict, given: str | None) -> tuple[str | None, str]:
     """(the model to detokenize with, or None; a line saying which and why).
 
@@ -39,7 +46,7 @@ def choose_tokenizer(manifest: dict, given: str | None) -> tuple[str | None, str
     recorded = manifest.get("config", {}).get("tokenizer_model")
     if given:
         try:
-            actual = sha256_of(given)
+            actual = tokenizer_sha256(given)
         except FileNotFoundError:
             raise UsageError(f"--tokenizer_model: no such file {redact_url(given)}") from None
         if actual != expected:
@@ -51,7 +58,7 @@ def choose_tokenizer(manifest: dict, given: str | None) -> tuple[str | None, str
     if not recorded:
         return None, "tokenizer: the manifest records no model path; pass --tokenizer_model to detokenize"
     try:
-        actual = sha256_of(recorded)
+        actual = tokenizer_sha256(recorded)
     except (OSError, ValueError, ImportError) as e:
         return None, (f"tokenizer: the recorded model {redact_url(recorded)} is not reachable from here "
                       f"({type(e).__name__}); pass --tokenizer_model to detokenize")
@@ -61,10 +68,10 @@ def choose_tokenizer(manifest: dict, given: str | None) -> tuple[str | None, str
     return recorded, f"tokenizer: {redact_url(recorded)}, from the manifest (sha256 matches)"
 
 
-def _detokenized(ids: list[int], model: str, eos: int) -> str:
-    import sentencepiece as spm  # only when there is a model to decode with
+def _detokenized(ids: list[int], model: str, eos: int, tiktoken_name: str | None = None) -> str:
+    from pipeline.tokenize.kinds.detect import load_tokenizer  # only when there is a model to decode with
 
-    sp = spm.SentencePieceProcessor(model_file=model)
+    sp = load_tokenizer(model, tiktoken_name=tiktoken_name)  # any kind: SentencePiece, tokenizer.json, tiktoken
     # Show document boundaries: decode each document separately, joined by a visible marker.
     pieces, current = [], []
     for token in ids:
@@ -112,7 +119,7 @@ def show(output_dir: str, tokenizer_model: str | None = None, batch_size: int = 
     if model is None:
         lines.append(f"sequence 0 ({count}), first {IDS_SHOWN} ids: {ids[:IDS_SHOWN]}")
         return "\n".join(lines)
-    text = _detokenized(ids, model, eos)
+    text = _detokenized(ids, model, eos, manifest["tokenizer"].get("tiktoken_encoding"))
     lines.append(f"sequence 0 detokenized ({count}):")
     lines.append(text[:chars] + (" ..." if len(text) > chars else ""))
     return "\n".join(lines)
@@ -124,8 +131,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("output_dir", help="the pipeline's output directory (local path or URL), or a mixture.json "
                    "(or a --per_subset output's directory): its sources and weights (required)")
     p.add_argument("--tokenizer_model", metavar="FILE", default=None,
-                   help="the SentencePiece model the output was made with, checked against the manifest's "
-                   "sha256 (default: the model the manifest records, when reachable)")
+                   help="the tokenizer the output was made with (any kind: .model, tokenizer.json or its directory, "
+                   "tiktoken file), checked against the manifest's sha256 (default: the model the manifest records, "
+                   "when reachable)")
     p.add_argument("--batch_size", type=int, default=2, help="batch to read (default: 2)")
     p.add_argument("--summary", type=parse_bool, default=True, metavar="BOOL",
                    help="print the manifest's summary first; false after `run`, which printed it (default: true)")

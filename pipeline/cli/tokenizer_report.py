@@ -1,4 +1,4 @@
-"""`pile-pipeline tokenizer-report`: compare SentencePiece models on a stratified sample, per subset.
+"""`pile-pipeline tokenizer-report`: compare tokenizers of any kind on a stratified sample, per subset.
 
     pile-pipeline tokenizer-report --input 'val.jsonl.zst' --tokenizer_model a.model \
         --tokenizer_model b.model --out report.png [--json report.json]
@@ -23,9 +23,8 @@ from pipeline.config.inputs import DocumentLayout
 from pipeline.config.tokenizer import SampleConfig, TokenizerReportCommand
 from pipeline.core.options import ArgumentParser, UsageError, command_parser, options_from, parse_command_line
 from pipeline.core.subsets import ALL_NAMES, resolve_selection
-from pipeline.io.files import sha256_of
 from pipeline.io.urls import redact_url
-from pipeline.tokenize.model import load_processor
+from pipeline.tokenize.kinds.detect import load_tokenizer
 from pipeline.tokenize.report import measure, model_labels, plot, results_table, summarize
 from pipeline.tokenize.sample import iter_sample, load_sample_stats
 
@@ -51,8 +50,8 @@ def main(argv: list[str] | None = None) -> dict:
     argv = sys.argv[1:] if argv is None else argv
     args, beam_args = parse_args(argv)
     labels = model_labels(list(args.tokenizer_model), list(args.label) or None)
-    for path in args.tokenizer_model:
-        load_processor(path)  # fail fast on a missing or broken model, before sampling
+    # Fail fast on a missing or broken tokenizer (of any kind), before sampling.
+    digests = [load_tokenizer(path).sha256 for path in args.tokenizer_model]
     subsets, exclude = resolve_selection(args.subsets, args.exclude_subsets, args.any_names)
     every = subsets == (ALL_NAMES,)
     work_dir = args.from_sample or args.work_dir or tempfile.mkdtemp(prefix="tokenizer-report-")
@@ -88,8 +87,8 @@ def main(argv: list[str] | None = None) -> dict:
     plot(results, args.out, title)
     print(f"chart: {args.out}")
     report = {
-        "models": {label: {"path": redact_url(path), "sha256": sha256_of(path)}
-                   for label, path in zip(labels, args.tokenizer_model, strict=True)},
+        "models": {label: {"path": redact_url(path), "sha256": sha}
+                   for label, path, sha in zip(labels, args.tokenizer_model, digests, strict=True)},
         "sample": {k: stats[k] for k in ("sha256", "documents", "bytes", "config")},
         "results": results,
     }

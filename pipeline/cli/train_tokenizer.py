@@ -2,9 +2,10 @@
 
     pile-pipeline train-tokenizer --input 'train/*.jsonl.zst' --model_prefix tokenizers/pile32k/pile32k
 
-writes PREFIX.model, PREFIX.vocab and PREFIX.card.json. The sample's rules, the trainer and the
-card are described in pipeline/tokenize/sample.py, trainer.py and card.py; the sample is drawn by a Beam job, so every
-Beam flag works here as for `pile-pipeline run`.
+writes PREFIX.model, PREFIX.vocab and PREFIX.card.json; `--kind bpe --vocab_size N` instead writes a
+byte-level BPE tokenizer.json (GPT-NeoX-20B's recipe) in the directory PREFIX/ (pipeline/tokenize/bpe_trainer.py).
+The sample's rules, the trainer and the card are described in pipeline/tokenize/sample.py, trainer.py
+and card.py; the sample is drawn by a Beam job, so every Beam flag works here as for `pile-pipeline run`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pipeline.core.options import ArgumentParser, UsageError, command_parser, pa
 from pipeline.core.subsets import PILE_SUBSETS
 from pipeline.core.tables import format_table
 from pipeline.io.urls import refuse_credentials
+from pipeline.tokenize.bpe_trainer import output_files, train_bpe_from_sample
 from pipeline.tokenize.sample import load_sample_stats
 from pipeline.tokenize.trainer import train_from_sample
 
@@ -71,8 +73,9 @@ def main(argv: list[str] | None = None) -> dict | None:
     command, sample, trainer, beam_args = parse_args(argv)
     if command.model_prefix:
         refuse_credentials([("--model_prefix", command.model_prefix)])
-        existing = [command.model_prefix + ext for ext in (".model", ".vocab", ".card.json")
-                    if _exists(command.model_prefix + ext)]
+        wanted = (output_files(command.model_prefix) if command.kind == "bpe"
+                  else [command.model_prefix + ext for ext in (".model", ".vocab", ".card.json")])
+        existing = [path for path in wanted if _exists(path)]
         if existing and not command.overwrite:
             raise FileExistsError(f"{existing[0]} exists: pass --overwrite to replace the tokenizer")
     # The card's arguments: where the sample came from and where the model went.
@@ -80,8 +83,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     if command.from_sample:
         stats = load_sample_stats(command.from_sample)
         print_sample(stats)
-        return train_from_sample(command.from_sample, command.model_prefix, trainer,
-                                 {**arguments, "from_sample": command.from_sample})
+        return train(command, trainer, command.from_sample, {**arguments, "from_sample": command.from_sample})
     own_work_dir = command.work_dir is None
     work_dir = command.work_dir or tempfile.mkdtemp(prefix="tokenizer-sample-")
     try:
@@ -89,10 +91,17 @@ def main(argv: list[str] | None = None) -> dict | None:
         print_sample(stats)
         if command.sample_only:
             return None
-        return train_from_sample(work_dir, command.model_prefix, trainer, {**arguments, "input": list(sample.inputs)})
+        return train(command, trainer, work_dir, {**arguments, "input": list(sample.inputs)})
     finally:
         if own_work_dir:
             shutil.rmtree(work_dir, ignore_errors=True)
+
+
+def train(command: TrainTokenizerCommand, trainer: TrainerConfig, work_dir: str, arguments: dict) -> dict:
+    """Train the tokenizer of --kind on the sample in `work_dir`; returns its card."""
+    if command.kind == "bpe":
+        return train_bpe_from_sample(work_dir, command.model_prefix, trainer.vocab_size, {**arguments, "kind": "bpe"})
+    return train_from_sample(work_dir, command.model_prefix, trainer, arguments)
 
 
 def print_sample(stats: dict) -> None:

@@ -26,7 +26,12 @@ from pipeline.core.subsets import (
 from pipeline.format.megatron import subset_slug
 from pipeline.io.inputs import ChunkSizes
 from pipeline.io.urls import redact_url
-from pipeline.tokenize.engines import BACKENDS
+from pipeline.tokenize.engines import BACKENDS as SENTENCEPIECE_BACKENDS
+from pipeline.tokenize.kind_engines import FAST, REFERENCE
+
+# Every --tokenizer_backend value; which apply depends on the tokenizer's kind (checked in
+# pipeline/beam/preflight.py against kind_engines.backends(kind)).
+BACKENDS = tuple(dict.fromkeys([*SENTENCEPIECE_BACKENDS, *(b for k in REFERENCE for b in (REFERENCE[k], *FAST[k]))]))
 
 _SPLIT_NAME = re.compile(r"^[A-Za-z0-9_]+$")
 REMAINDER_POLICIES = ("pad", "drop")
@@ -52,7 +57,16 @@ class PipelineConfig(DocumentLayout, ChunkSizes):
         "folders (local, EFS, s3://); several after one --input, or --input repeated", many=True,
         metavar="PATTERN", flag="--input")
     output_dir: str = option(help="local path, EFS mount or s3:// URL", metavar="DIR", recorded=False)
-    tokenizer_model: str = option(help="SentencePiece .model (Llama-2's tokenizer.model works)", metavar="FILE")
+    tokenizer_model: str = option(
+        help="the tokenizer, its kind read from the file: a SentencePiece .model (Llama-2's tokenizer.model), a "
+        "Hugging Face tokenizer.json or a directory holding one (GPT-NeoX-20B, Llama-3), or a tiktoken BPE ranks "
+        "file with its pattern and specials in <file>.json or --tiktoken_encoding (docs/tokenizers.md)",
+        metavar="FILE")
+    # Recorded by the manifest's `tokenizer` (its encoding, pattern and pad id), not in `config`.
+    tiktoken_encoding: str | None = option(
+        None, recorded=False, metavar="NAME", shown_default="the JSON beside the ranks file",
+        help="a tiktoken ranks file's built-in split pattern and special tokens: cl100k_base, o200k_base, llama3, "
+        "r50k_base (the ranks are still read from --tokenizer_model; nothing is downloaded)")
     seq_len: int = option(2048, help="label positions per record; records hold seq_len + 1 tokens")
     shard_size_mb: float = option(1024.0, help="upper bound per shard in MiB (+ one record)")
     split: str = option("train", help="shard name prefix: train-00000-of-00042.tfrecord")
@@ -72,6 +86,8 @@ class PipelineConfig(DocumentLayout, ChunkSizes):
     add_eos: bool = option(True, help="EOS after every document (the model's id, or --eos_id)")
     bos_id: int | None = option(None, shown_default="the model's", help="BOS id instead of the model's")
     eos_id: int | None = option(None, shown_default="the model's", help="EOS id instead of the model's")
+    pad_id: int | None = option(None, recorded=False, shown_default="the model's, else the separator",
+                                help="id of padded positions instead of the model's")
     remainder: str = option("pad", choices=REMAINDER_POLICIES,
                             help="the job's one partial record: pad (marked by valid_labels) or drop")
     document_boundaries: bool = option(False, help="also write seqio-style segment_ids and positions")
@@ -95,12 +111,14 @@ class PipelineConfig(DocumentLayout, ChunkSizes):
         0.05, recorded=False,
         help="fail the job, writing no manifest, when more than this share of the lines are dead letters "
         "(they are still written, to be looked at); 1 accepts any share. A job with no records always fails")
-    tokenizer_backend: str = option(
-        "sentencepiece", choices=BACKENDS,
-        help="gigatoken, kitoken or auto: faster engines, used only when their ids equal SentencePiece's")
+    tokenizer_backend: str | None = option(
+        None, choices=BACKENDS, shown_default="the kind's own library: sentencepiece, tokenizers or tiktoken",
+        help="auto or a fast engine, used only when its ids equal the kind's own library's: gigatoken, kitoken "
+        "(SentencePiece); tokenizers_batch, gigatoken (tokenizer.json); tiktoken_batch (tiktoken)")
     verify_tokenizer: str = option(
         "off", choices=VERIFY_TOKENIZER_MODES, const="dead_letter",
-        help="also run SentencePiece on every document and dead-letter (or fail on) any mismatch")
+        help="also run the reference (the kind's own library) on every document and dead-letter (or fail on) "
+        "any mismatch")
     overwrite: bool = option(False, recorded=False,
                              help="replace a previous output of this pipeline in --output_dir")
     fan_out: str = option(
@@ -169,12 +187,15 @@ class PipelineConfig(DocumentLayout, ChunkSizes):
         if not _SPLIT_NAME.match(self.split):
             raise ValueError(f"--split {self.split!r}: use letters, digits and underscores only")
         for name, choices in (("remainder", REMAINDER_POLICIES), ("on_corrupt_file", CORRUPT_FILE_POLICIES),
-                              ("tokenizer_backend", BACKENDS), ("verify_tokenizer", VERIFY_TOKENIZER_MODES),
+                              ("verify_tokenizer", VERIFY_TOKENIZER_MODES),
                               ("fan_out", FAN_OUT_CHOICES), ("subset_names", SUBSET_NAME_CHOICES),
                               ("packing", PACKING_MODES), ("dedup", DEDUP_MODES),
                               ("dedup_normalization", NORMALIZATIONS)):
             if getattr(self, name) not in choices:
                 raise ValueError(f"--{name} must be one of {', '.join(choices)}; got {getattr(self, name)!r}")
+        if self.tokenizer_backend is not None and self.tokenizer_backend not in BACKENDS:
+            raise ValueError(f"--tokenizer_backend must be one of {', '.join(BACKENDS)}; "
+                             f"got {self.tokenizer_backend!r}")
         any_names = self.subset_names == "any"
         # Normalized here so that the config (and the manifest) holds the selection itself.
         subsets, exclude = resolve_selection(self.subsets, self.exclude_subsets, any_names)

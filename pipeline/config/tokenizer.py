@@ -227,7 +227,13 @@ class TrainTokenizerCommand:
 
     model_prefix: str | None = option(
         None, metavar="PREFIX", shown_default="none; required unless --sample_only",
-        help="writes PREFIX.model, PREFIX.vocab, PREFIX.card.json (local path or URL)")
+        help="writes PREFIX.model, PREFIX.vocab, PREFIX.card.json (local path or URL); with --kind bpe the "
+        "directory PREFIX/ (tokenizer.json, tokenizer_config.json, card.json)")
+    kind: str = option(
+        "sentencepiece", choices=("sentencepiece", "bpe"),
+        help="sentencepiece: a SentencePiece .model (the trainer flags below); bpe: a byte-level BPE tokenizer.json "
+        "with Hugging Face tokenizers, GPT-NeoX-20B's recipe (<|endoftext|>, --vocab_size; the other trainer "
+        "flags do not apply)")
     work_dir: str | None = option(
         None, metavar="DIR", help="keep sample.jsonl and sample_stats.json here (local or s3://; a remote runner "
         "needs a shared location); default: a temporary directory, removed at the end")
@@ -242,7 +248,8 @@ class TokenizerReportCommand(DocumentLayout):
     """`tokenizer-report`'s flags."""
 
     tokenizer_model: tuple[str, ...] = option(
-        help="SentencePiece .model; repeat (or give several) to compare models on the same sample",
+        help="a tokenizer of any kind (.model, tokenizer.json or its directory, tiktoken file with its JSON); repeat "
+        "(or give several) to compare them on the same sample",
         many=True, required=True, metavar="FILE")
     out: str = option(help="PNG chart to write", metavar="PNG")
     inputs: tuple[str, ...] = option(

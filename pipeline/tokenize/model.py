@@ -1,9 +1,12 @@
 """The tokenizer model as the pipeline uses it: read once in the driver, special ids resolved.
 
 The model file is the single source of truth. The driver reads it once (`TokenizerModel.load`):
-its sha256, its ids and every check (the backend self-check too) come from those bytes. What is
-shipped to workers is its path (and the resolved `SpecialIds`), never a loaded processor: each
-worker loads the model in `setup()`.
+its kind (from its bytes), sha256, ids and every check (the backend self-check too) come from it.
+Any kind of pipeline/tokenize/kinds/ (a SentencePiece .model, a Hugging Face tokenizer.json, a
+tiktoken ranks file): the SentencePiece path keeps its own engines (pipeline/tokenize/engines.py),
+the others load through kinds/detect.py. What is shipped to workers is the location and sha256
+(`worker_encoder`) and the resolved `SpecialIds`, never a loaded processor: each worker loads the
+tokenizer in `setup()`.
 """
 
 from __future__ import annotations
@@ -16,8 +19,16 @@ import sentencepiece as spm
 
 from pipeline.io.files import NotAFileError, read_bytes
 from pipeline.io.urls import redact_url
-
-SENTENCEPIECE = "sentencepiece"
+from pipeline.tokenize.kinds import detect
+from pipeline.tokenize.kinds.base import (  # noqa: F401 -- SpecialIds is this module's public name too
+    HUGGINGFACE,
+    SENTENCEPIECE,
+    TIKTOKEN,
+    SpecialIds,
+    Tokenizer,
+    TokenizerFileError,
+)
+from pipeline.tokenize.kinds.base import special_ids as kind_special_ids
 
 
 def load_processor(path: str, flag: str = "--tokenizer_model") -> spm.SentencePieceProcessor:
@@ -35,29 +46,6 @@ def load_processor(path: str, flag: str = "--tokenizer_model") -> spm.SentencePi
     except Exception as e:  # sentencepiece raises RuntimeError/OSError variants
         raise ValueError(f"{flag} {redact_url(path)} is not a SentencePiece model: {e}") from e
     return sp
-
-
-@dataclasses.dataclass(frozen=True)
-class SpecialIds:
-    """Special token ids from the model, with the document-boundary policy applied."""
-
-    vocab_size: int
-    bos_id: int  # -1 when the model has none
-    eos_id: int
-    pad_id: int
-    unk_id: int
-    add_bos: bool
-    add_eos: bool
-
-    @property
-    def separator_id(self) -> int:
-        """The token that starts every stream (context for a document's first token)."""
-        return self.eos_id if self.add_eos else self.bos_id
-
-    @property
-    def padding_id(self) -> int:
-        """Id written into padded positions: the model's pad id, else the separator."""
-        return self.pad_id if self.pad_id >= 0 else self.separator_id
 
 
 def resolve_special_ids(
@@ -104,9 +92,15 @@ def _sentencepiece_ids(path: str, data: bytes) -> tuple[int, int, int, int, int]
     return sp.get_piece_size(), sp.bos_id(), sp.eos_id(), sp.pad_id(), sp.unk_id()
 
 
-# What each kind of model file gives the pipeline: (vocab size, BOS, EOS, pad, unk) from its bytes
-# (-1 for an id the model lacks). A new kind (a tokenizer.json, a tiktoken file) is one more entry.
-KINDS: dict[str, Callable[[str, bytes], tuple[int, int, int, int, int]]] = {SENTENCEPIECE: _sentencepiece_ids}
+def _tokenizer_ids(tokenizer: Tokenizer) -> tuple[int, int, int, int, int]:
+    """(vocab size, BOS, EOS, pad, unk) of a loaded tokenizer of kinds/ (its own config's ids)."""
+    return tokenizer.vocab_size, tokenizer.bos_id, tokenizer.eos_id, tokenizer.pad_id, tokenizer.unk_id
+
+
+# What each kind of model file gives the pipeline: (vocab size, BOS, EOS, pad, unk) (-1 for an id the
+# model lacks), from the file's bytes (SentencePiece) or from its loaded `Tokenizer` (the others).
+KINDS: dict[str, Callable] = {SENTENCEPIECE: _sentencepiece_ids, HUGGINGFACE: _tokenizer_ids,
+                              TIKTOKEN: _tokenizer_ids}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,24 +120,94 @@ class TokenizerModel:
     eos_id: int
     pad_id: int
     unk_id: int
+    # The loaded tokenizer (kinds other than SentencePiece): the self-check's reference and the manifest's facts.
+    tokenizer: Tokenizer | None = dataclasses.field(default=None, repr=False, compare=False)
+    tiktoken_name: str | None = None  # the built-in pattern and specials of a tiktoken ranks file
 
     @classmethod
-    def load(cls, path: str, kind: str = SENTENCEPIECE) -> TokenizerModel:
-        """Read the model at a local path or fsspec URL (FileNotFoundError when there is none)."""
-        return cls.from_bytes(path, read_bytes(path), kind)
+    def load(cls, path: str, kind: str | None = None, *, tiktoken_name: str | None = None) -> TokenizerModel:
+        """Read the tokenizer at a local path or fsspec URL, its kind detected unless given.
+
+        FileNotFoundError when there is none; TokenizerFileError (a ValueError naming the file) when it
+        is of no known kind or cannot be used.
+        """
+        directory = kind is None and detect.is_dir(path)
+        data = None if directory else read_bytes(path)
+        if kind is None:
+            kind = HUGGINGFACE if directory else detect.kind_of(redact_url(path), data)
+        if kind == SENTENCEPIECE:
+            if tiktoken_name is not None:
+                raise TokenizerFileError(f"{redact_url(path)}: a SentencePiece model, not a tiktoken ranks "
+                                         f"file: --tiktoken_encoding {tiktoken_name} does not apply")
+            return cls.from_bytes(path, data, kind)
+        expected = None if data is None else hashlib.sha256(data).hexdigest()
+        return cls.of_tokenizer(path, detect.load_tokenizer(path, tiktoken_name=tiktoken_name,
+                                                            expected_sha256=expected), tiktoken_name)
 
     @classmethod
     def from_bytes(cls, path: str, data: bytes, kind: str = SENTENCEPIECE) -> TokenizerModel:
-        """The model of `kind` held in `data` (read from `path`); ValueError when it is not one."""
-        if kind not in KINDS:
-            raise ValueError(f"{path}: unknown kind of tokenizer model {kind!r} (known: {', '.join(KINDS)})")
+        """The SentencePiece model held in `data` (read from `path`); ValueError when it is not one."""
+        if kind != SENTENCEPIECE:
+            raise ValueError(f"{path}: unknown kind of tokenizer model {kind!r} (known: {', '.join(KINDS)}; "
+                             "the others load with TokenizerModel.load)")
         return cls(path, kind, data, hashlib.sha256(data).hexdigest(), *KINDS[kind](path, data))
 
+    @classmethod
+    def of_tokenizer(cls, path: str, tokenizer: Tokenizer, tiktoken_name: str | None = None) -> TokenizerModel:
+        """The model of a loaded tokenizer of kinds/ (read from `path`)."""
+        if tokenizer.kind not in KINDS:
+            raise ValueError(f"{path}: unknown kind of tokenizer model {tokenizer.kind!r}")
+        return cls(path, tokenizer.kind, getattr(tokenizer, "data", b""), tokenizer.sha256,
+                   *KINDS[tokenizer.kind](tokenizer), tokenizer=tokenizer, tiktoken_name=tiktoken_name)
+
     def special_ids(self, *, add_bos: bool, add_eos: bool, bos_id: int | None = None,
-                    eos_id: int | None = None) -> SpecialIds:
-        """The model's special ids with the BOS/EOS policy applied (`special_ids_of`)."""
-        return special_ids_of(self.vocab_size, self.bos_id, self.eos_id, self.pad_id, self.unk_id,
-                              add_bos=add_bos, add_eos=add_eos, bos_id=bos_id, eos_id=eos_id)
+                    eos_id: int | None = None, pad_id: int | None = None) -> SpecialIds:
+        """The model's special ids with the BOS/EOS policy applied (flags win over the model's own ids)."""
+        if self.kind != SENTENCEPIECE:
+            return kind_special_ids(self.tokenizer, add_bos=add_bos, add_eos=add_eos, bos_id=bos_id, eos_id=eos_id,
+                                    pad_id=pad_id)
+        special = special_ids_of(self.vocab_size, self.bos_id, self.eos_id, self.pad_id, self.unk_id,
+                                 add_bos=add_bos, add_eos=add_eos, bos_id=bos_id, eos_id=eos_id)
+        if pad_id is None:
+            return special
+        if not 0 <= pad_id < self.vocab_size:
+            raise ValueError(f"--pad_id={pad_id} is outside the vocabulary (size {self.vocab_size})")
+        return dataclasses.replace(special, pad_id=pad_id)
+
+    def facts(self) -> dict | None:
+        """The tokenizer's description for the manifest (kind, files, sources, versions); None for SentencePiece."""
+        if self.tokenizer is None:
+            return None
+        out = self.tokenizer.to_json()
+        if self.tiktoken_name is not None:
+            out["tiktoken_encoding"] = self.tiktoken_name
+        return out
+
+    def worker_encoder(self, backend: str, *, verify: bool = False, threads: int | None = None):
+        """What each worker loads the checked tokenizer with (`WorkerTokenizer.encoder`)."""
+        return WorkerTokenizer(self.path, self.kind, self.sha256, self.tiktoken_name).encoder(
+            backend, verify=verify, threads=threads)
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerTokenizer:
+    """Where workers load the tokenizer the driver checked: location, kind, sha256 (small; pickles as it is)."""
+
+    path: str
+    kind: str = SENTENCEPIECE
+    sha256: str | None = None
+    tiktoken_name: str | None = None
+
+    def encoder(self, backend: str, *, verify: bool = False, threads: int | None = None):
+        """The batch encoder of `backend`: engines.Encoder for SentencePiece, kind_engines.KindEncoder otherwise."""
+        if self.kind == SENTENCEPIECE:
+            from pipeline.tokenize.engines import Encoder
+
+            return Encoder(self.path, backend, verify=verify, threads=threads)
+        from pipeline.tokenize.kind_engines import KindEncoder
+
+        return KindEncoder(self.path, backend, sha256=self.sha256, tiktoken_name=self.tiktoken_name, verify=verify,
+                           threads=threads)
 
 
 def as_model(model: TokenizerModel | str) -> TokenizerModel:

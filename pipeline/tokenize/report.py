@@ -33,6 +33,8 @@ import numpy as np
 
 from pipeline.core.subsets import pile_mix_weights
 from pipeline.core.tables import format_table
+from pipeline.tokenize.kinds.base import SENTENCEPIECE
+from pipeline.tokenize.kinds.detect import detect_kind, load_tokenizer
 from pipeline.tokenize.model import load_processor
 
 LOG = logging.getLogger("pipeline.tokenizer_report")
@@ -68,15 +70,31 @@ class Counts:
 
 
 def measure(model_path: str, docs: Iterable[tuple[str, str]], num_threads: int = 0) -> dict[str, Counts]:
-    """Count bytes, tokens, unknown and byte pieces per subset for (subset, text) documents."""
-    sp = load_processor(model_path)
-    size = sp.get_piece_size()
-    is_byte = np.array([sp.is_byte(i) for i in range(size)], dtype=bool)
-    unk_id = sp.unk_id()
+    """Count bytes, tokens, unknown and byte pieces per subset for (subset, text) documents.
+
+    Any kind of tokenizer (kinds/detect.py): a SentencePiece model's byte-fallback pieces are counted;
+    a tokenizer.json or tiktoken file is encoded with its reference (its byte-level tokens are not
+    fallbacks, so they count 0).
+    """
+    if detect_kind(model_path) == SENTENCEPIECE:
+        sp = load_processor(model_path)
+        is_byte = np.array([sp.is_byte(i) for i in range(sp.get_piece_size())], dtype=bool)
+        unk_id = sp.unk_id()
+
+        def encode(texts):
+            return sp.encode(texts, num_threads=num_threads)
+    else:
+        tok = load_tokenizer(model_path)
+        is_byte = np.zeros(tok.vocab_size, dtype=bool)
+        unk_id = tok.unk_id
+
+        def encode(texts):
+            ids, offsets = tok.encode(texts)
+            return [ids[a:b] for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
     counts: dict[str, Counts] = {}
 
     def flush(batch):
-        encoded = sp.encode([text for _, text in batch], num_threads=num_threads)
+        encoded = encode([text for _, text in batch])
         for (subset, text), ids in zip(batch, encoded, strict=True):
             arr = np.asarray(ids, dtype=np.int64)
             c = counts.setdefault(subset, Counts())

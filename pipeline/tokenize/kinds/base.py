@@ -10,6 +10,7 @@ encoded as text (never as control ids), no BOS/EOS. Its ids fit below `vocab_siz
 from __future__ import annotations
 
 import abc
+import dataclasses
 import itertools
 
 import numpy as np
@@ -34,6 +35,29 @@ def flatten(lists: list) -> tuple[np.ndarray, np.ndarray]:
     np.cumsum([len(x) for x in lists], out=offsets[1:])
     ids = np.fromiter(itertools.chain.from_iterable(lists), np.int32, int(offsets[-1]))
     return ids, offsets
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecialIds:
+    """Special token ids from the model, with the document-boundary policy applied."""
+
+    vocab_size: int
+    bos_id: int  # -1 when the model has none
+    eos_id: int
+    pad_id: int
+    unk_id: int
+    add_bos: bool
+    add_eos: bool
+
+    @property
+    def separator_id(self) -> int:
+        """The token that starts every stream (context for a document's first token)."""
+        return self.eos_id if self.add_eos else self.bos_id
+
+    @property
+    def padding_id(self) -> int:
+        """Id written into padded positions: the model's pad id, else the separator."""
+        return self.pad_id if self.pad_id >= 0 else self.separator_id
 
 
 class Tokenizer(abc.ABC):
@@ -95,13 +119,11 @@ class Tokenizer(abc.ABC):
 
 def special_ids(tokenizer: Tokenizer, *, add_bos: bool, add_eos: bool, bos_id: int | None = None,
                 eos_id: int | None = None, pad_id: int | None = None):
-    """The document-boundary policy applied to a tokenizer of any kind: a `model.SpecialIds`.
+    """The document-boundary policy applied to a tokenizer of any kind: a `SpecialIds`.
 
     Overrides (flags) win over the tokenizer's own ids; a policy that needs an id the tokenizer lacks,
     or an id outside the vocabulary, is a ValueError naming the flag and where the ids were looked for.
     """
-    from pipeline.tokenize.model import SpecialIds
-
     if not (add_bos or add_eos):
         raise ValueError("Documents need a boundary token: with neither EOS nor BOS, packed documents would run "
                          "into each other. Keep the default EOS or pass --add_bos.")

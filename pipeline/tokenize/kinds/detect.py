@@ -42,7 +42,8 @@ def _read(url: str) -> bytes | None:
         return f.read()
 
 
-def _is_dir(url: str) -> bool:
+def is_dir(url: str) -> bool:
+    """Whether `url` is a directory (a Hugging Face one holds tokenizer.json)."""
     fs, path = fsspec.core.url_to_fs(url)
     return fs.isdir(path)
 
@@ -75,7 +76,7 @@ def kind_of(path: str, data: bytes) -> str:
 def detect_kind(path: str) -> str:
     """The kind of the tokenizer at `path` (a file or a Hugging Face directory)."""
     shown = redact_url(path)
-    if _is_dir(path):
+    if is_dir(path):
         if _read(posixpath.join(path.rstrip("/"), hf_json.TOKENIZER_JSON)) is None:
             raise UnknownTokenizerKind(f"{shown}: a directory without {hf_json.TOKENIZER_JSON}; expected {_KNOWN}")
         return HUGGINGFACE
@@ -94,7 +95,7 @@ def load_tokenizer(path: str, *, tiktoken_name: str | None = None, expected_sha2
     """
     shown = redact_url(path)
     directory = None
-    if _is_dir(path):
+    if is_dir(path):
         directory = path.rstrip("/")
         main = posixpath.join(directory, hf_json.TOKENIZER_JSON)
     else:

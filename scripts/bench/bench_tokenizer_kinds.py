@@ -1,0 +1,161 @@
+"""A Hugging Face `tokenizer.json` side by side: the bare loop, our job (reference and auto), datatrove, Megatron-LM.
+
+    python scripts/bench/bench_tokenizer_kinds.py [--mb 200] [--vocab 32000] [--workers 2] [--rounds 3]
+        [--workdir DIR] [--datatrove_python PY] [--megatron_lm DIR --megatron_python PY]
+
+1. Corpus: scripts/bench/real_text_corpus.py's real text (8 train/*.jsonl.zst files, --mb of JSON
+   lines), and, outside any timing, one corpus.jsonl of the same lines for Megatron's tool.
+2. Tokenizer: a GPT-NeoX-20B-style byte-level BPE tokenizer.json of --vocab ids trained here on every
+   4th document (pipeline/tokenize/bpe_trainer.py), `<|endoftext|>` as EOS (its tokenizer_config.json).
+3. Timed, each a whole command in a fresh subprocess, in interleaved rounds (medians reported):
+   - bare loop: one process, zstd + json + `tokenizers.Tokenizer.encode` per document (+1 EOS);
+   - ours, reference: `pile-pipeline run --output_format megatron --tokenizer_backend tokenizers`,
+     --workers DirectRunner workers;
+   - ours, auto: the same with `--tokenizer_backend auto` (tokenizers_batch behind the self-check);
+   - datatrove (with --datatrove_python, a venv with `pip install datatrove`): its JsonlReader and
+     DocumentTokenizer over the same files, --workers tasks;
+   - Megatron-LM (with --megatron_lm and --megatron_python, a venv with torch and transformers):
+     `tools/preprocess_data.py --tokenizer-type HuggingFaceTokenizer --append-eod --workers N`.
+   A peer without its flag is not run; its command is printed instead.
+4. Checks: the auto run's shards equal the reference run's, byte for byte.
+Prints a Markdown table (MB/s of JSON lines, x the bare loop) and the 1-minute load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import hashlib
+import json
+import os
+import statistics
+import sys
+import tempfile
+
+import real_text_corpus  # scripts/bench/ is on sys.path when run as a script
+from baseline import REPO, timed
+
+sys.path.insert(0, REPO)
+
+BARE = r"""
+import glob, json, sys, time, zstandard
+from tokenizers import Tokenizer
+tok = Tokenizer.from_file(sys.argv[2]); tok.encode_special_tokens = True
+docs = tokens = 0
+for path in sorted(glob.glob(sys.argv[1])):
+    with open(path, "rb") as f:
+        data = zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True).read()
+    for line in data.split(b"\n"):
+        if line:
+            tokens += len(tok.encode(json.loads(line)["text"], add_special_tokens=False).ids) + 1
+            docs += 1
+print(json.dumps({"docs": docs, "tokens": tokens}))
+"""
+
+DATATROVE = r"""
+import sys
+from datatrove.executor import LocalPipelineExecutor
+from datatrove.pipeline.readers import JsonlReader
+from datatrove.pipeline.tokens import DocumentTokenizer
+inputs, tokenizer, out, workers = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+LocalPipelineExecutor(pipeline=[JsonlReader(inputs, glob_pattern="*.jsonl.zst", compression="zstd"),
+                                DocumentTokenizer(out, tokenizer_name_or_path=tokenizer, eos_token="<|endoftext|>")],
+                      tasks=workers, workers=workers, logging_dir=out + "-logs").run()
+"""
+
+
+def shard_digests(out: str) -> dict:
+    """{file name: sha256} of the .bin/.idx files of an output (run directory names left out)."""
+    return {os.path.basename(p): hashlib.sha256(open(p, "rb").read()).hexdigest()
+            for p in sorted(glob.glob(os.path.join(out, "**", "*.bin"), recursive=True)
+                            + glob.glob(os.path.join(out, "**", "*.idx"), recursive=True))}
+
+
+def prepare(work: str, mb: float, vocab: int) -> tuple[str, str, str, int]:
+    """(train glob, corpus.jsonl, tokenizer directory, bytes of JSON lines), made once per work dir."""
+    from pipeline.tokenize.bpe_trainer import ENDOFTEXT, PADDING, train_bpe
+
+    train = os.path.join(work, "train")
+    corpus = os.path.join(work, "corpus.jsonl")
+    tok_dir = os.path.join(work, f"bpe{vocab // 1000}k")
+    if not os.path.exists(corpus):
+        lines = real_text_corpus.compose(int(mb * 1e6))
+        real_text_corpus.write_files(lines, train, 8)
+        with open(corpus, "wb") as f:
+            f.writelines(line + b"\n" for line in lines)
+    if not os.path.exists(os.path.join(tok_dir, "tokenizer.json")):
+        with open(corpus, "rb") as f:
+            texts = [json.loads(line)["text"] for k, line in enumerate(f) if k % 4 == 0]
+        os.makedirs(tok_dir, exist_ok=True)
+        train_bpe(texts, vocab).save(os.path.join(tok_dir, "tokenizer.json"))
+        with open(os.path.join(tok_dir, "tokenizer_config.json"), "w") as f:
+            json.dump({"bos_token": ENDOFTEXT, "eos_token": ENDOFTEXT, "pad_token": PADDING}, f)
+    return os.path.join(train, "*.jsonl.zst"), corpus, tok_dir, os.path.getsize(corpus)
+
+
+def commands(args, train: str, corpus: str, tok_dir: str, work: str) -> dict[str, list[str] | None]:
+    """name -> command line (None: the peer is not set up here)."""
+    py = sys.executable
+    ours = [py, "-m", "pipeline.run", "--input", train, "--tokenizer_model", tok_dir, "--output_format", "megatron",
+            "--overwrite", "--progress_every", "0", "--runner", "DirectRunner", "--direct_num_workers",
+            str(args.workers), "--direct_running_mode", "multi_processing"]
+    out = {
+        "bare loop (tokenizers, 1 process)": [py, "-c", BARE, train, os.path.join(tok_dir, "tokenizer.json")],
+        "ours, reference (tokenizers)": [*ours, "--output_dir", os.path.join(work, "out-ref"),
+                                         "--tokenizer_backend", "tokenizers"],
+        "ours, auto": [*ours, "--output_dir", os.path.join(work, "out-auto"), "--tokenizer_backend", "auto"],
+        "datatrove DocumentTokenizer": None,
+        "Megatron-LM preprocess_data.py": None,
+    }
+    if args.datatrove_python:
+        out["datatrove DocumentTokenizer"] = [args.datatrove_python, "-c", DATATROVE, os.path.dirname(train), tok_dir,
+                                              os.path.join(work, "out-datatrove"), str(args.workers)]
+    if args.megatron_lm and args.megatron_python:
+        out["Megatron-LM preprocess_data.py"] = [
+            args.megatron_python, os.path.join(args.megatron_lm, "tools", "preprocess_data.py"), "--input", corpus,
+            "--output-prefix", os.path.join(work, "out-megatron", "corpus"), "--tokenizer-type",
+            "HuggingFaceTokenizer", "--tokenizer-model", tok_dir, "--append-eod", "--workers", str(args.workers)]
+        os.makedirs(os.path.join(work, "out-megatron"), exist_ok=True)
+    return out
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--mb", type=float, default=200)
+    p.add_argument("--vocab", type=int, default=32000)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--workdir", default=None)
+    p.add_argument("--datatrove_python", default=None)
+    p.add_argument("--megatron_lm", default=None)
+    p.add_argument("--megatron_python", default=None)
+    args = p.parse_args(argv)
+    work = args.workdir or tempfile.mkdtemp(prefix="bench-kinds-")
+    train, corpus, tok_dir, size = prepare(work, args.mb, args.vocab)
+    cmds = commands(args, train, corpus, tok_dir, work)
+    times: dict[str, list[float]] = {name: [] for name, cmd in cmds.items() if cmd}
+    loads = []
+    for _ in range(args.rounds):
+        for name in times:
+            seconds, _, _ = timed(cmds[name])
+            times[name].append(seconds)
+            loads.append(os.getloadavg()[0])
+    ref, auto = shard_digests(os.path.join(work, "out-ref")), shard_digests(os.path.join(work, "out-auto"))
+    bare = statistics.median(times["bare loop (tokenizers, 1 process)"])
+    print(f"{size / 1e6:.1f} MB of JSON lines, {args.vocab}-id byte-level BPE tokenizer.json, {args.workers} workers, "
+          f"{args.rounds} interleaved rounds; 1-minute load average {min(loads):.1f}-{max(loads):.1f}")
+    print("\n| command | seconds (median) | MB/s | x bare loop |\n|---|---|---|---|")
+    for name, cmd in cmds.items():
+        if cmd is None:
+            print(f"| {name} | not run here | | |")
+            continue
+        t = statistics.median(times[name])
+        print(f"| {name} | {t:.1f} | {size / 1e6 / t:.2f} | {bare / t:.2f} |")
+    print(f"\nauto's shards byte-identical to the reference's: {ref == auto and bool(ref)}")
+    for name, cmd in cmds.items():
+        if cmd is None:
+            print(f"not run ({name}): see this script's docstring for the flag that runs it")
+
+
+if __name__ == "__main__":
+    main()
