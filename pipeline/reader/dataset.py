@@ -50,9 +50,9 @@ Nothing is skipped silently. Shards on a filesystem TensorFlow cannot open (``s3
 tensorflow-io, ``memory://``) are read through fsspec by byte range into a local cache.
 """
 
-# One module over 400 lines on purpose: `make_dataset` is one tf.data graph whose stages close over
-# the same plan and sizes (a split would pass a dozen values between modules), and a third of the
-# file is the docstring above.
+# One module over 400 lines on purpose: `make_dataset` builds one tf.data graph, for one output or a
+# mixture, whose stages close over the same plan and sizes (a split would pass a dozen values between
+# modules; the mixture's order itself is pipeline/reader/mixture.py), and a third is docstrings.
 
 from __future__ import annotations
 
