@@ -88,6 +88,8 @@ def check_columns(input_files: list[str], config) -> None:
 
 def load_model(config: PipelineConfig) -> TokenizerModel:
     """The job's tokenizer model, read once, of whichever kind; a file that cannot be used is a UsageError."""
+    if not config.tokenizer_model:  # never the current directory
+        raise UsageError("--tokenizer_model '': the path is empty")
     try:
         return TokenizerModel.load(config.tokenizer_model, tiktoken_name=config.tiktoken_encoding)
     except FileNotFoundError:
@@ -95,7 +97,9 @@ def load_model(config: PipelineConfig) -> TokenizerModel:
     except NotAFileError as e:  # a folder, a device, a FIFO, or a file past the size bound
         raise UsageError(f"--tokenizer_model {redact_url(config.tokenizer_model)!r}: {e}") from None
     except TokenizerFileError as e:
-        raise UsageError(f"--tokenizer_model: {e}") from None
+        shown = redact_url(config.tokenizer_model)
+        reason = str(e).removeprefix(f"{shown}: ")
+        raise UsageError(f"--tokenizer_model {shown!r}: {reason}") from None
 
 
 def requested_backend(config: PipelineConfig, kind: str) -> str:
@@ -141,27 +145,36 @@ def prepare(config: PipelineConfig, options: PipelineOptions, model: TokenizerMo
     eval_files = expand_eval_files(config)
     if model is None or model.path != config.tokenizer_model or model.tiktoken_name != config.tiktoken_encoding:
         model = load_model(config)
+    execution = plan_execution(options.view_as(StandardOptions).runner,
+                               options.view_as(DirectOptions).direct_num_workers, input_files, config.fan_out,
+                               config.tokenizer_threads, sum(file_sizes(input_files)))
+    return tokenizer_job(config, model, input_files, execution, early,
+                         snapshots=take_snapshots(input_files), eval_files=tuple(eval_files))
+
+
+def tokenizer_job(config: PipelineConfig, model: TokenizerModel, input_files: list[str], execution: Execution,
+                  early: EarlyChoice | None = None, **job_fields) -> Job:
+    """The Job once the tokenizer is settled: the backend for its kind (self-checked), its special ids.
+
+    `input_files`: what the self-check samples (none: its adversarial strings alone); `job_fields`:
+    the rest of the Job (snapshots, eval_files).
+    """
     config = resolved(config, model)
     try:
         special = model.special_ids(add_bos=config.add_bos, add_eos=config.add_eos, bos_id=config.bos_id,
                                     eos_id=config.eos_id, pad_id=config.pad_id)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    execution = plan_execution(options.view_as(StandardOptions).runner,
-                               options.view_as(DirectOptions).direct_num_workers, input_files, config.fan_out,
-                               config.tokenizer_threads, sum(file_sizes(input_files)))
     if model.kind != SENTENCEPIECE:
         backend = choose_kind_backend(config.tokenizer_backend, model.tokenizer, input_files, schema=config.schema)
         return Job(config, tuple(input_files), special, model.sha256, backend, execution, new_run_id(),
-                   snapshots=take_snapshots(input_files), eval_files=tuple(eval_files),
                    tokenizer=WorkerTokenizer(model.path, model.kind, model.sha256, model.tiktoken_name),
-                   tokenizer_facts=model.facts())
+                   tokenizer_facts=model.facts(), **job_fields)
     backend = early.result(config.tokenizer_backend, model, input_files,
                            config.schema) if early is not None else None
     if backend is None:
         backend = choose_backend(config.tokenizer_backend, model, input_files, schema=config.schema)
-    return Job(config, tuple(input_files), special, model.sha256, backend, execution, new_run_id(),
-               snapshots=take_snapshots(input_files), eval_files=tuple(eval_files))
+    return Job(config, tuple(input_files), special, model.sha256, backend, execution, new_run_id(), **job_fields)
 
 
 def expand_eval_files(config: PipelineConfig) -> list[str]:
@@ -170,6 +183,6 @@ def expand_eval_files(config: PipelineConfig) -> list[str]:
         return []
     refuse_credentials([("--decontaminate", u) for u in config.decontaminate])
     try:
-        return expand_inputs(list(config.decontaminate))
+        return expand_inputs(list(config.decontaminate), check_types=False)
     except InputError as e:
         raise UsageError(f"--decontaminate: {e}") from None

@@ -23,6 +23,7 @@ refused unless `overwrite`) when the transform is applied to documents.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 
 import apache_beam as beam
@@ -32,14 +33,12 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 from pipeline.beam.dedup_stage import apply_dedup
 from pipeline.beam.execution import Workspace, plan_execution
 from pipeline.beam.formats import output_format
-from pipeline.beam.preflight import Job, expand_eval_files, load_model, prepare
+from pipeline.beam.preflight import Job, expand_eval_files, load_model, prepare, tokenizer_job
 from pipeline.beam.read import STATS, read_chunks
 from pipeline.config.job import PipelineConfig
 from pipeline.core.documents import Line
 from pipeline.io.inputs import MAX_CHUNK_LINES, Chunk
-from pipeline.io.outputs import new_run_id
 from pipeline.io.urls import refuse_credentials
-from pipeline.tokenize.self_check import choose_backend
 
 BUCKET_CHUNKS = 1 << 12  # chunk numbers per bucket
 
@@ -90,14 +89,12 @@ def _documents_job(config: PipelineConfig, options: PipelineOptions) -> Job:
     """The Job of documents given as a PCollection: the checks of `prepare` that apply without input files."""
     refuse_credentials([("--output_dir", config.output_dir), ("--tokenizer_model", config.tokenizer_model)])
     model = load_model(config)
-    special = model.special_ids(add_bos=config.add_bos, add_eos=config.add_eos, bos_id=config.bos_id,
-                                eos_id=config.eos_id)
     execution = plan_execution(options.view_as(StandardOptions).runner or "DirectRunner",
                                options.view_as(DirectOptions).direct_num_workers, [], "yes",
                                config.tokenizer_threads)
-    backend = choose_backend(config.tokenizer_backend, model, [], schema=config.schema)
-    return Job(config, (config.inputs[0],), special, model.sha256, backend, execution, new_run_id(),
-               eval_files=tuple(expand_eval_files(config)))
+    job = tokenizer_job(config, model, [], execution, eval_files=tuple(expand_eval_files(config)))
+    # The documents' name stands for their input file (dead letters, provenance, the manifest).
+    return dataclasses.replace(job, input_files=(config.inputs[0],))
 
 
 def _line_bytes(document) -> tuple[bytes, dict | None]:

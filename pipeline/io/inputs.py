@@ -37,7 +37,7 @@ import fsspec
 
 from pipeline.core.documents import PREFIX_CHARS, Line
 from pipeline.io.decompress import MIB, CorruptInputError, WindowTooLargeError, decompressed_blocks
-from pipeline.io.urls import fs_path, is_local_url, reaching, redact_url
+from pipeline.io.urls import fs_path, is_local_url, name_part, reaching, redact_url
 
 __all__ = ["Chunk", "ChunkSizes", "CorruptInputError", "InputError", "WindowTooLargeError", "expand_inputs",
            "iter_chunks", "iter_lines", "max_window_bytes"]
@@ -84,8 +84,8 @@ class InputError(FileNotFoundError):
 
 
 def file_type_problem(url: str) -> str | None:
-    """Why a file's name is not one the job reads, or None when it is."""
-    if url.lower().endswith(SUPPORTED):
+    """Why a file's name is not one the job reads, or None when it is (a presigned URL: by its name, not its query)."""
+    if name_part(url).lower().endswith(SUPPORTED):
         return None
     return (f"{redact_url(url)}: not a file type the job reads (JSON lines: .jsonl/.json/.ndjson, plain, .gz or "
             ".zst; .parquet; .arrow; a datasets.save_to_disk folder)")
@@ -224,8 +224,11 @@ def _remote_matches(pattern: str) -> tuple[list[str], list[str]]:
     return files, problems
 
 
-def expand_inputs(patterns: list[str]) -> list[str]:
+def expand_inputs(patterns: list[str], check_types: bool = True) -> list[str]:
     """Expand globs (local or fsspec URLs) into a sorted, de-duplicated list of readable files.
+
+    `check_types`: refuse names of a type the job does not read (`file_type_problem`); the eval
+    sets of --decontaminate may be plain text too.
 
     Raises:
         InputError: naming every problem at once (see the module docstring); an empty input must
@@ -237,7 +240,8 @@ def expand_inputs(patterns: list[str]) -> list[str]:
         found, wrong = (_local_matches if is_local_url(pattern) else _remote_matches)(pattern)
         files.update(found)
         problems.extend(wrong)
-    problems += [p for p in map(file_type_problem, sorted(files)) if p]
+    if check_types:
+        problems += [p for p in map(file_type_problem, sorted(files)) if p]
     if problems:
         shown = problems[:MAX_PROBLEMS_SHOWN]
         more = f"; and {len(problems) - len(shown)} more" if len(problems) > len(shown) else ""
