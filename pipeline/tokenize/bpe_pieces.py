@@ -38,7 +38,7 @@ import re
 import numpy as np
 
 from pipeline.core.memo import ProcessMemo
-from pipeline.tokenize.pieces import BATCH_CHARS, LONG_TEXT_CHARS, PIECE_CHARS, SELF_TEST_TEXTS
+from pipeline.tokenize.pieces import BATCH_CHARS, LONG_TEXT_CHARS, PIECE_CHARS, SELF_TEST_TEXTS, encode_long_apart
 
 LOG = logging.getLogger(__name__)
 
@@ -167,17 +167,11 @@ class BpePieceEncoder:
 
     def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """(ids, offsets) of the texts: the engine's ids of each whole text."""
-        if not (self.newlines or self.spaces) or all(len(t) <= self._long for t in texts):
+        if not (self.newlines or self.spaces):
             return self._engine.encode(texts)
-        per_text: list = [None] * len(texts)
-        short = [i for i, t in enumerate(texts) if len(t) <= self._long]
-        ids, offsets = self._engine.encode([texts[i] for i in short])
-        for k, i in enumerate(short):
-            per_text[i] = ids[offsets[k] : offsets[k + 1]]
-        for i, text in enumerate(texts):
-            if per_text[i] is None:
-                cuts = cut_points(text, self._piece, newlines=self.newlines, spaces=self.spaces)
-                per_text[i] = encode_in_pieces(self._engine, text, cuts, self._batch)
-        offsets = np.zeros(len(texts) + 1, np.int64)
-        np.cumsum([len(x) for x in per_text], out=offsets[1:])
-        return np.concatenate(per_text).astype(np.int32, copy=False), offsets
+
+        def in_pieces(text: str) -> np.ndarray:
+            cuts = cut_points(text, self._piece, newlines=self.newlines, spaces=self.spaces)
+            return encode_in_pieces(self._engine, text, cuts, self._batch)
+
+        return encode_long_apart(self._engine, texts, self._long, in_pieces)

@@ -141,20 +141,34 @@ class PieceEncoder:
 
     def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """(ids, offsets) of the texts: the engine's ids of each whole text."""
-        if not (self.newlines or self.spaces) or all(len(t) <= self._long for t in texts):
+        if not (self.newlines or self.spaces):
             return self._engine.encode(texts)
-        per_text: list = [None] * len(texts)
-        short = [i for i, t in enumerate(texts) if len(t) <= self._long]
-        ids, offsets = self._engine.encode([texts[i] for i in short])
-        for k, i in enumerate(short):
-            per_text[i] = ids[offsets[k] : offsets[k + 1]]
-        for i, text in enumerate(texts):
-            if per_text[i] is None:
-                cuts = cut_points(text, self._piece, newlines=self.newlines, spaces=self.spaces)
-                per_text[i] = encode_in_pieces(self._engine, text, cuts, self._newline_ids, self._batch)
-        offsets = np.zeros(len(texts) + 1, np.int64)
-        np.cumsum([len(x) for x in per_text], out=offsets[1:])
-        return np.concatenate(per_text).astype(np.int32, copy=False), offsets
+
+        def in_pieces(text: str) -> np.ndarray:
+            cuts = cut_points(text, self._piece, newlines=self.newlines, spaces=self.spaces)
+            return encode_in_pieces(self._engine, text, cuts, self._newline_ids, self._batch)
+
+        return encode_long_apart(self._engine, texts, self._long, in_pieces)
+
+
+def encode_long_apart(engine, texts: list[str], long_chars: int, in_pieces) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, offsets) of the texts: the short ones in one engine batch, each longer one by `in_pieces(text)`.
+
+    Shared by every kind's piece encoder (this module's, pipeline/tokenize/bpe_pieces.py's).
+    """
+    if all(len(t) <= long_chars for t in texts):
+        return engine.encode(texts)
+    per_text: list = [None] * len(texts)
+    short = [i for i, t in enumerate(texts) if len(t) <= long_chars]
+    ids, offsets = engine.encode([texts[i] for i in short])
+    for k, i in enumerate(short):
+        per_text[i] = ids[offsets[k] : offsets[k + 1]]
+    for i, text in enumerate(texts):
+        if per_text[i] is None:
+            per_text[i] = in_pieces(text)
+    offsets = np.zeros(len(texts) + 1, np.int64)
+    np.cumsum([len(x) for x in per_text], out=offsets[1:])
+    return np.concatenate(per_text).astype(np.int32, copy=False), offsets
 
 
 CUTS = ProcessMemo(8)  # (engine type, model bytes) -> check_model's answer
