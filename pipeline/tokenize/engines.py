@@ -314,13 +314,18 @@ class Encoder:
         ids, offsets = self.encode_flat(texts)
         if not self._verify or not texts:
             return ids, offsets, []
-        want, want_off = self._reference.encode(texts)
-        mismatches = []
-        for i in mismatched((want, want_off), (ids, offsets)):
-            a, b = want[want_off[i] : want_off[i + 1]], ids[offsets[i] : offsets[i + 1]]
-            mismatches.append((i, f"{self._backend} ids differ from SentencePiece's from token "
-                                  f"{first_difference(a, b)} ({len(b)} vs {len(a)} tokens)"))
-        return ids, offsets, mismatches
+        return ids, offsets, differences(self._backend, "SentencePiece", self._reference.encode(texts), (ids, offsets))
 
     def __getstate__(self):
         return {**self.__dict__, "_engine": None, "_pieces": None, "_reference": None}
+
+
+def differences(backend: str, reference: str, want: tuple, got: tuple) -> list[tuple[int, str]]:
+    """[(index, what differs)] for the texts whose ids (`got`: ids, offsets) differ from the reference's (`want`)."""
+    (want_ids, want_off), (ids, offsets) = want, got
+    out = []
+    for i in mismatched(want, got):
+        a, b = want_ids[want_off[i] : want_off[i + 1]], ids[offsets[i] : offsets[i + 1]]
+        out.append((i, f"{backend} ids differ from {reference}'s from token {first_difference(a, b)} "
+                       f"({len(b)} vs {len(a)} tokens)"))
+    return out

@@ -27,7 +27,7 @@ import numpy as np
 
 from pipeline.core.memo import ProcessMemo
 from pipeline.tokenize.bpe_pieces import BpePieceEncoder
-from pipeline.tokenize.engines import BackendUnavailable, _SharedGigatoken, first_difference, mismatched
+from pipeline.tokenize.engines import BackendUnavailable, _SharedGigatoken, differences
 from pipeline.tokenize.kinds.base import HUGGINGFACE, TIKTOKEN, Tokenizer, flatten
 from pipeline.tokenize.kinds.detect import load_tokenizer
 
@@ -200,13 +200,8 @@ class KindEncoder:
         ids, offsets = self.encode_flat(texts)
         if not self._verify or not texts:
             return ids, offsets, []
-        want, want_off = self._reference.encode(texts)
-        out = []
-        for i in mismatched((want, want_off), (ids, offsets)):
-            a, b = want[want_off[i] : want_off[i + 1]], ids[offsets[i] : offsets[i + 1]]
-            out.append((i, f"{self._backend} ids differ from {REFERENCE[self.tokenizer.kind]}'s from token "
-                           f"{first_difference(a, b)} ({len(b)} vs {len(a)} tokens)"))
-        return ids, offsets, out
+        return ids, offsets, differences(self._backend, REFERENCE[self.tokenizer.kind], self._reference.encode(texts),
+                                         (ids, offsets))
 
     def __getstate__(self):
         return {**self.__dict__, "_pieces": None, "_reference": None, "tokenizer": None}
