@@ -127,3 +127,101 @@ def test_direct_runner_moves_records_through_spill_files_and_cleans_up(tmp_path,
     assert sorted(os.listdir(out)) == ["dataset_info.json", "features.json", "manifest.json", run_dir]
     assert os.listdir(out / run_dir) == ["train-00000-of-00001.tfrecord"]
 
+
+
+def _spilled_shard(tmp_path, n=300, size=24, files=3, seed=0):
+    """n records of `size` bytes in `files` spill files, with their permuted places in a shard of n."""
+    rng = np.random.default_rng(seed)
+    records = [rng.integers(0, 256, size, dtype=np.uint8).tobytes() for _ in range(n)]
+    writers = [spill.SpillWriter(str(tmp_path)) for _ in range(files)]
+    places = rng.permutation(n)
+    blocks = []
+    for k, lo in enumerate(range(0, n, 40)):
+        chunk = records[lo:lo + 40]
+        block = FramedRecords(b"".join(chunk), np.cumsum([size] * len(chunk), dtype=np.int64))
+        blocks.append((places[lo:lo + 40], writers[k % files].write(block)))
+    for w in writers:
+        w.close()
+    in_order = [None] * n
+    for i, place in enumerate(places):
+        in_order[place] = records[i]
+    return blocks, b"".join(in_order)
+
+
+@pytest.mark.parametrize("files", [1, 3])
+def test_ordered_pieces_gathers_a_shard_in_place_order_from_the_spill_files(tmp_path, files):
+    from pipeline.io.spool import OrderedSpool
+
+    blocks, expected = _spilled_shard(tmp_path, files=files)
+    pieces = [bytes(p) for p in spill.ordered_pieces(blocks, 300, 24, piece_bytes=1000)]
+    assert b"".join(pieces) == expected and len(pieces) == -(-300 // (1000 // 24))
+    # Records of other sizes among them (a padded last record is longer).
+    odd = FramedRecords(b"A" * 30 + b"B" * 7, np.array([30, 37], np.int64))
+    writer = spill.SpillWriter(str(tmp_path))
+    extra = writer.write(odd)
+    writer.close()
+    mixed = [(p + 2, r) for p, r in blocks] + [(np.array([1, 0]), extra)]
+    assert b"".join(bytes(p) for p in spill.ordered_pieces(mixed, 302, 24, piece_bytes=1000)) == (
+        b"B" * 7 + b"A" * 30 + expected)
+    # The same bytes as the spool's way.
+    with OrderedSpool(300, 300 * 24) as spool, spill.RecordReader() as reader:
+        for places, recs in blocks:
+            spool.add_many(places, *reader.read_block(recs))
+        assert b"".join(spool) == expected
+
+
+def test_ordered_pieces_refuses_a_missing_or_repeated_place_and_other_sizes(tmp_path):
+    from pipeline.io.spool import SpoolError
+
+    blocks, _ = _spilled_shard(tmp_path)
+    with pytest.raises(SpoolError, match="not each place once"):
+        list(spill.ordered_pieces(blocks[:-1], 300, 24))
+    repeated = [(np.where(p == 0, 1, p), r) for p, r in blocks]
+    with pytest.raises(SpoolError, match="not each place once"):
+        list(spill.ordered_pieces(repeated, 300, 24))
+    # Records of another size than the usual one are copied one by one: the same bytes.
+    assert b"".join(bytes(p) for p in spill.ordered_pieces(blocks, 300, 25)) == b"".join(
+        bytes(p) for p in spill.ordered_pieces(blocks, 300, 24))
+    os.truncate(blocks[0][1].path, 10)
+    with pytest.raises(OSError, match="shorter"):
+        list(spill.ordered_pieces(blocks, 300, 24))
+
+
+def test_likely_cached_only_for_a_local_disk_with_the_spill_small_beside_free_memory(tmp_path, monkeypatch):
+    (tmp_path / "a.records").write_bytes(b"x" * 1000)
+    monkeypatch.setattr(spill, "_filesystem", lambda path: "ext4")
+    monkeypatch.setattr(spill, "_available_memory", lambda: 4000)
+    assert spill.likely_cached(str(tmp_path))
+    monkeypatch.setattr(spill, "_available_memory", lambda: 3999)
+    assert not spill.likely_cached(str(tmp_path))
+    monkeypatch.setattr(spill, "_available_memory", lambda: 1 << 40)
+    for network in ("nfs4", "fuse.s3fs", "cifs", None):
+        monkeypatch.setattr(spill, "_filesystem", lambda path, kind=network: kind)
+        assert not spill.likely_cached(str(tmp_path))
+    assert not spill.likely_cached(str(tmp_path / "missing"))
+
+
+def test_filesystem_of_a_path_is_its_longest_mount_point():
+    kind = spill._filesystem("/proc/self")
+    assert kind == "proc" or not os.path.exists("/proc/self/mounts")
+
+
+def test_the_shards_are_the_same_bytes_gathered_from_the_spill_or_through_the_spool(tmp_path, tiny_model,
+                                                                                     monkeypatch):
+    from pipeline.beam import tfrecord
+
+    used = []
+    real = tfrecord.ordered_pieces
+    monkeypatch.setattr(tfrecord, "ordered_pieces", lambda *a, **k: used.append(1) or real(*a, **k))
+    path = write_lines(str(tmp_path / "in" / "00.jsonl.zst"),
+                       [pile_line(f"document {i} " * (10 + i % 30)) for i in range(200)])
+    shas = {}
+    for cached in (True, False):
+        used.clear()
+        monkeypatch.setattr(tfrecord, "likely_cached", lambda spill_dir, cached=cached: cached)
+        manifest = run.main(["--input", path, "--output_dir", str(tmp_path / f"out-{cached}"), "--tokenizer_model",
+                             tiny_model, "--seq_len", "32", "--shard_size_mb", "0.05", *FAST_BEAM])
+        assert manifest["totals"]["records"] > 0 and len(manifest["shards"]) > 1
+        assert len(used) == (len(manifest["shards"]) if cached else 0)  # the padded last record too
+        shas[cached] = [s["sha256"] for s in manifest["shards"]]
+    assert shas[True] == shas[False]

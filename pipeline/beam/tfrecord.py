@@ -28,6 +28,7 @@ format's (pipeline/beam/read.py, pipeline/beam/chunk_documents.py).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import posixpath
 import time
@@ -61,7 +62,7 @@ from pipeline.format.summary import format_summary
 from pipeline.io import outputs
 from pipeline.io.outputs import commit_output
 from pipeline.io.publish import publish
-from pipeline.io.spill import RecordReader
+from pipeline.io.spill import RecordReader, SpilledRecords, likely_cached, ordered_pieces
 from pipeline.io.spool import OrderedSpool
 from pipeline.io.urls import redact_url
 from pipeline.tokenize.model import SpecialIds, WorkerTokenizer
@@ -301,27 +302,48 @@ class WriteShardFn(beam.DoFn):
     The group is read once, an element at a time, its records put into a local spool at their places
     in the shard (pipeline/io/spool.py), and written from there in order: the writer holds one element of the
     group and one ~8 MB bucket, whatever the shard's size, as long as the runner hands the group
-    over lazily (docs/operations.md: which runners do). The sha256 is computed while writing. Shards
-    go into the run's own directory (pipeline/io/outputs.py).
+    over lazily (docs/operations.md: which runners do). When every record is in spill files that
+    are likely still in the page cache (`spill_dir`, pipeline/io/spill.py), only the references are
+    held and the shard is gathered from those files in order. The sha256 is computed while writing.
+    Shards go into the run's own directory (pipeline/io/outputs.py).
     """
 
-    def __init__(self, config: PipelineConfig, record_bytes: int, run_id: str):
+    def __init__(self, config: PipelineConfig, record_bytes: int, run_id: str, spill_dir: str | None = None):
         self._config = config
         self._record_bytes = record_bytes
         self._run_id = run_id
+        self._spill_dir = spill_dir
 
     def process(self, element, plan: ShardPlan):
         shard, groups = element
         first, end = (int(b) for b in plan.bounds()[shard : shard + 2])
         name = outputs.run_path(self._run_id, outputs.shard_name(self._config.split, shard, plan.num_shards))
+        path = posixpath.join(self._config.output_dir, name)
+        groups = iter(groups)
+        spilled: list[tuple[np.ndarray, SpilledRecords]] = []
+        if self._spill_dir and likely_cached(self._spill_dir):
+            for positions, recs in groups:
+                if not isinstance(recs, SpilledRecords):
+                    groups = itertools.chain([(positions, recs)], groups)
+                    break
+                spilled.append((np.frombuffer(positions, "<i8") - first, recs))
+            else:
+                size, sha = publish(path, ordered_pieces(spilled, end - first, self._record_bytes))
+                yield self._written(name, end - first, size, sha)
+                return
         with OrderedSpool(end - first, (end - first) * self._record_bytes) as spool, RecordReader() as reader:
+            for places, recs in spilled:
+                spool.add_many(places, *reader.read_block(recs))
             for positions, recs in groups:
                 spool.add_many(np.frombuffer(positions, "<i8") - first, *reader.read_block(recs))
-            size, sha = publish(posixpath.join(self._config.output_dir, name), spool)
-        info = {"path": name, "records": end - first, "bytes": size, "sha256": sha}
+            size, sha = publish(path, spool)
+        yield self._written(name, end - first, size, sha)
+
+    @staticmethod
+    def _written(name: str, records: int, size: int, sha: str) -> dict:
         counter("shards_written").inc()
-        LOG.info("wrote %s: %d records, %.1f MB", name, info["records"], info["bytes"] / 1e6)
-        yield info
+        LOG.info("wrote %s: %d records, %.1f MB", name, records, size / 1e6)
+        return {"path": name, "records": records, "bytes": size, "sha256": sha}
 
 
 class WriteProvenanceFn(beam.DoFn):
@@ -437,7 +459,7 @@ def build_output(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Work
         all_records
         | "AssignShards" >> beam.ParDo(AssignShardsFn(cfg.seed), beam.pvalue.AsSingleton(offsets), plan)
         | "GroupByShard" >> beam.GroupByKey()  # (shard, [(positions, records)]): references only, with a spill_dir
-        | "WriteShards" >> beam.ParDo(WriteShardFn(cfg, record_bytes(job), job.run_id), plan)
+        | "WriteShards" >> beam.ParDo(WriteShardFn(cfg, record_bytes(job), job.run_id, spill_dir), plan)
     )
     dead = processed[DEAD_LETTERS] | "WriteDeadLetters" >> WriteDeadLetters(cfg, job.run_id)
     provenance = []  # without --provenance: no step (each costs ~20 ms on DirectRunner, even empty)

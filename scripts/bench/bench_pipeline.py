@@ -34,6 +34,7 @@ import json
 import os
 import re
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -41,7 +42,7 @@ import time
 
 from baseline import bare_loop  # scripts/bench/ is on sys.path when run as a script
 from bench_tokenizer_backends import stage_costs
-from real_text_corpus import compose, describe, train_model, write_files
+from real_text_corpus import SHAPES, compose, describe, file_shares, train_model, write_files
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MEGATRON_PYTHON = os.path.join(REPO, ".venv-megatron", "bin", "python")
@@ -80,34 +81,64 @@ def run(cmd: list[str], log_path: str) -> dict:
             "startup": min(reads) - start if reads else None, "finish": end - max(done) if done else None}
 
 
-def corpus(root: str, mb: float, file_counts: list[int]) -> tuple[dict[int, str], str, str, str]:
-    """Write the corpus once per file count, the decompressed copy and the model; returns their paths."""
+DEFAULT_FILES = {"base": "1,2,8", "pile22": "2", "many_small": "64"}
+
+
+def corpus(root: str, mb: float, file_counts: list[int], shape: str = "base",
+           scales: tuple[int, ...] = ()) -> tuple[dict[int, str], dict[int, str], str, str, str]:
+    """Write a shape's corpus once per file count (and repeated `scales` times over its fewest files), the
+    decompressed copy and the model; returns the directories by file count and by scale, the JSON lines'
+    path, the model's and the corpus' description."""
+    root = os.path.join(root, shape)
     lines_path = os.path.join(root, "corpus.jsonl")
     model = os.path.join(root, "real32k.model")
     dirs = {n: os.path.join(root, f"files-{n}") for n in file_counts}
+    scaled = {k: os.path.join(root, f"x{k}") for k in scales}
     summary_path = os.path.join(root, "corpus.txt")
     if not (os.path.exists(model) and all(os.path.isdir(d) for d in dirs.values())):
-        lines = compose(int(mb * 1e6))
+        lines = compose(int(mb * 1e6), shape=shape)
         for n, d in dirs.items():
-            write_files(lines, os.path.join(d, "train"), n)
+            write_files(lines, os.path.join(d, "train"), n, file_shares(shape, n))
         with open(lines_path, "wb") as f:
             f.writelines(line + b"\n" for line in lines)
         train_model(lines, model[: -len(".model")])
         with open(summary_path, "w") as f:
             f.write(describe(lines))
+    for k, d in scaled.items():  # the same files k times over (copies under other names)
+        if not os.path.isdir(d):
+            source = os.path.join(dirs[min(file_counts)], "train")
+            os.makedirs(os.path.join(d, "train"))
+            for i in range(k):
+                for name in sorted(os.listdir(source)):
+                    shutil.copyfile(os.path.join(source, name), os.path.join(d, "train", f"{i}-{name}"))
     with open(summary_path) as f:
-        return dirs, lines_path, model, f.read()
+        return dirs, scaled, lines_path, model, f.read()
+
+
+def median(values: list[float]) -> float:
+    values = sorted(values)
+    return values[len(values) // 2] if len(values) % 2 else sum(values[len(values) // 2 - 1:][:2]) / 2
+
+
+def ours(name: str, pattern: str, out: str, model: str, backend: str, workers: str) -> tuple[str, list[str]]:
+    return name, [sys.executable, "-m", "pipeline.run", "--input", pattern, "--output_dir", out,
+                  "--tokenizer_model", model, "--tokenizer_backend", backend, "--seq_len", "512", "--overwrite",
+                  "--direct_num_workers", workers]
 
 
 def main() -> None:
     """Run the benchmark and print the tables."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--mb", type=float, default=180, help="MB (1e6 bytes) of JSON lines")
-    p.add_argument("--files", default="1,2,8", help="file counts to write the same documents into")
+    p.add_argument("--mb", type=float, default=180, help="MB (1e6 bytes) of JSON lines per shape")
+    p.add_argument("--shapes", default="base", help=f"corpus shapes, of {', '.join(SHAPES)}")
+    p.add_argument("--files", default=None,
+                   help=f"file counts to write the same documents into (default per shape: {DEFAULT_FILES})")
+    p.add_argument("--scale", default="", help="also time `auto` at these multiples of the input, e.g. 4")
     p.add_argument("--repeats", type=int, default=2, help="interleaved rounds; medians are reported")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--megatron_lm", help="a Megatron-LM checkout (tag core_v0.16.1) to time preprocess_data.py")
     p.add_argument("--workdir", default=None)
+    p.add_argument("--no_stages", action="store_true", help="skip the per-stage CPU table")
     p.add_argument("--bare", help=argparse.SUPPRESS)
     p.add_argument("--model", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -115,70 +146,90 @@ def main() -> None:
         print(json.dumps(bare_loop(args.bare, args.model)))
         return
     root = args.workdir or tempfile.mkdtemp(prefix="bench_pipeline_")
-    file_counts = [int(n) for n in args.files.split(",")]
-    dirs, lines_path, model, summary = corpus(root, args.mb, file_counts)
+    shapes = args.shapes.split(",")
+    if bad := [s for s in shapes if s not in SHAPES]:
+        raise SystemExit(f"--shapes: unknown shape {bad[0]!r} (known: {', '.join(SHAPES)})")
+    scales = tuple(int(k) for k in args.scale.split(",") if k)
     w = str(args.workers)
-    configs: list[tuple[str, int | None, list[str]]] = [
-        ("bare loop (1 process)", None,
-         [sys.executable, __file__, "--bare", f"{dirs[file_counts[0]]}/train/*.jsonl.zst", "--model", model]),
-    ]
     megatron = None
     if not args.megatron_lm:
         megatron = "skipped: no --megatron_lm checkout given"
     elif not os.path.exists(MEGATRON_PYTHON):
         megatron = f"skipped: {MEGATRON_PYTHON} missing (run scripts/setup_megatron_env.sh --with-tools)"
-    else:
-        configs.append((f"Megatron preprocess_data.py --workers {w} (on corpus.jsonl)", None,
-                        ["env", f"PYTHONPATH={args.megatron_lm}", MEGATRON_PYTHON, "-W", "ignore",
-                         os.path.join(args.megatron_lm, "tools", "preprocess_data.py"), "--input", lines_path,
-                         "--output-prefix", os.path.join(root, "mlm"), "--tokenizer-type",
-                         "GPTSentencePieceTokenizer", "--tokenizer-model", model, "--append-eod", "--workers", w,
-                         "--log-interval", "100000"]))
-    for n in file_counts:
-        for backend in ("sentencepiece", "auto"):
-            configs.append((f"ours, {backend}, {n} file{'s' if n > 1 else ''}", n, [
-                sys.executable, "-m", "pipeline.run", "--input", f"{dirs[n]}/train/*.jsonl.zst",
-                "--output_dir", os.path.join(root, f"out-{n}-{backend}"), "--tokenizer_model", model,
-                "--tokenizer_backend", backend, "--seq_len", "512", "--overwrite", "--direct_num_workers", w]))
+    configs: list[tuple[str, str, list[str]]] = []  # (shape, name, command)
+    corpora = {}
+    for shape in shapes:
+        file_counts = [int(n) for n in (args.files or DEFAULT_FILES[shape]).split(",")]
+        dirs, scaled, lines_path, model, summary = corpus(root, args.mb, file_counts, shape, scales)
+        corpora[shape] = (file_counts, dirs, scaled, model, summary)
+        work = os.path.join(root, shape)
+        bare_input = f"{dirs[file_counts[0]]}/train/*.jsonl.zst"
+        configs.append((shape, "bare loop (1 process)",
+                        [sys.executable, __file__, "--bare", bare_input, "--model", model]))
+        if not megatron:
+            configs.append((shape, f"Megatron preprocess_data.py --workers {w} (on corpus.jsonl)",
+                            ["env", f"PYTHONPATH={args.megatron_lm}", MEGATRON_PYTHON, "-W", "ignore",
+                             os.path.join(args.megatron_lm, "tools", "preprocess_data.py"), "--input", lines_path,
+                             "--output-prefix", os.path.join(work, "mlm"), "--tokenizer-type",
+                             "GPTSentencePieceTokenizer", "--tokenizer-model", model, "--append-eod", "--workers",
+                             w, "--log-interval", "100000"]))
+        for n in file_counts:
+            for backend in ("sentencepiece", "auto"):
+                configs.append((shape, *ours(f"ours, {backend}, {n} file{'s' if n > 1 else ''}",
+                                             f"{dirs[n]}/train/*.jsonl.zst", os.path.join(work, f"out-{n}-{backend}"),
+                                             model, backend, w)))
+        for k in scales:
+            configs.append((shape, *ours(f"ours, auto, {k}x the input", f"{scaled[k]}/train/*.jsonl.zst",
+                                         os.path.join(work, f"out-x{k}-auto"), model, "auto", w)))
+    if not args.repeats:  # corpora only
+        for shape in shapes:
+            print(f"{shape}: {corpora[shape][-1]}")
+        return
     # As installed: pip compiles a package's .pyc, and a checkout writes them on first use unless
     # PYTHONDONTWRITEBYTECODE is set (as on some CI machines and sandboxes): compile ours first, so
     # that no timed run compiles ~100 modules from source.
     subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(REPO, "pipeline")], check=True)
-    samples: dict[str, list[dict]] = {name: [] for name, _, _ in configs}
+    samples: dict[tuple[str, str], list[dict]] = {(shape, name): [] for shape, name, _ in configs}
     for round_ in range(args.repeats):
-        for name, _, cmd in configs:
+        for shape, name, cmd in configs:
             result = run(cmd, os.path.join(root, "last.log"))
-            samples[name].append(result)
-            print(f"round {round_ + 1}: {name}: {result['wall']:.1f} s, {result['cpu']:.1f} CPU-s, "
+            samples[shape, name].append(result)
+            print(f"round {round_ + 1}: {shape}: {name}: {result['wall']:.1f} s, {result['cpu']:.1f} CPU-s, "
                   f"load {os.getloadavg()[0]:.1f}", file=sys.stderr)
-    bare = json.loads(samples[configs[0][0]][0]["stdout"])
-    print(f"corpus: {summary}; {bare['tokens'] / 1e6:.1f} M tokens with a 32k Llama-2-style BPE model; "
-          f"{os.cpu_count()} cores, {args.workers} workers, seq_len 512")
+    print(f"{os.cpu_count()} cores, {args.workers} workers, seq_len 512, median of {args.repeats} interleaved "
+          "rounds; a 32k Llama-2-style BPE model trained on each corpus")
     if megatron:
         print(f"Megatron preprocess_data.py: {megatron}")
-    for n in file_counts:
-        sp, auto = (json.load(open(os.path.join(root, f"out-{n}-{b}", "manifest.json")))
-                    for b in ("sentencepiece", "auto"))
-        print(f"{n} file(s): auto backend {auto['tokenizer']['backend']['name']}; shards identical to "
-              f"SentencePiece's: {[s['sha256'] for s in auto['shards']] == [s['sha256'] for s in sp['shards']]}")
-
-    def median(values: list[float]) -> float:
-        values = sorted(values)
-        return values[len(values) // 2] if len(values) % 2 else sum(values[len(values) // 2 - 1:][:2]) / 2
-
-    base = median([s["wall"] for s in samples[configs[0][0]]])
-    print(f"\n| run (median of {args.repeats} interleaved rounds) | wall s | all rounds | x bare loop | CPU-s "
-          "| start-up s | finish s |")
-    print("|---|---|---|---|---|---|---|")
-    for name, _, _ in configs:
-        runs = samples[name]
-        wall = median([r["wall"] for r in runs])
-        fixed = [median([r[k] for r in runs]) if runs[0][k] is not None else None for k in ("startup", "finish")]
-        rounds = ", ".join(f"{r['wall']:.1f}" for r in runs)
-        print(f"| {name} | {wall:.1f} | {rounds} | {base / wall:.2f} | "
-              f"{median([r['cpu'] for r in runs]):.1f} | "
-              + " | ".join("" if f is None else f"{f:.1f}" for f in fixed) + " |")
-
+    for shape in shapes:
+        file_counts, dirs, scaled, model, summary = corpora[shape]
+        work = os.path.join(root, shape)
+        bare = json.loads(samples[shape, "bare loop (1 process)"][0]["stdout"])
+        print(f"\n**{shape}**: {summary}; {bare['tokens'] / 1e6:.1f} M tokens")
+        for n in file_counts:
+            sp, auto = (json.load(open(os.path.join(work, f"out-{n}-{b}", "manifest.json")))
+                        for b in ("sentencepiece", "auto"))
+            print(f"{n} file(s): auto backend {auto['tokenizer']['backend']['name']}; shards identical to "
+                  f"SentencePiece's: {[s['sha256'] for s in auto['shards']] == [s['sha256'] for s in sp['shards']]}")
+        base = median([s["wall"] for s in samples[shape, "bare loop (1 process)"]])
+        print("\n| run | wall s | all rounds | x bare loop | CPU-s | start-up s | finish s |")
+        print("|---|---|---|---|---|---|---|")
+        for s_, name, _ in configs:
+            if s_ != shape:
+                continue
+            runs = samples[shape, name]
+            wall = median([r["wall"] for r in runs])
+            scale = next((k for k in scales if name.endswith(f"{k}x the input")), 1)
+            fixed = [median([r[k] for r in runs]) if runs[0][k] is not None else None for k in ("startup", "finish")]
+            rounds = ", ".join(f"{r['wall']:.1f}" for r in runs)
+            print(f"| {name} | {wall:.1f} | {rounds} | {scale * base / wall:.2f} | "
+                  f"{median([r['cpu'] for r in runs]):.1f} | "
+                  + " | ".join("" if f is None else f"{f:.1f}" for f in fixed) + " |")
+        if scales:
+            print(f"(at k x the input, the bare loop's time is taken as k x its measured {base:.1f} s: one process "
+                  "streaming its files, its cost per token does not depend on their number)")
+    if args.no_stages:
+        return
+    file_counts, dirs, _, model, _ = corpora[shapes[0]]
     train = os.path.join(dirs[2 if 2 in dirs else file_counts[0]], "train", "00.jsonl.zst")
     costs = stage_costs(train, model, ["sentencepiece", "gigatoken"], seq_len=512, threads=1)
     tokens = costs.pop("tokens")

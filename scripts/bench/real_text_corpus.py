@@ -1,6 +1,7 @@
 """Compose a corpus of real text in the Pile's line format from text on this machine, for benchmarks.
 
     python scripts/bench/real_text_corpus.py OUT_DIR [--max_mb 200] [--train_files 8] [--seed 0] [--model]
+        [--shape base|pile22|many_small]
 
 Writes OUT_DIR/train/NN.jsonl.zst (one zstd frame each, as the Pile's files) and prints what it
 wrote; with --model, also OUT_DIR/real32k.model: a Llama-2-style 32k BPE SentencePiece model
@@ -27,6 +28,16 @@ result has the Pile's shape: a mean document of ~9 KB, a median of ~3 KB, and mu
 (`json.dumps` with its default ASCII escapes: non-ASCII text arrives as \\uXXXX), and the documents
 are dealt in order into --train_files files of about equal size, so corpora written with different
 --train_files hold the same documents in the same order.
+
+Shapes (--shape; a plan tuned to one corpus shape is tuned to nothing):
+
+  base        the above, --train_files files of equal size
+  pile22      all 22 of the Pile's subsets interleaved (each drawing from the stream of its kind of text),
+              smaller documents (median ~2 KB) with the multi-MB books, one document in ten carrying a
+              line of astral-plane characters (real lines of this machine's emoji and math-symbol tables,
+              written as \\ud83d\\ude00-style surrogate-pair escapes, as the Pile's writer does), and two
+              files of unequal size (48% and 52% of the bytes)
+  many_small  the base documents in 64 files of log-normal sizes (the largest ~10x the median)
 """
 
 from __future__ import annotations
@@ -36,6 +47,7 @@ import gzip
 import hashlib
 import json
 import os
+import re
 import struct
 import sysconfig
 from collections import deque
@@ -45,6 +57,7 @@ import numpy as np
 import zstandard
 
 MB = 1 << 20
+SURROGATE = re.compile(rb"\\ud[89ab][0-9a-f]{2}\\ud[c-f]")
 MAX_FILE_BYTES = 16 * MB
 CODE = (".py", ".c", ".h")
 SKIP = (".html", ".htm", ".png", ".jpg", ".gif", ".svg", ".pdf", ".pyc", ".so", ".bz2", ".xz", ".zip", ".mo",
@@ -58,6 +71,34 @@ SHARES = {
     "Books3": (0.002, 600_000, 0.9),
 }
 MAX_DOC_CHARS = 6_000_000
+# The Pile's 22 subsets, each drawing from the stream of the text most like its own:
+# subset: (stream, share of documents, median characters, sigma of log size)
+PILE22 = {
+    "Pile-CC": ("Pile-CC", 0.20, 1_800, 1.1),
+    "PubMed Central": ("Pile-CC", 0.04, 6_000, 0.9),
+    "Books3": ("Books3", 0.0004, 600_000, 0.9),
+    "OpenWebText2": ("Pile-CC", 0.12, 1_500, 1.1),
+    "ArXiv": ("Pile-CC", 0.03, 8_000, 0.9),
+    "Github": ("Github", 0.12, 2_000, 1.2),
+    "FreeLaw": ("Pile-CC", 0.03, 4_000, 1.0),
+    "StackExchange": ("StackExchange", 0.12, 1_500, 1.0),
+    "USPTO Backgrounds": ("Pile-CC", 0.04, 2_500, 0.8),
+    "PubMed Abstracts": ("StackExchange", 0.10, 1_200, 0.6),
+    "Gutenberg (PG-19)": ("Books3", 0.0003, 400_000, 0.8),
+    "OpenSubtitles": ("EuroParl", 0.01, 6_000, 0.9),
+    "Wikipedia (en)": ("Pile-CC", 0.06, 2_000, 1.0),
+    "DM Mathematics": ("Github", 0.01, 4_000, 0.5),
+    "Ubuntu IRC": ("StackExchange", 0.005, 8_000, 1.0),
+    "BookCorpus2": ("Books3", 0.0003, 300_000, 0.7),
+    "EuroParl": ("EuroParl", 0.01, 8_000, 1.0),
+    "HackerNews": ("StackExchange", 0.02, 2_500, 1.1),
+    "YoutubeSubtitles": ("EuroParl", 0.02, 5_000, 0.9),
+    "PhilPapers": ("Pile-CC", 0.003, 10_000, 0.9),
+    "NIH ExPorter": ("StackExchange", 0.02, 1_800, 0.5),
+    "Enron Emails": ("Pile-CC", 0.02, 1_200, 1.0),
+}
+ASTRAL_SHARE = 0.1
+SHAPES = ("base", "pile22", "many_small")
 
 
 def _hashed(paths: list[str]) -> list[str]:
@@ -184,35 +225,65 @@ class Stream:
         return doc or None
 
 
-def compose(max_bytes: int, seed: int = 0) -> list[bytes]:
-    """The corpus' JSON lines (without newlines), about `max_bytes` in all."""
+def astral_lines() -> list[str]:
+    """Lines of real text with astral-plane characters: this machine's emoji and math-symbol tables."""
+    astral = re.compile("[\U00010000-\U0010FFFF]")
+    lines: list[str] = []
+    purelib = sysconfig.get_paths()["purelib"]
+    for path in _walk(purelib, lambda p: p.endswith(("_emoji_codes.py", "latex_symbols.py", "uts46data.py"))):
+        text = read_text(path)
+        lines.extend(line.strip() for line in (text or "").splitlines() if astral.search(line))
+    if not lines:
+        raise SystemExit(f"no text with astral-plane characters under {purelib} (rich's emoji table, say)")
+    return lines
+
+
+def compose(max_bytes: int, seed: int = 0, shape: str = "base") -> list[bytes]:
+    """The corpus' JSON lines (without newlines), about `max_bytes` in all, of the given shape (SHAPES)."""
     rng = np.random.default_rng(seed)
     streams = {name: Stream(texts) for name, texts in sources().items()}
-    names = list(SHARES)
-    shares = np.array([SHARES[n][0] for n in names])
+    table = PILE22 if shape == "pile22" else {name: (name, *spec) for name, spec in SHARES.items()}
+    astral = astral_lines() if shape == "pile22" else []
+    names = list(table)
+    shares = np.array([table[n][1] for n in names])
     lines: list[bytes] = []
     size = 0
     while size < max_bytes and streams:
         name = names[rng.choice(len(names), p=shares / shares.sum())]
-        _, median, sigma = SHARES[name]
+        stream, _, median, sigma = table[name]
         chars = int(min(MAX_DOC_CHARS, max(200, rng.lognormal(np.log(median), sigma))))
-        if name not in streams:
+        if stream not in streams:
             continue
-        text = streams[name].take(chars)
+        text = streams[stream].take(chars)
         if text is None:
-            del streams[name]
+            del streams[stream]
             continue
+        if astral and rng.random() < ASTRAL_SHARE:
+            cut = text.find("\n", int(rng.integers(len(text))))
+            cut = len(text) if cut < 0 else cut
+            text = text[:cut] + "\n" + astral[int(rng.integers(len(astral)))] + text[cut:]
         line = json.dumps({"text": text, "meta": {"pile_set_name": name}}).encode()
         lines.append(line)
         size += len(line) + 1
     return lines
 
 
-def write_files(lines: list[bytes], train_dir: str, files: int) -> list[str]:
-    """Deal the lines, in order, into `files` .jsonl.zst files of about equal size; returns their paths."""
+def file_shares(shape: str, files: int, seed: int = 0) -> np.ndarray:
+    """Each file's share of the bytes for a shape: equal; 48/52 for two pile22 files; log-normal many_small."""
+    if shape == "pile22" and files == 2:
+        return np.array([0.482, 0.518])
+    if shape == "many_small":
+        sizes = np.random.default_rng(seed + 1).lognormal(0.0, 0.8, files)
+        return sizes / sizes.sum()
+    return np.full(files, 1.0 / files)
+
+
+def write_files(lines: list[bytes], train_dir: str, files: int, shares: np.ndarray | None = None) -> list[str]:
+    """Deal the lines, in order, into `files` .jsonl.zst files (of the byte `shares`, else equal); their paths."""
     os.makedirs(train_dir, exist_ok=True)
+    shares = np.full(files, 1.0 / files) if shares is None else np.asarray(shares)
     sizes = np.cumsum([len(line) + 1 for line in lines])
-    bounds = [0, *np.searchsorted(sizes, sizes[-1] * np.arange(1, files) / files).tolist(), len(lines)]
+    bounds = [0, *np.searchsorted(sizes, sizes[-1] * np.cumsum(shares)[:-1]).tolist(), len(lines)]
     paths = []
     for i in range(files):
         path = os.path.join(train_dir, f"{i:02d}.jsonl.zst")
@@ -249,9 +320,12 @@ def describe(lines: list[bytes]) -> str:
         name = json.loads(line)["meta"]["pile_set_name"]
         subsets[name] = subsets.get(name, 0) + 1
     escaped = sum(line.count(b"\\u") for line in lines)
+    astral = sum(1 for line in lines if SURROGATE.search(line))
     return (f"{len(lines):,} documents, {sizes.sum() / 1e6:.1f} MB of JSON lines; line bytes mean "
-            f"{sizes.mean() / 1e3:.1f} K, median {np.median(sizes) / 1e3:.1f} K, max {sizes.max() / 1e6:.2f} M, "
-            f"{int((sizes > 1e6).sum())} over 1 MB; {escaped:,} \\u escapes; documents per subset {subsets}")
+            f"{sizes.mean() / 1e3:.1f} K, median {np.median(sizes) / 1e3:.1f} K, p99 "
+            f"{np.percentile(sizes, 99) / 1e3:.0f} K, max {sizes.max() / 1e6:.2f} M, "
+            f"{int((sizes > 1e6).sum())} over 1 MB, {int((sizes > 2e6).sum())} over 2 MB; {escaped:,} \\u escapes, "
+            f"{astral:,} documents with surrogate pairs; {len(subsets)} subsets: {subsets}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -262,9 +336,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--train_files", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model", action="store_true", help="also train OUT_DIR/real32k.model on the corpus")
+    parser.add_argument("--shape", choices=SHAPES, default="base", help="see the module docstring")
     args = parser.parse_args(argv)
-    lines = compose(int(args.max_mb * 1e6), args.seed)
-    write_files(lines, os.path.join(args.out_dir, "train"), args.train_files)
+    lines = compose(int(args.max_mb * 1e6), args.seed, args.shape)
+    write_files(lines, os.path.join(args.out_dir, "train"), args.train_files,
+                file_shares(args.shape, args.train_files, args.seed))
     print(describe(lines))
     if args.model:
         print(train_model(lines, os.path.join(args.out_dir, "real32k")))
