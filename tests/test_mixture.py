@@ -190,6 +190,59 @@ def test_reweighting_mid_run_and_resuming_after_it_replays_the_same_order(output
     _assert_no_repeat_within_an_epoch(np.concatenate(plain + resumed))
 
 
+def _at(step: int, weights) -> list:
+    return [{"step": step, "weights": dict(zip(SIZES, weights, strict=True))}]
+
+
+def test_a_schedule_step_inside_a_window_reweights_from_that_very_step(outputs):
+    _, paths = outputs
+    mix = _mixture(paths, schedule=_at(5, [0.1, 0.1, 0.8]))  # inside the window of steps 4..7
+    whole = _global(mix, 1, num_steps=18)
+    assert _same(whole[:4], _global(_mixture(paths), 1, num_steps=4))  # the windows before it: unchanged
+    # Steps before the schedule step hold the same records whatever the weights after it.
+    other = _global(_mixture(paths, schedule=_at(5, [0.5, 0.0, 0.5])), 1, num_steps=18)
+    assert _same(other[:5], whole[:5]) and not _same(other[5:6], whole[5:6])
+    # The weights before and after it, within one at every position; no record twice within an epoch.
+    _assert_within_one(_source_of(np.concatenate(whole[:5])), [WEIGHTS[n] for n in SIZES])
+    _assert_within_one(_source_of(np.concatenate(whole[5:])), [0.1, 0.1, 0.8])
+    _assert_no_repeat_within_an_epoch(np.concatenate(whole[:16]))  # 16: a window's end
+    for w in (2, 3, 8):  # elastic
+        assert _same(_global(mix, w, num_steps=18), whole), w
+    for k, w in ((3, 2), (5, 3), (6, 4), (7, 1), (9, 8)):  # resume at k on w ranks, around the split
+        state = json.loads(json.dumps(tfdata.mixture_state(mix, G, k, seed=SEED, shuffle_buffer=WINDOW)))
+        assert _same(_global(mix, w, num_steps=18 - k, state=state), whole[k:]), k
+
+
+def test_reweighting_live_at_any_step_after_the_steps_already_dealt(outputs):
+    _, paths = outputs
+    plain = _mixture(paths)
+    kw = dict(seed=SEED, shuffle_buffer=WINDOW)
+    # Stopped at a window's start (4): the re-weighting may start at any later step, 6 included.
+    state = tfdata.mixture_state(plain, G, 4, **kw)
+    live = _mixture(paths, schedule=_at(6, [0.2, 0.2, 0.6]))
+    assert _same(_global(live, 2, num_steps=10, state=state), _global(live, 1, num_steps=14)[4:])
+    # Stopped inside a window (5, of steps 4..7 dealt together): from the window's end (8) on, at any step.
+    state = tfdata.mixture_state(plain, G, 5, **kw)
+    for step in (8, 9):
+        live = _mixture(paths, schedule=_at(step, [0.2, 0.2, 0.6]))
+        resumed = _global(live, 3, num_steps=11, state=state)  # to step 16, a window's end
+        assert _same(resumed, _global(live, 1, num_steps=16)[5:]), step
+        _assert_no_repeat_within_an_epoch(np.concatenate(_global(plain, 1, num_steps=5) + resumed))
+    for step in (5, 6, 7):  # the steps 4..7 of the run were dealt without it: refused, naming the first allowed
+        with pytest.raises(MixtureError, match="re-weight from step 8 on"):
+            tfdata.make_dataset(_mixture(paths, schedule=_at(step, [0.2, 0.2, 0.6])), global_batch_size=G,
+                                state=state, num_steps=1, **kw)
+    # A run with a schedule step at 7 stopped at 6 (steps 4..6 dealt together): step 7 stays a schedule
+    # step (its weights may change); removing it would deal steps 4..7 together.
+    split = _mixture(paths, schedule=_at(7, [0.2, 0.2, 0.6]))
+    state = tfdata.mixture_state(split, G, 6, **kw)
+    changed = _mixture(paths, schedule=_at(7, [0.6, 0.2, 0.2]))
+    assert _same(_global(changed, 2, num_steps=4, state=state), _global(changed, 1, num_steps=10)[6:])
+    assert _same(_global(changed, 1, num_steps=6), _global(split, 1, num_steps=6))
+    with pytest.raises(MixtureError, match="re-weight from step 7 on"):
+        tfdata.make_dataset(plain, global_batch_size=G, state=state, num_steps=1, **kw)
+
+
 def test_changing_the_past_or_the_sources_mid_run_is_a_clear_error(outputs):
     _, paths = outputs
     mix = _mixture(paths)
@@ -214,9 +267,6 @@ def test_changing_the_past_or_the_sources_mid_run_is_a_clear_error(outputs):
         [(n, extra[n], WEIGHTS.get(n, 0.0)) for n in (*SIZES, "more")],
         schedule=[{"step": 12, "weights": {"big": 1, "small": 1, "mid": 1, "more": 1}}])
     assert len(_ids(tfdata.make_dataset(grown_later, state=state, **kw))) == 2
-    with pytest.raises(MixtureError, match="do not start a window"):
-        tfdata.make_dataset(_mixture(paths, schedule=[{"step": 5, "weights": {"big": 1, "small": 1, "mid": 1}}]),
-                            **kw)
     reordered = tfdata.Mixture.of([(n, paths[n], WEIGHTS[n]) for n in ("mid", "big", "small")])
     with pytest.raises(MixtureError, match="another order"):
         tfdata.make_dataset(reordered, state=state, **kw)

@@ -352,7 +352,7 @@ def test_the_flags_build_the_config_with_sagemakers_environment_as_defaults(monk
 
 # -- a mixture as --train_data ---------------------------------------------------------------------------
 
-MIX_BUFFER = 8  # records per window of the mixture's order: 2 steps of 4, so a schedule step may be 6
+MIX_BUFFER = 8  # records per window of the mixture's order: 2 steps of 4 (step 6 starts a window)
 
 
 @pytest.fixture(scope="module")

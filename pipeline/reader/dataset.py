@@ -519,21 +519,42 @@ def _window_pipeline(pieces, urls_list, cache_source, gather, spec, widths, tf_d
         out[records.VALID_LABELS] = parsed[records.VALID_LABELS]
         return out, piece
 
-    @_no_autograph
-    def join(acc, parsed_piece):
-        # The pieces of one window, joined: emits (window complete?, its arrays so far, piece). The
-        # first piece of a window is joined to none of the previous arrays ([:0]): no tf.cond.
-        part, piece = parsed_piece
-        keep = (1 - acc[0]) * tf.shape(acc[1][records.VALID_LABELS], out_type=tf.int64)[0]
-        joined = {name: tf.concat([acc[1][name][:keep], v], 0) for name, v in part.items()}
-        return (piece[_ENDS_WINDOW], joined), (piece[_ENDS_WINDOW], joined, piece)
+    # A window's pieces are collected in TensorLists (one per array) and concatenated once, when the
+    # window is complete: joining them one by one would copy the window ~pieces/2 times over (a
+    # window of a 22-source mixture is ~25 pieces).
+    shapes = {name: [-1, width] for name, width in widths}
+    shapes[records.VALID_LABELS] = [-1]
+    dtypes = {name: tf_dtype for name, _ in widths}
+    dtypes[records.VALID_LABELS] = tf.int64
+
+    def empty_lists():
+        return {name: tf.raw_ops.EmptyTensorList(element_shape=tf.constant(shape, tf.int32), max_num_elements=-1,
+                                                 element_dtype=dtypes[name]) for name, shape in shapes.items()}
 
     @_no_autograph
-    def window_batches(arrays, piece):
+    def join(acc, parsed_piece):
+        # Emits (window complete?, its pieces' arrays so far, piece). A window's first piece starts
+        # from emptied lists (resized to 0 after the previous window's last piece): no tf.cond.
+        part, piece = parsed_piece
+        joined = {}
+        for name, handle in acc[1].items():
+            keep = tf.cast(1 - acc[0], tf.int32) * tf.raw_ops.TensorListLength(input_handle=handle)
+            handle = tf.raw_ops.TensorListResize(input_handle=handle, size=keep)
+            joined[name] = tf.raw_ops.TensorListPushBack(input_handle=handle, tensor=part[name])
+        return (piece[_ENDS_WINDOW], joined), (piece[_ENDS_WINDOW], joined, piece)
+
+    def concat(lists):
+        return {name: tf.raw_ops.TensorListConcatV2(
+            input_handle=handle, element_shape=tf.constant(shapes[name], tf.int32),
+            leading_dims=tf.zeros([0], tf.int64), element_dtype=dtypes[name])[0] for name, handle in lists.items()}
+
+    @_no_autograph
+    def window_batches(lists, piece):
         # A whole window (its last piece's row) -> its batches, in order from the resume point,
         # converted once for the window: {name: [batches, rank_batch, seq_len]}. Its batches are
         # slices of these arrays, which live until the window's last batch is consumed.
         order = tf.numpy_function(gather, [piece[_EPOCH], piece[_WINDOW], piece[_BATCHES]], tf.int64, stateful=False)
+        arrays = concat(lists)
         order = tf.reshape(order, [-1])[piece[_DROP] :]
         shape = [-1, rank_batch, seq_len]
         tokens = tf.cast(tf.gather(arrays[records.TOKENS], order), tf.int32)
@@ -553,10 +574,8 @@ def _window_pipeline(pieces, urls_list, cache_source, gather, spec, widths, tf_d
     read = pieces.interleave(read_piece, cycle_length=num_parallel_reads, block_length=1,
                              num_parallel_calls=num_parallel_reads, deterministic=True)
     parsed = read.map(parse_piece, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    empty = {name: tf.zeros([0, width], tf_dtype) for name, width in widths}
-    empty[records.VALID_LABELS] = tf.zeros([0], tf.int64)
-    windows = parsed.scan((tf.constant(1, tf.int64), empty), join).filter(lambda done, arrays, piece: done > 0)
-    ds = windows.map(lambda done, arrays, piece: window_batches(arrays, piece),
+    windows = parsed.scan((tf.constant(1, tf.int64), empty_lists()), join).filter(lambda done, lists, piece: done > 0)
+    ds = windows.map(lambda done, lists, piece: window_batches(lists, piece),
                      num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     # One element per batch: a slice of its window's arrays (no copy when the slice is aligned).
     ds = ds.flat_map(tf.data.Dataset.from_tensor_slices)

@@ -10,13 +10,15 @@ weights, the global batch size G, the seed and the window, never of the number o
    ``j mod N_d`` of its epoch ``j div N_d``: its shards in a per-(seed, source, epoch) order,
    rotated to a seeded start, as the single-output reader's stream (pipeline/reader/plan.py).
    A source that runs out starts its own next epoch; the others are unaffected.
-3. **Windows.** Steps are grouped in windows of S = max(1, window // G) steps, from step 0, and
-   every schedule step must start a window. Within a window, source d's samples
-   [c_d(start), c_d(end)) are dealt to its positions column by column (position p of the global
-   batch, then the steps in a per-(seed, window, p) order): every window consumes exactly the next
-   samples of each source, and the samples of a column are one contiguous run.
+3. **Windows.** Steps are grouped in windows of S = max(1, window // G) steps, from step 0; a
+   schedule step inside a window splits it in parts (a window without one is one part). Within a
+   part, source d's samples [c_d(start), c_d(end)) are dealt to its positions column by column
+   (position p of the global batch, then the part's steps in a per-(seed, window, p) order): every
+   part consumes exactly the next samples of each source, the samples of a column are one
+   contiguous run, and the steps before a schedule step hold the same records whatever the
+   weights after it.
 4. **Ranks.** Rank r of W takes positions [r*B, (r+1)*B) of every global batch (B = G / W): columns
-   that hold, for each source, one contiguous run of its stream per window. A rank reads only the
+   that hold, for each source, one contiguous run of its stream per part. A rank reads only the
    records it uses.
 
 The state after step k (`MixtureOrder.state`) is a small dict: the step, each source's samples
@@ -41,6 +43,7 @@ _SOURCE_TAG = 0x4D53  # "MS"
 _ROTATION_TAG = 0x524F  # "RO", as plan.py
 _SLOT_TAG = 0x534C  # "SL"
 _KEEP_WINDOWS = 256  # window starts remembered behind the latest (a few KiB)
+_KEEP_STREAMS = 4096  # (source, epoch) shard orders kept
 
 
 class MixtureOrder:
@@ -71,16 +74,12 @@ class MixtureOrder:
             raise MixtureError(f"sources {empty} hold no records")
         self.schedule = [(int(s), tuple(float(x) for x in w)) for s, w in schedule]
         self.steps = np.array([s for s, _ in self.schedule], np.int64)
-        off = [int(s) for s in self.steps if s % window_steps]
-        if off:
-            raise MixtureError(
-                f"schedule steps {off} do not start a window of {window_steps} steps (the reader's window of "
-                f"{window_steps * global_batch} records): use multiples of {window_steps}, or a smaller shuffle_buffer")
         self.global_batch, self.seed, self.shuffle, self.window_steps = int(global_batch), seed, bool(shuffle), int(
             window_steps)
         self._keys = [fold64(_SOURCE_TAG, seed, stable_hash(n)) if shuffle else 0 for n in self.names]
         self._lock = threading.Lock()
         self._sources: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # recent windows' blends (each used twice)
+        self._streams: dict[tuple[int, int], tuple] = {}
         # counts at the start of known windows: {window: (counts, counts at its segment's start)}
         k = len(self.names)
         self._known = {0: (np.zeros(k, np.int64), np.zeros(k, np.int64))}
@@ -132,6 +131,7 @@ class MixtureOrder:
                 raise MixtureError(
                     f"the schedule at step {s} ({b}) is not the one the run used ({a}): steps before the state's "
                     f"step {step} cannot change; re-weight from step {step} on")
+        self._check_part(step, [int(s) for s, _ in state["schedule"]])
         records = dict(zip(old, state["records"], strict=True))
         changed = [n for n in old if int(records[n]) != int(self.records[self.names.index(n)])]
         if changed:
@@ -145,6 +145,30 @@ class MixtureOrder:
         segment = per_name(state["segment_counts"]) if self.steps[seg] < w * self.window_steps else at_window
         self._known = {w: (at_window, segment)}
         self.start_step = step
+
+    def _check_part(self, step: int, old_steps: list[int]) -> None:
+        # The steps of a part are dealt together: once some of them are consumed, its end is fixed.
+        # A schedule step added (or removed) inside the part holding the state's step would deal
+        # its consumed steps anew, so their records could repeat or be skipped.
+        w = step // self.window_steps
+        start, end = w * self.window_steps, (w + 1) * self.window_steps
+        first = max([start] + [s for s in old_steps if s <= step])
+        if first == step:
+            return
+        stop = min([end] + [s for s in old_steps if s > step])
+        added = [int(s) for s in self.steps if first < s < stop]
+        if added or (stop < end and stop not in self.steps.tolist()):
+            raise MixtureError(
+                f"the state's step {step} is inside steps {first}..{stop - 1}, which the reader deals together "
+                f"(part of its window of {self.window_steps} steps): keep the run's schedule steps before step "
+                f"{stop}{' and at it' if stop < end else ''}, and re-weight from step {stop} on")
+
+    def _parts(self, w: int) -> list[tuple[int, int]]:
+        """The parts of window w: (first row, end row) pairs, split at the schedule steps inside it."""
+        start = w * self.window_steps
+        cuts = [int(s) - start for s in self.steps if start < s < start + self.window_steps]
+        bounds = [0, *cuts, self.window_steps]
+        return list(zip(bounds[:-1], bounds[1:], strict=True))
 
     def state(self, step: int) -> dict:
         """The state after `step` global steps: a small JSON-able dict to save beside a checkpoint."""
@@ -173,7 +197,14 @@ class MixtureOrder:
                 src = self._sources_from(known, counts, segment)
                 nxt = counts + np.bincount(src.reshape(-1), minlength=len(self.names))
                 start = (known + 1) * self.window_steps
-                seg_next = segment if self.steps[segment_of(self.steps, start)] < start else nxt
+                began = int(self.steps[segment_of(self.steps, start)])  # the segment holding the next window
+                if began == start:
+                    seg_next = nxt
+                elif began <= start - self.window_steps:
+                    seg_next = segment
+                else:  # it began inside this window
+                    rows = began - (start - self.window_steps)
+                    seg_next = counts + np.bincount(src[:rows].reshape(-1), minlength=len(self.names))
                 known += 1
                 self._known[known] = (nxt, seg_next)
                 for old in [k for k in self._known if k < known - _KEEP_WINDOWS]:
@@ -190,12 +221,20 @@ class MixtureOrder:
         return src
 
     def _blend_window(self, w: int, counts: np.ndarray, segment: np.ndarray) -> np.ndarray:
-        start = w * self.window_steps
-        i = segment_of(self.steps, start)
-        weights = self.schedule[i][1]
-        done = (start - int(self.steps[i])) * self.global_batch
-        src = blend(weights, self.window_steps * self.global_batch, done, counts - segment)
-        return src.reshape(self.window_steps, self.global_batch)
+        # Part by part: a part that starts a segment starts its blend; the first part continues the
+        # segment holding the window's start, from `segment` (the counts when that segment began).
+        out = []
+        counts = counts.copy()
+        for r0, r1 in self._parts(w):
+            start = w * self.window_steps + r0
+            i = segment_of(self.steps, start)
+            if r0:
+                segment = counts.copy()
+            done = (start - int(self.steps[i])) * self.global_batch
+            src = blend(self.schedule[i][1], (r1 - r0) * self.global_batch, done, counts - segment)
+            counts += np.bincount(src, minlength=len(self.names))
+            out.append(src)
+        return np.concatenate(out).reshape(self.window_steps, self.global_batch)
 
     def window_sources(self, w: int) -> np.ndarray:
         """int64 [S, G]: the source of every position of the window's global batches."""
@@ -207,17 +246,22 @@ class MixtureOrder:
         counts, _ = self._window_start(w)
         src = self.window_sources(w)
         s, g = src.shape
-        if self.shuffle:  # each column deals its samples to the window's steps in a seeded order
+        if self.shuffle:  # each column deals its samples to the part's steps in a seeded order
             base = np.uint64(fold64(_SLOT_TAG, self.seed, w))
             cols = np.arange(g, dtype=np.uint64)[None, :]
             rows = np.arange(s, dtype=np.uint64)[:, None]
             keys = mix64(base ^ mix64((cols << np.uint64(32)) | rows))
-            within = np.argsort(keys, axis=0, kind="stable")  # [S, G]: column p's steps, in dealing order
-        else:
-            within = np.tile(np.arange(s, dtype=np.int64)[:, None], (1, g))
-        # Dealing order: column by column, then within each column in `within` order.
-        flat_rows = within.T.reshape(-1)
-        flat_cols = np.repeat(np.arange(g, dtype=np.int64), s)
+        # Dealing order: part by part, column by column, then within each column in a seeded order
+        # of the part's steps (`within` [rows, G]).
+        flat_rows, flat_cols = [], []
+        for r0, r1 in self._parts(w):
+            if self.shuffle:
+                within = r0 + np.argsort(keys[r0:r1], axis=0, kind="stable")
+            else:
+                within = np.tile(np.arange(r0, r1, dtype=np.int64)[:, None], (1, g))
+            flat_rows.append(within.T.reshape(-1))
+            flat_cols.append(np.repeat(np.arange(g, dtype=np.int64), r1 - r0))
+        flat_rows, flat_cols = np.concatenate(flat_rows), np.concatenate(flat_cols)
         dealt_src = src[flat_rows, flat_cols]
         k = len(self.names)
         onehot = np.zeros((len(dealt_src), k), np.int64)
@@ -229,10 +273,18 @@ class MixtureOrder:
 
     # -- per-source streams --------------------------------------------------------------------
 
-    def _stream(self, d: int, epoch: int) -> tuple[np.ndarray, int]:
-        order = shard_order(len(self.counts[d]), self._keys[d], epoch, self.shuffle)
-        rotation = fold64(_ROTATION_TAG, self._keys[d], epoch) % int(self.records[d]) if self.shuffle else 0
-        return order, int(rotation)
+    def _stream(self, d: int, epoch: int) -> tuple[np.ndarray, int, np.ndarray, np.ndarray]:
+        """(shard order, rotation, shard sizes and their running ends in that order) of a source's epoch."""
+        got = self._streams.get((d, epoch))
+        if got is None:  # a window asks for each of its sources' epochs; a small source's epoch, for many
+            order = shard_order(len(self.counts[d]), self._keys[d], epoch, self.shuffle)
+            rotation = fold64(_ROTATION_TAG, self._keys[d], epoch) % int(self.records[d]) if self.shuffle else 0
+            sizes = self.counts[d][order]
+            got = (order, int(rotation), sizes, np.cumsum(sizes))
+            if len(self._streams) >= _KEEP_STREAMS:
+                self._streams.clear()
+            self._streams[(d, epoch)] = got
+        return got
 
     def locate(self, source: int, samples) -> tuple[np.ndarray, np.ndarray]:
         """(shard, record in shard) of samples of one source (vectorized)."""
@@ -242,9 +294,7 @@ class MixtureOrder:
         epochs = samples // n
         for e in np.unique(epochs).tolist():
             sel = epochs == e
-            order, rotation = self._stream(source, e)
-            sizes = self.counts[source][order]
-            ends = np.cumsum(sizes)
+            order, rotation, sizes, ends = self._stream(source, e)
             c = (samples[sel] % n + rotation) % n
             i = np.searchsorted(ends, c, side="right")
             shards[sel], recs[sel] = order[i], c - (ends[i] - sizes[i])
@@ -258,9 +308,7 @@ class MixtureOrder:
         while j < stop:
             e, i = divmod(j, n)
             take = min(stop - j, n - i)
-            order, rotation = self._stream(source, e)
-            sizes = self.counts[source][order]
-            ends = np.cumsum(sizes)
+            order, rotation, sizes, ends = self._stream(source, e)
             pos, left = (i + rotation) % n, take
             while left:
                 k = int(np.searchsorted(ends, pos, side="right"))
@@ -287,14 +335,18 @@ class MixtureOrder:
         src, samples = src[:, dp_rank * b : (dp_rank + 1) * b], samples[:, dp_rank * b : (dp_rank + 1) * b]
         reads, gather = [], np.empty(src.shape, np.int64)
         offset = 0
-        for d in np.unique(src).tolist():
-            sel = src == d
-            first, stop = int(samples[sel].min()), int(samples[sel].max()) + 1
-            if stop - first != int(sel.sum()):  # the columns' runs are contiguous by construction
-                raise RuntimeError(f"mixture order: the rank's samples of source {d} are not one run")
-            reads.extend((d, shard, r, m) for shard, r, m in self.runs(d, first, stop))
-            gather[sel] = offset + samples[sel] - first
-            offset += stop - first
+        in_part = np.zeros(src.shape, bool)
+        for r0, r1 in self._parts(w):
+            in_part[:] = False
+            in_part[r0:r1] = True
+            for d in np.unique(src[r0:r1]).tolist():
+                sel = (src == d) & in_part
+                first, stop = int(samples[sel].min()), int(samples[sel].max()) + 1
+                if stop - first != int(sel.sum()):  # the columns' runs are contiguous by construction
+                    raise RuntimeError(f"mixture order: the rank's samples of source {d} are not one run")
+                reads.extend((d, shard, r, m) for shard, r, m in self.runs(d, first, stop))
+                gather[sel] = offset + samples[sel] - first
+                offset += stop - first
         return reads, gather.reshape(-1)
 
     def batch_records(self, step: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
