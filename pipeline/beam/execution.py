@@ -64,11 +64,14 @@ class Workspace:
     """What a run makes once it holds the output directory's lock, for its workers.
 
     spill_dir: where records spill (with `Execution.spill`), None: they cross the shuffle as they are;
-    progress: where workers send their progress (pipeline/beam/progress.py), None: metrics only.
+    progress: where workers send their progress (pipeline/beam/progress.py), None: metrics only;
+    board: the run's key on the board where workers that are threads of this process claim the
+    chunks of the files they share (pipeline/io/claims.py), None: static stripes.
     """
 
     spill_dir: str | None = None
     progress: tuple[str, int, bytes] | None = None  # the Monitor's (host, port, key)
+    board: str | None = None
 
 
 def plan_execution(runner: str, direct_workers: int | None, input_files: list[str], fan_out: str = "auto",

@@ -85,7 +85,9 @@ def run(job: Job, options: PipelineOptions, beam_args: list[str], translate_only
                  runner, job.run_id)
         start = time.monotonic()
         with beam.Pipeline(runner=direct_runner(options), options=options) as p:
-            build_pipeline(p, job, Workspace(spill_dir, monitor.address))
+            threads = runner == "DirectRunner" and options.view_as(DirectOptions).direct_running_mode in (
+                "multi_threading", "in_memory")
+            build_pipeline(p, job, Workspace(spill_dir, monitor.address, job.run_id if threads else None))
             gc_policy.resume()  # the job's own objects are collected as usual
     except Exception as e:
         line = failure_line(e)

@@ -122,7 +122,7 @@ def read_chunks(p: beam.Pipeline, job: Job, workspace: Workspace):
             STATS, main="chunks")
         # A .zst file cannot be split: fan its chunks out so that 30 files do not cap parallelism.
         return read_out.chunks | "FanOut" >> beam.Reshuffle(), read_out[STATS]
-    units, costs = _work_items(job, files, frames_of)
+    units, costs = _work_items(job, files, frames_of, workspace.board)
     slot_of = balance(costs, execution.workers)
     by_slot = sorted(zip(slot_of, units, strict=True), key=lambda item: (item[0], item[1][0]))
     read_out = (
@@ -130,22 +130,36 @@ def read_chunks(p: beam.Pipeline, job: Job, workspace: Workspace):
         | "ListInputs" >> beam.Create(by_slot, reshuffle=False)
         # One group per worker: DirectRunner hands each worker whole groups.
         | "GroupFilesByWorker" >> beam.GroupByKey()
-        | "FilesOfWorker" >> beam.FlatMap(lambda kv: sorted(kv[1], key=lambda unit: unit[:2]))
+        # Files shared on a board last: their readers take chunks as they are free, evening out the end.
+        | "FilesOfWorker" >> beam.FlatMap(lambda kv: sorted(kv[1], key=lambda unit: (_on_board(unit), unit[:2])))
         | "ReadChunks" >> beam.ParDo(read_fn).with_outputs(STATS, main="chunks")
     )
     return read_out.chunks, read_out[STATS]
 
 
-def _work_items(job: Job, files: list[tuple[int, str]], frames_of: dict) -> tuple[list[tuple], list[float]]:
-    """DirectRunner's work items ((file_index, path, Frame | Stripe | None)) and their estimated costs."""
+def _on_board(unit: tuple) -> bool:
+    return len(unit) > 2 and isinstance(unit[2], Stripe) and unit[2].board is not None
+
+
+def _work_items(job: Job, files: list[tuple[int, str]], frames_of: dict,
+                board: str | None = None) -> tuple[list[tuple], list[float]]:
+    """DirectRunner's work items ((file_index, path, Frame | Stripe | None)) and their estimated costs.
+
+    With a `board` (the workers are threads of this process) the largest whole file is always
+    shared by every worker, its chunks claimed as the workers get free (pipeline/io/claims.py):
+    whatever the estimates got wrong, the workers finish together.
+    """
     sizes = file_sizes([path for _, path in files])
     indexed = {i for i, _ in files if frames_of[i] != [None]}
     read_share = READ_SHARE.get(job.backend.name, READ_SHARE_FAST)
     whole = [j for j, (i, _) in enumerate(files) if i not in indexed]
     stripes = dict.fromkeys(range(len(files)), 1)
+    workers = job.execution.workers
     if job.execution.share:
-        stripes.update(zip(whole, share_files([sizes[j] for j in whole], job.execution.workers, read_share),
-                           strict=True))
+        stripes.update(zip(whole, share_files([sizes[j] for j in whole], workers, read_share), strict=True))
+        if board and workers > 1 and whole:
+            largest = max(whole, key=lambda j: (sizes[j], -j))
+            stripes[largest] = workers
     units, costs = [], []
     for j, (i, path) in enumerate(files):
         if i in indexed:
@@ -155,12 +169,13 @@ def _work_items(job: Job, files: list[tuple[int, str]], frames_of: dict) -> tupl
             units.append((i, path, None))
             costs.append(sizes[j] * (1 + read_share))
         else:
-            units += [(i, path, Stripe(k, stripes[j])) for k in range(stripes[j])]
+            units += [(i, path, Stripe(k, stripes[j], board)) for k in range(stripes[j])]
             costs += [sizes[j] * (read_share + 1 / stripes[j])] * stripes[j]
     shared = {files[j][1]: k for j, k in stripes.items() if k > 1}
     if shared:
-        LOG.info("files read in stripes by several workers: %s", ", ".join(
-            f"{redact_url(path)} ({k})" for path, k in sorted(shared.items())))
+        LOG.info("files read in stripes by several workers%s: %s",
+                 " (each chunk tokenized by the first worker free to claim it)" if board else "",
+                 ", ".join(f"{redact_url(path)} ({k})" for path, k in sorted(shared.items())))
     return units, costs
 
 
