@@ -15,7 +15,8 @@
    - ours, auto: the same with `--tokenizer_backend auto` (gigatoken, else tokenizers_batch, behind
      the self-check);
    - datatrove (with --datatrove_python, a venv with `pip install datatrove`): its JsonlReader and
-     DocumentTokenizer over the same files, --workers tasks, its shuffle off (ours keeps input order);
+     DocumentTokenizer over the same files, --workers tasks, its shuffle off (ours keeps input order),
+     its pool forked (forkserver's processes are not the command's children: their CPU is not counted);
    - Megatron-LM (with --megatron_lm, a checkout, and --megatron_python, a venv with megatron-core, torch
      and transformers, plus what the checkout's megatron.training imports: six, pydantic, triton):
      `tools/preprocess_data.py --tokenizer-type HuggingFaceTokenizer --append-eod --workers N`.
@@ -67,7 +68,7 @@ inputs, tokenizer, out, workers = sys.argv[1], sys.argv[2], sys.argv[3], int(sys
 LocalPipelineExecutor(pipeline=[JsonlReader(inputs, glob_pattern="*.jsonl.zst", compression="zstd"),
                                 DocumentTokenizer(out, tokenizer_name_or_path=tokenizer, eos_token="<|endoftext|>",
                                                   shuffle_documents=False)],
-                      tasks=workers, workers=workers, logging_dir=out + "-logs").run()
+                      tasks=workers, workers=workers, logging_dir=out + "-logs", start_method="fork").run()
 """
 
 
@@ -132,10 +133,6 @@ def commands(args, train: str, corpus: str, tok_dir: str, work: str) -> dict[str
     return out
 
 
-# Its pool's worker processes are not waited for by the command: their CPU time is not counted.
-UNCOUNTED_CPU = {"datatrove DocumentTokenizer"}
-
-
 def cpu_children() -> float:
     """CPU seconds of every waited-for child process so far (a command's whole process tree)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -191,8 +188,7 @@ def main(argv=None) -> None:
             print(f"| {name} | not run here | | | | |")
             continue
         t, c = statistics.median(times[name]), statistics.median(cpus[name])
-        per_cpu = "not counted | " if name in UNCOUNTED_CPU else f"{c:.1f} | {bare_cpu / c:.2f}"
-        print(f"| {name} | {t:.1f} | {size / 1e6 / t:.2f} | {bare / t:.2f} | {per_cpu} |")
+        print(f"| {name} | {t:.1f} | {size / 1e6 / t:.2f} | {bare / t:.2f} | {c:.1f} | {bare_cpu / c:.2f} |")
     print(f"\nauto's shards byte-identical to the reference's: {ref == auto and bool(ref)}")
     tokens = manifest["totals"]["tokens"]
     for peer, count in peer_tokens(work).items():
