@@ -146,16 +146,51 @@ def test_an_unknown_file_or_backend_is_exit_2(kinds, tmp_path, caplog):
     assert "does not apply to a huggingface tokenizer" in caplog.text
 
 
-@pytest.mark.parametrize("name,fast", [("hf_dir", "tokenizers_batch"), ("tiktoken", "tiktoken_batch")])
-def test_fast_engine_shards_are_byte_identical(name, fast, kinds, tmp_path):
+def _has_gigatoken() -> bool:
+    try:
+        import gigatoken  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("name,backends", [("hf_dir", ("auto", "gigatoken", "tokenizers_batch")),
+                                           ("tiktoken", ("auto", "tiktoken_batch"))])
+def test_fast_engine_shards_are_byte_identical(name, backends, kinds, tmp_path):
     model, extra = kinds[name]
     ref = _run(tmp_path / "ref", model, *extra)
-    got = _run(tmp_path / "auto", model, "--tokenizer_backend", "auto", *extra)
-    assert got["tokenizer"]["backend"]["name"] == fast
-    assert got["tokenizer"]["backend"]["parity"]["result"] == "passed"
     assert ref["tokenizer"]["backend"]["name"] in ("tokenizers", "tiktoken")
     shards = lambda out: {k: v for k, v in output_digests(out).items() if k.endswith(".tfrecord")}  # noqa: E731
-    assert shards(tmp_path / "ref") == shards(tmp_path / "auto") != {}
+    fastest = {"hf_dir": "gigatoken" if _has_gigatoken() else "tokenizers_batch", "tiktoken": "tiktoken_batch"}
+    for backend in backends:
+        if backend == "gigatoken" and not _has_gigatoken():
+            continue
+        got = _run(tmp_path / backend, model, "--tokenizer_backend", backend, *extra)
+        assert got["tokenizer"]["backend"]["name"] == (fastest[name] if backend == "auto" else backend)
+        assert got["tokenizer"]["backend"]["parity"]["result"] == "passed"
+        assert shards(tmp_path / "ref") == shards(tmp_path / backend) != {}
+
+
+@pytest.mark.parametrize("name", ["hf_dir", "llama3"])
+def test_provenance_of_a_step_retokenized_with_the_kind_is_the_steps_tokens(name, kinds, tmp_path):
+    from pipeline.cli import provenance
+
+    model, extra = kinds[name]
+    tok = load_tokenizer(model, tiktoken_name="llama3" if name == "llama3" else None)
+    out = tmp_path / "o"
+    manifest = _run(out, model, "--provenance", "--shard_size_mb", "0.05", *extra)
+    assert manifest["features"]["tokens"]["dtype"] == ("int32" if name == "llama3" else "uint16")
+    batch = next(iter(make_dataset(str(out), global_batch_size=8, seed=5, num_epochs=None).skip(3)))
+    records = provenance.step_documents(str(out), 3, 8, 5)
+    assert len(records) == 8
+    for row, record in enumerate(records):
+        tokens = []
+        for piece in record.pieces:
+            document = [*tok.encode_one(piece.text), tok.eos_id]
+            tokens += document[piece.first_token : piece.first_token + piece.tokens]
+        real = batch["loss_mask"].numpy()[row] > 0
+        assert tokens == batch["labels"].numpy()[row][real].tolist(), row
+    assert f"{records[0].pieces[0].file}:{records[0].pieces[0].line}" in provenance.format_step(records)
 
 
 def test_the_manifest_gives_the_trainers_a_128k_vocabulary(kinds, tmp_path):

@@ -3,8 +3,11 @@ special strings as text, and the fast engines behind the self-check (pipeline/to
 kind_engines.py, kind_check.py). Every tokenizer is trained here: no hub."""
 
 import json
+import os
 import pickle
 import random
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -265,18 +268,22 @@ def test_auto_uses_the_fast_engine_after_the_self_check(kinds, corpus, kind):
 def test_auto_falls_back_on_a_mismatch_and_a_named_engine_fails(kinds, corpus, monkeypatch):
     tok = load_tokenizer(kinds["huggingface"])
 
-    class Off(kind_engines.TokenizersBatchEngine):
-        def encode(self, texts):
-            ids, offsets = super().encode(texts)
-            if len(ids):
-                ids = ids.copy()
-                ids[-1] = (ids[-1] + 1) % tok.vocab_size
-            return ids, offsets
+    def off(engine):
+        class Off(engine):
+            def encode(self, texts):
+                ids, offsets = super().encode(texts)
+                if len(ids):
+                    ids = ids.copy()
+                    ids[-1] = (ids[-1] + 1) % tok.vocab_size
+                return ids, offsets
+        return Off
 
-    monkeypatch.setitem(kind_engines._ENGINES, "tokenizers_batch", Off)
+    for name in kind_engines.AUTO_ORDER["huggingface"]:  # every engine auto tries gets one id wrong
+        monkeypatch.setitem(kind_engines._ENGINES, name, off(kind_engines._ENGINES[name]))
     choice = kind_check.choose_kind_backend("auto", tok, corpus)
     assert choice.name == "tokenizers" and choice.parity["result"] == "fallback"
     assert "different from tokenizers's" in choice.parity["reason"]
+    assert [c["result"] for c in choice.parity["checks"]] == ["mismatch"] * len(kind_engines.AUTO_ORDER["huggingface"])
     with pytest.raises(ValueError, match="--tokenizer_backend tokenizers_batch"):
         kind_check.choose_kind_backend("tokenizers_batch", tok, corpus)
 
@@ -368,3 +375,39 @@ def test_tokenizers_load_from_fsspec_locations(kinds):
         "hello world")
     assert detect_kind("memory://hf") == "huggingface"
 
+
+
+EARLY = r"""
+import json, sys
+from pipeline.tokenize import bpe_pieces, kind_check, self_check
+from pipeline.tokenize.model import TokenizerModel
+path, files = sys.argv[1], sys.argv[2:]
+pile = self_check.documents.PILE
+model = TokenizerModel.load(path)
+early = self_check.EarlyChoice("auto", model, files, pile)
+started = early._process is not None
+choice = early.result("auto", model, files, pile)
+adopted = len(bpe_pieces.CUTS.items())
+reference = self_check.EarlyChoice(self_check.reference_backend(model.kind), model, files, pile)
+other = self_check.EarlyChoice("auto", model, files, pile).result("auto", model, [], pile)
+print(json.dumps({"started": started, "choice": choice.to_json(), "adopted": adopted,
+                  "reference_starts": reference._process is not None, "other_inputs": other is None,
+                  "inline": kind_check.choose_kind_backend("auto", model.tokenizer, files).to_json()}))
+"""
+
+
+@pytest.mark.parametrize("kind", ["huggingface", "tiktoken"])
+def test_the_self_check_of_a_kind_starts_early_and_is_the_drivers_own(kinds, corpus, kind):
+    # In a fresh interpreter (a command's state when it starts): the check forked before Beam's import
+    # gives exactly the choice the driver would make; asked about other inputs, it gives none.
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", EARLY, kinds[kind], *corpus], capture_output=True, text=True,
+                         cwd=repo, env={**os.environ, "PYTHONPATH": repo}, timeout=300)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.splitlines()[-1])
+    assert got["started"] and got["other_inputs"] and not got["reference_starts"]
+    for choice in (got["choice"], got["inline"]):
+        for check in choice["parity"]["checks"]:
+            check.pop("seconds")  # how long the check took
+    assert got["choice"] == got["inline"] and got["choice"]["name"] == kind_engines.AUTO_ORDER[kind][0]
+    assert got["adopted"] > 0  # the safe cuts the check proved, taken by the driver

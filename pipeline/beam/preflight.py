@@ -165,15 +165,15 @@ def tokenizer_job(config: PipelineConfig, model: TokenizerModel, input_files: li
                                     eos_id=config.eos_id, pad_id=config.pad_id)
     except ValueError as e:
         raise UsageError(str(e)) from None
+    backend = early.result(config.tokenizer_backend, model, input_files,
+                           config.schema) if early is not None else None
     if model.kind != SENTENCEPIECE:
-        backend = choose_kind_backend(config.tokenizer_backend, model.tokenizer, input_files, schema=config.schema)
+        backend = backend or choose_kind_backend(config.tokenizer_backend, model.tokenizer, input_files,
+                                                 schema=config.schema)
         return Job(config, tuple(input_files), special, model.sha256, backend, execution, new_run_id(),
                    tokenizer=WorkerTokenizer(model.path, model.kind, model.sha256, model.tiktoken_name),
                    tokenizer_facts=model.facts(), **job_fields)
-    backend = early.result(config.tokenizer_backend, model, input_files,
-                           config.schema) if early is not None else None
-    if backend is None:
-        backend = choose_backend(config.tokenizer_backend, model, input_files, schema=config.schema)
+    backend = backend or choose_backend(config.tokenizer_backend, model, input_files, schema=config.schema)
     return Job(config, tuple(input_files), special, model.sha256, backend, execution, new_run_id(), **job_fields)
 
 

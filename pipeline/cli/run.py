@@ -29,9 +29,8 @@ from pipeline.format.manifest import ManifestError
 from pipeline.io.scratch import private_temp_dir
 from pipeline.io.signals import Interrupted, caught_signal, interruptible
 from pipeline.io.urls import is_local_url, refuse_credentials
-from pipeline.tokenize.kinds.base import SENTENCEPIECE
 from pipeline.tokenize.model import TokenizerModel
-from pipeline.tokenize.self_check import EarlyChoice
+from pipeline.tokenize.self_check import EarlyChoice, reference_backend
 
 LOG = logging.getLogger("pipeline")
 
@@ -68,9 +67,8 @@ def early_choice(argv: list[str]) -> tuple[EarlyChoice | None, TokenizerModel | 
         model = TokenizerModel.load(config.tokenizer_model, tiktoken_name=config.tiktoken_encoding)
     except (ValueError, OSError):
         return None, None
-    if model.kind != SENTENCEPIECE:  # no early check for the other kinds: the preflight checks them
-        return None, model
-    return EarlyChoice(config.tokenizer_backend or SENTENCEPIECE, model, list(config.inputs), config.schema), model
+    requested = config.tokenizer_backend or reference_backend(model.kind)
+    return EarlyChoice(requested, model, list(config.inputs), config.schema), model
 
 
 def main(argv: list[str] | None = None) -> dict | None:

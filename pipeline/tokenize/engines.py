@@ -40,6 +40,7 @@ from pipeline.core import versions
 from pipeline.core.errors import JobError
 from pipeline.core.memo import ProcessMemo
 from pipeline.io.files import read_bytes
+from pipeline.tokenize import bpe_pieces
 from pipeline.tokenize.model_facts import NORMAL, USER_DEFINED, ModelFacts, model_problems
 from pipeline.tokenize.pieces import CUTS, PieceEncoder
 
@@ -128,7 +129,8 @@ def model_facts(proto: bytes) -> ModelFacts:
 
 def built_from_models() -> dict:
     """What this process has derived from models (facts, conversions, safe cuts), for `adopt_built`."""
-    return {"facts": _FACTS.items(), "converted": _CONVERTED.items(), "cuts": CUTS.items()}
+    return {"facts": _FACTS.items(), "converted": _CONVERTED.items(), "cuts": CUTS.items(),
+            "bpe_cuts": bpe_pieces.CUTS.items()}
 
 
 def adopt_built(built: dict) -> None:
@@ -136,6 +138,7 @@ def adopt_built(built: dict) -> None:
     _FACTS.adopt(built["facts"])
     _CONVERTED.adopt(built["converted"])
     CUTS.adopt(built["cuts"])
+    bpe_pieces.CUTS.adopt(built["bpe_cuts"])
 
 
 def gigatoken_json(proto: bytes) -> str:

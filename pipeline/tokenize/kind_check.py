@@ -14,7 +14,7 @@ import time
 
 from pipeline.core import documents
 from pipeline.tokenize.bpe_pieces import check_tokenizer
-from pipeline.tokenize.engines import BackendUnavailable, mismatched
+from pipeline.tokenize.engines import FAST_BACKENDS, BackendUnavailable, mismatched, package_version
 from pipeline.tokenize.kind_engines import AUTO, AUTO_ORDER, REFERENCE, backends, load_kind_engine
 from pipeline.tokenize.kinds.base import Tokenizer
 from pipeline.tokenize.self_check import SAMPLE_BYTES, BackendChoice, adversarial_texts, sample_documents
@@ -33,7 +33,9 @@ def kind_adversarial_texts(tokenizer: Tokenizer, long_line: int = 1 << 16) -> li
 def check_kind_backend(backend: str, tokenizer: Tokenizer, expected: dict, texts: list[str],
                        adversarial: list[str]) -> dict:
     """Load `backend` over `tokenizer`, compare its ids with `expected` (the reference's): a dict for the manifest."""
-    version = next(iter(tokenizer.versions().values()))
+    # gigatoken is a package of its own; the batch engines are the owning library's.
+    version = (package_version(backend) if backend in FAST_BACKENDS else None) or next(iter(
+        tokenizer.versions().values()))
     out: dict = {"backend": backend, "version": version}
     start = time.monotonic()
     try:

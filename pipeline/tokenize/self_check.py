@@ -247,22 +247,23 @@ def choose_backend(requested: str, model: TokenizerModel | str, input_files: lis
 
 
 class EarlyChoice:
-    """`choose_backend` started in a forked process as the command starts, before it imports Beam.
+    """The backend self-check started in a forked process as the command starts, before it imports Beam.
 
-    The driver's own start (Beam's import alone is ~1.3 s) then overlaps the self-check (~1 s with a
+    `choose_backend` for SentencePiece, kind_check's `choose_kind_backend` for the other kinds. The
+    driver's own start (Beam's import alone is ~1.3 s) then overlaps the self-check (~1 s with a
     32k model). The driver still decides everything itself, in its usual order, and takes the
     result only for exactly what it settled on (`result`): the same request, model, schema and input
     files; otherwise, or when the early check failed in any way, it checks again itself and reports
-    whatever is wrong. Nothing starts for SentencePiece, or where this process cannot fork safely.
-    `model`: the driver's `TokenizerModel` (or a path to read it from), handed to the forked process
-    as it is: the check reads no file the driver read already.
+    whatever is wrong. Nothing starts for a kind's reference engine, or where this process cannot
+    fork safely. `model`: the driver's `TokenizerModel` (or a path to read it from), handed to the
+    forked process as it is: the check reads no file the driver read already.
     """
 
     def __init__(self, requested: str, model: TokenizerModel | str, patterns: list[str], schema: documents.Schema):
         model = as_model(model)
-        self._asked = (requested, model.path, model.sha256, schema)
+        self._asked = (requested, model.path, model.sha256, model.tiktoken_name, schema)
         self._process = self._received = None
-        if requested == SENTENCEPIECE or not _can_fork():
+        if requested == reference_backend(model.kind) or not _can_fork():
             return
         context = multiprocessing.get_context("fork")
         self._received, sent = context.Pipe(duplex=False)
@@ -275,12 +276,14 @@ class EarlyChoice:
                schema: documents.Schema) -> BackendChoice | None:
         """The early choice when it was made for exactly these arguments, else None."""
         model = as_model(model)
-        if self._received is None or self._asked != (requested, model.path, model.sha256, schema):
+        if self._received is None or self._asked != (requested, model.path, model.sha256, model.tiktoken_name,
+                                                     schema):
             self.cancel()
             return None
         # While the check finishes: the modules of the engine it most likely chooses, which this
         # process's workers will need (the check's process was forked before they were loaded).
-        likely = [b for b in (FAST_BACKENDS if requested == AUTO else (requested,)) if package_version(b)]
+        likely = [b for b in (_fast_order(model.kind) if requested == AUTO else (requested,))
+                  if b in FAST_BACKENDS and package_version(b)]
         if likely:
             import_backend(likely[0])
         try:
@@ -314,6 +317,20 @@ def _can_fork() -> bool:
             and not any(name in sys.modules for name in ("gigatoken", "kitoken")))
 
 
+def reference_backend(kind: str) -> str:
+    """The reference engine of a kind of tokenizer (its `--tokenizer_backend` default)."""
+    from pipeline.tokenize.kind_engines import REFERENCE
+
+    return REFERENCE.get(kind, SENTENCEPIECE)
+
+
+def _fast_order(kind: str) -> tuple[str, ...]:
+    """The engines `auto` tries for a kind, in order."""
+    from pipeline.tokenize.kind_engines import AUTO_ORDER
+
+    return AUTO_ORDER.get(kind, FAST_BACKENDS)
+
+
 def _choose_and_send(sent, requested: str, model: TokenizerModel, patterns: list[str],
                      schema: documents.Schema) -> None:
     try:
@@ -321,8 +338,13 @@ def _choose_and_send(sent, requested: str, model: TokenizerModel, patterns: list
         # cores the check takes what the driver leaves, not the driver's core.
         os.nice(NICE)
         files = inputs.expand_inputs(patterns)
-        choice = choose_backend(requested, model, files, schema=schema)
-        Encoder(model.path, choice.name, threads=1).load(model.data)  # what each worker derives from the model
+        if model.kind == SENTENCEPIECE:
+            choice = choose_backend(requested, model, files, schema=schema)
+            Encoder(model.path, choice.name, threads=1).load(model.data)  # what each worker derives from the model
+        else:
+            from pipeline.tokenize.kind_check import choose_kind_backend
+
+            choice = choose_kind_backend(requested, model.tokenizer, files, schema=schema)
         sent.send((files, choice, built_from_models()))
     except BaseException:  # noqa: BLE001 -- the driver checks again itself and reports what is wrong
         sent.send(None)

@@ -10,15 +10,21 @@
 3. Timed, each a whole command in a fresh subprocess, in interleaved rounds (medians reported):
    - bare loop: one process, zstd + json + `tokenizers.Tokenizer.encode` per document (+1 EOS);
    - ours, reference: `pile-pipeline run --output_format megatron --tokenizer_backend tokenizers`,
-     --workers DirectRunner workers;
-   - ours, auto: the same with `--tokenizer_backend auto` (tokenizers_batch behind the self-check);
+     --workers DirectRunner workers, in the running mode the job picks for the engine (processes for
+     this one, whose encode holds the GIL; threads for gigatoken: pipeline/beam/execution.py);
+   - ours, auto: the same with `--tokenizer_backend auto` (gigatoken, else tokenizers_batch, behind
+     the self-check);
    - datatrove (with --datatrove_python, a venv with `pip install datatrove`): its JsonlReader and
-     DocumentTokenizer over the same files, --workers tasks;
-   - Megatron-LM (with --megatron_lm and --megatron_python, a venv with torch and transformers):
+     DocumentTokenizer over the same files, --workers tasks, its shuffle off (ours keeps input order),
+     its pool forked (forkserver's processes are not the command's children: their CPU is not counted);
+   - Megatron-LM (with --megatron_lm, a checkout, and --megatron_python, a venv with megatron-core, torch
+     and transformers, plus what the checkout's megatron.training imports: six, pydantic, triton):
      `tools/preprocess_data.py --tokenizer-type HuggingFaceTokenizer --append-eod --workers N`.
    A peer without its flag is not run; its command is printed instead.
-4. Checks: the auto run's shards equal the reference run's, byte for byte.
-Prints a Markdown table (MB/s of JSON lines, x the bare loop) and the 1-minute load average.
+4. Checks: the auto run's shards equal the reference run's, byte for byte; each peer wrote as many
+   tokens as we did.
+Prints a Markdown table (MB/s of JSON lines, x the bare loop, by wall time and by CPU seconds of the
+command's whole process tree) and the 1-minute load average.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import glob
 import hashlib
 import json
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -59,8 +66,9 @@ from datatrove.pipeline.readers import JsonlReader
 from datatrove.pipeline.tokens import DocumentTokenizer
 inputs, tokenizer, out, workers = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 LocalPipelineExecutor(pipeline=[JsonlReader(inputs, glob_pattern="*.jsonl.zst", compression="zstd"),
-                                DocumentTokenizer(out, tokenizer_name_or_path=tokenizer, eos_token="<|endoftext|>")],
-                      tasks=workers, workers=workers, logging_dir=out + "-logs").run()
+                                DocumentTokenizer(out, tokenizer_name_or_path=tokenizer, eos_token="<|endoftext|>",
+                                                  shuffle_documents=False)],
+                      tasks=workers, workers=workers, logging_dir=out + "-logs", start_method="fork").run()
 """
 
 
@@ -88,17 +96,20 @@ def prepare(work: str, mb: float, vocab: int) -> tuple[str, str, str, int]:
             texts = [json.loads(line)["text"] for k, line in enumerate(f) if k % 4 == 0]
         os.makedirs(tok_dir, exist_ok=True)
         train_bpe(texts, vocab).save(os.path.join(tok_dir, "tokenizer.json"))
-        with open(os.path.join(tok_dir, "tokenizer_config.json"), "w") as f:
-            json.dump({"bos_token": ENDOFTEXT, "eos_token": ENDOFTEXT, "pad_token": PADDING}, f)
+    # tokenizer_class: what transformers' AutoTokenizer (Megatron's HuggingFaceTokenizer) needs to load
+    # a directory without a model config.json.
+    with open(os.path.join(tok_dir, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": ENDOFTEXT, "eos_token": ENDOFTEXT,
+                   "pad_token": PADDING}, f)
     return os.path.join(train, "*.jsonl.zst"), corpus, tok_dir, os.path.getsize(corpus)
 
 
 def commands(args, train: str, corpus: str, tok_dir: str, work: str) -> dict[str, list[str] | None]:
     """name -> command line (None: the peer is not set up here)."""
     py = sys.executable
+    # DirectRunner's running mode left to the job, as a user runs it (threads or processes by the engine).
     ours = [py, "-m", "pipeline.run", "--input", train, "--tokenizer_model", tok_dir, "--output_format", "megatron",
-            "--overwrite", "--progress_every", "0", "--runner", "DirectRunner", "--direct_num_workers",
-            str(args.workers), "--direct_running_mode", "multi_processing"]
+            "--overwrite", "--progress_every", "0", "--direct_num_workers", str(args.workers)]
     out = {
         "bare loop (tokenizers, 1 process)": [py, "-c", BARE, train, os.path.join(tok_dir, "tokenizer.json")],
         "ours, reference (tokenizers)": [*ours, "--output_dir", os.path.join(work, "out-ref"),
@@ -108,15 +119,33 @@ def commands(args, train: str, corpus: str, tok_dir: str, work: str) -> dict[str
         "Megatron-LM preprocess_data.py": None,
     }
     if args.datatrove_python:
-        out["datatrove DocumentTokenizer"] = [args.datatrove_python, "-c", DATATROVE, os.path.dirname(train), tok_dir,
+        # datatrove takes a local tokenizer as the file itself (a directory would be a hub repo id).
+        out["datatrove DocumentTokenizer"] = [args.datatrove_python, "-c", DATATROVE, os.path.dirname(train),
+                                              os.path.join(tok_dir, "tokenizer.json"),
                                               os.path.join(work, "out-datatrove"), str(args.workers)]
     if args.megatron_lm and args.megatron_python:
         out["Megatron-LM preprocess_data.py"] = [
-            args.megatron_python, os.path.join(args.megatron_lm, "tools", "preprocess_data.py"), "--input", corpus,
+            args.megatron_python, "-W", "ignore", os.path.join(args.megatron_lm, "tools", "preprocess_data.py"),
+            "--input", corpus,
             "--output-prefix", os.path.join(work, "out-megatron", "corpus"), "--tokenizer-type",
             "HuggingFaceTokenizer", "--tokenizer-model", tok_dir, "--append-eod", "--workers", str(args.workers)]
         os.makedirs(os.path.join(work, "out-megatron"), exist_ok=True)
     return out
+
+
+def cpu_children() -> float:
+    """CPU seconds of every waited-for child process so far (a command's whole process tree)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def peer_tokens(work: str) -> dict[str, int | None]:
+    """Tokens written by each peer (uint16 files: the vocabulary is below 65,536), None where it did not run."""
+    def size(pattern: str) -> int | None:
+        paths = glob.glob(os.path.join(work, pattern))
+        return sum(os.path.getsize(p) for p in paths) // 2 if paths else None
+
+    return {"datatrove": size("out-datatrove/*.ds"), "Megatron-LM": size("out-megatron/*.bin")}
 
 
 def main(argv=None) -> None:
@@ -134,24 +163,38 @@ def main(argv=None) -> None:
     train, corpus, tok_dir, size = prepare(work, args.mb, args.vocab)
     cmds = commands(args, train, corpus, tok_dir, work)
     times: dict[str, list[float]] = {name: [] for name, cmd in cmds.items() if cmd}
+    cpus: dict[str, list[float]] = {name: [] for name in times}
     loads = []
-    for _ in range(args.rounds):
+    for round_ in range(args.rounds):
         for name in times:
+            cpu = cpu_children()
             seconds, _, _ = timed(cmds[name])
             times[name].append(seconds)
+            cpus[name].append(cpu_children() - cpu)
             loads.append(os.getloadavg()[0])
+            print(f"round {round_ + 1}: {name}: {seconds:.1f} s, {cpus[name][-1]:.1f} CPU-s, load {loads[-1]:.1f}",
+                  file=sys.stderr, flush=True)
     ref, auto = shard_digests(os.path.join(work, "out-ref")), shard_digests(os.path.join(work, "out-auto"))
+    manifest = json.load(open(os.path.join(work, "out-auto", "manifest.json")))
     bare = statistics.median(times["bare loop (tokenizers, 1 process)"])
+    bare_cpu = statistics.median(cpus["bare loop (tokenizers, 1 process)"])
     print(f"{size / 1e6:.1f} MB of JSON lines, {args.vocab}-id byte-level BPE tokenizer.json, {args.workers} workers, "
-          f"{args.rounds} interleaved rounds; 1-minute load average {min(loads):.1f}-{max(loads):.1f}")
-    print("\n| command | seconds (median) | MB/s | x bare loop |\n|---|---|---|---|")
+          f"{args.rounds} interleaved rounds, {os.cpu_count()} cores; 1-minute load average "
+          f"{min(loads):.1f}-{max(loads):.1f}; auto chose {manifest['tokenizer']['backend']['name']}")
+    print("\n| command | seconds (median) | MB/s | x bare loop | CPU-s (median) | x bare loop, per CPU-s |"
+          "\n|---|---|---|---|---|---|")
     for name, cmd in cmds.items():
         if cmd is None:
-            print(f"| {name} | not run here | | |")
+            print(f"| {name} | not run here | | | | |")
             continue
-        t = statistics.median(times[name])
-        print(f"| {name} | {t:.1f} | {size / 1e6 / t:.2f} | {bare / t:.2f} |")
+        t, c = statistics.median(times[name]), statistics.median(cpus[name])
+        print(f"| {name} | {t:.1f} | {size / 1e6 / t:.2f} | {bare / t:.2f} | {c:.1f} | {bare_cpu / c:.2f} |")
     print(f"\nauto's shards byte-identical to the reference's: {ref == auto and bool(ref)}")
+    tokens = manifest["totals"]["tokens"]
+    for peer, count in peer_tokens(work).items():
+        if count is not None:
+            same = "the same count" if count == tokens else "DIFFERENT"
+            print(f"{peer} wrote {count:,} tokens, ours {tokens:,}: {same}")
     for name, cmd in cmds.items():
         if cmd is None:
             print(f"not run ({name}): see this script's docstring for the flag that runs it")
