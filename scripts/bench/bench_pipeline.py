@@ -1,13 +1,16 @@
 """The whole pipeline against the bare tokenizer loop and Megatron-LM's preprocess_data.py, on real text.
 
-    python scripts/bench/bench_pipeline.py [--mb 180] [--files 1,2,8] [--repeats 2] [--workers 2]
-        [--megatron_lm DIR] [--workdir DIR]
+    python scripts/bench/bench_pipeline.py [--mb 180] [--shapes base,pile22,many_small] [--files N,N]
+        [--scale 4] [--repeats 2] [--workers 2] [--megatron_lm DIR] [--workdir DIR] [--no_stages]
 
-1. Corpus: scripts/bench/real_text_corpus.py composes --mb of real text from this machine in the Pile's
-   line format (log-normal document sizes up to several MB, non-ASCII text, \\u escapes) and trains
-   a Llama-2-style 32k BPE model on it; the same documents, in the same order, are written as 1, 2
-   and 8 `.jsonl.zst` files (--files), and decompressed into one corpus.jsonl for Megatron (outside
-   any timing: its tool reads plain JSON lines only).
+1. Corpora: scripts/bench/real_text_corpus.py composes --mb of real text from this machine in the Pile's
+   line format for each shape (--shapes; see that script: `base`, log-normal document sizes up to
+   several MB, non-ASCII text, \\u escapes, files of equal size; `pile22`, the 22 subsets, ~2 KB
+   median documents, astral-plane characters as surrogate-pair escapes, two files of 48% and 52%;
+   `many_small`, 64 files of log-normal sizes) and trains a Llama-2-style 32k BPE model on each;
+   the same documents, in the same order, are written as --files files (default per shape: base
+   1,2,8, pile22 2, many_small 64), and decompressed into one corpus.jsonl for Megatron (outside any
+   timing: its tool reads plain JSON lines only); with --scale K, the fewest files again K times over.
 2. Timed (after compiling the package's .pyc, as an install does), each as a whole command in a
    fresh subprocess, in --repeats interleaved rounds (medians reported; every configuration sees
    the same drift of a shared machine): the bare loop (one
@@ -15,14 +18,15 @@
    scripts/bench/baseline.py), Megatron's `preprocess_data.py --append-eod --workers N` when --megatron_lm
    and .venv-megatron (scripts/setup_megatron_env.sh --with-tools) are there (else skipped, with the reason), and
    `python -m pipeline.run --direct_num_workers N --seq_len 512` with defaults, SentencePiece and
-   `--tokenizer_backend auto`, for each file count.
-3. For each run: wall time, CPU time of the process tree, the ratio to the bare loop, and its fixed
-   costs: start-up (command start to the first input read by a worker: interpreter, Beam, checks,
-   worker processes) and finish (last input read to exit: shard writing, manifest, shutdown).
+   `--tokenizer_backend auto`, for each file count, and `auto` at K x the input.
+3. For each run: wall time, CPU time of the process tree, the ratio to the bare loop (at K x the
+   input, to K x the bare loop's time), and its fixed costs: start-up (command start to the first
+   input read by a worker: interpreter, Beam, checks, worker processes) and finish (last input read
+   to exit: shard writing, manifest, shutdown).
 4. Checks: the `auto` shards equal the SentencePiece shards byte for byte, for every file count.
-5. Per stage: CPU seconds of each step of the per-token work on one file of the 2-file corpus, in one
-   process without Beam, one tokenizer thread (as each of the workers runs it), seq_len 512
-   (scripts/bench/bench_tokenizer_backends.py `stage_costs`).
+5. Per stage (unless --no_stages): CPU seconds of each step of the per-token work on one file of the
+   first shape's 2-file corpus, in one process without Beam, one tokenizer thread (as each of the
+   workers runs it), seq_len 512 (scripts/bench/bench_tokenizer_backends.py `stage_costs`).
 Prints Markdown tables for docs/benchmarks.md.
 """
 
