@@ -1,6 +1,6 @@
 """The whole pipeline against the bare tokenizer loop and Megatron-LM's preprocess_data.py, on real text.
 
-    python scripts/bench/bench_pipeline.py [--mb 180] [--shapes base,pile22,many_small] [--files N,N]
+    python scripts/bench/bench_pipeline.py [--mb 180] [--shapes base,pile22,many_small] [--files [SHAPE:]N,N]
         [--scale 4] [--repeats 2] [--workers 2] [--megatron_lm DIR] [--workdir DIR] [--no_stages]
 
 1. Corpora: scripts/bench/real_text_corpus.py composes --mb of real text from this machine in the Pile's
@@ -102,7 +102,7 @@ def corpus(root: str, mb: float, file_counts: list[int], shape: str = "base",
     if not (os.path.exists(model) and all(os.path.isdir(d) for d in dirs.values())):
         lines = compose(int(mb * 1e6), shape=shape)
         for n, d in dirs.items():
-            write_files(lines, os.path.join(d, "train"), n, file_shares(shape, n))
+            write_files(lines, os.path.join(d, "train"), n, file_shares(shape, n), content_size=shape != "pile22")
         with open(lines_path, "wb") as f:
             f.writelines(line + b"\n" for line in lines)
         train_model(lines, model[: -len(".model")])
@@ -117,6 +117,16 @@ def corpus(root: str, mb: float, file_counts: list[int], shape: str = "base",
                     shutil.copyfile(os.path.join(source, name), os.path.join(d, "train", f"{i}-{name}"))
     with open(summary_path) as f:
         return dirs, scaled, lines_path, model, f.read()
+
+
+def files_of(option: str | None, shape: str) -> str:
+    """The file counts of a shape from --files: "1,2" for every shape, or "base:1,2;pile22:2" per shape."""
+    if not option:
+        return DEFAULT_FILES[shape]
+    if ":" not in option:
+        return option
+    given = dict(part.split(":", 1) for part in option.split(";"))
+    return given.get(shape, DEFAULT_FILES[shape])
 
 
 def median(values: list[float]) -> float:
@@ -136,7 +146,8 @@ def main() -> None:
     p.add_argument("--mb", type=float, default=180, help="MB (1e6 bytes) of JSON lines per shape")
     p.add_argument("--shapes", default="base", help=f"corpus shapes, of {', '.join(SHAPES)}")
     p.add_argument("--files", default=None,
-                   help=f"file counts to write the same documents into (default per shape: {DEFAULT_FILES})")
+                   help="file counts to write the same documents into, for every shape or per shape "
+                        f"(base:1,2;pile22:2); default {DEFAULT_FILES}")
     p.add_argument("--scale", default="", help="also time `auto` at these multiples of the input, e.g. 4")
     p.add_argument("--repeats", type=int, default=2, help="interleaved rounds; medians are reported")
     p.add_argument("--workers", type=int, default=2)
@@ -163,7 +174,7 @@ def main() -> None:
     configs: list[tuple[str, str, list[str]]] = []  # (shape, name, command)
     corpora = {}
     for shape in shapes:
-        file_counts = [int(n) for n in (args.files or DEFAULT_FILES[shape]).split(",")]
+        file_counts = [int(n) for n in files_of(args.files, shape).split(",")]
         dirs, scaled, lines_path, model, summary = corpus(root, args.mb, file_counts, shape, scales)
         corpora[shape] = (file_counts, dirs, scaled, model, summary)
         work = os.path.join(root, shape)

@@ -36,7 +36,7 @@ Shapes (--shape; a plan tuned to one corpus shape is tuned to nothing):
               smaller documents (median ~2 KB) with the multi-MB books, one document in ten carrying a
               line of astral-plane characters (real lines of this machine's emoji and math-symbol tables,
               written as \\ud83d\\ude00-style surrogate-pair escapes, as the Pile's writer does), and two
-              files of unequal size (48% and 52% of the bytes)
+              files of unequal size (48% and 52% of the bytes), their zstd frames without a content size
   many_small  the base documents in 64 files of log-normal sizes (the largest ~10x the median)
 """
 
@@ -278,8 +278,12 @@ def file_shares(shape: str, files: int, seed: int = 0) -> np.ndarray:
     return np.full(files, 1.0 / files)
 
 
-def write_files(lines: list[bytes], train_dir: str, files: int, shares: np.ndarray | None = None) -> list[str]:
-    """Deal the lines, in order, into `files` .jsonl.zst files (of the byte `shares`, else equal); their paths."""
+def write_files(lines: list[bytes], train_dir: str, files: int, shares: np.ndarray | None = None,
+                content_size: bool = True) -> list[str]:
+    """Deal the lines, in order, into `files` .jsonl.zst files (of the byte `shares`, else equal); their paths.
+
+    content_size=False writes frames without their size in the header, as a streaming writer does.
+    """
     os.makedirs(train_dir, exist_ok=True)
     shares = np.full(files, 1.0 / files) if shares is None else np.asarray(shares)
     sizes = np.cumsum([len(line) + 1 for line in lines])
@@ -289,7 +293,7 @@ def write_files(lines: list[bytes], train_dir: str, files: int, shares: np.ndarr
         path = os.path.join(train_dir, f"{i:02d}.jsonl.zst")
         content = b"".join(line + b"\n" for line in lines[bounds[i] : bounds[i + 1]])
         with open(path, "wb") as f:
-            f.write(zstandard.ZstdCompressor(level=3).compress(content))
+            f.write(zstandard.ZstdCompressor(level=3, write_content_size=content_size).compress(content))
         paths.append(path)
     return paths
 
@@ -340,7 +344,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     lines = compose(int(args.max_mb * 1e6), args.seed, args.shape)
     write_files(lines, os.path.join(args.out_dir, "train"), args.train_files,
-                file_shares(args.shape, args.train_files, args.seed))
+                file_shares(args.shape, args.train_files, args.seed), content_size=args.shape != "pile22")
     print(describe(lines))
     if args.model:
         print(train_model(lines, os.path.join(args.out_dir, "real32k")))
