@@ -37,7 +37,6 @@ import datetime
 import json
 import os
 import re
-import resource
 import shutil
 import subprocess
 import sys
@@ -56,11 +55,6 @@ READING = re.compile(r"(worker|pipeline\.beam\.read): reading ")
 READ = re.compile(r"(worker|pipeline\.beam\.read): read ")
 
 
-def _cpu_children() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 def _log_time(line: str) -> float | None:
     """The epoch time of a log line that starts with Python logging's asctime."""
     try:
@@ -71,17 +65,20 @@ def _log_time(line: str) -> float | None:
 
 def run(cmd: list[str], log_path: str) -> dict:
     """Run a command to its end; wall and CPU seconds, the fixed costs read from its log, its stdout."""
-    cpu = _cpu_children()
     start = time.time()
     with open(log_path, "w") as log, open(log_path + ".out", "w") as out:
-        code = subprocess.call(cmd, stdout=out, stderr=log, cwd=REPO, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+        proc = subprocess.Popen(cmd, stdout=out, stderr=log, cwd=REPO, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+        # wait4: this command's own CPU time and peak RSS (the largest process of its tree), in KiB.
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = code = os.waitstatus_to_exitcode(status)
     end = time.time()
     if code:
         raise SystemExit(f"{cmd} failed with {code}; see {log_path}")
     # Workers log "reading FILE" / "read FILE: ..." (through the runner's log when they are processes).
     reads = [t for line in open(log_path) if READING.search(line) and (t := _log_time(line))]
     done = [t for line in open(log_path) if READ.search(line) and (t := _log_time(line))]
-    return {"wall": end - start, "cpu": _cpu_children() - cpu, "stdout": open(log_path + ".out").read(),
+    return {"wall": end - start, "cpu": usage.ru_utime + usage.ru_stime, "rss_mb": usage.ru_maxrss / 1024,
+            "stdout": open(log_path + ".out").read(),
             "startup": min(reads) - start if reads else None, "finish": end - max(done) if done else None}
 
 
@@ -226,8 +223,9 @@ def main() -> None:
             print(f"{n} file(s): auto backend {auto['tokenizer']['backend']['name']}; shards identical to "
                   f"SentencePiece's: {[s['sha256'] for s in auto['shards']] == [s['sha256'] for s in sp['shards']]}")
         base = median([s["wall"] for s in samples[shape, "bare loop (1 process)"]])
-        print("\n| run | wall s | all rounds | x bare loop | CPU-s | start-up s | finish s |")
-        print("|---|---|---|---|---|---|---|")
+        print("\n| run | wall s | all rounds | x bare loop | CPU-s | CPU-s per M tokens | peak RSS MB "
+              "| start-up s | finish s |")
+        print("|---|---|---|---|---|---|---|---|---|")
         for s_, name, _ in configs:
             if s_ != shape:
                 continue
@@ -236,8 +234,9 @@ def main() -> None:
             scale = next((k for k in scales if name.endswith(f"{k}x the input")), 1)
             fixed = [median([r[k] for r in runs]) if runs[0][k] is not None else None for k in ("startup", "finish")]
             rounds = ", ".join(f"{r['wall']:.1f}" for r in runs)
-            print(f"| {name} | {wall:.1f} | {rounds} | {scale * base / wall:.2f} | "
-                  f"{median([r['cpu'] for r in runs]):.1f} | "
+            cpu = median([r["cpu"] for r in runs])
+            print(f"| {name} | {wall:.1f} | {rounds} | {scale * base / wall:.2f} | {cpu:.1f} | "
+                  f"{cpu / (scale * bare['tokens'] / 1e6):.3f} | {max(r['rss_mb'] for r in runs):.0f} | "
                   + " | ".join("" if f is None else f"{f:.1f}" for f in fixed) + " |")
         if scales:
             print(f"(at k x the input, the bare loop's time is taken as k x its measured {base:.1f} s: one process "
