@@ -140,3 +140,19 @@ def test_matches_and_cuts():
     found = dedup.matches(grams, evals)
     assert found.tolist() == [2]
     assert dedup.cut_text(text, dedup.cut_spans(spans, found, 2)) == "one two  five six"
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_small_star_over_large_stars_repeats_gives_the_rounds_edges(seed):
+    """The Beam round skips Distinct between its two steps: repeats must not change small-star's edges."""
+    rng = np.random.default_rng(seed)
+    edges = _random_graph(rng, 200, 300)
+    grouped: dict[int, list[int]] = {}
+    for u, v in (p for e in edges for p in dedup.large_star_map(e)):
+        grouped.setdefault(u, []).append(v)
+    large = [e for u, vs in grouped.items() for e in dedup.large_star(u, vs)]  # with its repeats
+    assert len(large) <= len(edges) and len(large) > len(set(large))
+    smaller: dict[int, list[int]] = {}
+    for u, v in map(dedup.small_star_map, large):
+        smaller.setdefault(u, []).append(v)
+    assert {e for u, vs in smaller.items() for e in dedup.small_star(u, vs)} == dedup.star_round(edges)

@@ -263,3 +263,55 @@ def test_any_json_lines_corpus(tiny_model, tmp_path):
     assert {k: (r["reason"], r["twin_line"], r["subset"]) for k, r in removed.items()} == {
         (0, 3): ("duplicate_exact", 1, "code"), (0, 4): ("duplicate_near", 2, "web")}
     assert manifest["subsets"]["web"]["kept"] == 1 and manifest["subsets"]["code"]["kept"] == 1
+
+
+HOT_COPIES = 100_000
+HOT_BOUND = 2 << 30  # bytes of RSS growth allowed for the whole in-memory DirectRunner job
+
+
+def _hot_copy(words: list[str], i: int) -> str:
+    """The boilerplate with copy i's number in its punctuation: distinct texts (no exact twin), the same shingles."""
+    return "".join(w + (", " if i >> b & 1 else " ") for b, w in enumerate(words)).strip(" ,")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_hot_cluster_of_100000_copies_through_the_job(tiny_model, tmp_path):
+    """100,000 near copies of one boilerplate document through `run --dedup near`: one kept, memory bounded.
+
+    The copies differ only in punctuation, so exact dedup keeps all of them and each of the 7 band
+    buckets holds all 100,000 (every pair: 5e9 edges); the job keeps the first copy, lists every
+    other in removed/ with it as the twin, and its process grows by less than HOT_BOUND.
+    """
+    import threading
+
+    import psutil
+
+    words = [f"boiler{i % 7}plate{i}" for i in range(HOT_COPIES.bit_length() + 1)]  # the last has no separator
+    write_lines(str(tmp_path / "train" / "hot.jsonl.zst"), [pile_line(_hot_copy(words, i)) for i in range(HOT_COPIES)])
+    proc = psutil.Process()
+    base, peak, done = proc.memory_info().rss, [0], threading.Event()
+
+    def watch():
+        while not done.wait(0.2):
+            peak[0] = max(peak[0], proc.memory_info().rss)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    out = tmp_path / "out"
+    try:
+        manifest = run.main(["--input", str(tmp_path / "train" / "*.jsonl.zst"), "--output_dir", str(out),
+                             "--tokenizer_model", tiny_model, "--seq_len", "64", "--dedup", "near", *FAST_BEAM])
+    finally:
+        done.set()
+        watcher.join()
+    assert manifest["removed"]["by_reason"] == {"duplicate_near": HOT_COPIES - 1}
+    assert manifest["totals"]["documents_kept"] == 1 and manifest["totals"]["lines"] == HOT_COPIES
+    twins: dict[tuple, int] = {}
+    for entry in manifest["removed"]["files"]:
+        for line in (out / entry["path"]).read_text().splitlines():
+            r = json.loads(line)
+            twins[(r["twin_file_index"], r["twin_line"], r["reason"])] = twins.get(
+                (r["twin_file_index"], r["twin_line"], r["reason"]), 0) + 1
+    assert twins == {(0, 1, "duplicate_near"): HOT_COPIES - 1}
+    assert peak[0] - base < HOT_BOUND, f"RSS grew by {(peak[0] - base) >> 20} MiB"

@@ -16,8 +16,11 @@ Stages, in order (each optional), every survivor the first document in input ord
 
 1. Decontaminate: the eval files' n-gram hashes, sorted, are a side input (bounded by
    `max_eval_ngrams`: 8 bytes plus 2 for the file each); a document with any of them is removed.
-2. Exact: group by blake2b-128 of the normalized text; the smallest (file, line) stays.
-3. Near: MinHash signature -> band keys; group by band key: each bucket gives the star of edges
+2. Sign: each document's text read once for its exact key (blake2b-128 of the normalized text)
+   and MinHash signature; what goes on is the key, the document's other fields (its text too only
+   with `keep_text`) and the signature, so that neither group below moves the text.
+3. Exact: group by the exact key; the smallest (file, line) stays.
+4. Near: the survivors' signatures -> band keys; group by band key: each bucket gives the star of edges
    (member, the bucket's first member), never its pairs; optionally keep only edges whose true
    Jaccard reaches `jaccard_threshold`; then `rounds` large-star/small-star rounds (Kiveris et al.
    2014) turn the edges into stars around each component's first document, and a last step checks
@@ -37,6 +40,7 @@ and Flink stream it). tests/test_dedup_beam.py measures it.
 from __future__ import annotations
 
 import json
+import typing
 from collections.abc import Callable
 
 import apache_beam as beam
@@ -46,7 +50,7 @@ import numpy as np
 from pipeline.core import dedup, minhash, ngrams
 
 KEPT, REMOVED, COUNTS = "kept", "removed", "counts"
-_SIGS, _BANDS, _SHINGLES = "sigs", "bands", "shingles"
+_SIGS, _SHINGLES = "sigs", "shingles"
 
 
 def _counter(name: str):
@@ -187,7 +191,7 @@ class DecontaminateFn(beam.DoFn):
 
 
 class ExactFn(beam.DoFn):
-    """(text hash, [(key, doc), ...]) -> the first (key, doc) kept; every other a `duplicate_exact` record."""
+    """(text hash, [(key, doc, sig), ...]) -> the first (key, (doc, sig)) kept; every other a `duplicate_exact` one."""
 
     def __init__(self, records: _Records):
         self._records = records
@@ -195,10 +199,10 @@ class ExactFn(beam.DoFn):
 
     def process(self, element):
         _, group = element
-        first = min(key for key, _ in group)
-        for key, doc in group:
+        first = min(key for key, _, _ in group)
+        for key, doc, sig in group:
             if key == first:
-                yield key, doc
+                yield key, (doc, sig)
             else:
                 self._removed.inc()
                 yield beam.pvalue.TaggedOutput(REMOVED, self._records.record(key, doc, "duplicate_exact", 1.0,
@@ -208,11 +212,18 @@ class ExactFn(beam.DoFn):
 # -- near --------------------------------------------------------------------------------------------
 
 
+@beam.typehints.with_output_types(typing.Any)  # a tagged output beside the main one: no key-value hint to infer
 class SignFn(beam.DoFn):
-    """(key, doc) -> SIGS (key, signature bytes), BANDS (band key, key) per band, SHINGLES (key, bytes) if asked."""
+    """(key, doc) -> (exact key, (key, doc, signature bytes)), SHINGLES (key, bytes) if asked; the text read once.
 
-    def __init__(self, ngram: int, num_perm: int, bands: int, rows: int, seed: int, shingles: bool):
-        self._ngram, self._bands, self._rows, self._shingles = ngram, bands, rows, shingles
+    The doc goes on without its text unless `keep_text`, so that the exact and near groups shuffle
+    keys, small fields and signatures only. The exact key is None without exact dedup, the
+    signature None without near dedup or for a text without words (only exact dedup can match it).
+    """
+
+    def __init__(self, exact: str | None, ngram: int | None, num_perm: int, seed: int, shingles: bool,
+                 keep_text: bool):
+        self._exact, self._ngram, self._shingles, self._keep = exact, ngram, shingles, keep_text
         self._hasher = minhash.MinHasher(num_perm, seed)
 
     def setup(self):
@@ -220,15 +231,23 @@ class SignFn(beam.DoFn):
 
     def process(self, element):
         key, doc = element
-        grams = ngrams.shingles(doc["text"], self._ngram)
-        if len(grams) == 0:  # no words: only exact dedup can match it
-            return
-        sig = self._hasher.signature(grams, self._keys)
-        yield beam.pvalue.TaggedOutput(_SIGS, (key, sig.tobytes()))
-        for band in minhash.band_keys(sig, self._bands, self._rows).tolist():
-            yield beam.pvalue.TaggedOutput(_BANDS, (band, key))
-        if self._shingles:
-            yield beam.pvalue.TaggedOutput(_SHINGLES, (key, grams.tobytes()))
+        text = doc["text"]
+        exact = ngrams.exact_key(text, self._exact) if self._exact is not None else None
+        sig = None
+        if self._ngram is not None:
+            grams = ngrams.shingles(text, self._ngram)
+            if len(grams):
+                sig = self._hasher.signature(grams, self._keys).tobytes()
+                if self._shingles:
+                    yield beam.pvalue.TaggedOutput(_SHINGLES, (key, grams.tobytes()))
+        yield exact, (key, doc if self._keep else {n: v for n, v in doc.items() if n != "text"}, sig)
+
+
+def _band_keys(element, bands: int, rows: int):
+    key, (_, sig) = element
+    if sig is not None:
+        for band in minhash.band_keys(np.frombuffer(sig, np.uint32), bands, rows).tolist():
+            yield band, key
 
 
 def _bucket_edges(element):
@@ -287,14 +306,18 @@ def _keep_similar(element, threshold: float):
 
 
 class StarRound(beam.PTransform):
-    """One large-star and one small-star round over edges (u, v): the same components, nearer to stars."""
+    """One large-star and one small-star round over distinct edges (u, v): the same components, nearer to stars.
+
+    Large-star's output goes to small-star with its repeats (at most one output per input edge, so
+    no more elements than the round's input): small-star's edges depend only on the set of its
+    inputs, so one Distinct per round, at its end, gives the same edges with one shuffle less.
+    """
 
     def expand(self, edges):
         large = (edges
                  | "LargeMap" >> beam.FlatMap(dedup.large_star_map)
                  | "LargeGroup" >> beam.GroupByKey()
-                 | "LargeStar" >> beam.FlatMapTuple(dedup.large_star)
-                 | "LargeDistinct" >> beam.Distinct())
+                 | "LargeStar" >> beam.FlatMapTuple(dedup.large_star))
         return (large
                 | "SmallMap" >> beam.Map(dedup.small_star_map)
                 | "SmallGroup" >> beam.GroupByKey()
@@ -338,16 +361,15 @@ class NearFn(beam.DoFn):
 
     def process(self, element):
         key, values = element
-        doc = sig = root = None
+        doc_sig = root = None
         for tag, value in values:  # at most one of each: a key is one document
             if tag == "doc":
-                doc = value
-            elif tag == "sig":
-                sig = value
+                doc_sig = value
             else:
                 root = value
-        if doc is None:
+        if doc_sig is None:
             return
+        doc, sig = doc_sig
         if root is None:
             yield key, doc
             return
@@ -415,8 +437,8 @@ class Dedup(beam.PTransform):
       max_eval_ngrams: the side input's bound (10 bytes per n-gram on every worker).
       file_names: names by file index, for the records' "file" fields.
       token_count: text -> tokens, for the counts' token figures (None: tokens are 0).
-      keep_text: False: `kept` documents come without their text, which then skips the near stage's
-        last shuffle (the job reads only `removed`; a cut's spans are in its record).
+      keep_text: False: `kept` documents come without their text, which then crosses none of the
+        exact and near groups (the job reads only `removed`; a cut's spans are in its record).
     """
 
     def __init__(self, exact: bool = True, near: bool = True, normalization: str = "nfc_whitespace", ngram: int = 5,
@@ -460,16 +482,25 @@ class Dedup(beam.PTransform):
                 DecontaminateFn(self.eval_ngram, self.cut, self.eval_files, self._records),
                 beam.pvalue.AsSingleton(evals)).with_outputs(REMOVED, main=KEPT)
             docs, removed = out[KEPT], [*removed, out[REMOVED]]
-        if self.exact:
-            norm = self.normalization
-            out = (docs
-                   | "ExactKey" >> beam.Map(lambda kd, norm=norm: (ngrams.exact_key(kd[1]["text"], norm), kd))
-                   | "ExactGroup" >> beam.GroupByKey()
-                   | "Exact" >> beam.ParDo(ExactFn(self._records)).with_outputs(REMOVED, main=KEPT))
-            docs, removed = out[KEPT], [*removed, out[REMOVED]]
-        if self.near:
-            docs, near_removed = self._near(docs)
-            removed.append(near_removed)
+        if self.exact or self.near:
+            # The text is read here once: the groups after this see its hash and signature only.
+            signed = docs | "Sign" >> beam.ParDo(SignFn(
+                self.normalization if self.exact else None, self.ngram if self.near else None, self.num_perm,
+                self.seed, self.near and self.jaccard_threshold is not None, self.keep_text)).with_outputs(
+                    _SHINGLES, main=_SIGS)
+            docs = signed[_SIGS]  # (exact key, (key, doc, sig))
+            if self.exact:
+                out = (docs
+                       | "ExactGroup" >> beam.GroupByKey()
+                       | "Exact" >> beam.ParDo(ExactFn(self._records)).with_outputs(REMOVED, main=KEPT))
+                docs, removed = out[KEPT], [*removed, out[REMOVED]]  # (key, (doc, sig))
+            else:
+                docs = docs | "NoExact" >> beam.MapTuple(lambda _, kds: (kds[0], kds[1:]))
+            if self.near:
+                docs, near_removed = self._near(docs, signed[_SHINGLES])
+                removed.append(near_removed)
+            else:
+                docs = docs | "Docs" >> beam.MapTuple(lambda k, doc_sig: (k, doc_sig[0]))
         removed = removed | "Removed" >> beam.Flatten() if removed else (
             documents.pipeline | "NoneRemoved" >> beam.Create([]))
         kept = docs | "FileLine" >> beam.Map(_from_order)
@@ -480,16 +511,16 @@ class Dedup(beam.PTransform):
                   | "Counts" >> beam.CombineGlobally(CountsFn()))
         return {KEPT: kept, REMOVED: removed, COUNTS: counts}
 
-    def _near(self, docs):
-        signed = docs | "Sign" >> beam.ParDo(SignFn(
-            self.ngram, self.num_perm, self.bands, self.rows, self.seed,
-            self.jaccard_threshold is not None)).with_outputs(_SIGS, _BANDS, _SHINGLES)
-        edges = (signed[_BANDS]
+    def _near(self, docs, shingles):
+        """(key, (doc, sig)) of the exact survivors -> (kept (key, doc), duplicate_near records)."""
+        sigs = docs | "Sigs" >> beam.FlatMapTuple(lambda k, doc_sig: [(k, doc_sig[1])] if doc_sig[1] else [])
+        edges = (docs
+                 | "BandKeys" >> beam.FlatMap(_band_keys, self.bands, self.rows)
                  | "BandGroup" >> beam.GroupByKey()
                  | "BucketStars" >> beam.FlatMap(_bucket_edges)  # (member, the bucket's first member)
                  | "DistinctEdges" >> beam.Distinct())
         if self.jaccard_threshold is not None:
-            edges = edges | "TrueJaccard" >> CheckedEdges(signed[_SHINGLES], self.jaccard_threshold)
+            edges = edges | "TrueJaccard" >> CheckedEdges(shingles, self.jaccard_threshold)
         for i in range(self.rounds):
             edges = edges | f"StarRound{i}" >> StarRound()
         roots = ((edges | "ChildOf" >> beam.MapTuple(lambda c, p: (c, ("child_of", p))),
@@ -498,11 +529,8 @@ class Dedup(beam.PTransform):
                  | "StarGroup" >> beam.GroupByKey()
                  | "CheckStars" >> beam.ParDo(_CheckStarFn(self.rounds)))  # (member, its component's first)
         # (member, (root, root's signature))
-        with_root = signed[_SIGS] | "RootSignature" >> JoinOne(roots | "ByRoot" >> beam.MapTuple(lambda c, r: (r, c)))
-        keep = self.keep_text
-        out = ((docs | "TagDoc" >> beam.MapTuple(
-                    lambda k, d: (k, ("doc", d if keep else {n: v for n, v in d.items() if n != "text"}))),
-                signed[_SIGS] | "TagSig" >> beam.MapTuple(lambda k, s: (k, ("sig", s))),
+        with_root = sigs | "RootSignature" >> JoinOne(roots | "ByRoot" >> beam.MapTuple(lambda c, r: (r, c)))
+        out = ((docs | "TagDoc" >> beam.MapTuple(lambda k, doc_sig: (k, ("doc", doc_sig))),
                 with_root | "TagRoot" >> beam.MapTuple(lambda k, r: (k, ("root", r))))
                | "NearParts" >> beam.Flatten()
                | "NearGroup" >> beam.GroupByKey()
