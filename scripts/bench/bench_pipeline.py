@@ -151,6 +151,7 @@ def main() -> None:
     p.add_argument("--megatron_lm", help="a Megatron-LM checkout (tag core_v0.16.1) to time preprocess_data.py")
     p.add_argument("--workdir", default=None)
     p.add_argument("--no_stages", action="store_true", help="skip the per-stage CPU table")
+    p.add_argument("--scale_only", action="store_true", help="time only the bare loop and the --scale runs")
     p.add_argument("--bare", help=argparse.SUPPRESS)
     p.add_argument("--model", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -178,14 +179,14 @@ def main() -> None:
         bare_input = f"{dirs[file_counts[0]]}/train/*.jsonl.zst"
         configs.append((shape, "bare loop (1 process)",
                         [sys.executable, __file__, "--bare", bare_input, "--model", model]))
-        if not megatron:
+        if not megatron and not args.scale_only:
             configs.append((shape, f"Megatron preprocess_data.py --workers {w} (on corpus.jsonl)",
                             ["env", f"PYTHONPATH={args.megatron_lm}", MEGATRON_PYTHON, "-W", "ignore",
                              os.path.join(args.megatron_lm, "tools", "preprocess_data.py"), "--input", lines_path,
                              "--output-prefix", os.path.join(work, "mlm"), "--tokenizer-type",
                              "GPTSentencePieceTokenizer", "--tokenizer-model", model, "--append-eod", "--workers",
                              w, "--log-interval", "100000"]))
-        for n in file_counts:
+        for n in ([] if args.scale_only else file_counts):
             for backend in ("sentencepiece", "auto"):
                 configs.append((shape, *ours(f"ours, {backend}, {n} file{'s' if n > 1 else ''}",
                                              f"{dirs[n]}/train/*.jsonl.zst", os.path.join(work, f"out-{n}-{backend}"),
@@ -217,7 +218,7 @@ def main() -> None:
         work = os.path.join(root, shape)
         bare = json.loads(samples[shape, "bare loop (1 process)"][0]["stdout"])
         print(f"\n**{shape}**: {summary}; {bare['tokens'] / 1e6:.1f} M tokens")
-        for n in file_counts:
+        for n in ([] if args.scale_only else file_counts):
             sp, auto = (json.load(open(os.path.join(work, f"out-{n}-{b}", "manifest.json")))
                         for b in ("sentencepiece", "auto"))
             print(f"{n} file(s): auto backend {auto['tokenizer']['backend']['name']}; shards identical to "
