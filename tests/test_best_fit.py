@@ -268,7 +268,7 @@ def test_records_packed_in_the_token_dtype_are_the_same_records(dtype):
     stream, sizes = _stream(docs)
     wide, _ = best_fit.pack_documents(stream, sizes, 16, 5, PAD, final=True)
     narrow, _ = best_fit.pack_documents(stream, sizes, 16, 5, PAD, final=True, dtype=dtype)
-    assert narrow.tokens.dtype == dtype and narrow.segment_ids.dtype == best_fit.segment_dtype(16) == np.uint16
+    assert narrow.tokens.dtype == dtype and narrow.segment_ids.dtype == packing.segment_dtype(16) == np.uint16
     for a, b in ((wide.tokens, narrow.tokens), (wide.segment_ids, narrow.segment_ids),
                  (wide.positions, narrow.positions)):
         assert a.tolist() == b.tolist()
@@ -276,7 +276,7 @@ def test_records_packed_in_the_token_dtype_are_the_same_records(dtype):
                                            wide.positions[i].astype(np.int64), None, dtype) for i in range(len(wide))]
     block = framing.serialize_packed(narrow.tokens, narrow.segment_ids, narrow.positions, dtype=dtype)
     assert [block.payload(i) for i in range(len(block))] == reference
-    assert best_fit.segment_dtype(1 << 16) == np.int32  # segment ids reach seq_len
+    assert packing.segment_dtype(1 << 16) == np.int32  # segment ids reach seq_len
 
 def test_feature_spec_and_packing_mode():
     spec = records.feature_spec(8, records.UINT16, False, records.BEST_FIT)

@@ -129,7 +129,7 @@ class Packed:
     """Packed records: tokens [k, seq_len + 1], segment_ids and positions [k, seq_len].
 
     tokens are int32 unless the packing was asked for another dtype (the records' token dtype, which
-    saves the writer a conversion); segment ids and positions are uint16 (int32 when seq_len > 65535).
+    saves the writer a conversion); segment ids and positions are `packing.segment_dtype(seq_len)`.
     spans: provenance of every label position, padding as PAD_FILE rows (None: not recorded).
     counts: {subset: {"padding_labels": n, "documents_cut": m}} (empty when subsets are not named).
     """
@@ -149,11 +149,6 @@ class Packed:
     def loss_mask(self) -> np.ndarray:
         """1 on real labels, 0 on padding."""
         return (self.segment_ids > 0).astype(np.float32)
-
-
-def segment_dtype(seq_len: int) -> np.dtype:
-    """The narrowest dtype of segment ids (at most seq_len) and positions (below seq_len)."""
-    return np.dtype(np.uint16) if seq_len <= np.iinfo(np.uint16).max else np.dtype(np.int32)
 
 
 def _add_counts(into: dict, counts: dict) -> None:
@@ -310,7 +305,7 @@ class _Records:
             np.concatenate(self._runs, out=tokens.reshape(-1), casting="unsafe")
         ids = np.concatenate(self._ids) if self._ids else np.zeros(0, np.int64)
         lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
-        dtype = segment_dtype(n)
+        dtype = packing.segment_dtype(n)
         segment_ids = np.repeat(ids.astype(dtype), lengths).reshape(k, n)
         # A segment's positions count from its start in the record: every record holds seq_len labels,
         # so a segment's start in its record is its start in all of them modulo seq_len.

@@ -71,6 +71,11 @@ class FramedRecords:
     def __len__(self) -> int:
         return len(self.ends)
 
+    def __reduce__(self):
+        # Through a shuffle without spill files the block is pickled: as bytes, which every pickle
+        # protocol writes without an extra copy and reads back without one (a bytearray costs both).
+        return FramedRecords, (bytes(self.data), self.ends)
+
     def _bounds(self, i: int) -> tuple[int, int]:
         return (int(self.ends[i - 1]) if i else 0), int(self.ends[i])
 
