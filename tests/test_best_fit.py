@@ -278,6 +278,22 @@ def test_records_packed_in_the_token_dtype_are_the_same_records(dtype):
     assert [block.payload(i) for i in range(len(block))] == reference
     assert packing.segment_dtype(1 << 16) == np.int32  # segment ids reach seq_len
 
+
+@pytest.mark.parametrize("seq_len", [5, 16, 64])
+def test_records_of_short_and_long_items_are_built_alike(seq_len, monkeypatch):
+    # Records are built from one view per item when items are long on average, with one gather
+    # when they are short: both ways give the same records.
+    rng = np.random.default_rng(seq_len)
+    docs = _random_docs(rng, 80, seq_len)
+    stream, sizes = _stream(docs)
+    built = []
+    for view_tokens in (0, 1 << 30):
+        monkeypatch.setattr(best_fit, "_VIEW_TOKENS", view_tokens)
+        out, _ = best_fit.pack_documents(stream, sizes, seq_len, 7, PAD, final=True)
+        built.append((out.tokens.tolist(), out.segment_ids.tolist(), out.positions.tolist(), out.spans.tolist()))
+    assert built[0] == built[1]
+    _check(docs, out, seq_len, 7, None)
+
 def test_feature_spec_and_packing_mode():
     spec = records.feature_spec(8, records.UINT16, False, records.BEST_FIT)
     assert set(spec) == {records.TOKENS, records.SEGMENT_IDS, records.POSITIONS}

@@ -73,6 +73,7 @@ from pipeline.core import packing, provenance
 DEFAULT_WINDOW = 1024  # items per window: <= 1% padding at seq_len 2048 and 4096 (docs/benchmarks.md)
 PAD_FILE = -1  # the file index of provenance rows that stand for padding
 _BIN_BITS = 32  # a sequence's room and its index share one sorted integer key
+_VIEW_TOKENS = 64  # mean item length from which records are built from one view per item
 
 
 @dataclasses.dataclass
@@ -260,14 +261,26 @@ class _Records:
         item_starts = np.cumsum(lengths) - lengths
         pad = seq_len - np.bincount(where, lengths, minlength=count).astype(np.int64)
         contexts = items.contexts[order[firsts]]
-        labels, runs, filler = items.labels, self._runs, self._pad
-        starts_in_order, sizes = item_starts[order].tolist(), size.tolist()
-        for r, (a, b, p) in enumerate(zip(firsts.tolist(), ends.tolist(), pad.tolist(), strict=True)):
-            runs.append(contexts[r : r + 1])
-            for start, length in zip(starts_in_order[a:b], sizes[a:b], strict=True):
-                runs.append(labels[start : start + length])
-            if p:
-                runs.append(filler[:p])
+        if int(lengths.sum()) >= _VIEW_TOKENS * n:
+            labels, runs, filler = items.labels, self._runs, self._pad
+            starts_in_order, sizes = item_starts[order].tolist(), size.tolist()
+            for r, (a, b, p) in enumerate(zip(firsts.tolist(), ends.tolist(), pad.tolist(), strict=True)):
+                runs.append(contexts[r : r + 1])
+                for start, length in zip(starts_in_order[a:b], sizes[a:b], strict=True):
+                    runs.append(labels[start : start + length])
+                if p:
+                    runs.append(filler[:p])
+        else:
+            # Short items: a view each would cost more than copying the window's records once.
+            # Items sorted by sequence fill each sequence's first seq_len - pad positions in
+            # row-major order, so one boolean mask places every label.
+            block = np.empty((count, seq_len + 1), np.int32)
+            block[:, 0] = contexts
+            real = np.arange(seq_len)[None, :] < (seq_len - pad)[:, None]
+            body = block[:, 1:]
+            body[~real] = self._pad[0]
+            body[real] = items.labels[_ranges(item_starts[order], size)]
+            self._runs.append(block.reshape(-1))
         # Segments: a sequence's items (ids 1, 2, ...) then its padding (id 0, maybe of length 0).
         ids = np.zeros(n + count, np.int64)
         seg_lengths = np.empty(n + count, np.int64)
@@ -351,9 +364,11 @@ def _split(records: _Records, stream: packing.Piece, sizes, subsets=None) -> Ite
     item_start = (starts + full * seq_len)[has_item]
     item_len = rest[has_item]
     contexts = np.where(full[has_item] > 0, labels[np.maximum(item_start - 1, 0)], separator[0]).astype(np.int32)
-    item_labels = (np.concatenate([labels[a : a + m] for a, m in zip(item_start.tolist(), item_len.tolist(),
+    if int(item_len.sum()) >= _VIEW_TOKENS * len(item_len) > 0:  # long items: a slice each, no index array
+        item_labels = np.concatenate([labels[a : a + m] for a, m in zip(item_start.tolist(), item_len.tolist(),
                                                                         strict=True)])
-                   if len(item_len) else np.zeros(0, np.int32))
+    else:
+        item_labels = labels[_ranges(item_start, item_len)]
     items = Items(item_labels, item_len, contexts, None if subsets is None else subsets[has_item])
     if stream.spans is not None:
         items.spans = _cut_spans(stream.spans, item_start, item_len)[0] if len(item_len) else provenance.empty()
