@@ -73,7 +73,7 @@ from pipeline.core import packing, provenance
 DEFAULT_WINDOW = 1024  # items per window: <= 1% padding at seq_len 2048 and 4096 (docs/benchmarks.md)
 PAD_FILE = -1  # the file index of provenance rows that stand for padding
 _BIN_BITS = 32  # a sequence's room and its index share one sorted integer key
-_VIEW_TOKENS = 64  # mean item length from which records are built from one view per item
+_VIEW_TOKENS = 64  # mean item length from which a view per item costs less than a gather
 
 
 @dataclasses.dataclass
@@ -212,7 +212,8 @@ class _Records:
     A record is its context token, runs of labels (views of the items' arrays) and padding; its
     segments are (segment id, length) pairs adding up to seq_len, padding as id 0. Views and pairs
     instead of arrays per window: the tokens are copied once, into the final array and dtype, and
-    segment ids and positions are two np.repeat of the pairs, with no [k, seq_len] temporaries.
+    segment ids and positions are two np.repeat of the pairs, with no [k, seq_len] temporaries
+    (a window of short items is gathered into one int32 block instead: see `_VIEW_TOKENS`).
     """
 
     def __init__(self, seq_len: int, pad_id: int, with_spans: bool, dtype=np.int32):
