@@ -258,6 +258,42 @@ def test_best_fit_records_are_the_reference_encoding_and_one_size():
     assert int(block.ends[0]) == framing.record_bytes(seq_len, records.UINT16, True)
 
 
+
+@pytest.mark.parametrize("dtype", [records.UINT16, np.dtype("<i4")])
+def test_records_packed_in_the_token_dtype_are_the_same_records(dtype):
+    # The job packs straight into its token dtype, and segment ids and positions come out narrow:
+    # the values, and the bytes written, are those of the int32 packing.
+    rng = np.random.default_rng(1)
+    docs = _random_docs(rng, 60, 16)
+    stream, sizes = _stream(docs)
+    wide, _ = best_fit.pack_documents(stream, sizes, 16, 5, PAD, final=True)
+    narrow, _ = best_fit.pack_documents(stream, sizes, 16, 5, PAD, final=True, dtype=dtype)
+    assert narrow.tokens.dtype == dtype and narrow.segment_ids.dtype == packing.segment_dtype(16) == np.uint16
+    for a, b in ((wide.tokens, narrow.tokens), (wide.segment_ids, narrow.segment_ids),
+                 (wide.positions, narrow.positions)):
+        assert a.tolist() == b.tolist()
+    reference = [records.serialize_example(wide.tokens[i], wide.segment_ids[i].astype(np.int64),
+                                           wide.positions[i].astype(np.int64), None, dtype) for i in range(len(wide))]
+    block = framing.serialize_packed(narrow.tokens, narrow.segment_ids, narrow.positions, dtype=dtype)
+    assert [block.payload(i) for i in range(len(block))] == reference
+    assert packing.segment_dtype(1 << 16) == np.int32  # segment ids reach seq_len
+
+
+@pytest.mark.parametrize("seq_len", [5, 16, 64])
+def test_records_of_short_and_long_items_are_built_alike(seq_len, monkeypatch):
+    # Records are built from one view per item when items are long on average, with one gather
+    # when they are short: both ways give the same records.
+    rng = np.random.default_rng(seq_len)
+    docs = _random_docs(rng, 80, seq_len)
+    stream, sizes = _stream(docs)
+    built = []
+    for view_tokens in (0, 1 << 30):
+        monkeypatch.setattr(best_fit, "_VIEW_TOKENS", view_tokens)
+        out, _ = best_fit.pack_documents(stream, sizes, seq_len, 7, PAD, final=True)
+        built.append((out.tokens.tolist(), out.segment_ids.tolist(), out.positions.tolist(), out.spans.tolist()))
+    assert built[0] == built[1]
+    _check(docs, out, seq_len, 7, None)
+
 def test_feature_spec_and_packing_mode():
     spec = records.feature_spec(8, records.UINT16, False, records.BEST_FIT)
     assert set(spec) == {records.TOKENS, records.SEGMENT_IDS, records.POSITIONS}

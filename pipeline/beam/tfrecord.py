@@ -161,7 +161,7 @@ class ProcessChunkFn(ChunkDocumentsFn):
         cfg = self._config
         packed, _ = best_fit.pack_documents(stream, docs.sizes[chosen], cfg.seq_len, cfg.packing_window,
                                             self._special.padding_id, subsets=np.array(docs.subsets)[chosen],
-                                            final=True)
+                                            final=True, dtype=self._dtype)
         for subset, counts in packed.counts.items():
             merge_into(docs.counts.setdefault(subset, {}), counts)
         if not len(packed):

@@ -73,6 +73,7 @@ from pipeline.core import packing, provenance
 DEFAULT_WINDOW = 1024  # items per window: <= 1% padding at seq_len 2048 and 4096 (docs/benchmarks.md)
 PAD_FILE = -1  # the file index of provenance rows that stand for padding
 _BIN_BITS = 32  # a sequence's room and its index share one sorted integer key
+_VIEW_TOKENS = 64  # mean item length from which a view per item costs less than a gather
 
 
 @dataclasses.dataclass
@@ -126,8 +127,10 @@ def concat_items(parts: list[Items]) -> Items:
 
 @dataclasses.dataclass
 class Packed:
-    """Packed records: tokens int32 [k, seq_len + 1], segment_ids and positions int32 [k, seq_len].
+    """Packed records: tokens [k, seq_len + 1], segment_ids and positions [k, seq_len].
 
+    tokens are int32 unless the packing was asked for another dtype (the records' token dtype, which
+    saves the writer a conversion); segment ids and positions are `packing.segment_dtype(seq_len)`.
     spans: provenance of every label position, padding as PAD_FILE rows (None: not recorded).
     counts: {subset: {"padding_labels": n, "documents_cut": m}} (empty when subsets are not named).
     """
@@ -149,24 +152,23 @@ class Packed:
         return (self.segment_ids > 0).astype(np.float32)
 
 
-def _empty_packed(seq_len: int, with_spans: bool) -> Packed:
-    return Packed(np.zeros((0, seq_len + 1), np.int32), np.zeros((0, seq_len), np.int32),
-                  np.zeros((0, seq_len), np.int32), spans=provenance.empty() if with_spans else None)
+def _add_counts(into: dict, counts: dict) -> None:
+    for subset, c in counts.items():
+        mine = into.setdefault(subset, {"padding_labels": 0, "documents_cut": 0})
+        for key, value in c.items():
+            mine[key] += value
 
 
 def concat_packed(parts: list[Packed], seq_len: int) -> Packed:
     """Records of several packings, in order, with their counts summed."""
     parts = [p for p in parts if len(p)]
     if not parts:
-        return _empty_packed(seq_len, False)
+        return _Records(seq_len, 0, False).packed()
     if len(parts) == 1:
         return parts[0]
     counts: dict = {}
     for p in parts:
-        for subset, c in p.counts.items():
-            mine = counts.setdefault(subset, {"padding_labels": 0, "documents_cut": 0})
-            for key, value in c.items():
-                mine[key] += value
+        _add_counts(counts, p.counts)
     spans = None
     if all(p.spans is not None for p in parts):
         spans = provenance.concat_spans([p.spans for p in parts])
@@ -204,6 +206,176 @@ def _cut_spans(spans: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tu
     return out, owner
 
 
+class _Records:
+    """Records being packed, in order; their arrays are made once, at the end (`packed`).
+
+    A record is its context token, runs of labels (views of the items' arrays) and padding; its
+    segments are (segment id, length) pairs adding up to seq_len, padding as id 0. Views and pairs
+    instead of arrays per window: the tokens are copied once, into the final array and dtype, and
+    segment ids and positions are two np.repeat of the pairs, with no [k, seq_len] temporaries
+    (a window of short items is gathered into one int32 block instead: see `_VIEW_TOKENS`).
+    """
+
+    def __init__(self, seq_len: int, pad_id: int, with_spans: bool, dtype=np.int32):
+        self.seq_len = seq_len
+        self._pad = np.full(seq_len, pad_id, np.int32)
+        self._dtype = np.dtype(dtype)
+        self._runs: list[np.ndarray] = []
+        self._ids: list[np.ndarray] = []
+        self._lengths: list[np.ndarray] = []
+        self.spans: list[np.ndarray] | None = [] if with_spans else None  # per block, in record order
+        self.count = 0
+        self.padding = 0
+        self.documents_cut = 0
+        self.counts: dict = {}
+
+    def add_pieces(self, labels: np.ndarray, starts: np.ndarray, firsts: np.ndarray, separator: np.ndarray) -> None:
+        """Full pieces labels[s : s + seq_len] of cut documents, each a record of its own.
+
+        A document's first piece follows the separator (`firsts`), a later one the label before it.
+        """
+        n = self.seq_len
+        runs = self._runs
+        for start, first in zip(starts.tolist(), firsts.tolist(), strict=True):
+            if first:
+                runs.append(separator)
+                runs.append(labels[start : start + n])
+            else:
+                runs.append(labels[start - 1 : start + n])
+        k = len(starts)
+        self._ids.append(np.ones(k, np.int64))
+        self._lengths.append(np.full(k, n, np.int64))
+        self.count += k
+
+    def add_window(self, items: Items) -> None:
+        """All the items into sequences by best fit decreasing (`assign_sequences`), padded."""
+        n, seq_len = len(items), self.seq_len
+        if not n:
+            return
+        where, count = assign_sequences(items.lengths, seq_len)
+        lengths = items.lengths
+        order = np.argsort(where, kind="stable")  # by sequence, then input order
+        seq_of, size = where[order], lengths[order]
+        per_seq = np.bincount(seq_of, minlength=count)
+        firsts = np.cumsum(per_seq) - per_seq  # in `order`: each sequence's first item
+        ends = firsts + per_seq
+        item_starts = np.cumsum(lengths) - lengths
+        pad = seq_len - np.bincount(where, lengths, minlength=count).astype(np.int64)
+        contexts = items.contexts[order[firsts]]
+        if int(lengths.sum()) >= _VIEW_TOKENS * n:
+            labels, runs, filler = items.labels, self._runs, self._pad
+            starts_in_order, sizes = item_starts[order].tolist(), size.tolist()
+            for r, (a, b, p) in enumerate(zip(firsts.tolist(), ends.tolist(), pad.tolist(), strict=True)):
+                runs.append(contexts[r : r + 1])
+                for start, length in zip(starts_in_order[a:b], sizes[a:b], strict=True):
+                    runs.append(labels[start : start + length])
+                if p:
+                    runs.append(filler[:p])
+        else:
+            # Short items: a view each would cost more than copying the window's records once.
+            # Items sorted by sequence fill each sequence's first seq_len - pad positions in
+            # row-major order, so one boolean mask places every label.
+            block = np.empty((count, seq_len + 1), np.int32)
+            block[:, 0] = contexts
+            real = np.arange(seq_len)[None, :] < (seq_len - pad)[:, None]
+            body = block[:, 1:]
+            body[~real] = self._pad[0]
+            body[real] = items.labels[_ranges(item_starts[order], size)]
+            self._runs.append(block.reshape(-1))
+        # Segments: a sequence's items (ids 1, 2, ...) then its padding (id 0, maybe of length 0).
+        ids = np.zeros(n + count, np.int64)
+        seg_lengths = np.empty(n + count, np.int64)
+        at = np.arange(n) + seq_of
+        ids[at] = np.arange(n) - np.repeat(firsts, per_seq) + 1
+        seg_lengths[at] = size
+        seg_lengths[ends + np.arange(count)] = pad
+        self._ids.append(ids)
+        self._lengths.append(seg_lengths)
+        self.count += count
+        self.padding += int(pad.sum())
+        if items.subsets is not None:
+            # A sequence's padding goes to the subset of the item that opened it (its largest).
+            placed = np.argsort(-lengths, kind="stable")
+            opener = np.empty(count, np.int64)
+            opener[where[placed][::-1]] = placed[::-1]  # the first write of each sequence wins
+            names, inverse = np.unique(items.subsets[opener], return_inverse=True)
+            per = np.bincount(inverse, pad, minlength=len(names)).astype(np.int64)
+            _add_counts(self.counts, {str(s): {"padding_labels": int(p), "documents_cut": 0}
+                                      for s, p in zip(names, per, strict=True)})
+        if self.spans is not None and items.spans is not None:
+            rows, owner = _cut_spans(items.spans, item_starts[order], size)
+            pads = np.flatnonzero(pad)
+            pad_rows = np.stack([np.full(len(pads), PAD_FILE), np.zeros(len(pads), np.int64),
+                                 np.zeros(len(pads), np.int64), pad[pads]], axis=1)
+            # Rows in record order: a sequence's items' rows, then its padding row.
+            keys = np.concatenate([seq_of[owner] * 2, pads * 2 + 1])
+            self.spans.append(np.concatenate([rows, pad_rows])[np.argsort(keys, kind="stable")].astype(np.int64))
+
+    def packed(self) -> Packed:
+        """The records so far as arrays."""
+        k, n = self.count, self.seq_len
+        tokens = np.empty((k, n + 1), self._dtype)
+        if self._runs:
+            np.concatenate(self._runs, out=tokens.reshape(-1), casting="unsafe")
+        ids = np.concatenate(self._ids) if self._ids else np.zeros(0, np.int64)
+        lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
+        dtype = packing.segment_dtype(n)
+        segment_ids = np.repeat(ids.astype(dtype), lengths).reshape(k, n)
+        # A segment's positions count from its start in the record: every record holds seq_len labels,
+        # so a segment's start in its record is its start in all of them modulo seq_len.
+        starts = np.cumsum(lengths) - lengths
+        positions = np.repeat((starts % max(n, 1)).astype(dtype), lengths).reshape(k, n)
+        np.subtract(np.arange(n, dtype=dtype), positions, out=positions)
+        padding = (ids == 0) & (lengths > 0)
+        positions.reshape(-1)[_ranges(starts[padding], lengths[padding])] = 0
+        spans = None if self.spans is None else provenance.concat_spans(self.spans)
+        return Packed(tokens, segment_ids, positions, self.padding, self.documents_cut, spans, self.counts)
+
+
+def _split(records: _Records, stream: packing.Piece, sizes, subsets=None) -> Items:
+    """Add the full pieces of the run's cut documents to `records`; the items to pack (see split_documents)."""
+    seq_len = records.seq_len
+    sizes = np.asarray(sizes, np.int64)
+    if int(sizes.sum()) != len(stream):
+        raise ValueError(f"document sizes add up to {int(sizes.sum())}, the stream holds {len(stream)} labels")
+    keep = sizes > 0
+    sizes = sizes[keep]
+    subsets = None if subsets is None else np.asarray(subsets, str)[keep]
+    labels = np.asarray(stream.labels, np.int32)
+    separator = np.array([stream.context], np.int32)
+    starts = np.cumsum(sizes) - sizes
+    full = sizes // seq_len
+    rest = sizes - full * seq_len
+    # Full pieces: piece p of document d starts at label starts[d] + p * seq_len.
+    piece_doc = np.repeat(np.arange(len(sizes)), full)
+    piece_index = np.arange(len(piece_doc)) - np.repeat(np.cumsum(full) - full, full)
+    piece_start = starts[piece_doc] + piece_index * seq_len
+    records.add_pieces(labels, piece_start, piece_index == 0, separator)
+    cut = sizes > seq_len
+    records.documents_cut += int(cut.sum())
+    if records.spans is not None and stream.spans is not None:
+        records.spans.append(_cut_spans(stream.spans, piece_start, np.full(len(piece_start), seq_len))[0])
+    if subsets is not None:
+        names, inverse = np.unique(subsets, return_inverse=True)
+        per = np.bincount(inverse, cut, minlength=len(names)).astype(np.int64)
+        _add_counts(records.counts, {str(n): {"padding_labels": 0, "documents_cut": int(c)}
+                                     for n, c in zip(names, per, strict=True)})
+    # Items: every document's last (or only) piece of fewer than seq_len + 1 tokens.
+    has_item = rest > 0
+    item_start = (starts + full * seq_len)[has_item]
+    item_len = rest[has_item]
+    contexts = np.where(full[has_item] > 0, labels[np.maximum(item_start - 1, 0)], separator[0]).astype(np.int32)
+    if int(item_len.sum()) >= _VIEW_TOKENS * len(item_len) > 0:  # long items: a slice each, no index array
+        item_labels = np.concatenate([labels[a : a + m] for a, m in zip(item_start.tolist(), item_len.tolist(),
+                                                                        strict=True)])
+    else:
+        item_labels = labels[_ranges(item_start, item_len)]
+    items = Items(item_labels, item_len, contexts, None if subsets is None else subsets[has_item])
+    if stream.spans is not None:
+        items.spans = _cut_spans(stream.spans, item_start, item_len)[0] if len(item_len) else provenance.empty()
+    return items
+
+
 def split_documents(stream: packing.Piece, sizes, seq_len: int, subsets=None) -> tuple[Packed, Items]:
     """A run of documents -> the records of cut documents' full pieces, and the items to pack.
 
@@ -213,46 +385,9 @@ def split_documents(stream: packing.Piece, sizes, seq_len: int, subsets=None) ->
         seq_len: label positions per record.
         subsets: each document's subset (str), or None.
     """
-    sizes = np.asarray(sizes, np.int64)
-    if int(sizes.sum()) != len(stream):
-        raise ValueError(f"document sizes add up to {int(sizes.sum())}, the stream holds {len(stream)} labels")
-    keep = sizes > 0
-    sizes = sizes[keep]
-    subsets = None if subsets is None else np.asarray(subsets, str)[keep]
-    labels = np.asarray(stream.labels, np.int32)
-    separator = np.int32(stream.context)
-    starts = np.cumsum(sizes) - sizes
-    full = sizes // seq_len
-    rest = sizes - full * seq_len
-    # Full pieces: piece p of document d starts at label starts[d] + p * seq_len.
-    piece_doc = np.repeat(np.arange(len(sizes)), full)
-    piece_index = np.arange(len(piece_doc)) - np.repeat(np.cumsum(full) - full, full)
-    piece_start = starts[piece_doc] + piece_index * seq_len
-    extended = np.concatenate([[separator], labels])  # extended[i + 1] = labels[i]
-    # Rows of seq_len + 1 tokens at the pieces' starts: a copy of rows of a strided view.
-    tokens = (np.lib.stride_tricks.sliding_window_view(extended, seq_len + 1)[piece_start] if len(piece_start)
-              else np.zeros((0, seq_len + 1), np.int32))
-    tokens[piece_index == 0, 0] = separator
-    k = len(piece_doc)
-    cut = sizes > seq_len
-    whole = Packed(tokens, np.ones((k, seq_len), np.int32), np.tile(np.arange(seq_len, dtype=np.int32), (k, 1)),
-                   0, int(cut.sum()))
-    if stream.spans is not None:
-        whole.spans = _cut_spans(stream.spans, piece_start, np.full(k, seq_len))[0]
-    if subsets is not None:
-        names, inverse = np.unique(subsets, return_inverse=True)
-        per = np.bincount(inverse, cut, minlength=len(names)).astype(np.int64)
-        whole.counts = {str(n): {"padding_labels": 0, "documents_cut": int(c)} for n, c in zip(names, per, strict=True)}
-    # Items: every document's last (or only) piece of fewer than seq_len + 1 tokens.
-    has_item = rest > 0
-    item_start = (starts + full * seq_len)[has_item]
-    item_len = rest[has_item]
-    contexts = np.where(full[has_item] > 0, extended[item_start], separator).astype(np.int32)
-    items = Items(labels[_ranges(item_start, item_len)], item_len, contexts,
-                  None if subsets is None else subsets[has_item])
-    if stream.spans is not None:
-        items.spans = _cut_spans(stream.spans, item_start, item_len)[0] if len(item_len) else provenance.empty()
-    return whole, items
+    records = _Records(seq_len, 0, stream.spans is not None)
+    items = _split(records, stream, sizes, subsets)
+    return records.packed(), items
 
 
 def assign_sequences(lengths: np.ndarray, seq_len: int) -> tuple[np.ndarray, int]:
@@ -295,76 +430,36 @@ def assign_sequences(lengths: np.ndarray, seq_len: int) -> tuple[np.ndarray, int
 
 def pack_window(items: Items, seq_len: int, pad_id: int) -> Packed:
     """All the items into sequences by best fit decreasing (`assign_sequences`), padded."""
-    n = len(items)
-    if not n:
-        return _empty_packed(seq_len, items.spans is not None)
-    where, count = assign_sequences(items.lengths, seq_len)
-    lengths = items.lengths
-    order = np.lexsort((np.arange(n), where))  # by sequence, then input order
-    seq_of, size = where[order], lengths[order]
-    before = np.cumsum(size) - size  # labels of earlier items, over all sequences
-    per_seq = np.bincount(seq_of, minlength=count)
-    firsts = np.cumsum(per_seq) - per_seq  # in `order`: each sequence's first item
-    rank = np.arange(n) - np.repeat(firsts, per_seq)
-    total = int(size.sum())
-    item_starts = np.cumsum(lengths) - lengths
-    used = np.bincount(where, lengths, minlength=count).astype(np.int64)
-    pad = seq_len - used
-    # Items sorted by sequence fill each sequence's first `used` positions in row-major order, so
-    # one boolean mask places every label, segment id and position.
-    real = np.arange(seq_len)[None, :] < used[:, None]
-    step = np.int32 if total < 2**31 else np.int64
-    within = np.arange(total, dtype=step) - np.repeat(before.astype(step), size)  # index inside the item
-    tokens = np.empty((count, seq_len + 1), np.int32)
-    tokens[:, 0] = items.contexts[order[firsts]]
-    body = tokens[:, 1:]
-    body[~real] = pad_id
-    body[real] = items.labels[within + np.repeat(item_starts[order].astype(step), size)]
-    segment_ids = np.zeros((count, seq_len), np.int32)
-    segment_ids[real] = np.repeat((rank + 1).astype(np.int32), size)
-    positions = np.zeros((count, seq_len), np.int32)
-    positions[real] = within
-    out = Packed(tokens, segment_ids, positions, int(pad.sum()))
-    if items.subsets is not None:
-        # A sequence's padding goes to the subset of the item that opened it (its largest).
-        placed = np.argsort(-lengths, kind="stable")
-        opener = np.empty(count, np.int64)
-        opener[where[placed][::-1]] = placed[::-1]  # the first write of each sequence wins
-        names, inverse = np.unique(items.subsets[opener], return_inverse=True)
-        per = np.bincount(inverse, pad, minlength=len(names)).astype(np.int64)
-        out.counts = {str(s): {"padding_labels": int(p), "documents_cut": 0} for s, p in zip(names, per, strict=True)}
-    if items.spans is not None:
-        rows, owner = _cut_spans(items.spans, item_starts[order], size)
-        pads = np.flatnonzero(pad)
-        pad_rows = np.stack([np.full(len(pads), PAD_FILE), np.zeros(len(pads), np.int64),
-                             np.zeros(len(pads), np.int64), pad[pads]], axis=1)
-        # Rows in record order: a sequence's items' rows, then its padding row.
-        keys = np.concatenate([seq_of[owner] * 2, pads * 2 + 1])
-        out.spans = np.concatenate([rows, pad_rows])[np.argsort(keys, kind="stable")].astype(np.int64)
-    return out
+    records = _Records(seq_len, pad_id, items.spans is not None)
+    records.add_window(items)
+    return records.packed()
 
 
-def pack_items(items: Items, seq_len: int, window: int, pad_id: int, *, final: bool = False) -> tuple[Packed, Items]:
-    """Pack items `window` at a time, in order; the last window of fewer is the leftover unless `final`."""
+def _pack_windows(records: _Records, items: Items, window: int, final: bool) -> Items:
+    """Add `items` to `records` `window` at a time, in order; the leftover (none if `final`)."""
     if window < 1:
         raise ValueError(f"window {window} must be >= 1")
     n = len(items)
     stop = n if final else n - n % window
-    parts = [pack_window(items.take(a, min(a + window, stop)), seq_len, pad_id) for a in range(0, stop, window)]
-    if not parts:
-        parts = [_empty_packed(seq_len, items.spans is not None)]
-    packed = concat_packed(parts, seq_len)
-    if items.spans is not None and packed.spans is None:
-        packed.spans = provenance.empty()
-    return packed, items.take(stop, n)
+    for a in range(0, stop, window):
+        records.add_window(items.take(a, min(a + window, stop)))
+    return items.take(stop, n)
+
+
+def pack_items(items: Items, seq_len: int, window: int, pad_id: int, *, final: bool = False) -> tuple[Packed, Items]:
+    """Pack items `window` at a time, in order; the last window of fewer is the leftover unless `final`."""
+    records = _Records(seq_len, pad_id, items.spans is not None)
+    leftover = _pack_windows(records, items, window, final)
+    return records.packed(), leftover
 
 
 def pack_documents(stream: packing.Piece, sizes, seq_len: int, window: int, pad_id: int, *, subsets=None,
-                   final: bool = False) -> tuple[Packed, Items]:
-    """A run of documents (in input order) -> its records, and the leftover items (none if `final`)."""
-    whole, items = split_documents(stream, sizes, seq_len, subsets)
-    packed, leftover = pack_items(items, seq_len, window, pad_id, final=final)
-    out = concat_packed([whole, packed], seq_len)
-    if stream.spans is not None and out.spans is None:
-        out.spans = provenance.empty()
-    return out, leftover
+                   final: bool = False, dtype=np.int32) -> tuple[Packed, Items]:
+    """A run of documents (in input order) -> its records, and the leftover items (none if `final`).
+
+    dtype: the records' tokens' (pass the output's token dtype: the writer then copies them as they are).
+    """
+    records = _Records(seq_len, pad_id, stream.spans is not None, dtype)
+    items = _split(records, stream, sizes, subsets)
+    leftover = _pack_windows(records, items, window, final)
+    return records.packed(), leftover

@@ -148,18 +148,26 @@ def pad_record(piece: Piece, seq_len: int, pad_id: int) -> tuple[np.ndarray, np.
     return tokens, starts, valid
 
 
+def segment_dtype(seq_len: int) -> np.dtype:
+    """The narrowest dtype of segment ids (at most seq_len) and positions (below seq_len)."""
+    return np.dtype(np.uint16) if seq_len <= np.iinfo(np.uint16).max else np.dtype(np.int32)
+
+
 def segment_features(starts: np.ndarray, valid_labels: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Segment ids and positions for records' label positions from their segment-start flags.
 
-    >>> segment_features(np.array([[True, False, True, False]]))
-    (array([[1, 1, 2, 2]]), array([[0, 1, 0, 1]]))
+    Both in `segment_dtype(seq_len)`: a quarter of int64's bytes to compute and to copy.
+
+    >>> [a.tolist() for a in segment_features(np.array([[True, False, True, False]]))]
+    [[[1, 1, 2, 2]], [[0, 1, 0, 1]]]
     """
     starts = np.atleast_2d(starts).copy()
     starts[:, 0] = True
-    segment_ids = np.cumsum(starts, axis=1)
-    index = np.arange(starts.shape[1])
-    last_start = np.maximum.accumulate(np.where(starts, index, 0), axis=1)
-    positions = index - last_start
+    dtype = segment_dtype(starts.shape[1])
+    segment_ids = np.cumsum(starts, axis=1, dtype=dtype)
+    index = np.arange(starts.shape[1], dtype=dtype)
+    positions = np.maximum.accumulate(np.where(starts, index, dtype.type(0)), axis=1)
+    np.subtract(index, positions, out=positions)
     if valid_labels is not None:
         segment_ids[:, valid_labels:] = 0
         positions[:, valid_labels:] = 0

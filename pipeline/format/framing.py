@@ -44,9 +44,12 @@ def frame(record: bytes) -> bytes:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class FramedRecords:
-    """Framed records back to back: record i is data[ends[i - 1]:ends[i]] (ends: int64, cumulative)."""
+    """Framed records back to back: record i is data[ends[i - 1]:ends[i]] (ends: int64, cumulative).
 
-    data: bytes
+    data: bytes, or the bytearray a block was filled in (never changed after).
+    """
+
+    data: bytes | bytearray
     ends: np.ndarray
 
     @classmethod
@@ -67,6 +70,11 @@ class FramedRecords:
 
     def __len__(self) -> int:
         return len(self.ends)
+
+    def __reduce__(self):
+        # Through a shuffle without spill files the block is pickled: as bytes, which every pickle
+        # protocol writes without an extra copy and reads back without one (a bytearray costs both).
+        return FramedRecords, (bytes(self.data), self.ends)
 
     def _bounds(self, i: int) -> tuple[int, int]:
         return (int(self.ends[i - 1]) if i else 0), int(self.ends[i])
@@ -133,17 +141,21 @@ def _serialize_full(tokens: np.ndarray, seg: np.ndarray | None, pos: np.ndarray 
         return FramedRecords(b"", np.zeros(0, np.int64))
     layout = _layout(tokens.shape[1], dtype, document_boundaries)
     k, size = len(tokens), layout.framed_bytes
-    # Every record of a block has the same bytes around its arrays: copy a template into each row,
-    # then the arrays into their slots, then one CRC per record (in C, no per-byte Python).
-    out = np.empty((k, size), np.uint8)
-    out[:] = layout.template
+    # Every record of a block has the same bytes around its arrays: the template's bytes between
+    # the slots into each row, the arrays into their slots, then one CRC per record (in C, no
+    # per-byte Python). The block is filled in place in the bytearray it is handed on as: each
+    # byte is written once, and no copy is made of the whole.
+    data = bytearray(k * size)
+    out = np.frombuffer(data, np.uint8).reshape(k, size)
+    for start, stop in layout.gaps:
+        out[:, start:stop] = layout.template[start:stop]
     for (start, stop), values in zip(layout.slots, (tokens, seg, pos), strict=False):
-        out[:, start:stop] = np.ascontiguousarray(values, dtype.newbyteorder("<")).view(np.uint8).reshape(k, -1)
+        out[:, start:stop].view(dtype.newbyteorder("<"))[:] = values
     crcs = out[:, size - FOOTER_BYTES:].view("<u4")
     for i in range(k):
         crc = google_crc32c.value(out[i, HEADER_BYTES : size - FOOTER_BYTES])
         crcs[i, 0] = (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
-    return FramedRecords(out.tobytes(), np.arange(1, k + 1, dtype=np.int64) * size)
+    return FramedRecords(data, np.arange(1, k + 1, dtype=np.int64) * size)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,6 +168,12 @@ class _Layout:
     @property
     def framed_bytes(self) -> int:
         return len(self.template)
+
+    @property
+    def gaps(self) -> list[tuple[int, int]]:
+        """(start, stop) of the template's bytes around the slots: framing and protobuf headers."""
+        bounds = [0, *(b for slot in sorted(self.slots) for b in slot), self.framed_bytes]
+        return [(a, b) for a, b in zip(bounds[::2], bounds[1::2], strict=True) if b > a]
 
 
 @functools.lru_cache(maxsize=16)

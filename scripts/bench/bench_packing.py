@@ -100,7 +100,7 @@ def speed(ids: np.ndarray, offsets: np.ndarray, texts: list[str], sp, seq_len: i
 
     def fit():
         stream = packing.build_stream_flat(ids, offsets, chosen, bos_id=None, eos_id=EOS, separator_id=EOS)
-        out, _ = best_fit.pack_documents(stream, sizes, seq_len, window, 0, final=True)
+        out, _ = best_fit.pack_documents(stream, sizes, seq_len, window, 0, final=True, dtype=dtype)
         framing.serialize_packed(out.tokens, out.segment_ids, out.positions, dtype=dtype)
 
     def encode():
