@@ -237,3 +237,13 @@ def test_provenance_command_names_the_documents_of_a_shuffled_step(best_fit_run,
     for source, labels, mask in zip(sources, got["labels"], got["loss_mask"], strict=True):
         want = [t for p in source.pieces for t in docs[p.file, p.line][p.first_token:p.first_token + p.tokens]]
         assert labels[mask > 0].tolist() == want
+
+
+@pytest.mark.parametrize("flags", [[], ["--packing", "concat", "--document_boundaries"]])
+def test_segment_ids_wider_than_uint16_records_are_refused(corpus, tiny_model, tmp_path, caplog, flags):
+    """A small vocabulary's uint16 records cannot hold the positions of a sequence over 65,536 labels."""
+    argv = _argv(corpus, tmp_path / "wide", tiny_model, "--seq_len", "70000", *flags)
+    assert run.cli(argv + FAST_BEAM) == 2
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "--seq_len 70000" in errors[0] and "uint16" in errors[0]
+    assert not (tmp_path / "wide" / "manifest.json").exists()

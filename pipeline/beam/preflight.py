@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 
+import numpy as np
 from apache_beam.options.pipeline_options import (
     DirectOptions,
     PipelineOptions,
@@ -24,6 +25,7 @@ from pipeline.beam.execution import Execution, file_sizes, plan_execution
 from pipeline.beam.remote import check_workers_can_read
 from pipeline.config.job import PipelineConfig
 from pipeline.core.options import UsageError
+from pipeline.format.records import BEST_FIT, token_dtype_for
 from pipeline.io import columnar
 from pipeline.io.files import NotAFileError
 from pipeline.io.inputs import InputError, expand_inputs
@@ -152,6 +154,20 @@ def prepare(config: PipelineConfig, options: PipelineOptions, model: TokenizerMo
                          snapshots=take_snapshots(input_files), eval_files=tuple(eval_files))
 
 
+def check_segment_width(config: PipelineConfig, special: SpecialIds) -> None:
+    """Refuse segment ids and positions that the records' token dtype cannot hold (UsageError).
+
+    A record's segment ids and positions are stored in its tokens' dtype: uint16 for a vocabulary
+    of at most 65,536 ids, which holds positions below 65,536 only.
+    """
+    segments = config.packing == BEST_FIT or config.document_boundaries
+    if segments and token_dtype_for(special.vocab_size) == np.dtype("<u2") and config.seq_len > 1 << 16:
+        flag = "--packing best_fit" if config.packing == BEST_FIT else "--document_boundaries"
+        raise UsageError(f"--seq_len {config.seq_len} with {flag}: a record's segment ids and positions are "
+                         f"stored as uint16 with a vocabulary of {special.vocab_size:,} ids, which holds "
+                         "at most --seq_len 65536")
+
+
 def tokenizer_job(config: PipelineConfig, model: TokenizerModel, input_files: list[str], execution: Execution,
                   early: EarlyChoice | None = None, **job_fields) -> Job:
     """The Job once the tokenizer is settled: the backend for its kind (self-checked), its special ids.
@@ -165,6 +181,7 @@ def tokenizer_job(config: PipelineConfig, model: TokenizerModel, input_files: li
                                     eos_id=config.eos_id, pad_id=config.pad_id)
     except ValueError as e:
         raise UsageError(str(e)) from None
+    check_segment_width(config, special)
     backend = early.result(config.tokenizer_backend, model, input_files,
                            config.schema) if early is not None else None
     if model.kind != SENTENCEPIECE:
