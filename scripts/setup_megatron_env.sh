@@ -12,7 +12,7 @@
 # Idempotent: with the pinned packages already importable it only checks them (~5 s).
 #
 # --with-tools: also what Megatron-LM's tools/preprocess_data.py imports when run from a checkout
-# (six, regex, PyYAML, pydantic and triton, ~1 GB): for scripts/bench/bench_megatron.py and the
+# (six, regex, PyYAML, pydantic, triton and transformers, ~1 GB): for scripts/bench/bench_megatron.py and the
 # preprocess_data comparison (MEGATRON_LM=<checkout> pytest tests/test_megatron_compat.py). CI
 # does not need them.
 #
@@ -39,6 +39,10 @@ PINS=(
 TOOL_PINS=(
   "six==1.17.0" "regex==2026.11.19" "PyYAML==6.0.4" "triton==3.9.0"
   "pydantic==2.14.4" "pydantic_core==2.50.5" "annotated-types==0.8.0" "typing-inspection==0.4.5"
+  # --tokenizer-type HuggingFaceTokenizer (scripts/bench/bench_tokenizer_kinds.py) loads it with transformers.
+  "transformers==4.57.6" "huggingface_hub==0.36.2" "tokenizers==0.22.2" "safetensors==0.8.0" "hf-xet==1.8.0"
+  "tqdm==4.70.1" "requests==2.34.2" "certifi==2026.10.19.post1" "charset-normalizer==3.5.3" "idna==3.20"
+  "urllib3==2.8.0"
 )
 
 log() { printf '[setup_megatron_env] %s\n' "$*" >&2; }
@@ -58,7 +62,7 @@ import sentencepiece, zstandard
 from megatron.core.datasets import helpers_cpp  # the compiled helpers GPTDataset uses
 from megatron.core.datasets.gpt_dataset import GPTDataset
 if sys.argv[1] == "1":
-    import six, regex, yaml, pydantic, triton
+    import six, regex, yaml, pydantic, triton, transformers
 EOF
 }
 
