@@ -221,18 +221,18 @@ def test_auto_picks_a_fast_backend_after_the_self_check(backend, tiny_model, tmp
 
 EARLY = """
 import json, sys
-from pipeline.tokenize import engines, pieces, self_check
+from pipeline.tokenize import early_check, engines, pieces, self_check
 model, files = sys.argv[1], sys.argv[2:]
 pile = self_check.documents.PILE
-early = self_check.EarlyChoice("auto", model, files[:1] + [files[1].rsplit("/", 1)[0] + "/0[12]*"], pile)
+early = early_check.EarlyChoice("auto", model, files[:1] + [files[1].rsplit("/", 1)[0] + "/0[12]*"], pile)
 started = early._process is not None
 choice = early.result("auto", model, files, pile)
 proto = open(model, "rb").read()
 built = engines.built_from_models()
 adopted = [proto in built["facts"], any(key[1] == proto for key in built["cuts"])]
 # Asked for other inputs than it checked: no result, the driver checks itself.
-mismatch = self_check.EarlyChoice("auto", model, files, pile).result("auto", model, files[:2], pile)
-stopped = self_check.EarlyChoice("auto", model, files, pile)
+mismatch = early_check.EarlyChoice("auto", model, files, pile).result("auto", model, files[:2], pile)
+stopped = early_check.EarlyChoice("auto", model, files, pile)
 stopped.cancel()
 print(json.dumps({"started": started, "choice": choice.to_json(), "adopted": adopted,
                   "converted": proto in built["converted"], "mismatch": mismatch is None,

@@ -379,17 +379,17 @@ def test_tokenizers_load_from_fsspec_locations(kinds):
 
 EARLY = r"""
 import json, sys
-from pipeline.tokenize import bpe_pieces, kind_check, self_check
+from pipeline.tokenize import bpe_pieces, early_check, kind_check, self_check
 from pipeline.tokenize.model import TokenizerModel
 path, files = sys.argv[1], sys.argv[2:]
 pile = self_check.documents.PILE
 model = TokenizerModel.load(path)
-early = self_check.EarlyChoice("auto", model, files, pile)
+early = early_check.EarlyChoice("auto", model, files, pile)
 started = early._process is not None
 choice = early.result("auto", model, files, pile)
 adopted = len(bpe_pieces.CUTS.items())
-reference = self_check.EarlyChoice(self_check.reference_backend(model.kind), model, files, pile)
-other = self_check.EarlyChoice("auto", model, files, pile).result("auto", model, [], pile)
+reference = early_check.EarlyChoice(early_check.reference_backend(model.kind), model, files, pile)
+other = early_check.EarlyChoice("auto", model, files, pile).result("auto", model, [], pile)
 print(json.dumps({"started": started, "choice": choice.to_json(), "adopted": adopted,
                   "reference_starts": reference._process is not None, "other_inputs": other is None,
                   "inline": kind_check.choose_kind_backend("auto", model.tokenizer, files).to_json()}))

@@ -27,8 +27,8 @@ from pipeline.io.outputs import remove_unfinished_run
 from pipeline.io.signals import caught_signal
 from pipeline.io.spill import make_spill_dir, remove_spill_dir
 from pipeline.io.urls import redact_url
+from pipeline.tokenize.early_check import EarlyChoice
 from pipeline.tokenize.model import TokenizerModel
-from pipeline.tokenize.self_check import EarlyChoice
 
 LOG = logging.getLogger("pipeline")
 

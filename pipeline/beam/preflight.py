@@ -33,12 +33,13 @@ from pipeline.io.layout_check import check_layout
 from pipeline.io.outputs import new_run_id
 from pipeline.io.snapshot import take_snapshots
 from pipeline.io.urls import redact_url, refuse_credentials
+from pipeline.tokenize.early_check import EarlyChoice
 from pipeline.tokenize.engines import BACKENDS as SENTENCEPIECE_BACKENDS
 from pipeline.tokenize.kind_check import choose_kind_backend
 from pipeline.tokenize.kind_engines import REFERENCE, backends
 from pipeline.tokenize.kinds.base import SENTENCEPIECE, TokenizerFileError
 from pipeline.tokenize.model import SpecialIds, TokenizerModel, WorkerTokenizer
-from pipeline.tokenize.self_check import BackendChoice, EarlyChoice, choose_backend
+from pipeline.tokenize.self_check import BackendChoice, choose_backend
 
 LOG = logging.getLogger("pipeline")
 

@@ -29,8 +29,8 @@ from pipeline.format.manifest import ManifestError
 from pipeline.io.scratch import private_temp_dir
 from pipeline.io.signals import Interrupted, caught_signal, interruptible
 from pipeline.io.urls import is_local_url, refuse_credentials
+from pipeline.tokenize.early_check import EarlyChoice, reference_backend
 from pipeline.tokenize.model import TokenizerModel
-from pipeline.tokenize.self_check import EarlyChoice, reference_backend
 
 LOG = logging.getLogger("pipeline")
 

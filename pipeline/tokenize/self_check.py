@@ -15,10 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import multiprocessing
-import os
-import sys
-import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -32,11 +28,7 @@ from pipeline.tokenize.engines import (
     FAST_BACKENDS,
     SENTENCEPIECE,
     BackendUnavailable,
-    Encoder,
     SentencePieceEngine,
-    adopt_built,
-    built_from_models,
-    import_backend,
     load_engine,
     mismatched,
     model_facts,
@@ -50,7 +42,6 @@ LOG = logging.getLogger(__name__)
 
 SAMPLE_BYTES = 2 << 20  # input text the self-check encodes with both engines (~1-2 s of SentencePiece)
 SAMPLE_FILES = 8  # spread over at most this many input files (evenly spaced in the sorted list)
-NICE = 10  # the early check's priority below the driver's
 
 
 @dataclasses.dataclass(frozen=True)
@@ -246,105 +237,3 @@ def choose_backend(requested: str, model: TokenizerModel | str, input_files: lis
                                                      "reason": reason, **sample, "checks": checks})
 
 
-class EarlyChoice:
-    """The backend self-check started in a forked process as the command starts, before it imports Beam.
-
-    `choose_backend` for SentencePiece, kind_check's `choose_kind_backend` for the other kinds. The
-    driver's own start (Beam's import alone is ~1.3 s) then overlaps the self-check (~1 s with a
-    32k model). The driver still decides everything itself, in its usual order, and takes the
-    result only for exactly what it settled on (`result`): the same request, model, schema and input
-    files; otherwise, or when the early check failed in any way, it checks again itself and reports
-    whatever is wrong. Nothing starts for a kind's reference engine, or where this process cannot
-    fork safely. `model`: the driver's `TokenizerModel` (or a path to read it from), handed to the
-    forked process as it is: the check reads no file the driver read already.
-    """
-
-    def __init__(self, requested: str, model: TokenizerModel | str, patterns: list[str], schema: documents.Schema):
-        model = as_model(model)
-        self._asked = (requested, model.path, model.sha256, model.tiktoken_name, schema)
-        self._process = self._received = None
-        if requested == reference_backend(model.kind) or not _can_fork():
-            return
-        context = multiprocessing.get_context("fork")
-        self._received, sent = context.Pipe(duplex=False)
-        self._process = context.Process(target=_choose_and_send, args=(sent, requested, model, list(patterns),
-                                                                        schema), name="pile-self-check", daemon=True)
-        self._process.start()
-        sent.close()
-
-    def result(self, requested: str, model: TokenizerModel | str, input_files: list[str],
-               schema: documents.Schema) -> BackendChoice | None:
-        """The early choice when it was made for exactly these arguments, else None."""
-        model = as_model(model)
-        if self._received is None or self._asked != (requested, model.path, model.sha256, model.tiktoken_name,
-                                                     schema):
-            self.cancel()
-            return None
-        # While the check finishes: the modules of the engine it most likely chooses, which this
-        # process's workers will need (the check's process was forked before they were loaded).
-        likely = [b for b in (_fast_order(model.kind) if requested == AUTO else (requested,))
-                  if b in FAST_BACKENDS and package_version(b)]
-        if likely:
-            import_backend(likely[0])
-        try:
-            got = self._received.recv()
-        except (EOFError, OSError):
-            got = None
-        self.cancel()
-        if got is None or got[0] != list(input_files):
-            return None
-        _, choice, built = got
-        adopt_built(built)  # the workers on this machine need not derive it from the model again
-        return choice
-
-    def cancel(self) -> None:
-        """Stop the early check (idempotent)."""
-        if self._received is not None:
-            self._received.close()
-            self._received = None
-        if self._process is not None:
-            if self._process.is_alive():
-                self._process.terminate()
-            self._process.join()
-            self._process = None
-
-
-def _can_fork() -> bool:
-    # A forked child has only the thread that forked: safe while this process runs no other thread and
-    # has not loaded a fast tokenizer (its native thread pool would not survive the fork). A command
-    # starts the check before Beam, whose gRPC threads come with the pipeline.
-    return ("fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1
-            and not any(name in sys.modules for name in ("gigatoken", "kitoken")))
-
-
-def reference_backend(kind: str) -> str:
-    """The reference engine of a kind of tokenizer (its `--tokenizer_backend` default)."""
-    from pipeline.tokenize.kind_engines import REFERENCE
-
-    return REFERENCE.get(kind, SENTENCEPIECE)
-
-
-def _fast_order(kind: str) -> tuple[str, ...]:
-    """The engines `auto` tries for a kind, in order."""
-    from pipeline.tokenize.kind_engines import AUTO_ORDER
-
-    return AUTO_ORDER.get(kind, FAST_BACKENDS)
-
-
-def _choose_and_send(sent, requested: str, model: TokenizerModel, patterns: list[str],
-                     schema: documents.Schema) -> None:
-    try:
-        # Below the driver, whose start (Beam's import) is the longer path: on a machine with few
-        # cores the check takes what the driver leaves, not the driver's core.
-        os.nice(NICE)
-        files = inputs.expand_inputs(patterns)
-        if model.kind == SENTENCEPIECE:
-            choice = choose_backend(requested, model, files, schema=schema)
-            Encoder(model.path, choice.name, threads=1).load(model.data)  # what each worker derives from the model
-        else:
-            from pipeline.tokenize.kind_check import choose_kind_backend
-
-            choice = choose_kind_backend(requested, model.tokenizer, files, schema=schema)
-        sent.send((files, choice, built_from_models()))
-    except BaseException:  # noqa: BLE001 -- the driver checks again itself and reports what is wrong
-        sent.send(None)
