@@ -283,5 +283,9 @@ def _gather_mapped(maps: list[mmap.mmap], file_of: np.ndarray, starts: np.ndarra
                 piece[offsets[k]:offsets[k] + n] = np.frombuffer(m, np.uint8, n, a)
             del slots
             yield memoryview(piece)
+            # The pages this piece touched leave this process's mappings (they stay in the page
+            # cache): the writer's resident memory stays about one piece, not the spill's size.
+            for m in maps:
+                m.madvise(mmap.MADV_DONTNEED)
     finally:
         views.clear()

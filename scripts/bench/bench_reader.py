@@ -21,6 +21,10 @@ records); raw reads the same N shards through one TFRecordDataset. The reader's 
 mixture's: the blend, per-source streams and windows (pipeline/reader/mixture.py). Bytes per rank
 are counted over as many steps as the sources hold records.
 
+With --mixture_sources, each path is also timed in its steady state: a fresh run of twice
+--max_batches, less the first run, so that the start (the mixture's plan, graph building; its own
+figure, time to first batch) cancels out.
+
 Target: reader >= 0.8x raw, first batch < 2 s, each rank reading ~1/W of the output.
 """
 
@@ -175,21 +179,32 @@ def mixture_main(args) -> dict:
     results: dict[str, list[float]] = {"raw": [], "mixture": []}
     first_batch = []
     kw = dict(seed=1, shuffle_buffer=args.shuffle_buffer, num_parallel_reads=args.num_parallel_reads)
+    steady: dict[str, list[float]] = {"raw": [], "mixture": []}
+    makers = {"raw": lambda: raw_mixture_dataset(dirs, args.batch_size, tfdata.DEFAULT_READ_BUFFER_BYTES),
+              "mixture": lambda: tfdata.make_dataset(mix, args.batch_size, num_steps=None, **kw)}
     for _ in range(args.repeats):
         start = time.perf_counter()
         next(iter(tfdata.make_dataset(mix, args.batch_size, num_steps=1, **kw)))
         first_batch.append(time.perf_counter() - start)
-        for name, ds in (("raw", raw_mixture_dataset(dirs, args.batch_size, tfdata.DEFAULT_READ_BUFFER_BYTES)),
-                         ("mixture", tfdata.make_dataset(mix, args.batch_size, num_steps=None, **kw))):
-            t, sec = drain(ds, args.max_batches)
+        for name, make in makers.items():
+            t, sec = drain(make(), args.max_batches)
             results[name].append(t / sec)
+            # Steady state: a fresh run of twice the batches, less the first run: start-up cancels.
+            t2, sec2 = drain(make(), 2 * args.max_batches)
+            steady[name].append((t2 - t) / max(sec2 - sec, 1e-9))
     summary = {name: statistics.median(v) for name, v in results.items()}
     summary["ratio_mixture_vs_raw"] = summary["mixture"] / summary["raw"]
+    summary["steady"] = {name: statistics.median(v) for name, v in steady.items()}
+    summary["ratio_steady"] = summary["steady"]["mixture"] / summary["steady"]["raw"]
     summary["first_batch_s"], summary["first_batch_max_s"] = statistics.median(first_batch), max(first_batch)
     for name, v in results.items():
-        print(f"{name:8s} {summary[name] / 1e6:8.1f} M tokens/s   runs: " + ", ".join(f"{x / 1e6:.1f}" for x in v))
-    print(f"mixture / raw: {summary['ratio_mixture_vs_raw']:.2f}x; first batch: median "
-          f"{summary['first_batch_s']:.2f} s, max {summary['first_batch_max_s']:.2f} s")
+        print(f"{name:8s} {summary[name] / 1e6:8.1f} M tokens/s   runs of {args.max_batches} batches from the "
+              "start: " + ", ".join(f"{x / 1e6:.1f}" for x in v))
+    for name, v in steady.items():
+        print(f"{name:8s} {summary['steady'][name] / 1e6:8.1f} M tokens/s   steady (batches {args.max_batches}.."
+              f"{2 * args.max_batches} of a run): " + ", ".join(f"{x / 1e6:.1f}" for x in v))
+    print(f"mixture / raw: {summary['ratio_mixture_vs_raw']:.2f}x from the start, {summary['ratio_steady']:.2f}x "
+          f"steady; first batch: median {summary['first_batch_s']:.2f} s, max {summary['first_batch_max_s']:.2f} s")
     global_batch = 8 * args.batch_size
     steps = total // global_batch
     per_rank = {}
