@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import json
@@ -66,3 +67,31 @@ def output_digests(out) -> dict:
                 data = run_free(data.decode()).encode()
             digests[run_free(str(p.relative_to(out)))] = hashlib.sha256(data).hexdigest()
     return digests
+
+
+@contextlib.contextmanager
+def rss_growth():
+    """A one-item list holding, once the block ends, how far this process's RSS rose above its start (bytes).
+
+    Sampled every 0.2 s by a thread, so a peak shorter than that can be missed.
+    """
+    import threading
+
+    import psutil
+
+    proc = psutil.Process()
+    base, peak, done = proc.memory_info().rss, [0], threading.Event()
+    grown = [0]
+
+    def watch():
+        while not done.wait(0.2):
+            peak[0] = max(peak[0], proc.memory_info().rss)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        yield grown
+    finally:
+        done.set()
+        watcher.join()
+        grown[0] = max(peak[0], proc.memory_info().rss) - base

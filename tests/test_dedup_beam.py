@@ -6,6 +6,7 @@ import apache_beam as beam
 import numpy as np
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
+from corpus_helpers import rss_growth
 
 from pipeline.beam.dedup import Dedup
 
@@ -192,33 +193,16 @@ def test_hot_cluster_of_100000_copies_stays_bounded(tmp_path):
     is O(1) per group (tests/test_dedup.py); here the whole DirectRunner process grows by less than
     HOT_BOUND, and every copy names the first as its twin.
     """
-    import threading
-
-    import psutil
-
     text = " ".join(f"boiler{i % 37} plate{i}" for i in range(40))
-    proc = psutil.Process()
-    base, peak, done = proc.memory_info().rss, [0], threading.Event()
-
-    def watch():
-        while not done.wait(0.2):
-            peak[0] = max(peak[0], proc.memory_info().rss)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    try:
-        with beam.Pipeline(options=PipelineOptions(IN_MEMORY)) as p:
-            res = (p | beam.Create(range(HOT_COPIES))
-                   | beam.Map(lambda i: ((i // 50_000, i % 50_000 + 1), {"text": text, "subset": "S"}))
-                   | Dedup(exact=False, rounds=2))
-            (res["removed"] | beam.Map(lambda r: (r["twin_file_index"], r["twin_line"], r["reason"]))
-             | beam.combiners.Count.PerElement() | beam.Map(json.dumps) | beam.io.WriteToText(str(tmp_path / "twins")))
-            res["counts"] | "C" >> beam.Map(json.dumps) | "WC" >> beam.io.WriteToText(str(tmp_path / "counts"))
-    finally:
-        done.set()
-        watcher.join()
+    with rss_growth() as grown, beam.Pipeline(options=PipelineOptions(IN_MEMORY)) as p:
+        res = (p | beam.Create(range(HOT_COPIES))
+               | beam.Map(lambda i: ((i // 50_000, i % 50_000 + 1), {"text": text, "subset": "S"}))
+               | Dedup(exact=False, rounds=2))
+        (res["removed"] | beam.Map(lambda r: (r["twin_file_index"], r["twin_line"], r["reason"]))
+         | beam.combiners.Count.PerElement() | beam.Map(json.dumps) | beam.io.WriteToText(str(tmp_path / "twins")))
+        res["counts"] | "C" >> beam.Map(json.dumps) | "WC" >> beam.io.WriteToText(str(tmp_path / "counts"))
     twins = [json.loads(line) for path in tmp_path.glob("twins*") for line in path.read_text().splitlines()]
     assert twins == [[[0, 1, "duplicate_near"], HOT_COPIES - 1]]
     (counts,) = [json.loads(line) for path in tmp_path.glob("counts*") for line in path.read_text().splitlines()]
     assert counts["S"]["kept"] == 1 and counts["S"]["removed"] == {"duplicate_near": HOT_COPIES - 1}
-    assert peak[0] - base < HOT_BOUND, f"RSS grew by {(peak[0] - base) >> 20} MiB"
+    assert grown[0] < HOT_BOUND, f"RSS grew by {grown[0] >> 20} MiB"

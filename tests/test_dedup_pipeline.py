@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import sentencepiece as spm
-from corpus_helpers import FAST_BEAM, output_digests, pile_line, run_free, write_lines
+from corpus_helpers import FAST_BEAM, output_digests, pile_line, rss_growth, run_free, write_lines
 
 from pipeline.cli import run
 from pipeline.format import megatron as fmt
@@ -283,28 +283,12 @@ def test_hot_cluster_of_100000_copies_through_the_job(tiny_model, tmp_path):
     buckets holds all 100,000 (every pair: 5e9 edges); the job keeps the first copy, lists every
     other in removed/ with it as the twin, and its process grows by less than HOT_BOUND.
     """
-    import threading
-
-    import psutil
-
     words = [f"boiler{i % 7}plate{i}" for i in range(HOT_COPIES.bit_length() + 1)]  # the last has no separator
     write_lines(str(tmp_path / "train" / "hot.jsonl.zst"), [pile_line(_hot_copy(words, i)) for i in range(HOT_COPIES)])
-    proc = psutil.Process()
-    base, peak, done = proc.memory_info().rss, [0], threading.Event()
-
-    def watch():
-        while not done.wait(0.2):
-            peak[0] = max(peak[0], proc.memory_info().rss)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
     out = tmp_path / "out"
-    try:
+    with rss_growth() as grown:
         manifest = run.main(["--input", str(tmp_path / "train" / "*.jsonl.zst"), "--output_dir", str(out),
                              "--tokenizer_model", tiny_model, "--seq_len", "64", "--dedup", "near", *FAST_BEAM])
-    finally:
-        done.set()
-        watcher.join()
     assert manifest["removed"]["by_reason"] == {"duplicate_near": HOT_COPIES - 1}
     assert manifest["totals"]["documents_kept"] == 1 and manifest["totals"]["lines"] == HOT_COPIES
     twins: dict[tuple, int] = {}
@@ -314,4 +298,4 @@ def test_hot_cluster_of_100000_copies_through_the_job(tiny_model, tmp_path):
             twins[(r["twin_file_index"], r["twin_line"], r["reason"])] = twins.get(
                 (r["twin_file_index"], r["twin_line"], r["reason"]), 0) + 1
     assert twins == {(0, 1, "duplicate_near"): HOT_COPIES - 1}
-    assert peak[0] - base < HOT_BOUND, f"RSS grew by {(peak[0] - base) >> 20} MiB"
+    assert grown[0] < HOT_BOUND, f"RSS grew by {grown[0] >> 20} MiB"
