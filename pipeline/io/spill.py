@@ -42,7 +42,10 @@ LOG = logging.getLogger(__name__)
 # Filesystems whose pages a process on this machine reads from its own page cache (a network or
 # FUSE filesystem may not keep them, and a random read there is a round trip).
 LOCAL_FILESYSTEMS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs", "zfs", "tmpfs", "overlay"})
-CACHED_SHARE = 0.25  # spill bytes up to this share of the available memory are taken to be still cached
+# Spill bytes up to this share of the available memory are taken to be still cached. The mapped
+# files count in the writer's RSS (a fault maps the page cache's whole folio, up to 2 MB, around a
+# record), clean pages the kernel can reclaim: this share also bounds that.
+CACHED_SHARE = 0.25
 GATHER_PIECE_BYTES = 4 << 20
 
 
@@ -283,9 +286,5 @@ def _gather_mapped(maps: list[mmap.mmap], file_of: np.ndarray, starts: np.ndarra
                 piece[offsets[k]:offsets[k] + n] = np.frombuffer(m, np.uint8, n, a)
             del slots
             yield memoryview(piece)
-            # The pages this piece touched leave this process's mappings (they stay in the page
-            # cache): the writer's resident memory stays about one piece, not the spill's size.
-            for m in maps:
-                m.madvise(mmap.MADV_DONTNEED)
     finally:
         views.clear()
