@@ -95,3 +95,32 @@ def rss_growth():
         done.set()
         watcher.join()
         grown[0] = max(peak[0], proc.memory_info().rss) - base
+
+
+def random_words(rng, n: int) -> str:
+    """n words drawn from a 5,000-word vocabulary ("w17 w4032 ..."): texts with a known overlap."""
+    return " ".join(f"w{i}" for i in rng.integers(0, 5000, n))
+
+
+def edit_word(text: str, position: int, word: str) -> str:
+    """`text` with its word at `position` replaced by `word`: a near copy."""
+    words = text.split()
+    words[position] = word
+    return " ".join(words)
+
+
+def megatron_sequences(out, manifest: dict | None = None) -> list:
+    """Each document of a Megatron output (its EOS included) as a numpy array of its ids, in file order."""
+    import numpy as np
+
+    from pipeline.format import megatron as fmt
+
+    manifest = manifest or fmt.load_manifest(str(out))
+    sequences = []
+    for shard in manifest["shards"]:
+        index = fmt.read_index((out / shard["idx"]["path"]).read_bytes())
+        data = np.frombuffer((out / shard["bin"]["path"]).read_bytes(), index.dtype)
+        for pointer, length in zip(index.pointers.tolist(), index.lengths.tolist(), strict=True):
+            start = pointer // index.dtype.itemsize
+            sequences.append(data[start : start + length])
+    return sequences

@@ -10,10 +10,9 @@ from pathlib import Path
 
 from sample_corpus import compose_lines
 
+from pipeline.tokenize.bpe_trainer import ENDOFTEXT, PADDING, train_bpe
 from pipeline.tokenize.kinds import hf_json, tiktoken_bpe
 
-ENDOFTEXT = "<|endoftext|>"
-PADDING = "<|padding|>"
 SHIFT = 70_000  # ids added to every merged token of the big tokenizers: text ids above 65,535
 
 
@@ -40,18 +39,8 @@ def training_texts() -> list[str]:
 
 
 def train_byte_level_bpe(vocab_size: int = 2000):
-    """GPT-NeoX-20B's recipe: NFC, ByteLevel pre-tokenizer and decoder, <|endoftext|> and <|padding|> first."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[ENDOFTEXT, PADDING],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator(training_texts(), trainer)
-    return tok
+    """GPT-NeoX-20B's recipe (train-tokenizer --kind bpe's own trainer) on the fixtures' texts."""
+    return train_bpe(training_texts(), vocab_size)
 
 
 def write_hf_directory(tok, out: Path, *, config: bool = True) -> Path:

@@ -6,7 +6,7 @@ import apache_beam as beam
 import numpy as np
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
-from corpus_helpers import rss_growth
+from corpus_helpers import edit_word, random_words, rss_growth
 
 from pipeline.beam.dedup import Dedup
 
@@ -16,14 +16,6 @@ PORTABLE = ["--runner", "PortableRunner", "--job_endpoint", "embed", "--environm
 NAMES = ["a.jsonl.zst", "b.jsonl.zst"]
 
 
-def _text(rng, n=400):
-    return " ".join(f"w{i}" for i in rng.integers(0, 5000, n))
-
-
-def _edit(text, position, word="EDITED"):
-    words = text.split()
-    words[position] = word
-    return " ".join(words)
 
 
 def run_dedup(docs, out, beam_args=IN_MEMORY, **kwargs):
@@ -47,18 +39,18 @@ def run_dedup(docs, out, beam_args=IN_MEMORY, **kwargs):
 def planted():
     """Documents with planted exact and near copies; the expected removals: (file, line) -> (twin, reason)."""
     rng = np.random.default_rng(7)
-    base = [_text(rng) for _ in range(12)]
+    base = [random_words(rng, 400) for _ in range(12)]
     docs = {}
     for i in range(6):
         docs[(0, i + 1)] = (base[i], "Pile-CC")
         docs[(1, i + 1)] = (base[6 + i], "Github")
-    docs[(0, 7)] = (_edit(base[8], 399), "Pile-CC")  # near copy of (1, 3), but first in input order
+    docs[(0, 7)] = (edit_word(base[8], 399, "EDITED"), "Pile-CC")  # near copy of (1, 3), but first in input order
     docs[(1, 7)] = ("  " + base[0].replace(" ", "  ", 3) + "\n", "Github")  # exact copy of (0, 1) after normalization
-    docs[(1, 8)] = (_edit(base[1], 200), "Github")  # near copy of (0, 2)
+    docs[(1, 8)] = (edit_word(base[1], 200, "EDITED"), "Github")  # near copy of (0, 2)
     docs[(1, 9)] = (base[0], "Github")  # exact copy of (0, 1)
-    chain1 = _edit(base[2], 10)
+    chain1 = edit_word(base[2], 10, "EDITED")
     docs[(1, 10)] = (chain1, "Github")  # near (0, 3)
-    docs[(1, 11)] = (_edit(chain1, 300), "Github")  # near chain1: the same cluster, twin (0, 3)
+    docs[(1, 11)] = (edit_word(chain1, 300, "EDITED"), "Github")  # near chain1: the same cluster, twin (0, 3)
     expected = {(1, 3): ((0, 7), "duplicate_near"), (1, 7): ((0, 1), "duplicate_exact"),
                 (1, 8): ((0, 2), "duplicate_near"), (1, 9): ((0, 1), "duplicate_exact"),
                 (1, 10): ((0, 3), "duplicate_near"), (1, 11): ((0, 3), "duplicate_near")}
@@ -118,10 +110,10 @@ def test_same_output_on_two_workers_and_the_portable_runner(planted, in_memory, 
 
 def test_true_jaccard_check_keeps_loose_candidates(tmp_path):
     rng = np.random.default_rng(3)
-    a = _text(rng)
-    half = " ".join(a.split()[:270] + _text(rng, 130).split())  # Jaccard ~0.5 with a
+    a = random_words(rng, 400)
+    half = " ".join(a.split()[:270] + random_words(rng, 130).split())  # Jaccard ~0.5 with a
     docs = [((0, 1), {"text": a, "subset": "X"}), ((0, 2), {"text": half, "subset": "X"}),
-            ((0, 3), {"text": _edit(a, 100), "subset": "X"})]
+            ((0, 3), {"text": edit_word(a, 100, "EDITED"), "subset": "X"})]
     loose = {"bands": 16, "rows": 2}  # threshold ~0.25: the half copy collides
     _, removed, _, _ = run_dedup(docs, tmp_path / "loose", **loose)
     assert set(removed) == {(0, 2), (0, 3)}
@@ -140,7 +132,7 @@ def test_refuses_bad_parameters():
 
 def _decontamination_case(tmp_path):
     rng = np.random.default_rng(11)
-    texts = [_text(rng, 200) for _ in range(5)]
+    texts = [random_words(rng, 200) for _ in range(5)]
     x, y, z = (t.split() for t in texts[:3])
     evals = tmp_path / "evals.jsonl"
     evals.write_text("\n".join(json.dumps(e) for e in [

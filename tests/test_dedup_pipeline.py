@@ -6,10 +6,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 import sentencepiece as spm
-from corpus_helpers import FAST_BEAM, output_digests, pile_line, rss_growth, run_free, write_lines
+from corpus_helpers import (
+    FAST_BEAM,
+    edit_word,
+    megatron_sequences,
+    output_digests,
+    pile_line,
+    random_words,
+    rss_growth,
+    run_free,
+    write_lines,
+)
 
 from pipeline.cli import run
-from pipeline.format import megatron as fmt
 
 TWO_WORKERS = ["--runner", "DirectRunner", "--direct_running_mode", "multi_processing", "--direct_num_workers", "2"]
 PORTABLE = ["--runner", "PortableRunner", "--job_endpoint", "embed", "--environment_type", "LOOPBACK"]
@@ -26,14 +35,6 @@ CONTAMINATED = {(0, 9): 0, (1, 12): 1}  # (file, line) -> eval text
 BAD_LINE = (0, 8)
 
 
-def _text(rng, n=300):
-    return " ".join(f"w{i}" for i in rng.integers(0, 5000, n))
-
-
-def _edit(text, position, word="edited"):
-    words = text.split()
-    words[position] = word
-    return " ".join(words)
 
 
 @pytest.fixture(scope="module")
@@ -41,21 +42,23 @@ def corpus(tmp_path_factory):
     """Two files with planted exact, near and eval-overlapping documents, a bad line; (root, texts by (file, line))."""
     root = tmp_path_factory.mktemp("dedup_corpus")
     rng = np.random.default_rng(11)
-    base = [_text(rng) for _ in range(12)]
+    base = [random_words(rng, 300) for _ in range(12)]
     docs = {}
     for i in range(6):
         docs[(0, i + 1)] = (base[i], "Pile-CC")
         docs[(1, i + 1)] = (base[6 + i], "Github")
-    docs[(0, 7)] = (_edit(base[8], 299), "Pile-CC")  # near copy of (1, 3), first in input order
-    docs[(0, 9)] = (_text(rng, 40) + " " + EVAL_TEXTS[0].upper() + ". " + _text(rng, 40), "Pile-CC")
-    docs[(0, 10)] = (" ".join(EVAL_TEXTS[1].split()[:12]) + " " + _text(rng, 50), "Pile-CC")  # 12 words: no match
+    docs[(0, 7)] = (edit_word(base[8], 299, "edited"), "Pile-CC")  # near copy of (1, 3), first in input order
+    docs[(0, 9)] = (random_words(rng, 40) + " " + EVAL_TEXTS[0].upper() + ". " + random_words(rng, 40), "Pile-CC")
+    # 12 words of an eval text: no match
+    docs[(0, 10)] = (" ".join(EVAL_TEXTS[1].split()[:12]) + " " + random_words(rng, 50), "Pile-CC")
     docs[(1, 7)] = ("  " + base[0].replace(" ", "   ", 3) + "\n", "Github")  # exact copy of (0, 1), normalized
-    docs[(1, 8)] = (_edit(base[1], 150), "Github")
+    docs[(1, 8)] = (edit_word(base[1], 150, "edited"), "Github")
     docs[(1, 9)] = (base[0], "Github")
-    chain = _edit(base[2], 10)
+    chain = edit_word(base[2], 10, "edited")
     docs[(1, 10)] = (chain, "Github")
-    docs[(1, 11)] = (_edit(chain, 200), "Github")  # near the chain's copy: the same cluster, twin (0, 3)
-    docs[(1, 12)] = (_text(rng, 30) + ", " + ", ".join(EVAL_TEXTS[1].split()[3:16]) + "! " + _text(rng, 30), "Github")
+    docs[(1, 11)] = (edit_word(chain, 200, "edited"), "Github")  # near the chain's copy: the same cluster, twin (0, 3)
+    docs[(1, 12)] = (random_words(rng, 30) + ", " + ", ".join(EVAL_TEXTS[1].split()[3:16]) + "! "
+                     + random_words(rng, 30), "Github")
     for f, name in enumerate(("a", "b")):
         lines = []
         for line in range(1, max(k[1] for k in docs if k[0] == f) + 1):
@@ -173,14 +176,7 @@ def test_decontamination_alone_removes_exactly_the_planted_overlaps(corpus, tiny
 
 def _megatron_documents(out: Path, manifest: dict, model: str) -> list[str]:
     sp = spm.SentencePieceProcessor(model_file=model)
-    texts = []
-    for shard in manifest["shards"]:
-        index = fmt.read_index((out / shard["idx"]["path"]).read_bytes())
-        data = np.frombuffer((out / shard["bin"]["path"]).read_bytes(), index.dtype)
-        for pointer, length in zip(index.pointers.tolist(), index.lengths.tolist(), strict=True):
-            start = pointer // index.dtype.itemsize
-            texts.append(sp.decode(data[start : start + length - 1].astype(int).tolist()))  # without the EOS
-    return texts
+    return [sp.decode(seq[:-1].astype(int).tolist()) for seq in megatron_sequences(out, manifest)]  # without the EOS
 
 
 def test_megatron_output_holds_the_survivors_in_input_order_and_the_cut_text(corpus, tiny_model, tmp_path):
@@ -251,9 +247,9 @@ def test_removed_files_are_listed_and_checked_at_commit(near_run):
 
 def test_any_json_lines_corpus(tiny_model, tmp_path):
     rng = np.random.default_rng(5)
-    a, b = _text(rng), _text(rng)
+    a, b = random_words(rng, 300), random_words(rng, 300)
     lines = [json.dumps({"doc": {"body": text}, "src": src}).encode()
-             for text, src in ((a, "web"), (b, "code"), (a, "code"), (_edit(b, 100), "web"))]
+             for text, src in ((a, "web"), (b, "code"), (a, "code"), (edit_word(b, 100, "edited"), "web"))]
     write_lines(str(tmp_path / "in" / "x.jsonl"), lines, compression="none")
     out = tmp_path / "out"
     manifest = run.main(["--input", str(tmp_path / "in" / "x.jsonl"), "--output_dir", str(out), "--tokenizer_model",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from corpus_helpers import FAST_BEAM, output_digests, pile_line, write_lines
+from corpus_helpers import FAST_BEAM, megatron_sequences, output_digests, pile_line, write_lines
 from kind_fixtures import ENDOFTEXT, train_byte_level_bpe, write_hf_directory, write_llama3_shaped_ranks, write_ranks
 
 from pipeline.cli import run, show
@@ -52,15 +52,7 @@ def _run(out, model, *extra, inputs=(str(SAMPLE),)):
 
 
 def megatron_documents(out: Path) -> list[tuple[int, ...]]:
-    manifest = fmt.load_manifest(str(out))
-    docs = []
-    for shard in manifest["shards"]:
-        index = fmt.read_index((out / shard["idx"]["path"]).read_bytes())
-        data = np.frombuffer((out / shard["bin"]["path"]).read_bytes(), index.dtype)
-        for pointer, length in zip(index.pointers.tolist(), index.lengths.tolist(), strict=True):
-            start = pointer // index.dtype.itemsize
-            docs.append(tuple(data[start : start + length].tolist()))
-    return docs
+    return [tuple(seq.tolist()) for seq in megatron_sequences(out)]
 
 
 def reader_records(out: Path) -> np.ndarray:
