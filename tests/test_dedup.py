@@ -38,6 +38,27 @@ def test_ngram_hashes_see_order_and_not_case_or_punctuation():
     assert len(ngrams.shingles("", 3)) == 0
 
 
+def test_near_dedups_word_hashes_are_those_of_each_word_found_by_the_regex():
+    # numpy over code points must find exactly `words`' words (NFC, lower-cased, \w runs), in order.
+    rng = np.random.default_rng(5)
+    alphabet = list("ab Z_9 \n\t.,'-") + ["e\u0301", "\u0130", "\u00df", "\u03a3", "\u4e2d", "\U0001f600",
+                                           "\ud83d", "\u00a0", "\u2028", "\u0663", "\u00b2", "\u02b0"]
+    for _ in range(2000):
+        text = "".join(rng.choice(alphabet, rng.integers(0, 60)))
+        want = np.array([ngrams.word_hash(w) for w in ngrams.words(text)], np.uint64)
+        assert np.array_equal(ngrams.text_word_hashes(text), want), repr(text)
+    long_word = "x" * 5000 + " y"
+    assert len(ngrams.text_word_hashes(long_word)) == 2
+    assert ngrams.text_word_hashes(long_word)[0] == ngrams.word_hash("x" * 5000)
+
+
+def test_a_repeated_shingle_leaves_the_signature_as_it_is():
+    grams = ngrams.ngram_hashes(ngrams.text_word_hashes("a b c d e f a b c d e f a b c d e f g"), 3)
+    hasher = minhash.MinHasher(32, 2)
+    assert len(np.unique(grams)) < len(grams)
+    assert np.array_equal(hasher.signature(grams), hasher.signature(np.unique(grams)))
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_minhash_estimates_jaccard(seed):
     rng = np.random.default_rng(seed)
@@ -67,6 +88,9 @@ def test_band_keys_differ_by_band():
     sig = np.zeros(126, np.uint32)
     keys = minhash.band_keys(sig, 7, 18)
     assert len(set(keys.tolist())) == 7  # equal values in two bands are still two buckets
+    other = sig.copy()
+    other[18 * 3 + 5] = 1  # one value of band 3 differs: only that band's bucket differs
+    assert (minhash.band_keys(other, 7, 18) != keys).tolist() == [False, False, False, True, False, False, False]
 
 
 def _random_graph(rng, nodes, edges):

@@ -229,6 +229,11 @@ def test_the_reference_is_the_owning_librarys_own_encode(bpe, kinds):
     own = Tokenizer.from_str(bpe.to_str())
     own.encode_special_tokens = True
     assert tok.encode_one(text) == own.encode(text, add_special_tokens=False).ids
+    # The reference runs `encode` through `encode_batch` (no GIL held): per text, the same ids.
+    texts = real_documents() + _fuzz(2, 300) + kind_check.kind_adversarial_texts(tok, long_line=1 << 12)
+    ids, offsets = kind_engines.ReferenceEngine(tok, threads=1).encode(texts)
+    for k, one in enumerate(texts):
+        assert ids[offsets[k]:offsets[k + 1]].tolist() == own.encode(one, add_special_tokens=False).ids, k
 
 
 def test_an_engine_of_another_kind_is_refused(kinds):

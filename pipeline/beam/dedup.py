@@ -235,11 +235,13 @@ class SignFn(beam.DoFn):
         exact = ngrams.exact_key(text, self._exact) if self._exact is not None else None
         sig = None
         if self._ngram is not None:
-            grams = ngrams.shingles(text, self._ngram)
+            # A repeated n-gram does not change a minimum: the signature needs no np.unique, the true
+            # Jaccard check (the shingles' output) does.
+            grams = ngrams.ngram_hashes(ngrams.text_word_hashes(text), self._ngram)
             if len(grams):
                 sig = self._hasher.signature(grams, self._keys).tobytes()
                 if self._shingles:
-                    yield beam.pvalue.TaggedOutput(_SHINGLES, (key, grams.tobytes()))
+                    yield beam.pvalue.TaggedOutput(_SHINGLES, (key, np.unique(grams).tobytes()))
         yield exact, (key, doc if self._keep else {n: v for n, v in doc.items() if n != "text"}, sig)
 
 

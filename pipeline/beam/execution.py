@@ -35,9 +35,9 @@ BALANCED = 1.02  # a plan within 2% of a perfect split is not improved further
 # its whole time, the tokenizers releasing it; measured on the same corpus, one core
 # (scripts/bench/bench_pipeline.py's per-stage table): 0.76 of 20.6 CPU-s with SentencePiece, of 3.35 with
 # gigatoken.
-# `tokenizers.Tokenizer.encode` (the tokenizer.json reference) holds the GIL throughout (a thread
-# counting beside it stalls; its batch encode and tiktoken's encode do not), so its workers are processes.
-GIL_SHARE = {"sentencepiece": 0.04, "tokenizers": 1.0}
+# Every tokenizer engine releases the GIL (`tokenizers`' reference runs its per-text encode through
+# `encode_batch`, which does; `Tokenizer.encode` itself would not).
+GIL_SHARE = {"sentencepiece": 0.04}
 GIL_SHARE_FAST = 0.25
 THREADS_UP_TO = 0.6  # workers x GIL share: above it, threads would queue for the GIL
 
@@ -108,7 +108,7 @@ def running_mode(workers: int, backend: str) -> str:
 
     Threads start in milliseconds and hand elements over in memory; each worker process imports Beam
     and our modules and unpickles the job (~1.5-2.5 s before it reads a byte, more on a busy machine)
-    and every element crosses a socket. The tokenizers (but `tokenizers`' per-text encode) release
+    and every element crosses a socket. The tokenizer engines release
     the GIL, so threads tokenize in parallel; the Python around them does not: with a fast tokenizer
     on many cores, processes win.
     """

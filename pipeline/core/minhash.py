@@ -29,6 +29,7 @@ above it is 7 bands of 18 rows:
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 
 import numpy as np
 
@@ -101,19 +102,28 @@ class MinHasher:
         out = np.full(self.num_perm, np.iinfo(np.uint64).max, np.uint64)
         shingles = np.asarray(shingles, np.uint64)
         a, b = keys
+        block = np.empty((min(BLOCK, len(shingles)), self.num_perm), np.uint64)
         with np.errstate(over="ignore"):
             for start in range(0, len(shingles), BLOCK):
-                block = shingles[start : start + BLOCK, None] * a + b  # wraps mod 2^64, as intended
-                np.minimum(out, block.min(axis=0), out=out)
+                part = shingles[start : start + BLOCK, None]
+                rows = block[: len(part)]
+                np.multiply(part, a, out=rows)  # wraps mod 2^64, as intended
+                np.add(rows, b, out=rows)
+                np.minimum(out, rows.min(axis=0), out=out)
         return (out >> np.uint64(32)).astype(np.uint32)
 
 
 def band_keys(signature: np.ndarray, bands: int, rows: int) -> np.ndarray:
-    """uint64 bucket key of each band of a signature, the band's index folded in (so bands never share buckets)."""
+    """uint64 bucket key of each band of a signature, the band's index folded in (so bands never share buckets).
+
+    blake2b-64 of the band's index and values: one C call per band (a document's few bands cost a
+    microsecond each, where numpy's per-call overhead would dominate), and two bands collide only by
+    chance (2^-64), so a bucket holds only documents that agree on a whole band.
+    """
     if bands * rows > len(signature):
         raise ValueError(f"bands * rows = {bands * rows} exceeds the signature's {len(signature)} values")
-    values = signature[: bands * rows].astype(np.uint64).reshape(bands, rows)
-    h = mix64(np.arange(bands, dtype=np.uint64) + np.uint64(0x243F6A8885A308D3))
-    for j in range(rows):
-        h = mix64(h ^ values[:, j])
-    return h
+    raw = np.ascontiguousarray(signature[: bands * rows], dtype="<u4").tobytes()
+    width = 4 * rows
+    blake = hashlib.blake2b
+    return np.array([int.from_bytes(blake(raw[k * width : (k + 1) * width], digest_size=8,
+                                          person=b"band%d" % k).digest(), "little") for k in range(bands)], np.uint64)

@@ -1,7 +1,7 @@
 """Engines for Hugging Face and tiktoken tokenizers: the owning library's reference and its fast batch encode.
 
     kind         backend            engine
-    huggingface  tokenizers         Tokenizer.encode per text (the reference)
+    huggingface  tokenizers         Tokenizer.encode per text, through encode_batch (the reference)
                  tokenizers_batch   Tokenizer.encode_batch_fast: the same library, the batch spread
                                     over its thread pool, no offsets computed
                  gigatoken          gigatoken (MIT, beta) from the same tokenizer.json, its special
@@ -46,10 +46,15 @@ def backends(kind: str) -> tuple[str, ...]:
 
 
 class ReferenceEngine:
-    """The tokenizer's own reference encode."""
+    """The tokenizer's own reference encode.
+
+    threads=1 (each worker owns one core) keeps `tokenizers`' batch on the calling thread.
+    """
 
     def __init__(self, tokenizer: Tokenizer, threads: int | None = None):
         self._tokenizer = tokenizer
+        if threads == 1 and tokenizer.kind == HUGGINGFACE:
+            os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
     def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """(ids, offsets) of the texts."""

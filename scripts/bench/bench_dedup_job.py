@@ -8,7 +8,8 @@ CORPUS_DIR/train/*.jsonl.zst, sorted: scale k takes the first k x --files files 
 `real_text_corpus.py --max_mb 120 --train_files 16` gives 1x = 30 MB in 4 files and 4x = 120 MB in
 16, real text throughout: no document repeated). In every round, at every scale, in this order:
 
-- `job`:        `pile-pipeline run` without dedup (DirectRunner, --workers processes, --backend);
+- `job`:        `pile-pipeline run` without dedup (DirectRunner, --workers workers in the running mode
+                the job picks, as a user runs it: threads for `auto`; --backend);
 - `job+near`:   the same with `--dedup near` (exact, then MinHash LSH 7 x 18 over word 5-grams);
 - `dedup`:      our Dedup PTransform alone (exact + near, as the job runs it: `keep_text=False`) on the
                 same documents, read from the .jsonl.zst files, in a Beam pipeline on the same runner,
@@ -61,7 +62,7 @@ def _runner_args(workers: int) -> list[str]:
 
 def _job(files: list[str], model: str, out: str, backend: str, workers: int, near: bool) -> tuple[float, str]:
     argv = ["--input", *files, "--output_dir", out, "--tokenizer_model", model, "--tokenizer_backend", backend,
-            "--overwrite", "--progress_every", "0", *_runner_args(workers)]
+            "--overwrite", "--progress_every", "0", "--runner", "DirectRunner", "--direct_num_workers", str(workers)]
     if near:
         argv += ["--dedup", "near"]
     start = time.monotonic()

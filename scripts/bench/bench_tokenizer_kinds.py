@@ -10,8 +10,8 @@
 3. Timed, each a whole command in a fresh subprocess, in interleaved rounds (medians reported):
    - bare loop: one process, zstd + json + `tokenizers.Tokenizer.encode` per document (+1 EOS);
    - ours, reference: `pile-pipeline run --output_format megatron --tokenizer_backend tokenizers`,
-     --workers DirectRunner workers, in the running mode the job picks for the engine (processes for
-     this one, whose encode holds the GIL; threads for gigatoken: pipeline/beam/execution.py);
+     --workers DirectRunner workers, in the running mode the job picks for the engine (threads: every
+     engine releases the GIL, pipeline/beam/execution.py);
    - ours, auto: the same with `--tokenizer_backend auto` (gigatoken, else tokenizers_batch, behind
      the self-check);
    - datatrove (with --datatrove_python, a venv with `pip install datatrove`): its JsonlReader and

@@ -1,6 +1,7 @@
 """A Hugging Face `tokenizer.json` (with its `tokenizer_config.json` / `special_tokens_map.json`) as a `Tokenizer`.
 
-The reference ids are `tokenizers.Tokenizer`'s own: `encode(text, add_special_tokens=False)` with
+The reference ids are `tokenizers.Tokenizer`'s own: `encode(text, add_special_tokens=False)` (run
+through `encode_batch`, which calls it per text without holding the GIL) with
 `encode_special_tokens = True`, so that a special token's string inside a document ("<|endoftext|>",
 "<s>") is encoded as text; truncation and padding set in the file are turned off (they would cut or
 pad documents silently). Special ids, in order of precedence: `tokenizer_config.json`'s
@@ -144,9 +145,15 @@ class HuggingFaceTokenizer(Tokenizer):
             self.special_sources[role] = f"{source} ({token!r})"
 
     def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """The reference (ids, offsets) of the texts."""
-        tok = self._tok
-        return flatten([tok.encode(text, add_special_tokens=False).ids for text in texts])
+        """The reference (ids, offsets) of the texts.
+
+        `encode_batch` runs `encode`'s own code on each text (the same Encoding, offsets included) but
+        releases the GIL, so worker threads tokenize in parallel; it spreads a batch over the library's
+        thread pool unless TOKENIZERS_PARALLELISM=false.
+        """
+        if not texts:
+            return flatten([])
+        return flatten([e.ids for e in self._tok.encode_batch(texts, add_special_tokens=False)])
 
     def decode(self, ids) -> str:
         """The text of some ids."""
