@@ -86,9 +86,11 @@ def test_a_long_real_document_through_the_workers_encoder(tokenizers, tmp_path):
     """Over the 1 MB limit: encoded in pieces of 256 K characters, with the ids of the whole text."""
     long_doc = "\n\n".join(REAL * 3)
     assert len(long_doc) > bpe_pieces.LONG_TEXT_CHARS
-    for name in ("tokenizer.json, GPT-NeoX style", "tiktoken, cl100k pattern"):
+    for name, engine in [("tokenizer.json, GPT-NeoX style", "fast"), ("tiktoken, cl100k pattern", "fast"),
+                         ("tokenizer.json, GPT-NeoX style", "reference")]:
         tok = tokenizers[name]
-        encoder = KindEncoder(tok.path, kind_engines.FAST[tok.kind][0], sha256=tok.sha256, threads=1)
+        backend = kind_engines.FAST[tok.kind][0] if engine == "fast" else kind_engines.REFERENCE[tok.kind]
+        encoder = KindEncoder(tok.path, backend, sha256=tok.sha256, threads=1)
         ids, offsets = encoder.encode_flat(["short", long_doc])
         assert encoder._pieces.newlines and encoder._pieces.spaces  # noqa: SLF001
         assert cut_points(long_doc, bpe_pieces.PIECE_CHARS, newlines=True, spaces=True)

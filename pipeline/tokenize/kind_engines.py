@@ -29,6 +29,7 @@ from pipeline.tokenize.bpe_pieces import BpePieceEncoder
 from pipeline.tokenize.engines import BackendUnavailable, _SharedGigatoken, differences
 from pipeline.tokenize.kinds.base import HUGGINGFACE, TIKTOKEN, Tokenizer, flatten
 from pipeline.tokenize.kinds.detect import load_tokenizer
+from pipeline.tokenize.pieces import PIECE_CHARS
 
 AUTO = "auto"
 REFERENCE = {HUGGINGFACE: "tokenizers", TIKTOKEN: "tiktoken"}
@@ -185,10 +186,14 @@ class KindEncoder:
             raise RuntimeError(f"tokenizer backend {self._backend}, chosen by the driver, fails on this worker: "
                                f"{e}") from None
         self.tokenizer = tok
-        self._pieces = BpePieceEncoder(engine, tok)
-        self._verify = self._verify and self._backend != REFERENCE[tok.kind]
+        reference = self._backend == REFERENCE[tok.kind]
+        # The reference gets a long text's pieces one per call: a batch of several 256K-character
+        # pieces measured ~13% more CPU than the same pieces one by one (the fast engines parallelize
+        # a batch, so they keep theirs).
+        self._pieces = BpePieceEncoder(engine, tok, **({"batch_chars": PIECE_CHARS} if reference else {}))
+        self._verify = self._verify and not reference
         if self._verify:
-            self._reference = BpePieceEncoder(ReferenceEngine(tok), tok)
+            self._reference = BpePieceEncoder(ReferenceEngine(tok), tok, batch_chars=PIECE_CHARS)
 
     def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """Every text's ids (without BOS/EOS) in one int32 array, and offsets (text i: ids[offsets[i]:offsets[i+1]])."""
