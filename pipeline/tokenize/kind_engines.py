@@ -46,6 +46,11 @@ def backends(kind: str) -> tuple[str, ...]:
     return (REFERENCE[kind], *FAST[kind], AUTO)
 
 
+def _tokenizers_pool_off() -> None:
+    """`tokenizers`' batches on the calling thread, for the whole process (the library reads this at every call)."""
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+
+
 class ReferenceEngine:
     """The tokenizer's own reference encode.
 
@@ -55,7 +60,7 @@ class ReferenceEngine:
     def __init__(self, tokenizer: Tokenizer, threads: int | None = None):
         self._tokenizer = tokenizer
         if threads == 1 and tokenizer.kind == HUGGINGFACE:
-            os.environ["TOKENIZERS_PARALLELISM"] = "false"
+            _tokenizers_pool_off()
 
     def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """(ids, offsets) of the texts."""
@@ -73,7 +78,7 @@ class TokenizersBatchEngine:
     def __init__(self, tokenizer: Tokenizer, threads: int | None = None):
         self._tok = tokenizer.library
         if threads == 1:
-            os.environ["TOKENIZERS_PARALLELISM"] = "false"
+            _tokenizers_pool_off()
 
     def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """(ids, offsets) of the texts."""
