@@ -13,7 +13,8 @@ of Beam's (`--runner`, `--direct_num_workers`, `--project`, ...). `--config FILE
 
 The tokenizer model is read once, here, and Beam is imported only once a fast tokenizer's
 self-check has started in a process of its own (`EarlyChoice`, handed that model), so that the two
-overlap; the job itself is pipeline/beam/launch.py.
+overlap; Beam without the cloud connectors a job on DirectRunner never uses (pipeline/beam/lean_import.py).
+The job itself is pipeline/beam/launch.py.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import logging
 import sys
 
+from pipeline.beam.lean_import import import_beam
 from pipeline.beam.logs import JobFailed, configure_logging
 from pipeline.config.job import PipelineConfig
 from pipeline.core import gc_policy
@@ -43,10 +45,20 @@ def build_parser() -> ArgumentParser:
 
 def parse_args(argv: list[str]) -> tuple[PipelineConfig, list[str]]:
     """Our config and Beam's flags; any mistake is a UsageError naming the flag."""
-    from pipeline.beam.options import BEAM  # imports Beam
+    from pipeline.beam.options import BEAM  # imports Beam (once `import_beam` has)
 
     namespace, beam_args = parse_command_line(build_parser(), argv, BEAM)
     return options_from(PipelineConfig, namespace), beam_args
+
+
+def beam_flags(argv: list[str]) -> list[str]:
+    """The flags that are Beam's, unchecked ([] for --help, or when ours do not parse: `parse_args` says why)."""
+    if "-h" in argv or "--help" in argv:
+        return []
+    try:
+        return parse_own_flags(build_parser(), argv)[1]
+    except (ValueError, OSError):
+        return []
 
 
 def early_choice(argv: list[str]) -> tuple[EarlyChoice | None, TokenizerModel | None]:
@@ -76,6 +88,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     argv = sys.argv[1:] if argv is None else argv
     early, model = early_choice(argv)
     try:
+        import_beam(beam_flags(argv))
         config, beam_args = parse_args(argv)
         from pipeline.beam.launch import run_job  # Beam, while the self-check runs
 

@@ -1,0 +1,80 @@
+"""Beam imported for a DirectRunner job without its cloud connectors (pipeline/beam/lean_import.py)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pipeline.beam.lean_import import CONNECTORS, runs_in_process
+
+
+@pytest.mark.parametrize("flags, expected", [
+    ([], True),
+    (["--direct_num_workers", "2"], True),
+    (["--runner", "DirectRunner"], True),
+    (["--runner=direct"], True),
+    (["--runner", "DataflowRunner", "--project", "p"], False),
+    (["--runner=PortableRunner"], False),
+    (["--run", "FlinkRunner"], False),  # argparse's abbreviation of --runner
+    (["--requirements_file", "r.txt"], True),
+    (["--runner"], False),
+])
+def test_runs_in_process(flags, expected):
+    assert runs_in_process(flags) is expected
+
+
+def _after_import(flags, connectors=None) -> dict:
+    """What a fresh interpreter has in sys.modules after `import_beam(flags)`."""
+    code = f"""
+import json, sys
+import pipeline.beam.lean_import as lean
+connectors = {connectors!r}
+if connectors is not None:
+    lean.CONNECTORS = connectors
+lean.import_beam({flags!r})
+import apache_beam, apache_beam.io.filesystems as fs, apache_beam.runners.dataflow.dataflow_runner as df
+def supported(url):
+    try:
+        fs.FileSystems.get_filesystem(url)
+        return True
+    except ValueError:
+        return False
+state = {{"beam": "apache_beam.pipeline" in sys.modules,
+          "loaded": sorted(n for n in lean.CONNECTORS if sys.modules.get(n) is not None),
+          "none_left": sorted(n for n in lean.CONNECTORS if n in sys.modules and sys.modules[n] is None),
+          "schemes": [s for s, url in (("gs", "gs://b/k"), ("s3", "s3://b/k"), ("local", "/tmp/k")) if supported(url)],
+          "dataflow_client": df.dataflow_api is not None}}
+import pandas, google.cloud.storage  # later imports load as usual
+state["pandas_after"] = pandas.__name__
+print(json.dumps(state))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stderr == "", out.stderr  # no warning from Beam about what it left out
+    return json.loads(out.stdout)
+
+
+def test_direct_runner_gets_beam_without_connectors():
+    state = _after_import([])
+    assert state["beam"]
+    assert state["loaded"] == []
+    assert state["none_left"] == []
+    assert state["schemes"] == ["local"]  # our I/O is fsspec's: Beam's file systems are never used
+    assert not state["dataflow_client"]
+    assert state["pandas_after"] == "pandas"
+
+
+def test_other_runners_get_beam_whole():
+    state = _after_import(["--runner", "DataflowRunner"])
+    assert {"gs", "s3"} <= set(state["schemes"])
+    assert state["dataflow_client"]
+    assert set(state["loaded"]) >= {"apache_beam.io.gcp.bigquery", "apache_beam.io.gcp.gcsfilesystem", "pandas"}
+
+
+def test_a_connector_beam_needs_after_all_means_beam_whole():
+    # apache_beam.coders is imported unconditionally: left out, Beam's import fails, and Beam is
+    # then imported again with nothing left out.
+    state = _after_import([], connectors=("apache_beam.coders", *CONNECTORS))
+    assert state["beam"]
+    assert state["none_left"] == []
+    assert {"gs", "s3"} <= set(state["schemes"])
