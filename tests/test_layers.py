@@ -127,8 +127,7 @@ def test_layers_are_the_ones_on_disk():
         "reader"}
 
 
-# The one private API the package uses on purpose (isolated, commented, and checked in test_backends.py).
-PRIVATE_ALLOWED = {("pipeline/tokenize/engines.py", "gigatoken._load.sentencepiece")}
+PRIVATE_ALLOWED: set = set()  # no private API of a dependency, anywhere in the package
 
 
 def test_no_private_api_of_a_dependency():

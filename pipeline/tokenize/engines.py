@@ -6,10 +6,9 @@ driver checks that first: pipeline/tokenize/self_check.py).
 
   backend        engine                               built from the .model by
   sentencepiece  sentencepiece (reference)            SentencePieceProcessor
-  gigatoken      gigatoken (MIT, beta), ~13x          gigatoken's own .model converter, with the
-                                                      control pieces (<s>, </s>) removed from its
-                                                      added tokens so that a literal "<s>" in a
-                                                      document is text, as in SentencePiece
+  gigatoken      gigatoken (MIT, beta), ~13x          Tokenizer.from_json of the model converted with
+                                                      the control pieces (<s>, </s>) as text, as in
+                                                      SentencePiece (pipeline/tokenize/spm_json.py)
   kitoken        kitoken (BSD-2), ~5-7x               Kitoken.from_sentencepiece; encode_specials=False
 
 Every engine encodes a batch of texts into (ids, offsets): one flat int32 array of every text's ids
@@ -29,7 +28,6 @@ from __future__ import annotations
 
 import importlib
 import itertools
-import json
 import logging
 import threading
 
@@ -40,8 +38,8 @@ from pipeline.core import versions
 from pipeline.core.errors import JobError
 from pipeline.core.memo import ProcessMemo
 from pipeline.io.files import read_bytes
-from pipeline.tokenize import bpe_pieces
-from pipeline.tokenize.model_facts import NORMAL, USER_DEFINED, ModelFacts, model_problems
+from pipeline.tokenize import bpe_pieces, spm_json
+from pipeline.tokenize.model_facts import ModelFacts, model_problems
 from pipeline.tokenize.pieces import CUTS, PieceEncoder
 
 LOG = logging.getLogger(__name__)
@@ -142,30 +140,13 @@ def adopt_built(built: dict) -> None:
 
 
 def gigatoken_json(proto: bytes) -> str:
-    """The tokenizer.json gigatoken needs for a .model, with special-token matching off (once per process).
+    """The tokenizer.json gigatoken loads for a .model, control pieces as text (once per process).
 
-    gigatoken's converter lists control pieces (<s>, </s>) as added special tokens, which it
-    matches in the text: a literal "<s>" in a document would become id 1. SentencePiece never
-    produces a control, unknown, unused or byte piece from a merge, so those are removed from
-    the added tokens and from the merges.
+    gigatoken's own loader (`Tokenizer.from_sentencepiece`) lists control pieces (<s>, </s>) as
+    added special tokens, which it matches in the text: a literal "<s>" in a document would become
+    id 1. pipeline/tokenize/spm_json.py converts the model without them.
     """
-    # gigatoken's public `Tokenizer.from_sentencepiece` builds the tokenizer straight from the model,
-    # with the control pieces kept as added tokens; the converter that produces the intermediate
-    # tokenizer.json is only reachable privately. gigatoken is pinned (pyproject.toml), and
-    # tests/test_backends.py::test_gigatoken_private_converter_is_still_there fails loudly if it moves.
-    return _CONVERTED.get(proto, lambda: _convert(proto))
-
-
-def _convert(proto: bytes) -> str:
-    from gigatoken._load.sentencepiece import sentencepiece_to_tokenizer_json
-
-    facts = model_facts(proto)
-    spec = json.loads(sentencepiece_to_tokenizer_json(proto))
-    spec["added_tokens"] = [t for t in spec["added_tokens"] if t["content"] not in facts.control_pieces]
-    model = spec["model"]
-    special = {piece for piece, i in model["vocab"].items() if facts.piece_types[i] not in (NORMAL, USER_DEFINED)}
-    model["merges"] = [m for m in model["merges"] if m[0] + m[1] not in special]
-    return json.dumps(spec, ensure_ascii=False)
+    return _CONVERTED.get(proto, lambda: spm_json.tokenizer_json(proto, model_facts(proto)))
 
 
 class _SharedGigatoken:
