@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from pipeline.core import documents
 from pipeline.tokenize.bpe_pieces import check_tokenizer
@@ -30,9 +31,12 @@ def kind_adversarial_texts(tokenizer: Tokenizer, long_line: int = 1 << 16) -> li
     return list(dict.fromkeys(texts))
 
 
-def check_kind_backend(backend: str, tokenizer: Tokenizer, expected: dict, texts: list[str],
+def check_kind_backend(backend: str, tokenizer: Tokenizer, expected: Future, texts: list[str],
                        adversarial: list[str]) -> dict:
-    """Load `backend` over `tokenizer`, compare its ids with `expected` (the reference's): a dict for the manifest."""
+    """Load `backend` over `tokenizer`, compare its ids with the reference's: a dict for the manifest.
+
+    `expected`: the reference's ids of the texts, being computed while the engine loads and encodes.
+    """
     # gigatoken is a package of its own; the batch engines are the owning library's.
     version = (package_version(backend) if backend in FAST_BACKENDS else None) or next(iter(
         tokenizer.versions().values()))
@@ -43,8 +47,10 @@ def check_kind_backend(backend: str, tokenizer: Tokenizer, expected: dict, texts
     except BackendUnavailable as e:
         return {**out, "result": "unavailable", "reason": str(e)}
     check_tokenizer(engine, tokenizer)  # which cuts of long documents keep this engine's ids, for the workers
-    bad_docs = mismatched(expected["documents"], engine.encode(texts))
-    bad_adv = mismatched(expected["adversarial"], engine.encode(adversarial))
+    got = engine.encode(texts), engine.encode(adversarial)
+    reference = expected.result()
+    bad_docs = mismatched(reference["documents"], got[0])
+    bad_adv = mismatched(reference["adversarial"], got[1])
     out.update({"documents": len(texts), "adversarial_strings": len(adversarial),
                 "mismatches": len(bad_docs) + len(bad_adv), "seconds": round(time.monotonic() - start, 2)})
     if bad_docs or bad_adv:
@@ -78,7 +84,17 @@ def choose_kind_backend(requested: str, tokenizer: Tokenizer, input_files: list[
     adversarial = kind_adversarial_texts(tokenizer)
     sample = {"files_sampled": files, "documents": len(texts),
               "text_bytes": sum(len(t.encode("utf-8")) for t in texts), "adversarial_strings": len(adversarial)}
-    expected = {"documents": tokenizer.encode(texts), "adversarial": tokenizer.encode(adversarial)}
+    with ThreadPoolExecutor(1) as pool:  # the reference's ids (the libraries release the GIL) while an engine loads
+        expected = pool.submit(lambda: {"documents": tokenizer.encode(texts),
+                                        "adversarial": tokenizer.encode(adversarial)})
+        return _first_passing(requested, tokenizer, expected, texts, adversarial, sample, start)
+
+
+def _first_passing(requested: str, tokenizer: Tokenizer, expected: Future, texts: list[str], adversarial: list[str],
+                   sample: dict, start: float) -> BackendChoice:
+    """The first engine `requested` names that passes its check, else the reference (`auto`) or an error."""
+    reference = REFERENCE[tokenizer.kind]
+    version = next(iter(tokenizer.versions().values()))
     checks = []
     for backend in AUTO_ORDER[tokenizer.kind] if requested == AUTO else (requested,):
         check = check_kind_backend(backend, tokenizer, expected, texts, adversarial)

@@ -185,8 +185,9 @@ def check_model(engine, proto: bytes) -> tuple[bool, bool, str]:
 def _check_model(engine, proto: bytes) -> tuple[bool, bool, str]:
     sp = spm.SentencePieceProcessor()
     sp.LoadFromSerializedProto(proto)
-    vocab = [sp.id_to_piece(i) for i in range(sp.get_piece_size())
-             if not (sp.is_byte(i) or sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i))]
+    ids = list(range(sp.get_piece_size()))  # SentencePiece's batch calls: one each, not one per id
+    vocab = [piece for piece, *special in zip(sp.id_to_piece(ids), sp.is_byte(ids), sp.is_control(ids),
+                                              sp.is_unknown(ids), sp.is_unused(ids), strict=True) if not any(special)]
     reasons = []
     newlines = NEWLINE in sp.normalize("a\nb") and not any(NEWLINE in p and len(p) > 1 for p in vocab)
     if not newlines:

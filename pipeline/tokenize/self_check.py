@@ -162,9 +162,10 @@ def self_check(backend: str, proto: bytes, facts: ModelFacts, expected: Future, 
     # Which cuts of long documents keep this engine's ids: every worker needs it, once per process
     # (pipeline/tokenize/pieces.py); a failure there is for the workers to report.
     derived = pool.submit(check_model, engine, proto) if pool is not None else None
+    got = engine.encode(texts), engine.encode(adversarial)  # while SentencePiece may still be encoding
     expected = expected.result()
-    bad_docs = mismatched(expected["documents"], engine.encode(texts))
-    bad_adv = mismatched(expected["adversarial"], engine.encode(adversarial))
+    bad_docs = mismatched(expected["documents"], got[0])
+    bad_adv = mismatched(expected["adversarial"], got[1])
     if derived is not None:
         derived.exception()
     out.update({
