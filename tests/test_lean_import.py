@@ -3,10 +3,13 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from pipeline.beam.lean_import import CONNECTORS, runs_in_process
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("flags, expected", [
@@ -24,11 +27,13 @@ def test_runs_in_process(flags, expected):
     assert runs_in_process(flags) is expected
 
 
-def _after_import(flags, connectors=None) -> dict:
+def _after_import(flags, connectors=None, one_command=True) -> dict:
     """What a fresh interpreter has in sys.modules after `import_beam(flags)`."""
     code = f"""
 import json, sys
 import pipeline.beam.lean_import as lean
+if {one_command!r}:
+    lean.one_command_per_process()
 connectors = {connectors!r}
 if connectors is not None:
     lean.CONNECTORS = connectors
@@ -78,3 +83,28 @@ def test_a_connector_beam_needs_after_all_means_beam_whole():
     assert state["beam"]
     assert state["none_left"] == []
     assert {"gs", "s3"} <= set(state["schemes"])
+
+
+def test_a_program_that_runs_jobs_itself_gets_beam_whole():
+    # `pipeline.cli.run.main` called from a program that may run a Dataflow job next.
+    state = _after_import([], one_command=False)
+    assert {"gs", "s3"} <= set(state["schemes"]) and state["dataflow_client"]
+
+
+@pytest.mark.parametrize("entry", [
+    ["-m", "pipeline.run"],
+    ["-c", "import sys; from pipeline.cli.main import console; sys.argv[1:1] = ['run']; sys.exit(console())"],
+])
+def test_the_commands_import_beam_without_the_connectors(entry, tmp_path):
+    sample = REPO / "sample_data" / "pile" / "train" / "00.jsonl.zst"
+    cmd = [sys.executable, "-X", "importtime", *entry, "--input", str(sample), "--output_dir", str(tmp_path / "o"),
+           "--tokenizer_model", str(REPO / "tokenizers" / "sample" / "sample.model"), "--seq_len", "128"]
+    out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env={"TF_CPP_MIN_LOG_LEVEL": "3",
+                                                                             "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
+    assert "apache_beam.pipeline" in imported
+    # (-X importtime lists the attempts at what was left out too, each taking microseconds: so what they import.)
+    assert not imported & {"apache_beam.io.gcp.gcsio", "google.cloud.dataflow_v1beta3", "pandas.core.api",
+                           "apitools.base.py.base_api", "apache_beam.io.gcp.pubsub"}
+    assert (tmp_path / "o" / "manifest.json").exists()

@@ -66,3 +66,43 @@ def test_dead_letter_lines_are_sorted_and_deterministic():
     lines = outputs.dead_letter_lines(recs)
     assert lines == outputs.dead_letter_lines(list(reversed(recs)))
     assert lines[0].startswith(b'{"file_index": 0')
+
+
+def _pieces(n=40, size=1 << 16):
+    for i in range(n):
+        yield memoryview(bytes([i % 251]) * size + os.urandom(17))  # a buffer of its own each time
+
+
+def test_kept_parts_are_written_behind_with_the_same_bytes_and_sha(tmp_path):
+    parts = list(_pieces())
+    plain = publish(str(tmp_path / "plain.bin"), parts)
+    behind = publish(str(tmp_path / "behind.bin"), iter(parts), parts_kept=True)
+    data = (tmp_path / "behind.bin").read_bytes()
+    assert behind == plain == (len(data), hashlib.sha256(data).hexdigest())
+    assert data == (tmp_path / "plain.bin").read_bytes() == b"".join(parts)
+    assert not [t for t in threading.enumerate() if t.name == "publish-write-behind"]
+
+
+def test_a_failure_while_making_kept_parts_publishes_nothing(tmp_path):
+    def failing():
+        yield from _pieces(5)
+        raise RuntimeError("a shard's record is missing")
+
+    with pytest.raises(RuntimeError, match="missing"):
+        publish(str(tmp_path / "shard.bin"), failing(), parts_kept=True)
+    assert os.listdir(tmp_path) == []  # neither the file nor its temporary name
+
+
+def test_a_failed_write_behind_is_the_writers_one_line(tmp_path):
+    from pipeline.io.publish import OutputWriteError, _write_local
+
+    made = []
+
+    def counted():
+        for part in _pieces(200):
+            made.append(len(part))
+            yield part
+
+    with pytest.raises(OutputWriteError, match="disk is full"):
+        _write_local("/dev/full", counted(), shown="out/shard.bin", sync=False, parts_kept=True)
+    assert len(made) < 200  # the gathering stopped at the failure

@@ -9,7 +9,9 @@ transform of ours is a Beam connector. Beam imports each of these under `try/exc
 names are set to None in `sys.modules` (Python's documented way to make an import fail, with
 ModuleNotFoundError) and then taken out again: anything imported later (gcsfs, s3fs, pandas) loads
 as usual. Any other runner gets Beam whole: Dataflow needs its client, and the portable runners'
-job services may stage through Beam's file systems.
+job services may stage through Beam's file systems. Only in a process that runs one command and
+exits (the command-line entry points call `one_command_per_process`): a program that calls
+`pipeline.cli.run.main` itself may run a Dataflow job after a DirectRunner one, and gets Beam whole.
 """
 
 from __future__ import annotations
@@ -27,6 +29,12 @@ CONNECTORS = (
     "pandas",  # pandas type hints (apache_beam.typehints)
 )
 IN_PROCESS_RUNNERS = ("DirectRunner", "direct")
+_ONE_COMMAND = [False]
+
+
+def one_command_per_process() -> None:
+    """Say that this process runs one command, then exits (the command-line entry points)."""
+    _ONE_COMMAND[0] = True
 
 
 def runs_in_process(beam_args: list[str]) -> bool:
@@ -42,8 +50,8 @@ def runs_in_process(beam_args: list[str]) -> bool:
 
 
 def import_beam(beam_args: list[str]) -> None:
-    """Import Beam for a job with these flags: without its connectors when it runs on DirectRunner."""
-    if "apache_beam" in sys.modules or not runs_in_process(beam_args):
+    """Import Beam for a job with these flags: without its connectors for a DirectRunner command."""
+    if "apache_beam" in sys.modules or not _ONE_COMMAND[0] or not runs_in_process(beam_args):
         importlib.import_module("apache_beam")
         return
     blocked = [name for name in CONNECTORS if name not in sys.modules]

@@ -328,7 +328,7 @@ class WriteShardFn(beam.DoFn):
                     break
                 spilled.append((np.frombuffer(positions, "<i8") - first, recs))
             else:
-                size, sha = publish(path, ordered_pieces(spilled, end - first, self._record_bytes))
+                size, sha = publish(path, ordered_pieces(spilled, end - first, self._record_bytes), parts_kept=True)
                 yield self._written(name, end - first, size, sha)
                 return
         with OrderedSpool(end - first, (end - first) * self._record_bytes) as spool, RecordReader() as reader:

@@ -11,6 +11,7 @@ import importlib
 import platform
 import sys
 
+from pipeline.beam.lean_import import one_command_per_process
 from pipeline.core.versions import created_by
 
 COMMANDS = {
@@ -62,6 +63,7 @@ def exiting(status: int) -> int:
 
 def console() -> int:
     """The `pile-pipeline` console script."""
+    one_command_per_process()
     return exiting(main())
 
 

@@ -232,8 +232,8 @@ def ordered_pieces(blocks: list[tuple[np.ndarray, SpilledRecords]], count: int, 
 
     `record_bytes`: the size of (nearly) every record, gathered with one numpy copy a piece; others
     are copied one by one. The places must be 0 .. count - 1, each once (SpoolError otherwise: a
-    shard with a record missing or twice must never be written). Each piece is valid until the next
-    is taken.
+    shard with a record missing or twice must never be written). Each piece is a buffer of its own
+    (it stays valid after the next is taken: `publish(..., parts_kept=True)`).
     """
     if any(len(p) != len(r) for p, r in blocks):
         raise SpoolError("a block's places and records differ in number")
