@@ -14,7 +14,7 @@
      engine releases the GIL, pipeline/beam/execution.py);
    - ours, auto: the same with `--tokenizer_backend auto` (gigatoken, else tokenizers_batch, behind
      the self-check);
-   - datatrove (with --datatrove_python, a venv with `pip install datatrove`): its JsonlReader and
+   - datatrove (with --datatrove_python, a venv with `pip install datatrove zstandard`): its JsonlReader and
      DocumentTokenizer over the same files, --workers tasks, its shuffle off (ours keeps input order),
      its pool forked (forkserver's processes are not the command's children: their CPU is not counted);
    - Megatron-LM (with --megatron_lm, a checkout, and --megatron_python, a venv with megatron-core, torch
