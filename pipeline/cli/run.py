@@ -51,28 +51,27 @@ def parse_args(argv: list[str]) -> tuple[PipelineConfig, list[str]]:
     return options_from(PipelineConfig, namespace), beam_args
 
 
-def beam_flags(argv: list[str]) -> list[str]:
-    """The flags that are Beam's, unchecked ([] for --help, or when ours do not parse: `parse_args` says why)."""
+def own_flags(argv: list[str]) -> tuple | None:
+    """(our namespace, Beam's flags unchecked); None for --help or when ours do not parse (`parse_args` says why)."""
     if "-h" in argv or "--help" in argv:
-        return []
+        return None
     try:
-        return parse_own_flags(build_parser(), argv)[1]
+        return parse_own_flags(build_parser(), argv)
     except (ValueError, OSError):
-        return []
+        return None
 
 
-def early_choice(argv: list[str]) -> tuple[EarlyChoice | None, TokenizerModel | None]:
-    """The tokenizer model, read from our own flags alone, and its backend self-check, started.
+def early_choice(own: tuple | None) -> tuple[EarlyChoice | None, TokenizerModel | None]:
+    """The tokenizer model, read from our own flags alone (`own_flags`), and its backend self-check, started.
 
     (None, None) when the flags do not parse, the model cannot be read or is not a local file: any
     mistake is left for `parse_args` and the job's checks to report, in their order (a model in a
     store is read after the checks of where the workers run, pipeline/beam/preflight.py).
     """
-    if "-h" in argv or "--help" in argv:
+    if own is None:
         return None, None
     try:
-        namespace, _ = parse_own_flags(build_parser(), argv)
-        config = options_from(PipelineConfig, namespace)
+        config = options_from(PipelineConfig, own[0])
         refuse_credentials([("--input", u) for u in config.inputs] + [("--tokenizer_model", config.tokenizer_model)])
         if not is_local_url(config.tokenizer_model):
             return None, None
@@ -86,9 +85,10 @@ def early_choice(argv: list[str]) -> tuple[EarlyChoice | None, TokenizerModel | 
 def main(argv: list[str] | None = None) -> dict | None:
     """Run the pipeline; returns the manifest it wrote (None when the job was only translated)."""
     argv = sys.argv[1:] if argv is None else argv
-    early, model = early_choice(argv)
+    own = own_flags(argv)
+    early, model = early_choice(own)
     try:
-        import_beam(beam_flags(argv))
+        import_beam(own[1] if own else [])
         config, beam_args = parse_args(argv)
         from pipeline.beam.launch import run_job  # Beam, while the self-check runs
 
