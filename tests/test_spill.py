@@ -8,7 +8,7 @@ from corpus_helpers import FAST_BEAM, pile_line, write_lines
 
 from pipeline.cli import run
 from pipeline.format.framing import FramedRecords
-from pipeline.io import spill
+from pipeline.io import localfs, spill
 
 
 def _records(n, start=0):
@@ -189,20 +189,20 @@ def test_ordered_pieces_refuses_a_missing_or_repeated_place_and_other_sizes(tmp_
 
 def test_likely_cached_only_for_a_local_disk_with_the_spill_small_beside_free_memory(tmp_path, monkeypatch):
     (tmp_path / "a.records").write_bytes(b"x" * 1000)
-    monkeypatch.setattr(spill, "_filesystem", lambda path: "ext4")
+    monkeypatch.setattr(localfs, "filesystem_type", lambda path: "ext4")
     monkeypatch.setattr(spill, "_available_memory", lambda: 4000)
     assert spill.likely_cached(str(tmp_path))
     monkeypatch.setattr(spill, "_available_memory", lambda: 3999)
     assert not spill.likely_cached(str(tmp_path))
     monkeypatch.setattr(spill, "_available_memory", lambda: 1 << 40)
     for network in ("nfs4", "fuse.s3fs", "cifs", None):
-        monkeypatch.setattr(spill, "_filesystem", lambda path, kind=network: kind)
+        monkeypatch.setattr(localfs, "filesystem_type", lambda path, kind=network: kind)
         assert not spill.likely_cached(str(tmp_path))
     assert not spill.likely_cached(str(tmp_path / "missing"))
 
 
 def test_filesystem_of_a_path_is_its_longest_mount_point():
-    kind = spill._filesystem("/proc/self")
+    kind = localfs.filesystem_type("/proc/self")
     assert kind == "proc" or not os.path.exists("/proc/self/mounts")
 
 

@@ -83,6 +83,71 @@ def test_kept_parts_are_written_behind_with_the_same_bytes_and_sha(tmp_path):
     assert not [t for t in threading.enumerate() if t.name == "publish-write-behind"]
 
 
+def _direct_flag(fd):
+    import fcntl
+
+    return bool(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT)
+
+
+def test_kept_parts_go_to_a_local_disk_by_direct_io_with_the_same_bytes(tmp_path, monkeypatch):
+    from pipeline.io import localfs
+
+    opened = []
+
+    def open_direct(path, real=localfs.open_direct):
+        fd = real(path)
+        opened.append(fd is not None and _direct_flag(fd))
+        return fd
+
+    monkeypatch.setattr(localfs, "open_direct", open_direct)
+    parts = list(_pieces(37, 3 << 20))  # 37 x (3 MiB + 17): stage-sized writes, then a padded last block
+    size, sha = publish(str(tmp_path / "direct.bin"), iter(parts), parts_kept=True)
+    data = (tmp_path / "direct.bin").read_bytes()
+    assert data == b"".join(parts) and (size, sha) == (len(data), hashlib.sha256(data).hexdigest())
+    if not opened[0]:
+        pytest.skip(f"no direct I/O under {tmp_path} (tmpfs?): the page cache's path was taken")
+
+
+def test_a_direct_write_the_disk_refuses_goes_on_through_the_page_cache(tmp_path, monkeypatch):
+    import errno
+
+    from pipeline.io import localfs
+
+    real_write, refused = os.write, []
+
+    def write(fd, data):
+        if _direct_flag(fd):
+            refused.append(len(data))
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(localfs, "open_direct", lambda path: os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC))
+    monkeypatch.setattr(os, "write", write)
+    from pipeline.io import publish as publish_module
+
+    monkeypatch.setattr(publish_module, "_DirectFile", _forced_direct(publish_module._DirectFile))
+    parts = list(_pieces(10, 1 << 20))
+    size, sha = publish(str(tmp_path / "refused.bin"), iter(parts), parts_kept=True)
+    data = (tmp_path / "refused.bin").read_bytes()
+    assert refused and data == b"".join(parts) and (size, sha) == (len(data), hashlib.sha256(data).hexdigest())
+
+
+def _forced_direct(direct_file):
+    """_DirectFile over a file opened without O_DIRECT, the flag set afterwards (any filesystem takes it to fcntl)."""
+    import fcntl
+
+    class Forced(direct_file):
+        def __init__(self, fd):
+            try:
+                fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_DIRECT)
+            except OSError:
+                os.close(fd)
+                pytest.skip("this filesystem takes no O_DIRECT at all")
+            super().__init__(fd)
+
+    return Forced
+
+
 def test_a_failure_while_making_kept_parts_publishes_nothing(tmp_path):
     def failing():
         yield from _pieces(5)

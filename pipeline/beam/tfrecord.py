@@ -291,7 +291,11 @@ class AssignShardsFn(beam.DoFn):
         perm = Permutation(plan.num_records, self._seed)
         positions = perm(offsets.offset(source) + np.arange(len(recs))).astype("<i8")
         shards = plan.shard_of(positions)
-        for shard in np.unique(shards).tolist():
+        touched = np.unique(shards).tolist()
+        if len(touched) == 1:  # the whole block in one shard (always, with one shard): no copy of it
+            yield touched[0], (positions.tobytes(), recs)
+            return
+        for shard in touched:
             members = np.flatnonzero(shards == shard)
             yield shard, (positions[members].tobytes(), recs.take(members.tolist()))
 

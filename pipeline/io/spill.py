@@ -34,14 +34,12 @@ import fsspec
 import numpy as np
 
 from pipeline.format.framing import FramedRecords
+from pipeline.io import localfs
 from pipeline.io.publish import temp_name, write_failure
 from pipeline.io.spool import SpoolError
 from pipeline.io.urls import is_local
 
 LOG = logging.getLogger(__name__)
-# Filesystems whose pages a process on this machine reads from its own page cache (a network or
-# FUSE filesystem may not keep them, and a random read there is a round trip).
-LOCAL_FILESYSTEMS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs", "zfs", "tmpfs", "overlay"})
 # Spill bytes up to this share of the available memory are taken to be still cached. The mapped
 # files count in the writer's RSS (a fault maps the page cache's whole folio, up to 2 MB, around a
 # record), clean pages the kernel can reclaim: this share also bounds that.
@@ -189,22 +187,6 @@ def remove_spill_dir(spill_dir: str | None) -> None:
         LOG.debug("removed %s", spill_dir)
 
 
-def _filesystem(path: str) -> str | None:
-    """The type of the filesystem holding `path` (Linux's /proc/self/mounts), None when unknown."""
-    try:
-        with open("/proc/self/mounts") as f:
-            mounts = [line.split()[1:3] for line in f if len(line.split()) > 2]
-    except OSError:
-        return None
-    path = os.path.realpath(path)
-    best, kind = "", None
-    for point, fstype in mounts:
-        point = point.replace("\\040", " ")
-        if (path == point or path.startswith(point.rstrip("/") + "/")) and len(point) >= len(best):
-            best, kind = point, fstype
-    return kind
-
-
 def _available_memory() -> int:
     """MemAvailable of /proc/meminfo in bytes; 0 when unknown."""
     try:
@@ -223,7 +205,7 @@ def likely_cached(spill_dir: str) -> bool:
         total = sum(entry.stat().st_size for entry in os.scandir(spill_dir) if entry.is_file())
     except OSError:
         return False
-    return _filesystem(spill_dir) in LOCAL_FILESYSTEMS and total <= CACHED_SHARE * _available_memory()
+    return localfs.is_local_disk(spill_dir) and total <= CACHED_SHARE * _available_memory()
 
 
 def ordered_pieces(blocks: list[tuple[np.ndarray, SpilledRecords]], count: int, record_bytes: int,

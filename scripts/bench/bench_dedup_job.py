@@ -8,8 +8,9 @@ CORPUS_DIR/train/*.jsonl.zst, sorted: scale k takes the first k x --files files 
 `real_text_corpus.py --max_mb 120 --train_files 16` gives 1x = 30 MB in 4 files and 4x = 120 MB in
 16, real text throughout: no document repeated). In every round, at every scale, in this order:
 
-- `job`:        `pile-pipeline run` without dedup (DirectRunner, --workers workers in the running mode
-                the job picks, as a user runs it: threads for `auto`; --backend);
+- `job`:        `python -m pipeline.run` without dedup, a whole command in a fresh process as a user
+                runs it (Beam's import and the tokenizer's self-check included; DirectRunner, --workers
+                workers in the running mode the job picks: threads for `auto`; --backend);
 - `job+near`:   the same with `--dedup near` (exact, then MinHash LSH 7 x 18 over word 5-grams);
 - `dedup`:      our Dedup PTransform alone (exact + near, as the job runs it: `keep_text=False`) on the
                 same documents, read from the .jsonl.zst files, in a Beam pipeline on the same runner,
@@ -38,6 +39,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import typing
@@ -48,11 +50,11 @@ import zstandard
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.beam.dedup import Dedup
-from pipeline.cli import run
 from pipeline.core import dedup, minhash, ngrams
 from pipeline.io import inputs
 
 DATATROVE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "datatrove_minhash.py")
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _runner_args(workers: int) -> list[str]:
@@ -61,13 +63,20 @@ def _runner_args(workers: int) -> list[str]:
 
 
 def _job(files: list[str], model: str, out: str, backend: str, workers: int, near: bool) -> tuple[float, str]:
-    argv = ["--input", *files, "--output_dir", out, "--tokenizer_model", model, "--tokenizer_backend", backend,
-            "--overwrite", "--progress_every", "0", "--runner", "DirectRunner", "--direct_num_workers", str(workers)]
+    """`pile-pipeline run` as a user runs it: a whole command in a fresh process (Beam's import and the
+    tokenizer's self-check included), DirectRunner in the running mode the job picks."""
+    cmd = [sys.executable, "-m", "pipeline.run", "--input", *files, "--output_dir", out, "--tokenizer_model", model,
+           "--tokenizer_backend", backend, "--overwrite", "--progress_every", "0", "--runner", "DirectRunner",
+           "--direct_num_workers", str(workers)]
     if near:
-        argv += ["--dedup", "near"]
+        cmd += ["--dedup", "near"]
     start = time.monotonic()
-    manifest = run.main(argv)
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     seconds = time.monotonic() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+    with open(os.path.join(out, "manifest.json")) as f:
+        manifest = json.load(f)
     removed = manifest.get("removed", {}).get("by_reason", {})
     return seconds, f"{manifest['totals']['documents_kept']:,} kept, removed {removed}"
 

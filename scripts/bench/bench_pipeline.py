@@ -20,9 +20,10 @@
    `python -m pipeline.run --direct_num_workers N --seq_len 512` with defaults, SentencePiece and
    `--tokenizer_backend auto`, for each file count, and `auto` at K x the input.
 3. For each run: wall time, CPU time of the process tree, the ratio to the bare loop (at K x the
-   input, to K x the bare loop's time), and its fixed costs: start-up (command start to the first
-   input read by a worker: interpreter, Beam, checks, worker processes) and finish (last input read
-   to exit: shard writing, manifest, shutdown).
+   input, to K x the bare loop's time), peak RSS and peak anonymous memory (RssAnon sampled every
+   0.1 s: RSS also counts mapped files' page-cache pages, which the kernel can drop), and its fixed
+   costs: start-up (command start to the first input read by a worker: interpreter, Beam, checks,
+   worker processes) and finish (last input read to exit: shard writing, manifest, shutdown).
 4. Checks: the `auto` shards equal the SentencePiece shards byte for byte, for every file count.
 5. Per stage (unless --no_stages): CPU seconds of each step of the per-token work on one file of the
    first shape's 2-file corpus, in one process without Beam, one tokenizer thread (as each of the
@@ -41,6 +42,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from baseline import bare_loop  # scripts/bench/ is on sys.path when run as a script
@@ -63,14 +65,34 @@ def _log_time(line: str) -> float | None:
         return None
 
 
+def _anon_kib(pid: int) -> int:
+    """RssAnon of a process and its children (KiB): memory the kernel cannot drop, unlike mapped files' pages."""
+    total = 0
+    try:
+        children = open(f"/proc/{pid}/task/{pid}/children").read().split()
+    except OSError:
+        children = []
+    for p in [pid, *map(int, children)]:
+        try:
+            with open(f"/proc/{p}/status") as f:
+                total += next((int(line.split()[1]) for line in f if line.startswith("RssAnon:")), 0)
+        except OSError:
+            pass
+    return total
+
+
 def run(cmd: list[str], log_path: str) -> dict:
     """Run a command to its end; wall and CPU seconds, the fixed costs read from its log, its stdout."""
     start = time.time()
     with open(log_path, "w") as log, open(log_path + ".out", "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=log, cwd=REPO, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+        anon = [0]
+        sampler = threading.Thread(target=_sample_anon, args=(proc.pid, anon), daemon=True)
+        sampler.start()
         # wait4: this command's own CPU time and peak RSS (the largest process of its tree), in KiB.
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = code = os.waitstatus_to_exitcode(status)
+        sampler.join()
     end = time.time()
     if code:
         raise SystemExit(f"{cmd} failed with {code}; see {log_path}")
@@ -78,8 +100,22 @@ def run(cmd: list[str], log_path: str) -> dict:
     reads = [t for line in open(log_path) if READING.search(line) and (t := _log_time(line))]
     done = [t for line in open(log_path) if READ.search(line) and (t := _log_time(line))]
     return {"wall": end - start, "cpu": usage.ru_utime + usage.ru_stime, "rss_mb": usage.ru_maxrss / 1024,
+            "anon_mb": anon[0] / 1024,
             "stdout": open(log_path + ".out").read(),
             "startup": min(reads) - start if reads else None, "finish": end - max(done) if done else None}
+
+
+def _sample_anon(pid: int, peak: list[int]) -> None:
+    """The command's peak RssAnon (with its children), sampled every 0.1 s until it exits, into peak[0]."""
+    while True:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return
+        except OSError:
+            return
+        peak[0] = max(peak[0], _anon_kib(pid))
+        time.sleep(0.1)
 
 
 DEFAULT_FILES = {"base": "1,2,8", "pile22": "2", "many_small": "64"}
@@ -225,8 +261,8 @@ def main() -> None:
                   f"SentencePiece's: {[s['sha256'] for s in auto['shards']] == [s['sha256'] for s in sp['shards']]}")
         base = median([s["wall"] for s in samples[shape, "bare loop (1 process)"]])
         print("\n| run | wall s | all rounds | x bare loop | CPU-s | CPU-s per M tokens | peak RSS MB "
-              "| start-up s | finish s |")
-        print("|---|---|---|---|---|---|---|---|---|")
+              "| peak anonymous MB | start-up s | finish s |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for s_, name, _ in configs:
             if s_ != shape:
                 continue
@@ -238,6 +274,7 @@ def main() -> None:
             cpu = median([r["cpu"] for r in runs])
             print(f"| {name} | {wall:.1f} | {rounds} | {scale * base / wall:.2f} | {cpu:.1f} | "
                   f"{cpu / (scale * bare['tokens'] / 1e6):.3f} | {max(r['rss_mb'] for r in runs):.0f} | "
+                  f"{max(r['anon_mb'] for r in runs):.0f} | "
                   + " | ".join("" if f is None else f"{f:.1f}" for f in fixed) + " |")
         if scales:
             print(f"(at k x the input, the bare loop's time is taken as k x its measured {base:.1f} s: one process "
