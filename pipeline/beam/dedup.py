@@ -224,24 +224,24 @@ class SignFn(beam.DoFn):
     def __init__(self, exact: str | None, ngram: int | None, num_perm: int, seed: int, shingles: bool,
                  keep_text: bool):
         self._exact, self._ngram, self._shingles, self._keep = exact, ngram, shingles, keep_text
-        self._hasher = minhash.MinHasher(num_perm, seed)
+        self._num_perm, self._seed = num_perm, seed
 
     def setup(self):
-        self._keys = self._hasher.keys
+        # Imported here, not with this module: numba (when installed) loads only in workers that sign.
+        from pipeline.core import minhash_kernel
+
+        # Compiled kernels where numba is installed, the numpy definitions otherwise: the same values.
+        self._signer = minhash_kernel.Signer(self._exact, self._ngram, self._num_perm, self._seed)
 
     def process(self, element):
         key, doc = element
-        text = doc["text"]
-        exact = ngrams.exact_key(text, self._exact) if self._exact is not None else None
-        sig = None
-        if self._ngram is not None:
-            # A repeated n-gram does not change a minimum: the signature needs no np.unique, the true
-            # Jaccard check (the shingles' output) does.
-            grams = ngrams.ngram_hashes(ngrams.text_word_hashes(text), self._ngram)
-            if len(grams):
-                sig = self._hasher.signature(grams, self._keys).tobytes()
-                if self._shingles:
-                    yield beam.pvalue.TaggedOutput(_SHINGLES, (key, np.unique(grams).tobytes()))
+        exact, grams, sig = self._signer.sign(doc["text"])
+        if sig is not None:
+            sig = sig.tobytes()
+            if self._shingles:
+                # A repeated n-gram does not change a minimum: the signature needs no np.unique, the
+                # true Jaccard check (the shingles' output) does.
+                yield beam.pvalue.TaggedOutput(_SHINGLES, (key, np.unique(grams).tobytes()))
         yield exact, (key, doc if self._keep else {n: v for n, v in doc.items() if n != "text"}, sig)
 
 
