@@ -97,6 +97,14 @@ def test_fuzzed_text_gives_the_definitions_values(text):
     _equal(text, ngram=2, num_perm=16, seed=3)
 
 
+def test_lower_table_is_str_lower_of_each_code_point_but_two():
+    table = minhash_kernel._lower_chars()
+    marked = np.flatnonzero(table == minhash_kernel.LOWER_AS_TEXT).tolist()
+    assert marked == [0x130, 0x3A3]  # İ lower-cases to two code points, Σ by its neighbours
+    every = "".join(map(chr, range(0x110000)))
+    assert all(chr(table[c]) == ch.lower() for c, ch in enumerate(every) if c not in marked)
+
+
 def test_whitespace_table_is_str_split():
     table = minhash_kernel._space_chars()
     every = "".join(map(chr, range(0x110000)))

@@ -3,9 +3,12 @@
 The definitions are `ngrams.text_word_hashes`, `ngrams.ngram_hashes`, `minhash.MinHasher.signature`
 and `ngrams.exact_key`; they stay the reference. The kernels below give the same values:
 
-- words: one pass over the code points of the NFC, lower-cased text (its UTF-32), each run of word
-  characters (`ngrams.word_chars()`) hashed as sum_j mix64(c_j ^ KEY) * B^j mod 2^64, then
-  mix64(sum ^ length): no index arrays, no powers table;
+- words: one pass over the code points of the NFC text (its UTF-32), each lower-cased through a
+  table of `str.lower()` per code point, each run of word characters (`ngrams.word_chars()`)
+  hashed as sum_j mix64(c_j ^ KEY) * B^j mod 2^64, then mix64(sum ^ length): no index arrays, no
+  powers table, no lower-cased copy of the text. `str.lower()` is per code point but for two: İ
+  (U+0130, two code points lower-cased) and Σ (U+03A3, final sigma depends on its neighbours); a
+  text with either is lower-cased by `str.lower()` itself;
 - n-grams: each folded from its words' hashes with splitmix64's finalizer, from the same seed;
 - signature: for each n-gram x the `num_perm` values a_i x + b_i mod 2^64, their running minima
   in registers, the upper 32 bits kept: no (shingles x num_perm) block in memory;
@@ -60,6 +63,40 @@ def _space_chars() -> np.ndarray:
     return table
 
 
+LOWER_AS_TEXT = 0xFFFFFFFF  # `_lower_chars()`' mark of a code point `str.lower()` maps by context or to several
+
+
+def _lower_chars() -> np.ndarray:
+    """`str.lower()` of each code point (uint32), LOWER_AS_TEXT where it is not one code point alone; ~10 ms once."""
+    table = _tables.get("lower")
+    if table is None:
+        table = np.arange(0x110000, dtype=np.uint32)
+        every = table.tobytes().decode("utf-32-le", "surrogatepass")
+        block = 4096
+        for start in range(0, 0x110000, block):
+            part = every[start : start + block]
+            lowered = part.lower()
+            if lowered == part:
+                continue
+            if len(lowered) == len(part) and not start <= 0x3A3 < start + block:
+                table[start : start + block] = np.frombuffer(lowered.encode("utf-32-le", "surrogatepass"), np.uint32)
+                continue
+            for c in range(start, start + len(part)):  # a block with İ or Σ: one code point at a time
+                one = chr(c).lower()
+                table[c] = ord(one) if len(one) == 1 else LOWER_AS_TEXT
+        table[0x3A3] = LOWER_AS_TEXT  # Σ: σ or final ς, by its neighbours
+        _tables["lower"] = table
+    return table
+
+
+def _same_chars() -> np.ndarray:
+    """The identity table: for text already lower-cased by `str.lower()`."""
+    table = _tables.get("same")
+    if table is None:
+        table = _tables["same"] = np.arange(0x110000, dtype=np.uint32)
+    return table
+
+
 def _jit(fn):
     """Compiled by numba (nogil), the machine code cached on disk where numba finds a writable place."""
     try:
@@ -78,27 +115,41 @@ if numba is not None:
         return x ^ (x >> _U(31))
 
     @_jit
-    def _word_hashes(points, word_chars, char_key, base):
-        """uint64 hash of each run of word characters of `points` (uint32 code points), in order."""
+    def _word_hashes(points, lower, word_chars, char_key, base):
+        """(uint64 hash of each run of word characters of `points` lower-cased by `lower`, True), in order.
+
+        (empty, False) when a code point's lower case is LOWER_AS_TEXT: the text must be lower-cased whole.
+        """
         n = points.shape[0]
         out = np.empty(n // 2 + 1, np.uint64)  # at most one word per two code points, plus one
         count = 0
         i = 0
+        c = np.uint32(0)
         while i < n:
-            if not word_chars[points[i]]:
+            c = lower[points[i]]
+            if c == LOWER_AS_TEXT:
+                return out[:0], False
+            if not word_chars[c]:
                 i += 1
                 continue
             total = _U(0)
             power = _U(1)
             length = 0
-            while i < n and word_chars[points[i]]:
-                total += _mix(_U(points[i]) ^ char_key) * power
+            while True:
+                total += _mix(_U(c) ^ char_key) * power
                 power *= base
                 length += 1
                 i += 1
+                if i == n:
+                    break
+                c = lower[points[i]]
+                if c == LOWER_AS_TEXT:
+                    return out[:0], False
+                if not word_chars[c]:
+                    break
             out[count] = _mix(total ^ _U(length))
             count += 1
-        return out[:count]
+        return out[:count], True
 
     @_jit
     def _ngram_hashes(hashes, n, seed):
@@ -200,22 +251,27 @@ class Signer:
         self._a, self._b = np.ascontiguousarray(self._keys[0]), np.ascontiguousarray(self._keys[1])
         self.compiled = numba is not None if compiled is None else compiled
         if self.compiled:
-            self._word_chars = ngrams.word_chars()
-            self._space_chars = _space_chars()
+            self._word_chars, self._space_chars = ngrams.word_chars(), _space_chars()
+            self._lower_chars, self._same_chars = _lower_chars(), _same_chars()
 
     def sign(self, text: str) -> tuple[bytes | None, np.ndarray | None, np.ndarray | None]:
         """(exact key or None, uint64 n-gram hashes or None, uint32 signature or None when no n-grams)."""
         if not self.compiled:
             return self._reference(text)
         normalization, key, grams, sig = self._normalization, None, None, None
-        # NFC once for both keys (for most texts a quick check that returns the text itself).
+        # NFC once for both keys (for most texts a quick check that returns the text itself), and
+        # its code points once.
         nfc = text if normalization in (None, "none") and self._ngram is None else unicodedata.normalize("NFC", text)
+        points = _points(nfc) if normalization == "nfc_whitespace" or self._ngram is not None else None
         if normalization == "nfc_whitespace":
-            key = ngrams.blake2b_key(_collapsed_utf8(_points(nfc), self._space_chars))
+            key = ngrams.blake2b_key(_collapsed_utf8(points, self._space_chars))
         elif normalization is not None:
             key = ngrams.blake2b_key((nfc if normalization == "nfc" else text).encode("utf-8", "surrogatepass"))
         if self._ngram is not None:
-            words = _word_hashes(_points(nfc.lower()), self._word_chars, ngrams.CHAR_KEY, ngrams.BASE)
+            words, done = _word_hashes(points, self._lower_chars, self._word_chars, ngrams.CHAR_KEY, ngrams.BASE)
+            if not done:  # İ or Σ: str.lower() of the whole text
+                words, _ = _word_hashes(_points(nfc.lower()), self._same_chars, self._word_chars, ngrams.CHAR_KEY,
+                                        ngrams.BASE)
             grams = _ngram_hashes(words, self._ngram, ngrams.SEED)
             sig = _signature(grams, self._a, self._b) if len(grams) else None
         return key, grams, sig

@@ -98,10 +98,10 @@ _tables: dict[str, np.ndarray] = {}
 
 
 def word_chars() -> np.ndarray:
-    """Whether WORD matches each code point (0..0x10FFFF), as bools; built once per process (~0.2 CPU-s)."""
+    """Whether WORD matches each code point (0..0x10FFFF), as bools; built once per process (~0.1 CPU-s)."""
     table = _tables.get("word")
     if table is None:
-        every = "".join(map(chr, range(0x110000)))
+        every = np.arange(0x110000, dtype=np.uint32).tobytes().decode("utf-32-le", "surrogatepass")
         table = np.zeros(0x110000, bool)
         for m in WORD.finditer(every):
             table[m.start() : m.end()] = True
