@@ -248,7 +248,7 @@ class SignFn(beam.DoFn):
 def _band_keys(element, bands: int, rows: int):
     key, (_, sig) = element
     if sig is not None:
-        for band in minhash.band_keys(np.frombuffer(sig, np.uint32), bands, rows).tolist():
+        for band in minhash.band_key_ints(np.frombuffer(sig, np.uint32), bands, rows):
             yield band, key
 
 
@@ -441,6 +441,8 @@ class Dedup(beam.PTransform):
       token_count: text -> tokens, for the counts' token figures (None: tokens are 0).
       keep_text: False: `kept` documents come without their text, which then crosses none of the
         exact and near groups (the job reads only `removed`; a cut's spans are in its record).
+      removed_only: make only the `removed` output (the job's case): no per-document work for
+        `kept` and `counts`, which are left out of the returned dict.
     """
 
     def __init__(self, exact: bool = True, near: bool = True, normalization: str = "nfc_whitespace", ngram: int = 5,
@@ -448,7 +450,8 @@ class Dedup(beam.PTransform):
                  jaccard_threshold: float | None = None, rounds: int = 8, eval_files: list[str] | tuple = (),
                  eval_text_key: str = "text", eval_ngram: int = 13, cut: bool = False,
                  max_eval_ngrams: int = 50_000_000, file_names: list[str] | None = None,
-                 token_count: Callable[[str], int] | None = None, keep_text: bool = True):
+                 token_count: Callable[[str], int] | None = None, keep_text: bool = True,
+                 removed_only: bool = False):
         super().__init__()
         ngrams.normalize("", normalization)  # refuses an unknown one
         if bands * rows > num_perm:
@@ -468,7 +471,7 @@ class Dedup(beam.PTransform):
         self.cut, self.max_eval_ngrams = cut, max_eval_ngrams
         self._records = _Records(file_names, token_count)
         self._token_count = token_count
-        self.keep_text = keep_text
+        self.keep_text, self.removed_only = keep_text, removed_only
 
     def expand(self, documents):
         tokens = self._token_count or (lambda text: 0)
@@ -505,6 +508,8 @@ class Dedup(beam.PTransform):
                 docs = docs | "Docs" >> beam.MapTuple(lambda k, doc_sig: (k, doc_sig[0]))
         removed = removed | "Removed" >> beam.Flatten() if removed else (
             documents.pipeline | "NoneRemoved" >> beam.Create([]))
+        if self.removed_only:
+            return {REMOVED: removed}
         kept = docs | "FileLine" >> beam.Map(_from_order)
         counts = ((documents | "CountRead" >> beam.MapTuple(lambda _, d: (d["subset"], "documents", tokens(d["text"]))),
                    kept | "CountKept" >> beam.MapTuple(lambda _, d: (d["subset"], "kept", tokens(d.get("text", "")))),

@@ -111,7 +111,7 @@ def dedup_transform(job: Job) -> Dedup:
         seed=cfg.minhash_seed, jaccard_threshold=cfg.dedup_verify_jaccard, rounds=cfg.dedup_rounds,
         eval_files=list(job.eval_files), eval_text_key=cfg.decontam_text_key, eval_ngram=cfg.decontam_ngram,
         cut=cfg.decontam_cut, max_eval_ngrams=cfg.decontam_max_ngrams,
-        file_names=[redact_url(path) for path in job.input_files], keep_text=False)
+        file_names=[redact_url(path) for path in job.input_files], keep_text=False, removed_only=True)
 
 
 def apply_dedup(job: Job, chunks, read_stats, workspace: Workspace | None = None):
