@@ -11,6 +11,7 @@ Input: a PCollection of documents `((file_index, line), doc)`, `doc` a dict with
              of the document's n-grams found in the eval sets), "tokens" with a token counter;
 - "counts":  one dict per subset: documents, kept, removed by reason (documents and tokens), cut;
              so that kept + removed = documents, checked by the job with its dead letters.
+With `removed_only` (the job's case) only "removed" is made and returned.
 
 Stages, in order (each optional), every survivor the first document in input order:
 
