@@ -77,6 +77,17 @@ def test_duplicates_removed_survivors_by_input_order(planted, in_memory):
         assert rec["similarity"] == 1.0 or rec["reason"] == "duplicate_near"
 
 
+def test_removed_only_gives_the_same_removed_records(planted, in_memory, tmp_path):
+    docs, _ = planted
+    with beam.Pipeline(options=PipelineOptions(IN_MEMORY)) as p:
+        res = p | "Docs" >> beam.Create(docs) | Dedup(file_names=NAMES, keep_text=False, removed_only=True)
+        assert set(res) == {"removed"}
+        (res["removed"] | beam.Map(lambda e: json.dumps(e, sort_keys=True))
+         | beam.io.WriteToText(str(tmp_path / "removed")))
+    lines = sorted(line for path in tmp_path.glob("removed*") for line in path.read_text().splitlines())
+    assert lines == in_memory[3][1]
+
+
 def test_counts_add_up(planted, in_memory):
     docs, _ = planted
     kept, removed, counts, _ = in_memory

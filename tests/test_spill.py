@@ -7,8 +7,10 @@ import pytest
 from corpus_helpers import FAST_BEAM, pile_line, write_lines
 
 from pipeline.cli import run
+from pipeline.core.documents import Line
 from pipeline.format.framing import FramedRecords
 from pipeline.io import localfs, spill
+from pipeline.io.inputs import Chunk
 
 
 def _records(n, start=0):
@@ -28,6 +30,29 @@ def test_spilled_blocks_read_back_as_the_same_framed_records(tmp_path):
     assert spill.load(ref1.take(picked)).data == first.take(picked).data
     assert spill.load(first) is first
     assert len(ref1.take([]).load()) == 0
+
+
+def _chunk(index, lines):
+    return Chunk(3, index, "s3://bucket/in.jsonl.zst", tuple(lines), input_bytes=1234 + index)
+
+
+def test_a_spilled_chunk_loads_as_the_chunk_it_was(tmp_path):
+    writer = spill.SpillWriter(str(tmp_path))
+    lines = [Line(1, 0, b'{"text": "a"}', input_end=10), Line(2, 14, b"", input_end=11),
+             Line(7, 15, "caf\u00e9 \U0001d518".encode(), oversized=1 << 30, input_end=99),
+             Line(8, 40, bytes(range(256)) * 100, input_end=120)]
+    first, empty, second = _chunk(0, lines), _chunk(1, []), _chunk(2, lines[::-1])
+    refs = [spill.spill_chunk(writer, c) for c in (first, empty, second)]
+    writer.close()
+    assert len({r.spill_path for r in refs}) == 1 and refs[1].lines == 0
+    for ref, chunk in zip(refs, (first, empty, second), strict=True):
+        assert ref.load() == chunk and spill.load_chunk(ref) == chunk
+    assert spill.load_chunk(first) is first
+    assert spill.spillable(first) and not spill.spillable(_chunk(4, [Line(1, 0, b"x", row={"text": 1})]))
+    os.truncate(refs[2].spill_path, refs[2].end - 1)
+    with pytest.raises(OSError, match="shorter|damaged"):
+        refs[2].load()
+    assert refs[0].load() == first
 
 
 def test_a_truncated_spill_file_is_an_error_not_short_data(tmp_path):

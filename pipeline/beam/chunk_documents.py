@@ -27,7 +27,7 @@ from pipeline.core.epochs import copies_of
 from pipeline.format.framing import FramedRecords
 from pipeline.io import inputs, outputs
 from pipeline.io.publish import publish
-from pipeline.io.spill import SpillWriter
+from pipeline.io.spill import SpillWriter, load_chunk
 from pipeline.io.urls import redact_url
 from pipeline.tokenize.engines import TokenizerMismatch
 from pipeline.tokenize.model import SpecialIds, WorkerTokenizer
@@ -228,8 +228,9 @@ class ChunkDocumentsFn(EmitsRecords):
 
 
 def with_removed(element) -> tuple[inputs.Chunk, dict | None]:
-    """A tokenizing stage's element: a Chunk, or with dedup (Chunk, {line: removed record})."""
-    return element if isinstance(element, tuple) else (element, None)
+    """A tokenizing stage's element: a Chunk, or with dedup (Chunk or SpilledChunk, {line: removed record})."""
+    chunk, removed = element if isinstance(element, tuple) else (element, None)
+    return load_chunk(chunk), removed
 
 
 def dead_letter_part(chunk: inputs.Chunk, items: list[dict]):

@@ -11,6 +11,7 @@ Input: a PCollection of documents `((file_index, line), doc)`, `doc` a dict with
              of the document's n-grams found in the eval sets), "tokens" with a token counter;
 - "counts":  one dict per subset: documents, kept, removed by reason (documents and tokens), cut;
              so that kept + removed = documents, checked by the job with its dead letters.
+With `removed_only` (the job's case) only "removed" is made and returned.
 
 Stages, in order (each optional), every survivor the first document in input order:
 
@@ -224,31 +225,31 @@ class SignFn(beam.DoFn):
     def __init__(self, exact: str | None, ngram: int | None, num_perm: int, seed: int, shingles: bool,
                  keep_text: bool):
         self._exact, self._ngram, self._shingles, self._keep = exact, ngram, shingles, keep_text
-        self._hasher = minhash.MinHasher(num_perm, seed)
+        self._num_perm, self._seed = num_perm, seed
 
     def setup(self):
-        self._keys = self._hasher.keys
+        # Imported here, not with this module: numba (when installed) loads only in workers that sign.
+        from pipeline.core import minhash_kernel
+
+        # Compiled kernels where numba is installed, the numpy definitions otherwise: the same values.
+        self._signer = minhash_kernel.Signer(self._exact, self._ngram, self._num_perm, self._seed)
 
     def process(self, element):
         key, doc = element
-        text = doc["text"]
-        exact = ngrams.exact_key(text, self._exact) if self._exact is not None else None
-        sig = None
-        if self._ngram is not None:
-            # A repeated n-gram does not change a minimum: the signature needs no np.unique, the true
-            # Jaccard check (the shingles' output) does.
-            grams = ngrams.ngram_hashes(ngrams.text_word_hashes(text), self._ngram)
-            if len(grams):
-                sig = self._hasher.signature(grams, self._keys).tobytes()
-                if self._shingles:
-                    yield beam.pvalue.TaggedOutput(_SHINGLES, (key, np.unique(grams).tobytes()))
+        exact, grams, sig = self._signer.sign(doc["text"])
+        if sig is not None:
+            sig = sig.tobytes()
+            if self._shingles:
+                # A repeated n-gram does not change a minimum: the signature needs no np.unique, the
+                # true Jaccard check (the shingles' output) does.
+                yield beam.pvalue.TaggedOutput(_SHINGLES, (key, np.unique(grams).tobytes()))
         yield exact, (key, doc if self._keep else {n: v for n, v in doc.items() if n != "text"}, sig)
 
 
 def _band_keys(element, bands: int, rows: int):
     key, (_, sig) = element
     if sig is not None:
-        for band in minhash.band_keys(np.frombuffer(sig, np.uint32), bands, rows).tolist():
+        for band in minhash.band_key_ints(np.frombuffer(sig, np.uint32), bands, rows):
             yield band, key
 
 
@@ -441,6 +442,8 @@ class Dedup(beam.PTransform):
       token_count: text -> tokens, for the counts' token figures (None: tokens are 0).
       keep_text: False: `kept` documents come without their text, which then crosses none of the
         exact and near groups (the job reads only `removed`; a cut's spans are in its record).
+      removed_only: make only the `removed` output (the job's case): no per-document work for
+        `kept` and `counts`, which are left out of the returned dict.
     """
 
     def __init__(self, exact: bool = True, near: bool = True, normalization: str = "nfc_whitespace", ngram: int = 5,
@@ -448,7 +451,8 @@ class Dedup(beam.PTransform):
                  jaccard_threshold: float | None = None, rounds: int = 8, eval_files: list[str] | tuple = (),
                  eval_text_key: str = "text", eval_ngram: int = 13, cut: bool = False,
                  max_eval_ngrams: int = 50_000_000, file_names: list[str] | None = None,
-                 token_count: Callable[[str], int] | None = None, keep_text: bool = True):
+                 token_count: Callable[[str], int] | None = None, keep_text: bool = True,
+                 removed_only: bool = False):
         super().__init__()
         ngrams.normalize("", normalization)  # refuses an unknown one
         if bands * rows > num_perm:
@@ -468,7 +472,7 @@ class Dedup(beam.PTransform):
         self.cut, self.max_eval_ngrams = cut, max_eval_ngrams
         self._records = _Records(file_names, token_count)
         self._token_count = token_count
-        self.keep_text = keep_text
+        self.keep_text, self.removed_only = keep_text, removed_only
 
     def expand(self, documents):
         tokens = self._token_count or (lambda text: 0)
@@ -505,6 +509,8 @@ class Dedup(beam.PTransform):
                 docs = docs | "Docs" >> beam.MapTuple(lambda k, doc_sig: (k, doc_sig[0]))
         removed = removed | "Removed" >> beam.Flatten() if removed else (
             documents.pipeline | "NoneRemoved" >> beam.Create([]))
+        if self.removed_only:
+            return {REMOVED: removed}
         kept = docs | "FileLine" >> beam.Map(_from_order)
         counts = ((documents | "CountRead" >> beam.MapTuple(lambda _, d: (d["subset"], "documents", tokens(d["text"]))),
                    kept | "CountKept" >> beam.MapTuple(lambda _, d: (d["subset"], "kept", tokens(d.get("text", "")))),

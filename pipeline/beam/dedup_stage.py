@@ -5,6 +5,8 @@ Element shapes:
   documents                              -> Dedup (pipeline/beam/dedup.py) -> removed records
   removed record                         -> ((file_index, chunk), record), CoGroupByKey with
   Chunk keyed by (file_index, chunk)     -> (Chunk, {line: record}): what the formats tokenize
+    (with a spill directory, DirectRunner: a SpilledChunk, the chunk's lines written once to a local
+    spill file as it is read, so that the join moves references, not the text: pipeline/io/spill.py)
   removed record                         -> ((file_index, first chunk), record) -> WriteRemovedFn -> file info
 The formats' tokenizing stage (pipeline/beam/chunk_documents.py) skips the removed lines, counts them
 per subset by reason with their tokens, and tokenizes a `contaminated_cut` document's cut text. The
@@ -20,11 +22,13 @@ import apache_beam as beam
 
 from pipeline.beam.chunk_documents import DEAD_LETTER_SPAN
 from pipeline.beam.dedup import REMOVED, Dedup
+from pipeline.beam.execution import Workspace
 from pipeline.beam.preflight import Job
 from pipeline.config.job import PipelineConfig
 from pipeline.core import documents
 from pipeline.io import inputs, outputs
 from pipeline.io.publish import publish
+from pipeline.io.spill import SpillWriter, spill_chunk, spillable
 from pipeline.io.urls import redact_url
 
 REMOVED_FILES = "removed_files"  # the stats key of the removed/ files' infos
@@ -48,6 +52,33 @@ class DocumentsOfFn(beam.DoFn):
             if documents.filter_reason(doc.text, doc.subset, self._selected):
                 continue
             yield (chunk.file_index, line.number), {"text": doc.text, "subset": doc.subset, "chunk": chunk.chunk_index}
+
+
+class SpillChunksFn(beam.DoFn):
+    """Chunk -> ((file_index, chunk_index), SpilledChunk): its lines once to a spill file of this DoFn's.
+
+    A chunk with a columnar row (a value JSON cannot hold) goes on as it is.
+    """
+
+    def __init__(self, spill_dir: str):
+        self._spill_dir = spill_dir
+        self._writer = None
+
+    def process(self, chunk: inputs.Chunk):
+        if not spillable(chunk):
+            yield (chunk.file_index, chunk.chunk_index), chunk
+            return
+        if self._writer is None:
+            self._writer = SpillWriter(self._spill_dir)
+        yield (chunk.file_index, chunk.chunk_index), spill_chunk(self._writer, chunk)
+
+    def teardown(self):
+        if self._writer is not None:
+            self._writer.close()
+
+
+def _key_chunk(chunk: inputs.Chunk):
+    return (chunk.file_index, chunk.chunk_index), chunk
 
 
 def _with_removed(element):
@@ -80,16 +111,22 @@ def dedup_transform(job: Job) -> Dedup:
         seed=cfg.minhash_seed, jaccard_threshold=cfg.dedup_verify_jaccard, rounds=cfg.dedup_rounds,
         eval_files=list(job.eval_files), eval_text_key=cfg.decontam_text_key, eval_ngram=cfg.decontam_ngram,
         cut=cfg.decontam_cut, max_eval_ngrams=cfg.decontam_max_ngrams,
-        file_names=[redact_url(path) for path in job.input_files], keep_text=False)
+        file_names=[redact_url(path) for path in job.input_files], keep_text=False, removed_only=True)
 
 
-def apply_dedup(job: Job, chunks, read_stats):
-    """(chunks, read stats) -> ((Chunk, {line: removed record}), read stats + the removed/ files' infos)."""
+def apply_dedup(job: Job, chunks, read_stats, workspace: Workspace | None = None):
+    """(chunks, read stats) -> ((Chunk, {line: removed record}), read stats + the removed/ files' infos).
+
+    With the workspace's spill directory the Chunk is a SpilledChunk (the tokenizing stage loads it).
+    """
     cfg = job.config
     removed = (chunks
                | "DocumentsOf" >> beam.ParDo(DocumentsOfFn(cfg))
                | "Dedup" >> dedup_transform(job))[REMOVED]
-    joined = ({"chunk": chunks | "KeyChunks" >> beam.Map(lambda c: ((c.file_index, c.chunk_index), c)),
+    spill_dir = workspace.spill_dir if workspace is not None else None
+    # ((file_index, chunk_index), Chunk or SpilledChunk)
+    keyed = chunks | "KeyChunks" >> (beam.ParDo(SpillChunksFn(spill_dir)) if spill_dir else beam.Map(_key_chunk))
+    joined = ({"chunk": keyed,
                "removed": removed | "KeyRemoved" >> beam.Map(lambda r: ((r["file_index"], r["chunk"]), r))}
               | "JoinRemoved" >> beam.CoGroupByKey()
               | "WithRemoved" >> beam.FlatMap(_with_removed))

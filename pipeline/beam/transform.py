@@ -81,7 +81,7 @@ class TokenShards(beam.PTransform):
             )
             chunks, read_stats = read.chunks, read[STATS]
         if job.config.dedup_enabled:  # before tokenizing and epochs (pipeline/beam/dedup_stage.py)
-            chunks, read_stats = apply_dedup(job, chunks, read_stats)
+            chunks, read_stats = apply_dedup(job, chunks, read_stats, self._workspace)
         return output_format(job.config).build(pvalue.pipeline, job, chunks, read_stats, self._workspace)
 
 

@@ -14,6 +14,11 @@ then `ordered_pieces` gathers the shard straight from them in order (mapped into
 instead of three with no second pass through the disk (at 500 MB a shard, ~40% of the writer's CPU
 and the wall time it adds after the last input is tokenized).
 
+With --dedup or --decontaminate the read chunks meet their removed documents' records in a
+CoGroupByKey; with a spill directory each chunk's lines go to a spill file once, as the chunk is
+read, and only a `SpilledChunk` reference crosses the join: the tokenizing stage loads the chunk
+back (one chunk at a time) instead of the driver holding all the text.
+
 The spill directory is hidden inside a local output directory (so it needs no other disk, and an
 `--overwrite` run removes what a killed run left) and removed when the job ends. On a remote output
 (s3://) it is a local temporary directory.
@@ -33,8 +38,10 @@ from collections.abc import Iterable, Iterator
 import fsspec
 import numpy as np
 
+from pipeline.core.documents import Line
 from pipeline.format.framing import FramedRecords
 from pipeline.io import localfs
+from pipeline.io.inputs import Chunk
 from pipeline.io.publish import temp_name, write_failure
 from pipeline.io.spool import SpoolError
 from pipeline.io.urls import is_local
@@ -145,11 +152,17 @@ class SpillWriter:
 
     def write(self, block: FramedRecords) -> SpilledRecords:
         """Append `block`; the reference is valid once this returns (the write is unbuffered)."""
+        path, base = self.write_bytes(block.data)
+        ends = block.ends + base
+        return SpilledRecords(path, ends - np.diff(block.ends, prepend=0), ends)
+
+    def write_bytes(self, data) -> tuple[str, int]:
+        """Append `data` (any buffer); (the file's path, where the data starts in it)."""
         try:
             if self._file is None:
                 self._path = os.path.join(self._dir, f"{uuid.uuid4().hex}.records")
                 self._file = open(self._path, "ab", buffering=0)  # noqa: SIM115 -- kept open across bundles
-            view = memoryview(block.data)
+            view = memoryview(data).cast("B")
             while view:
                 view = view[self._file.write(view):]
         except OSError as e:
@@ -158,15 +171,75 @@ class SpillWriter:
             self._size = 0
             raise write_failure(self._path or self._dir, e) from e
         base = self._size
-        self._size += len(block.data)
-        ends = block.ends + base
-        return SpilledRecords(self._path, ends - np.diff(block.ends, prepend=0), ends)
+        self._size += memoryview(data).nbytes
+        return self._path, base
 
     def close(self) -> None:
         """Close the file (its references stay valid: the file stays until the job ends)."""
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+# A spilled chunk's line table: per line its number, offset, oversized, input_end and length (int64).
+_LINE_FIELDS = 5
+
+
+@dataclasses.dataclass(frozen=True)
+class SpilledChunk:
+    """A read chunk whose lines are in a spill file: bytes [start, end) hold its line table, then the lines' bytes.
+
+    What the chunk's consumers need before loading it rides along (file_index, chunk_index, path,
+    input_bytes); `load()` gives back the equal Chunk.
+    """
+
+    file_index: int
+    chunk_index: int
+    path: str  # the input file's
+    input_bytes: int
+    lines: int
+    spill_path: str
+    start: int
+    end: int
+
+    def load(self) -> Chunk:
+        """The chunk, read back from its spill file (an OSError if the file does not hold it)."""
+        with open(self.spill_path, "rb") as f:
+            data = os.pread(f.fileno(), self.end - self.start, self.start)
+        table_bytes = 8 * _LINE_FIELDS * self.lines
+        if len(data) < table_bytes:
+            raise OSError(f"spill file {self.spill_path} is shorter than its chunk ({self.start}..{self.end})")
+        table = np.frombuffer(data, np.int64, _LINE_FIELDS * self.lines).reshape(self.lines, _LINE_FIELDS)
+        lengths = table[:, 4]
+        if (lengths < 0).any() or table_bytes + int(lengths.sum()) != len(data):
+            raise OSError(f"spill file {self.spill_path}: the chunk at {self.start} is damaged")
+        view = memoryview(data)
+        ends = (table_bytes + np.cumsum(lengths)).tolist()
+        starts = [table_bytes, *ends[:-1]][: len(ends)]
+        lines = tuple(Line(number, offset, bytes(view[a:b]), oversized, input_end)
+                      for (number, offset, oversized, input_end, _), a, b
+                      in zip(table.tolist(), starts, ends, strict=True))
+        return Chunk(self.file_index, self.chunk_index, self.path, lines, self.input_bytes)
+
+
+def spillable(chunk: Chunk) -> bool:
+    """Whether `spill_chunk` can write the chunk: none of its lines carries a columnar row (those stay as they are)."""
+    return all(line.row is None for line in chunk.lines)
+
+
+def spill_chunk(writer: SpillWriter, chunk: Chunk) -> SpilledChunk:
+    """Write a chunk's lines to `writer`'s spill file once; the reference to load it from."""
+    table = np.array([(line.number, line.offset, line.oversized, line.input_end, len(line.data))
+                      for line in chunk.lines], np.int64).reshape(-1, _LINE_FIELDS)
+    data = b"".join([table.tobytes(), *(line.data for line in chunk.lines)])
+    path, start = writer.write_bytes(data)
+    return SpilledChunk(chunk.file_index, chunk.chunk_index, chunk.path, chunk.input_bytes, len(chunk.lines),
+                        path, start, start + len(data))
+
+
+def load_chunk(chunk: Chunk | SpilledChunk) -> Chunk:
+    """A chunk, wherever it is."""
+    return chunk.load() if isinstance(chunk, SpilledChunk) else chunk
 
 
 def make_spill_dir(output_dir: str) -> str:

@@ -1,4 +1,4 @@
-"""CPU seconds per MB of text for MinHash signatures: ours (numpy) against mmh3 and datasketch, same texts.
+"""CPU seconds per MB of text for MinHash signatures: ours (numba, numpy) against mmh3 and datasketch, same texts.
 
     PYTHONPATH=. .venv/bin/python scripts/bench/bench_minhash.py PLANTED_DIR/corpus.jsonl [--docs 500]
     PYTHONPATH=. .venv-datatrove/bin/python scripts/bench/bench_minhash.py PLANTED_DIR/corpus.jsonl  # + datasketch
@@ -6,7 +6,9 @@
 Each variant: word 5-gram shingles of each document, 128 permutations. CPU time (process_time),
 not wall time, so a loaded machine distorts it less; each variant's signatures are also checked
 to estimate the same Jaccard as ours within sampling error (a wrong implementation is not timed).
-Variants whose library is missing are reported as such.
+Variants whose library is missing are reported as such. `--exact` adds exact dedup's key (the
+job's Sign step computes both from one NFC pass): the compiled Signer, and the numpy path's
+`ngrams.exact_key`.
 """
 
 from __future__ import annotations
@@ -17,9 +19,32 @@ import time
 
 import numpy as np
 
-from pipeline.core import minhash, ngrams
+from pipeline.core import minhash, minhash_kernel, ngrams
 
 NUM_PERM, NGRAM = 128, 5
+
+
+def ours_compiled(texts, normalization=None):
+    """The job's SignFn where numba is installed: pipeline/core/minhash_kernel.py's kernels."""
+    if not minhash_kernel.available():
+        raise ImportError(name="numba")
+    signer = minhash_kernel.Signer(normalization, NGRAM, NUM_PERM, 1, compiled=True)
+    empty = np.full(NUM_PERM, minhash.EMPTY, np.uint32)  # the numpy signature of no shingles
+    return [sig if (sig := signer.sign(t)[2]) is not None else empty for t in texts]
+
+
+def ours_compiled_exact(texts):
+    return ours_compiled(texts, "nfc_whitespace")
+
+
+def ours_exact(texts):
+    hasher = minhash.MinHasher(NUM_PERM, 1)
+    keys = hasher.keys
+    out = []
+    for t in texts:
+        ngrams.exact_key(t)
+        out.append(hasher.signature(ngrams.ngram_hashes(ngrams.text_word_hashes(t), NGRAM), keys))
+    return out
 
 
 def ours(texts):
@@ -71,14 +96,18 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("corpus")
     ap.add_argument("--docs", type=int, default=500)
+    ap.add_argument("--exact", action="store_true", help="also the variants with exact dedup's key")
     args = ap.parse_args()
     with open(args.corpus) as f:
         texts = [json.loads(line)["text"] for _, line in zip(range(args.docs), f, strict=False)]
     mb = sum(len(t.encode()) for t in texts) / 1e6
-    reference = None
-    for name, fn in [("ours (words hashed in numpy)", ours), ("ours, blake2b per distinct word", ours_blake2b_words),
-                     ("mmh3 per shingle", with_mmh3),
-                     ("datasketch", with_datasketch)]:
+    reference = first = None
+    variants = [("ours, compiled (numba)", ours_compiled), ("ours, numpy (words hashed in numpy)", ours),
+                ("ours, blake2b per distinct word", ours_blake2b_words), ("mmh3 per shingle", with_mmh3),
+                ("datasketch", with_datasketch)]
+    if args.exact:
+        variants[2:2] = [("ours, compiled, + exact key", ours_compiled_exact), ("ours, numpy, + exact key", ours_exact)]
+    for name, fn in variants:
         try:
             fn(texts[:5])  # one-off per process (ours: the table of word characters, ~0.2 CPU-s), not timed
             start = time.process_time()
@@ -89,10 +118,11 @@ def main():
             continue
         est = [float(np.mean(sigs[i] == sigs[i + 1])) for i in range(len(sigs) - 1)]
         if reference is None:
-            reference = est
+            reference, first = est, sigs
         drift = float(np.max(np.abs(np.array(est) - np.array(reference))))
+        same = name.startswith("ours, ") and all(np.array_equal(a, b) for a, b in zip(sigs, first, strict=True))
         print(f"{name}: {cpu / mb:.3f} CPU-s per MB ({mb:.1f} MB, {len(texts)} docs); "
-              f"max |estimate - ours| over neighbours {drift:.2f}")
+              f"max |estimate - ours| over neighbours {drift:.2f}{'; signatures identical' if same else ''}")
 
 
 if __name__ == "__main__":
