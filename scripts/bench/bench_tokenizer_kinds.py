@@ -22,7 +22,8 @@
      `tools/preprocess_data.py --tokenizer-type HuggingFaceTokenizer --append-eod --workers N`.
    A peer without its flag is not run; its command is printed instead.
 4. Checks: the auto run's shards equal the reference run's, byte for byte; each peer wrote as many
-   tokens as we did.
+   tokens as we did, less what our encoding of literal special-token strings in the text as text
+   adds (the peers load the tokenizer with its defaults, which make them control ids).
 Prints a Markdown table (MB/s of JSON lines, x the bare loop, by wall time and by CPU seconds of the
 command's whole process tree) and the 1-minute load average.
 """
@@ -149,6 +150,31 @@ def peer_tokens(work: str) -> dict[str, int | None]:
     return {"datatrove": size("out-datatrove/*.ds"), "Megatron-LM": size("out-megatron/*.bin")}
 
 
+def special_strings_extra(corpus: str, tok_dir: str) -> tuple[int, int]:
+    """(extra tokens, documents): what encoding literal special-token strings as text adds to the corpus.
+
+    Ours encodes a `<|endoftext|>` written inside a document as text (`encode_special_tokens`), as
+    the reference demands; datatrove and Megatron-LM load the tokenizer with its defaults, which
+    turn it into the one control id. So their token counts are ours less this.
+    """
+    from tokenizers import Tokenizer
+
+    as_text = Tokenizer.from_file(os.path.join(tok_dir, "tokenizer.json"))
+    as_text.encode_special_tokens = True
+    as_control = Tokenizer.from_file(os.path.join(tok_dir, "tokenizer.json"))
+    specials = [t.content for t in as_control.get_added_tokens_decoder().values() if t.special]
+    extra = documents = 0
+    with open(corpus, "rb") as f:
+        for line in f:
+            text = json.loads(line)["text"]
+            if any(s in text for s in specials):
+                more = (len(as_text.encode(text, add_special_tokens=False).ids)
+                        - len(as_control.encode(text, add_special_tokens=False).ids))
+                extra += more
+                documents += more != 0
+    return extra, documents
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mb", type=float, default=200)
@@ -196,10 +222,13 @@ def main(argv=None) -> None:
         print(f"| {name} | {t:.1f} | {size / 1e6 / t:.2f} | {bare / t:.2f} | {c:.1f} | {bare_cpu / c:.2f} |")
     print(f"\nauto's shards byte-identical to the reference's: {ref == auto and bool(ref)}")
     tokens = manifest["totals"]["tokens"]
-    for peer, count in peer_tokens(work).items():
+    counts = peer_tokens(work)
+    extra, documents = special_strings_extra(corpus, tok_dir) if any(counts.values()) else (0, 0)
+    for peer, count in counts.items():
         if count is not None:
-            same = "the same count" if count == tokens else "DIFFERENT"
-            print(f"{peer} wrote {count:,} tokens, ours {tokens:,}: {same}")
+            same = "the same count" if count == tokens - extra else "DIFFERENT"
+            print(f"{peer} wrote {count:,} tokens, ours {tokens:,} of which {extra:,} encode the literal special-token "
+                  f"strings of {documents} documents as text (the peers: as control ids): {same}")
     for name, cmd in cmds.items():
         if cmd is None:
             print(f"not run ({name}): see this script's docstring for the flag that runs it")
