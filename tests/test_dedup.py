@@ -180,3 +180,32 @@ def test_small_star_over_large_stars_repeats_gives_the_rounds_edges(seed):
     for u, v in map(dedup.small_star_map, large):
         smaller.setdefault(u, []).append(v)
     assert {e for u, vs in smaller.items() for e in dedup.small_star(u, vs)} == dedup.star_round(edges)
+
+
+def _round_with_repeats(edges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The Beam round: large-star then small-star, grouping lists (repeats kept), no Distinct."""
+    grouped: dict[int, list[int]] = {}
+    for u, v in (p for e in edges for p in dedup.large_star_map(e)):
+        grouped.setdefault(u, []).append(v)
+    large = [e for node, vs in grouped.items() for e in dedup.large_star(node, vs)]
+    smaller: dict[int, list[int]] = {}
+    for u, v in map(dedup.small_star_map, large):
+        smaller.setdefault(u, []).append(v)
+    return [e for node, vs in smaller.items() for e in dedup.small_star(node, vs)]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_rounds_without_distinct_keep_the_reference_edges_and_never_grow(seed):
+    """StarRound has no Distinct: at every round the same edge set as the set-based rounds, no more elements."""
+    rng = np.random.default_rng(seed)
+    graphs = [_random_graph(rng, int(rng.integers(5, 80)), int(rng.integers(5, 300))) for _ in range(50)]
+    graphs.append({(i + 1, i) for i in range(300)})
+    repeats = 0
+    for graph in graphs:
+        reference, edges = set(graph), sorted(graph)
+        for _ in range(10):
+            reference, edges = dedup.star_round(reference), _round_with_repeats(edges)
+            assert set(edges) == reference
+            assert len(edges) <= len(graph)
+            repeats += len(edges) > len(set(edges))
+    assert repeats  # the case the claim is about did occur

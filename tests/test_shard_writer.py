@@ -67,6 +67,37 @@ def test_records_come_out_in_permuted_order_from_blocks_in_memory_or_in_spill_fi
     assert info["sha256"] == hashlib.sha256(data).hexdigest() and info["bytes"] == len(data)
 
 
+@pytest.mark.parametrize("spilled", [False, True])
+def test_one_shard_placed_by_its_blocks_first_indices_is_the_same_shard(tmp_path, spilled):
+    """With one shard, AssignShards sends each block's first global index, not its positions: same bytes."""
+    from pipeline.beam.tfrecord import AssignShardsFn
+
+    n, seed, sizes = 57, 0, [10, 0, 25, 22]  # records per source, in source order
+    plan = ShardPlan(n, 1)
+    sources = [(0, 0, 0, k) for k in range(len(sizes))]
+    offsets = SourceOffsets.from_counts(list(zip(sources, sizes, strict=True)))
+    writer = spill.SpillWriter(str(tmp_path / "spill"))
+    os.makedirs(tmp_path / "spill")
+    elements, by_positions = [], []
+    for source, count in zip(sources, sizes, strict=True):
+        index = offsets.offset(source) + np.arange(count)
+        block = FramedRecords.of(_payload(int(i)) for i in index.tolist())
+        recs = writer.write(block) if spilled else block
+        elements += list(AssignShardsFn(seed).process((source, recs), offsets, plan))
+        if count:  # as AssignShards, which sends no empty block
+            by_positions.append((Permutation(n, seed)(index).astype("<i8").tobytes(), recs))
+    writer.close()
+    assert all(isinstance(placement, int) for _, (placement, _) in elements)  # not the positions
+    spill_dir = str(tmp_path / "spill") if spilled else None
+    (placed,) = WriteShardFn(_config(tmp_path / "a"), RECORD_PAYLOAD + 16, RUN_ID, spill_dir).process(
+        (0, [value for _, value in elements]), plan)
+    (positioned,) = WriteShardFn(_config(tmp_path / "b"), RECORD_PAYLOAD + 16, RUN_ID).process((0, by_positions), plan)
+    data = (tmp_path / "a" / placed["path"]).read_bytes()
+    order = Permutation(n, seed).inverse(np.arange(n))  # the index of the record at each position
+    assert data == (tmp_path / "b" / positioned["path"]).read_bytes()
+    assert data == b"".join(frame(_payload(int(i))) for i in order)
+
+
 @pytest.mark.parametrize("problem", ["missing", "twice", "outside"])
 def test_a_group_that_does_not_cover_its_shard_exactly_writes_nothing(tmp_path, problem):
     plan = ShardPlan(10, 1)

@@ -32,6 +32,38 @@ def test_spilled_blocks_read_back_as_the_same_framed_records(tmp_path):
     assert len(ref1.take([]).load()) == 0
 
 
+def _python_calls_while_pickling(value) -> list[str]:
+    """The Python functions that run while `value` is pickled."""
+    import pickle
+    import sys
+
+    called = []
+    sys.setprofile(lambda frame, event, arg: called.append(frame.f_code.co_name) if event == "call" else None)
+    try:
+        pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
+    finally:
+        sys.setprofile(None)
+    return called
+
+
+def test_a_packed_blocks_reference_pickles_as_four_numbers(tmp_path):
+    """What crosses the shuffle per block of records does not grow with them (nor run Python to pickle)."""
+    import pickle
+
+    writer = spill.SpillWriter(str(tmp_path))
+    block = writer.write(FramedRecords.of(bytes([i % 251]) * 40 for i in range(3000)))  # a packed block's
+    varied = writer.write(FramedRecords.of(_records(50)))
+    writer.close()
+    assert block.bounds is None and len(pickle.dumps(block)) < len(block.path) + 150
+    assert _python_calls_while_pickling(block) == []
+    reordered = block.take([5, 1, 9])
+    assert reordered.bounds is not None and reordered.starts.tolist() == block.starts[[5, 1, 9]].tolist()
+    assert varied.bounds is not None and len(varied) == 50
+    for ref in (block, reordered, varied):
+        copy = pickle.loads(pickle.dumps(ref))
+        assert len(copy) == len(ref) and copy.load().data == ref.load().data
+
+
 def _chunk(index, lines):
     return Chunk(3, index, "s3://bucket/in.jsonl.zst", tuple(lines), input_bytes=1234 + index)
 

@@ -51,7 +51,7 @@ import numpy as np
 from pipeline.core import dedup, minhash, ngrams
 
 KEPT, REMOVED, COUNTS = "kept", "removed", "counts"
-_SIGS, _SHINGLES = "sigs", "shingles"
+_SIGS, _SHINGLES, _CLUSTER = "sigs", "shingles", "cluster"
 
 
 def _counter(name: str):
@@ -309,11 +309,14 @@ def _keep_similar(element, threshold: float):
 
 
 class StarRound(beam.PTransform):
-    """One large-star and one small-star round over distinct edges (u, v): the same components, nearer to stars.
+    """One large-star and one small-star round over edges (u, v): the same components, nearer to stars.
 
-    Large-star's output goes to small-star with its repeats (at most one output per input edge, so
-    no more elements than the round's input): small-star's edges depend only on the set of its
-    inputs, so one Distinct per round, at its end, gives the same edges with one shuffle less.
+    No Distinct: each star's output edges, as a set, depend only on the set of its input edges, and
+    each emits at most one edge per input edge (large-star: one per edge, at its smaller end;
+    small-star: at most one per edge it groups). So repeats never add up over the rounds (no more
+    elements than the rounds' first input, which the bucket stars' Distinct makes distinct), the
+    rounds give the same edge set as with a Distinct after each, and every reader of the result
+    takes a repeated edge as one (`tests/test_dedup.py` checks both against the set-based reference).
     """
 
     def expand(self, edges):
@@ -324,12 +327,14 @@ class StarRound(beam.PTransform):
         return (large
                 | "SmallMap" >> beam.Map(dedup.small_star_map)
                 | "SmallGroup" >> beam.GroupByKey()
-                | "SmallStar" >> beam.FlatMapTuple(dedup.small_star)
-                | "SmallDistinct" >> beam.Distinct())
+                | "SmallStar" >> beam.FlatMapTuple(dedup.small_star))
 
 
 class _CheckStarFn(beam.DoFn):
-    """Per node: at most one parent, and not both a parent and a child; else the rounds did not converge."""
+    """Per node: at most one parent, and not both a parent and a child; else the rounds did not converge.
+
+    Emits (member, ("root", its component's first)) and (first, ("is_root", None)), once per node.
+    """
 
     def __init__(self, rounds: int):
         self._rounds = rounds
@@ -347,7 +352,9 @@ class _CheckStarFn(beam.DoFn):
         if parent is not None and has_child:
             raise RuntimeError(self._message(node))
         if parent is not None:
-            yield node, parent
+            yield node, ("root", parent)
+        elif has_child:  # a component's first document: its signature is its members' twin's
+            yield node, ("is_root", None)
 
     def _message(self, node: int) -> str:
         file_index, line = dedup.order_parts(node)
@@ -356,31 +363,58 @@ class _CheckStarFn(beam.DoFn):
 
 
 class NearFn(beam.DoFn):
-    """(key, tagged values) -> the doc kept, or a `duplicate_near` record with its root and estimated similarity."""
+    """(key, tagged values) -> the doc kept; a member's and a root's signature on CLUSTER, keyed by the root.
+
+    CLUSTER: (root, ("member", key, doc, sig)) for each document of a component but its first, and
+    (root, ("root", sig)) for the first: only the components' documents go on to `ClusterFn`.
+    """
+
+    def process(self, element):
+        key, values = element
+        doc_sig = root = None
+        is_root = False
+        for tag, value in values:  # at most one doc and one root: a key is one document
+            if tag == "doc":
+                doc_sig = value
+            elif tag == "root":
+                root = value
+            else:
+                is_root = True
+        if doc_sig is None:
+            return
+        doc, sig = doc_sig
+        if root is not None:
+            yield beam.pvalue.TaggedOutput(_CLUSTER, (root, ("member", key, doc, sig)))
+            return
+        if is_root:
+            yield beam.pvalue.TaggedOutput(_CLUSTER, (key, ("root", sig)))
+        yield key, doc
+
+
+class ClusterFn(beam.DoFn):
+    """(root, [("root", sig), ("member", key, doc, sig), ...]) -> a `duplicate_near` record per member.
+
+    The similarity is MinHash's estimate against the root. The group is read twice (the root's
+    signature, then the members), one element at a time: a cluster of 100,000 copies costs a pair's memory.
+    """
 
     def __init__(self, records: _Records):
         self._records = records
         self._removed = _counter("duplicate_near")
 
     def process(self, element):
-        key, values = element
-        doc_sig = root = None
-        for tag, value in values:  # at most one of each: a key is one document
-            if tag == "doc":
-                doc_sig = value
-            else:
-                root = value
-        if doc_sig is None:
-            return
-        doc, sig = doc_sig
-        if root is None:
-            yield key, doc
-            return
-        root_key, root_sig = root
-        similarity = minhash.estimate_jaccard(np.frombuffer(sig, np.uint32), np.frombuffer(root_sig, np.uint32))
-        self._removed.inc()
-        yield beam.pvalue.TaggedOutput(REMOVED, self._records.record(key, doc, "duplicate_near", similarity,
-                                                                     twin=root_key))
+        root_key, values = element
+        root_sig = next((value[1] for value in values if value[0] == "root"), None)
+        if root_sig is None:
+            raise RuntimeError(f"near dedup: the first document of a cluster has no signature ({root_key})")
+        root = np.frombuffer(root_sig, np.uint32)
+        for value in values:
+            if value[0] == "member":
+                _, key, doc, sig = value
+                self._removed.inc()
+                yield self._records.record(key, doc, "duplicate_near",
+                                           minhash.estimate_jaccard(np.frombuffer(sig, np.uint32), root),
+                                           twin=root_key)
 
 
 # -- counts ------------------------------------------------------------------------------------------
@@ -521,7 +555,6 @@ class Dedup(beam.PTransform):
 
     def _near(self, docs, shingles):
         """(key, (doc, sig)) of the exact survivors -> (kept (key, doc), duplicate_near records)."""
-        sigs = docs | "Sigs" >> beam.FlatMapTuple(lambda k, doc_sig: [(k, doc_sig[1])] if doc_sig[1] else [])
         edges = (docs
                  | "BandKeys" >> beam.FlatMap(_band_keys, self.bands, self.rows)
                  | "BandGroup" >> beam.GroupByKey()
@@ -531,16 +564,18 @@ class Dedup(beam.PTransform):
             edges = edges | "TrueJaccard" >> CheckedEdges(shingles, self.jaccard_threshold)
         for i in range(self.rounds):
             edges = edges | f"StarRound{i}" >> StarRound()
+        # (member, ("root", its component's first)), (first, ("is_root", None))
         roots = ((edges | "ChildOf" >> beam.MapTuple(lambda c, p: (c, ("child_of", p))),
                   edges | "ParentOf" >> beam.MapTuple(lambda c, p: (p, ("parent_of", c))))
                  | "StarEnds" >> beam.Flatten()
                  | "StarGroup" >> beam.GroupByKey()
-                 | "CheckStars" >> beam.ParDo(_CheckStarFn(self.rounds)))  # (member, its component's first)
-        # (member, (root, root's signature))
-        with_root = sigs | "RootSignature" >> JoinOne(roots | "ByRoot" >> beam.MapTuple(lambda c, r: (r, c)))
-        out = ((docs | "TagDoc" >> beam.MapTuple(lambda k, doc_sig: (k, ("doc", doc_sig))),
-                with_root | "TagRoot" >> beam.MapTuple(lambda k, r: (k, ("root", r))))
+                 | "CheckStars" >> beam.ParDo(_CheckStarFn(self.rounds)))
+        out = ((docs | "TagDoc" >> beam.MapTuple(lambda k, doc_sig: (k, ("doc", doc_sig))), roots)
                | "NearParts" >> beam.Flatten()
                | "NearGroup" >> beam.GroupByKey()
-               | "Near" >> beam.ParDo(NearFn(self._records)).with_outputs(REMOVED, main=KEPT))
-        return out[KEPT], out[REMOVED]
+               | "Near" >> beam.ParDo(NearFn()).with_outputs(_CLUSTER, main=KEPT))
+        # Only the clusters' documents: (root, their signatures and fields) -> the removed records.
+        removed = (out[_CLUSTER]
+                   | "ClusterGroup" >> beam.GroupByKey()
+                   | "Similarity" >> beam.ParDo(ClusterFn(self._records)))
+        return out[KEPT], removed

@@ -61,13 +61,32 @@ def flag_names() -> set[str]:
 BEAM = Runner(unknown=unknown_flags, flags=flag_names)
 
 
+# Beam's in-process workers (DirectRunner's multi_threading) flush their outputs from a timer thread
+# every second. A flush between two writes of one element (the GIL goes to the timer while Python
+# code encodes it: pickling a numpy array's dtype is Python) sends half an element, which its reader
+# cannot decode: the job fails, or runs out of memory on a length read from the wrong bytes. The same
+# workers with a time limit no job reaches flush whole elements only (by size, and when a bundle ends).
+NO_TIMED_FLUSH_MS = 7 * 24 * 3600 * 1000
+_ADVICE = "If direct_num_workers is not equal to 1, direct_running_mode should be"
+
+
+class _NoRunningModeAdvice(logging.Filter):
+    """Beam advises against in_memory with several workers: ours are threads, given as their environment."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(_ADVICE)
+
+
 def direct_runner(options: PipelineOptions):
     """The runner object of a DirectRunner job: Beam's FnApiRunner; None for other runners (Beam makes them).
 
     Beam's DirectRunner first tries its Prism runner, a Go binary it downloads from GitHub at run
     time, and falls back to the FnApiRunner when that fails (offline, for one): the same command
     would run on two different runners depending on the network. Ours always run on the FnApiRunner,
-    with the pipeline options handed to its workers as DirectRunner hands them.
+    with the pipeline options handed to its workers as DirectRunner hands them. Worker threads
+    (`--direct_running_mode multi_threading`) run in the embedded gRPC environment Beam would give
+    them, without its timed flushes (NO_TIMED_FLUSH_MS); the options then say in_memory, the mode in
+    which the runner keeps the environment it is given.
     """
     if options.view_as(StandardOptions).runner != "DirectRunner":
         return None
@@ -75,10 +94,18 @@ def direct_runner(options: PipelineOptions):
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
     from apache_beam.runners.portability.fn_api_runner.fn_runner import ExtendedProvisionInfo
     from apache_beam.runners.portability.portable_runner import JobServiceHandle
+    from apache_beam.transforms.environments import EmbeddedPythonGrpcEnvironment
 
+    direct, environment = options.view_as(DirectOptions), None
+    if direct.direct_running_mode == "multi_threading":
+        environment = EmbeddedPythonGrpcEnvironment(data_buffer_time_limit_ms=NO_TIMED_FLUSH_MS)
+        direct.direct_running_mode = "in_memory"
+        runner_log = logging.getLogger("apache_beam.runners.portability.fn_api_runner.fn_runner")
+        if not any(isinstance(f, _NoRunningModeAdvice) for f in runner_log.filters):
+            runner_log.addFilter(_NoRunningModeAdvice())
     encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
-    return FnApiRunner(provision_info=ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(
-        pipeline_options=encoded)))
+    return FnApiRunner(default_environment=environment, provision_info=ExtendedProvisionInfo(
+        beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)))
 
 
 def running_mode_given(beam_args: list[str]) -> bool:

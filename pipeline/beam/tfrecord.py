@@ -7,13 +7,14 @@ Element shapes:
   ((copy, file), [(chunk, Piece)])         -> PackTailsFn       -> (source_id, Records) + Piece
   (None, [((copy, file), Piece)])          -> PackFinalFn       -> (source_id, Records) + stats
   stats dicts + (source_id, n)             -> TotalsFn          -> (stats, counts) -> offsets -> ShardPlan
-  (source_id, Records) + offsets + plan    -> AssignShardsFn    -> (shard, (positions, Records))
-  (shard, [(positions, Records)]) + plan   -> WriteShardFn      -> shard info dict
+  (source_id, Records) + offsets + plan    -> AssignShardsFn    -> (shard, (placement, Records))
+  (shard, [(placement, Records)]) + plan   -> WriteShardFn      -> shard info dict
   (file or -1, [(source_id, n, spans)])    -> WriteProvenanceFn -> provenance file info dict
 With --packing best_fit, ProcessChunkFn packs each chunk's documents whole (pipeline/core/best_fit.py)
 and emits no tails: PackTails and PackFinal are not in the job.
 source_id = (kind, copy, file_index, chunk_index): kind 0 chunk records, 1 per-file tails, 2 final.
-positions: the permuted global positions of those records in that shard, as little-endian int64 bytes.
+placement: the permuted global positions of those records in that shard, as little-endian int64 bytes,
+or with one shard the global index of the block's first record (the writer permutes them all at once).
 With --provenance, the three packing DoFns also emit (source_id, records, spans) on PROVENANCE: where
 the labels of that block of records come from (pipeline/core/provenance.py).
 Records: a block of TFRecord-framed records, one element for many records: a FramedRecords
@@ -278,9 +279,13 @@ def plan_shards(offsets: SourceOffsets, shard_bytes: int, record_bytes: int) -> 
 
 
 class AssignShardsFn(beam.DoFn):
-    """(source_id, Records) + source offsets + plan -> (shard, (positions, Records)), one per shard touched.
+    """(source_id, Records) + source offsets + plan -> (shard, (placement, Records)), one per shard touched.
 
     One element per (source, shard) rather than per record: far fewer elements through the shuffle.
+    The placement is the records' permuted positions (little-endian int64 bytes) or, with one shard,
+    the global index of the block's first record: the writer then computes every position of the
+    shard in one call, and what crosses the shuffle does not grow with the records (a spilled
+    block's reference pickles as four numbers too: pipeline/io/spill.py).
     """
 
     def __init__(self, seed: int):
@@ -288,11 +293,15 @@ class AssignShardsFn(beam.DoFn):
 
     def process(self, element, offsets: SourceOffsets, plan: ShardPlan):
         source, recs = element
+        if plan.num_shards == 1:
+            if len(recs):
+                yield 0, (offsets.offset(source), recs)
+            return
         perm = Permutation(plan.num_records, self._seed)
         positions = perm(offsets.offset(source) + np.arange(len(recs))).astype("<i8")
         shards = plan.shard_of(positions)
         touched = np.unique(shards).tolist()
-        if len(touched) == 1:  # the whole block in one shard (always, with one shard): no copy of it
+        if len(touched) == 1:  # the whole block in one shard: no copy of it
             yield touched[0], (positions.tobytes(), recs)
             return
         for shard in touched:
@@ -300,8 +309,25 @@ class AssignShardsFn(beam.DoFn):
             yield shard, (positions[members].tobytes(), recs.take(members.tolist()))
 
 
+def shard_places(placements: list[bytes | int], lengths: list[int], perm: Permutation, first: int) -> list[np.ndarray]:
+    """Each block's places in its shard (int64), from its positions' bytes or its first record's global index.
+
+    The blocks given by their first index are permuted together, in one call.
+    """
+    indexed = [k for k, placement in enumerate(placements) if not isinstance(placement, bytes)]
+    out = [np.frombuffer(p, "<i8") - first if isinstance(p, bytes) else None for p in placements]
+    if indexed:
+        starts = np.array([placements[k] for k in indexed], np.int64)
+        counts = np.array([lengths[k] for k in indexed], np.int64)
+        within = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+        places = perm(np.repeat(starts, counts) + within) - first
+        for k, part in zip(indexed, np.split(places, np.cumsum(counts)[:-1]), strict=True):
+            out[k] = part
+    return out
+
+
 class WriteShardFn(beam.DoFn):
-    """(shard, [(positions, Records)]) + plan -> shard info; records in permuted order, temp file + rename.
+    """(shard, [(placement, Records)]) + plan -> shard info; records in permuted order, temp file + rename.
 
     The group is read once, an element at a time, its records put into a local spool at their places
     in the shard (pipeline/io/spool.py), and written from there in order: the writer holds one element of the
@@ -309,7 +335,7 @@ class WriteShardFn(beam.DoFn):
     over lazily (docs/operations.md: which runners do). When every record is in spill files that
     are likely still in the page cache (`spill_dir`, pipeline/io/spill.py), only the references are
     held and the shard is gathered from those files in order. The sha256 is computed while writing.
-    Shards go into the run's own directory (pipeline/io/outputs.py).
+    Shards go into the run's own directory (pipeline/io/outputs.py). A placement: see AssignShardsFn.
     """
 
     def __init__(self, config: PipelineConfig, record_bytes: int, run_id: str, spill_dir: str | None = None):
@@ -321,25 +347,27 @@ class WriteShardFn(beam.DoFn):
     def process(self, element, plan: ShardPlan):
         shard, groups = element
         first, end = (int(b) for b in plan.bounds()[shard : shard + 2])
+        perm = Permutation(plan.num_records, self._config.seed)
         name = outputs.run_path(self._run_id, outputs.shard_name(self._config.split, shard, plan.num_shards))
         path = posixpath.join(self._config.output_dir, name)
         groups = iter(groups)
-        spilled: list[tuple[np.ndarray, SpilledRecords]] = []
+        spilled: list[tuple[bytes | int, SpilledRecords]] = []
         if self._spill_dir and likely_cached(self._spill_dir):
-            for positions, recs in groups:
+            for placement, recs in groups:
                 if not isinstance(recs, SpilledRecords):
-                    groups = itertools.chain([(positions, recs)], groups)
+                    groups = itertools.chain([(placement, recs)], groups)
                     break
-                spilled.append((np.frombuffer(positions, "<i8") - first, recs))
+                spilled.append((placement, recs))
             else:
-                size, sha = publish(path, ordered_pieces(spilled, end - first, self._record_bytes), parts_kept=True)
+                places = shard_places([p for p, _ in spilled], [len(r) for _, r in spilled], perm, first)
+                blocks = list(zip(places, (r for _, r in spilled), strict=True))
+                size, sha = publish(path, ordered_pieces(blocks, end - first, self._record_bytes), parts_kept=True)
                 yield self._written(name, end - first, size, sha)
                 return
         with OrderedSpool(end - first, (end - first) * self._record_bytes) as spool, RecordReader() as reader:
-            for places, recs in spilled:
+            for placement, recs in itertools.chain(spilled, groups):
+                places = shard_places([placement], [len(recs)], perm, first)[0]
                 spool.add_many(places, *reader.read_block(recs))
-            for positions, recs in groups:
-                spool.add_many(np.frombuffer(positions, "<i8") - first, *reader.read_block(recs))
             size, sha = publish(path, spool)
         yield self._written(name, end - first, size, sha)
 

@@ -56,19 +56,58 @@ GATHER_PIECE_BYTES = 4 << 20
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class SpilledRecords:
-    """Framed records in a spill file: record i is the file's bytes [starts[i], ends[i])."""
+    """Framed records in a spill file: record i is the file's bytes [starts[i], ends[i]).
+
+    Held as (first, size, count) when the records lie back to back and are of one size (a packed
+    block's always are), else as the two arrays (`bounds`, [2, n]): a reference that crosses a
+    shuffle does not grow with its records. Make one with `of` or `uniform`.
+    """
 
     path: str
-    starts: np.ndarray
-    ends: np.ndarray
+    first: int = 0
+    size: int = 0
+    count: int = 0
+    bounds: np.ndarray | None = None
+
+    @classmethod
+    def uniform(cls, path: str, first: int, size: int, count: int) -> SpilledRecords:
+        """`count` records of `size` bytes back to back from byte `first`."""
+        return cls(path, int(first), int(size), int(count))
+
+    @classmethod
+    def of(cls, path: str, starts: np.ndarray, ends: np.ndarray) -> SpilledRecords:
+        """The records [starts[i], ends[i]) of a file, held compactly where they allow it."""
+        starts, ends = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
+        sizes = ends - starts
+        if len(sizes) and (sizes == sizes[0]).all() and (starts[1:] == ends[:-1]).all():
+            return cls.uniform(path, starts[0], sizes[0], len(sizes))
+        return cls(path, count=len(sizes), bounds=np.stack([starts, ends]))
+
+    @property
+    def starts(self) -> np.ndarray:
+        """Where each record starts in the file (int64)."""
+        if self.bounds is not None:
+            return self.bounds[0]
+        return self.first + self.size * np.arange(self.count, dtype=np.int64)
+
+    @property
+    def ends(self) -> np.ndarray:
+        """Where each record ends in the file (int64)."""
+        return self.bounds[1] if self.bounds is not None else self.starts + self.size
 
     def __len__(self) -> int:
-        return len(self.starts)
+        return self.count
+
+    def span(self, i: int) -> tuple[int, int]:
+        """Record i's (start, end) in the file."""
+        if self.bounds is not None:
+            return int(self.bounds[0, i]), int(self.bounds[1, i])
+        return self.first + i * self.size, self.first + (i + 1) * self.size
 
     def take(self, indices: Iterable[int]) -> SpilledRecords:
         """A reference to the records at `indices`, in that order."""
         indices = np.asarray(list(indices), np.int64)
-        return SpilledRecords(self.path, self.starts[indices], self.ends[indices])
+        return SpilledRecords.of(self.path, self.starts[indices], self.ends[indices])
 
     def load(self) -> FramedRecords:
         """Read the records back as one block."""
@@ -109,7 +148,7 @@ class RecordReader:
         """Record i of `block`, framed."""
         if not isinstance(block, SpilledRecords):
             return block.framed(i)
-        return self._pread(block.path, int(block.starts[i]), int(block.ends[i]))
+        return self._pread(block.path, *block.span(i))
 
     def read_block(self, block: FramedRecords | SpilledRecords) -> tuple[bytes, np.ndarray, np.ndarray]:
         """All records of `block`, framed: (buffer, starts, ends), record i is buffer[starts[i]:ends[i]]."""
@@ -154,7 +193,7 @@ class SpillWriter:
         """Append `block`; the reference is valid once this returns (the write is unbuffered)."""
         path, base = self.write_bytes(block.data)
         ends = block.ends + base
-        return SpilledRecords(path, ends - np.diff(block.ends, prepend=0), ends)
+        return SpilledRecords.of(path, ends - np.diff(block.ends, prepend=0), ends)
 
     def write_bytes(self, data) -> tuple[str, int]:
         """Append `data` (any buffer); (the file's path, where the data starts in it)."""

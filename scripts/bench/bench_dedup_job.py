@@ -134,7 +134,7 @@ def shuffle_bytes(files: list[str], limit: int = 2000) -> dict:
     hasher = minhash.MinHasher(128, 1)
     keys = hasher.keys
     sizes: dict[str, list[int]] = {"exact group (key, fields, signature)": [], "band keys (7)": [],
-                                   "signature join": [], "near group (key, fields, signature)": [],
+                                   "near group (key, fields, signature)": [],
                                    "chunk join (the line)": []}
     seen = 0
     for path in files:
@@ -148,7 +148,6 @@ def shuffle_bytes(files: list[str], limit: int = 2000) -> dict:
                 len(coder.encode((ngrams.exact_key(doc["text"], "nfc_whitespace"), (key, fields, sig)))))
             bands = minhash.band_keys(np.frombuffer(sig, np.uint32), 7, 18).tolist()
             sizes["band keys (7)"].append(sum(len(coder.encode((b, key))) for b in bands))
-            sizes["signature join"].append(len(coder.encode((key, ("one", sig)))))
             sizes["near group (key, fields, signature)"].append(len(coder.encode((key, ("doc", (fields, sig))))))
             sizes["chunk join (the line)"].append(len(line.data) + 8)
             seen += 1
