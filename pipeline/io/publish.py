@@ -147,7 +147,11 @@ class _DirectFile:
 
     def __init__(self, fd: int):
         self._fd = fd
-        self._stage = mmap.mmap(-1, self.STAGE_BYTES)  # anonymous maps are page-aligned
+        try:
+            self._stage = mmap.mmap(-1, self.STAGE_BYTES)  # anonymous maps are page-aligned
+        except OSError:
+            os.close(fd)
+            raise
         self._buffer = np.frombuffer(self._stage, np.uint8)
         self._filled = 0
 
@@ -192,9 +196,13 @@ class _DirectFile:
         return self
 
     def __exit__(self, *exc) -> None:
-        del self._buffer
-        self._stage.close()
-        os.close(self._fd)
+        self._buffer = None
+        try:
+            # A failed write's traceback may still hold a view of the buffer: it is then freed with it.
+            with contextlib.suppress(BufferError):
+                self._stage.close()
+        finally:
+            os.close(self._fd)
 
 
 def _link_new(tmp: str, final: str) -> None:
