@@ -2,6 +2,7 @@
 
 import doctest
 import json
+import random
 import subprocess
 import sys
 
@@ -103,6 +104,17 @@ def test_lower_table_is_str_lower_of_each_code_point_but_two():
     assert marked == [0x130, 0x3A3]  # İ lower-cases to two code points, Σ by its neighbours
     every = "".join(map(chr, range(0x110000)))
     assert all(chr(table[c]) == ch.lower() for c, ch in enumerate(every) if c not in marked)
+
+
+def test_ascii_texts_read_from_their_own_bytes_give_the_definitions_values():
+    every = "".join(map(chr, range(128)))  # ASCII's whitespace includes \x1c-\x1f, which str.split() splits at
+    assert minhash_kernel._points(every).dtype == np.uint8 and minhash_kernel._points(every + "é").dtype == np.uint32
+    rng = random.Random(7)
+    for _ in range(200):
+        text = "".join(rng.choice(every + "  aaaaeeeeZZ") for _ in range(rng.randrange(0, 60)))
+        for normalization in ngrams.NORMALIZATIONS:
+            _equal(text, normalization)
+        _equal(text, ngram=2, num_perm=16, seed=3)
 
 
 def test_whitespace_table_is_str_split():
