@@ -18,6 +18,8 @@ from corpus_helpers import (
     write_lines,
 )
 
+from pipeline.beam.launch import warms_dedup_kernels
+from pipeline.beam.options import pipeline_options
 from pipeline.cli import run
 
 TWO_WORKERS = ["--runner", "DirectRunner", "--direct_running_mode", "multi_processing", "--direct_num_workers", "2"]
@@ -155,6 +157,20 @@ def test_same_bytes_on_two_workers_and_the_portable_runner(near_run):
     assert output_digests(out) == digests and run_free(again) == run_free(manifest)
     again = run.main(argv + ["--overwrite"] + PORTABLE)
     assert output_digests(out) == digests and run_free(again) == run_free(manifest)
+
+
+def test_the_driver_loads_the_dedup_kernels_only_for_its_own_worker_threads(corpus, tiny_model, tmp_path):
+    root, _ = corpus
+
+    def warms(*more):
+        config, beam_args = run.parse_args(_argv(root, tmp_path / "out", tiny_model, *more))
+        return warms_dedup_kernels(config, pipeline_options(beam_args), beam_args)
+
+    assert warms("--dedup", "near", "--direct_num_workers", "2") and warms("--dedup", "exact", *FAST_BEAM)
+    assert not warms("--dedup", "near", *TWO_WORKERS)  # worker processes sign, each loads its own
+    assert not warms("--dedup", "near", "--direct_num_workers", "8")  # processes: the mode the job would pick
+    assert not warms("--dedup", "near", *PORTABLE) and not warms("--direct_num_workers", "2")
+    assert not warms("--decontaminate", str(root / "evals" / "*"), "--direct_num_workers", "2")  # no signatures
 
 
 def test_exact_only_removes_exact_copies(corpus, tiny_model, tmp_path):

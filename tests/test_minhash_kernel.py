@@ -117,6 +117,20 @@ def test_ascii_texts_read_from_their_own_bytes_give_the_definitions_values():
         _equal(text, ngram=2, num_perm=16, seed=3)
 
 
+@needs_numba
+def test_warm_up_loads_every_kernel_a_worker_calls():
+    code = """
+import json
+from pipeline.core import minhash_kernel as mk
+mk.warm_up()
+print(json.dumps({name: len(getattr(mk, name).signatures)
+                  for name in ("_collapsed_utf8", "_word_hashes", "_ngram_hashes", "_signature")}))
+"""
+    out = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    # uint8 (ASCII) and uint32 code points for the two that read the text
+    assert out == {"_collapsed_utf8": 2, "_word_hashes": 2, "_ngram_hashes": 1, "_signature": 1}
+
+
 def test_whitespace_table_is_str_split():
     table = minhash_kernel._space_chars()
     every = "".join(map(chr, range(0x110000)))

@@ -40,6 +40,7 @@ docs/dedup.md ("Why numba for the signatures").
 
 from __future__ import annotations
 
+import logging
 import re
 import unicodedata
 
@@ -52,6 +53,7 @@ try:
 except ImportError:  # no numba for this Python or platform: Signer uses the numpy definitions
     numba = None
 
+LOG = logging.getLogger(__name__)
 _tables: dict[str, np.ndarray] = {}
 
 
@@ -294,3 +296,18 @@ class Signer:
             grams = ngrams.ngram_hashes(ngrams.text_word_hashes(text), self._ngram)
             sig = self._hasher.signature(grams, self._keys) if len(grams) else None
         return key, grams, sig
+
+
+def warm_up() -> None:
+    """Load the compiled kernels (for ASCII and other texts) and their tables in this process now.
+
+    Best effort, for a driver whose worker threads will sign: whatever fails here fails again,
+    and is reported, where a worker builds its own Signer.
+    """
+    try:
+        signer = Signer("nfc_whitespace", 5)
+        if signer.compiled:
+            signer.sign("warm up")
+            signer.sign("warm up \u00e9")
+    except Exception:  # noqa: BLE001 -- see the docstring
+        LOG.debug("loading the dedup kernels ahead failed", exc_info=True)
