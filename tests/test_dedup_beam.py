@@ -8,7 +8,7 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from corpus_helpers import edit_word, random_words, rss_growth
 
-from pipeline.beam.dedup import Dedup
+from pipeline.beam.dedup import Dedup, SignFn
 
 IN_MEMORY = ["--runner", "DirectRunner", "--direct_running_mode", "in_memory", "--direct_num_workers", "1"]
 TWO_WORKERS = ["--runner", "DirectRunner", "--direct_running_mode", "multi_processing", "--direct_num_workers", "2"]
@@ -130,6 +130,34 @@ def test_true_jaccard_check_keeps_loose_candidates(tmp_path):
     assert set(removed) == {(0, 2), (0, 3)}
     _, removed, _, _ = run_dedup(docs, tmp_path / "checked", jaccard_threshold=0.8, **loose)
     assert set(removed) == {(0, 3)} and removed[(0, 3)]["twin_line"] == 1
+
+
+@pytest.mark.parametrize("batch_docs", [2, 2048])
+def test_exact_copy_of_a_near_copy_keeps_its_exact_twin(tmp_path, monkeypatch, batch_docs):
+    # exact and near share one group: the records are those of exact dedup, then near dedup on its
+    # survivors, whatever the signing batches (flushed mid-bundle or as the bundle ends)
+    monkeypatch.setattr(SignFn, "BATCH_DOCS", batch_docs)
+    rng = np.random.default_rng(5)
+    a, b = random_words(rng, 400), random_words(rng, 400)
+    near = edit_word(a, 150, "EDITED")
+    docs = [((0, 1), {"text": a, "subset": "X"}), ((0, 2), {"text": near, "subset": "X"}),
+            ((0, 3), {"text": near + " ", "subset": "X"}), ((0, 4), {"text": b, "subset": "X"}),
+            ((1, 1), {"text": b, "subset": "Y"}), ((1, 2), {"text": " ,. ", "subset": "Y"}),
+            ((1, 3), {"text": ",.\n", "subset": "Y"})]
+    want = {(0, 2): ((0, 1), "duplicate_near"), (0, 3): ((0, 2), "duplicate_exact"),
+            (1, 1): ((0, 4), "duplicate_exact"), (1, 3): ((1, 2), "duplicate_exact")}
+    for name, kwargs in (("plain", {}), ("checked", {"jaccard_threshold": 0.8})):
+        kept, removed, counts, _ = run_dedup(docs, tmp_path / name, **kwargs)
+        assert {k: ((r["twin_file_index"], r["twin_line"]), r["reason"]) for k, r in removed.items()} == want
+        assert set(kept) == {k for k, _ in docs} - set(want)
+        assert sum(c["kept"] + sum(c["removed"].values()) for c in counts.values()) == len(docs)
+
+
+def test_refuses_a_windowed_input():
+    with pytest.raises(ValueError, match="global window"):
+        with beam.Pipeline(options=PipelineOptions(IN_MEMORY)) as p:
+            (p | beam.Create([((0, 1), {"text": "a b", "subset": "X"})])
+             | beam.WindowInto(beam.window.FixedWindows(60)) | Dedup())
 
 
 def test_refuses_bad_parameters():

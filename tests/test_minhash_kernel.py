@@ -5,6 +5,7 @@ import json
 import random
 import subprocess
 import sys
+import unicodedata
 
 import numpy as np
 import pytest
@@ -124,11 +125,11 @@ import json
 from pipeline.core import minhash_kernel as mk
 mk.warm_up()
 print(json.dumps({name: len(getattr(mk, name).signatures)
-                  for name in ("_collapsed_utf8", "_word_hashes", "_ngram_hashes", "_signature")}))
+                  for name in ("_collapsed_utf8", "_word_hashes", "_ngram_hashes", "_signature", "_sign_batch")}))
 """
     out = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
     # uint8 (ASCII) and uint32 code points for the two that read the text
-    assert out == {"_collapsed_utf8": 2, "_word_hashes": 2, "_ngram_hashes": 1, "_signature": 1}
+    assert out == {"_collapsed_utf8": 2, "_word_hashes": 2, "_ngram_hashes": 1, "_signature": 1, "_sign_batch": 2}
 
 
 def test_whitespace_table_is_str_split():
@@ -150,3 +151,58 @@ print(json.dumps([minhash_kernel.available(), signer.compiled, key.hex(), grams.
     out = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
     key, grams, sig = minhash_kernel.Signer("nfc_whitespace", 5, 128, 1, compiled=False).sign(text)
     assert out == [False, False, key.hex(), grams.tolist(), sig.tolist()]
+
+
+def _sign_many_equals_sign(texts, normalization="nfc_whitespace", ngram=5, num_perm=128, seed=1):
+    batch = minhash_kernel.Signer(normalization, ngram, num_perm, seed).sign_many(texts)
+    reference = minhash_kernel.Signer(normalization, ngram, num_perm, seed, compiled=False)
+    assert len(batch) == len(texts)
+    for text, (key, sig) in zip(texts, batch, strict=True):
+        want_key, _, want_sig = reference.sign(text)
+        assert key == want_key, repr(text)
+        assert (sig is None) == (want_sig is None), repr(text)
+        if want_sig is not None:
+            assert sig.dtype == want_sig.dtype and np.array_equal(sig, want_sig), repr(text)
+
+
+@needs_numba
+@pytest.mark.parametrize(("normalization", "ngram"), [("nfc_whitespace", 5), ("nfc_whitespace", None), (None, 5),
+                                                      ("nfc", 5), ("none", 3)])
+def test_batches_give_the_definitions_values(normalization, ngram):
+    # ASCII and other texts mixed in one batch; texts NFC changes, İ and Σ, no words, empty ones
+    texts = TEXTS[:80] + ["", " ", ".,;", "e\u0301 x y", "\u1100\u1161 a b c", "\u0130stanbul one two",
+                          "\u03a3\u03a3 word word", "\ud800 lone one", "a\U00030000b c d e", "\u0958 x y",
+                          "\u212b \u2126 ohm", "x" * 5000]
+    _sign_many_equals_sign(texts, normalization, ngram)
+
+
+@needs_numba
+@settings(max_examples=150, deadline=None)
+@given(st.lists(FUZZ, max_size=12))
+def test_fuzzed_batches_give_the_definitions_values(texts):
+    _sign_many_equals_sign(texts)
+    _sign_many_equals_sign(texts, ngram=2, num_perm=16, seed=3)
+
+
+@needs_numba
+@settings(max_examples=400, deadline=None)
+@given(FUZZ)
+def test_nfc_quick_check_says_yes_only_for_nfc_text(text):
+    ccc, marked = minhash_kernel._nfc_tables()
+    points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), np.uint32)
+    if minhash_kernel._nfc_quick(points, ccc, marked):
+        assert unicodedata.normalize("NFC", text) == text
+
+
+@needs_numba
+def test_nfc_quick_check_passes_nfc_text_of_every_script():
+    # the batch's fast path: real NFC text is not sent to unicodedata one document at a time
+    ccc, marked = minhash_kernel._nfc_tables()
+    texts = [t for t in TEXTS if not t.isascii() and unicodedata.normalize("NFC", t) == t]
+    texts += ["Grüße, café, naïve", "Привет мир", "日本語のテキスト", "한국어 문장", "नमस्ते दुनिया", "שלום עולם",
+              "مرحبا بالعالم", "Ελληνικά", "😀 emoji 🇺🇸"]
+    passed = [t for t in texts if minhash_kernel._nfc_quick(
+        np.frombuffer(t.encode("utf-32-le", "surrogatepass"), np.uint32), ccc, marked)]
+    assert len(passed) >= 0.9 * len(texts), [t[:40] for t in texts if t not in passed]
+    for char in ("\u0301", "\u1161", "\u11a8", "\u212b", "\u0958", "\U0001d15e"):  # Maybe or No: to unicodedata
+        assert marked[ord(char)], hex(ord(char))

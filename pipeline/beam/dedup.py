@@ -27,6 +27,8 @@ Stages, in order (each optional), every survivor the first document in input ord
    2014) turn the edges into stars around each component's first document, and a last step checks
    that they did (an error names `rounds` otherwise). Every other member is removed, its twin the
    component's first document.
+   With both, steps 3 and 4 share one group: the exact key is one more bucket beside the bands'
+   (`Dedup._near`), with the same records as exact dedup followed by near dedup on its survivors.
 
 Memory per worker: every reducer reads its group twice (the smallest key, then the output) and
 holds one element at a time, so a bucket or cluster of 100,000 copies costs what a pair does
@@ -47,11 +49,12 @@ from collections.abc import Callable
 import apache_beam as beam
 import fsspec
 import numpy as np
+from apache_beam.transforms.window import GlobalWindows
 
 from pipeline.core import dedup, minhash, ngrams
 
 KEPT, REMOVED, COUNTS = "kept", "removed", "counts"
-_SIGS, _SHINGLES, _CLUSTER = "sigs", "shingles", "cluster"
+_SIGS, _SHINGLES, _CLUSTER, _EXACT = "sigs", "shingles", "cluster", "exact"
 
 
 def _counter(name: str):
@@ -220,12 +223,21 @@ class SignFn(beam.DoFn):
     The doc goes on without its text unless `keep_text`, so that the exact and near groups shuffle
     keys, small fields and signatures only. The exact key is None without exact dedup, the
     signature None without near dedup or for a text without words (only exact dedup can match it).
+    Without shingles the documents are signed in batches (`Signer.sign_many`: one compiled call
+    without the GIL per batch, so that DirectRunner's worker threads sign in parallel); a batch is
+    bounded by BATCH_CHARS of text and BATCH_DOCS documents, and the last one is signed as the
+    bundle finishes. The job runs in the global window, which is what those are emitted in.
     """
+
+    BATCH_CHARS = 1 << 22
+    BATCH_DOCS = 2048
 
     def __init__(self, exact: str | None, ngram: int | None, num_perm: int, seed: int, shingles: bool,
                  keep_text: bool):
         self._exact, self._ngram, self._shingles, self._keep = exact, ngram, shingles, keep_text
         self._num_perm, self._seed = num_perm, seed
+        self._batch: list = []
+        self._chars = 0
 
     def setup(self):
         # Imported here, not with this module: numba (when installed) loads only in workers that sign.
@@ -234,16 +246,42 @@ class SignFn(beam.DoFn):
         # Compiled kernels where numba is installed, the numpy definitions otherwise: the same values.
         self._signer = minhash_kernel.Signer(self._exact, self._ngram, self._num_perm, self._seed)
 
+    def start_bundle(self):
+        self._batch, self._chars = [], 0
+
     def process(self, element):
+        if self._shingles:
+            yield from self._one(element)
+            return
+        self._batch.append(element)
+        self._chars += len(element[1]["text"])
+        if self._chars >= self.BATCH_CHARS or len(self._batch) >= self.BATCH_DOCS:
+            yield from self._signed_batch()
+
+    def finish_bundle(self):
+        for out in self._signed_batch():
+            yield GlobalWindows.windowed_value(out)
+
+    def _signed_batch(self):
+        batch, self._batch, self._chars = self._batch, [], 0
+        if not batch:
+            return
+        for (key, doc), (exact, sig) in zip(batch, self._signer.sign_many([doc["text"] for _, doc in batch]),
+                                            strict=True):
+            yield exact, (key, self._fields(doc), None if sig is None else sig.tobytes())
+
+    def _one(self, element):
         key, doc = element
         exact, grams, sig = self._signer.sign(doc["text"])
         if sig is not None:
             sig = sig.tobytes()
-            if self._shingles:
-                # A repeated n-gram does not change a minimum: the signature needs no np.unique, the
-                # true Jaccard check (the shingles' output) does.
-                yield beam.pvalue.TaggedOutput(_SHINGLES, (key, np.unique(grams).tobytes()))
-        yield exact, (key, doc if self._keep else {n: v for n, v in doc.items() if n != "text"}, sig)
+            # A repeated n-gram does not change a minimum: the signature needs no np.unique, the
+            # true Jaccard check (the shingles' output) does.
+            yield beam.pvalue.TaggedOutput(_SHINGLES, (key, np.unique(grams).tobytes()))
+        yield exact, (key, self._fields(doc), sig)
+
+    def _fields(self, doc: dict) -> dict:
+        return doc if self._keep else {n: v for n, v in doc.items() if n != "text"}
 
 
 def _band_keys(element, bands: int, rows: int):
@@ -253,9 +291,30 @@ def _band_keys(element, bands: int, rows: int):
             yield band, key
 
 
-def _bucket_edges(element):
-    _, members = element
-    yield from dedup.bucket_star(members)
+def _exact_and_band_keys(element, bands: int, rows: int):
+    """(exact key, (key, doc, sig)) -> (bucket, key): the exact key's bucket (bytes), then the bands' (ints)."""
+    exact, (key, _, sig) = element
+    yield exact, key
+    if sig is not None:
+        for band in minhash.band_key_ints(np.frombuffer(sig, np.uint32), bands, rows):
+            yield band, key
+
+
+@beam.typehints.with_output_types(typing.Any)  # a tagged output beside the main one
+class _BucketStarsFn(beam.DoFn):
+    """(bucket, members) -> edges (member, the bucket's first member); an exact key's bucket's on EXACT.
+
+    Exact keys are bytes, band keys ints: a document whose text equals an earlier one's is
+    removed as `duplicate_exact` of the first of them, and its edge joins the near components too.
+    """
+
+    def process(self, element):
+        bucket, members = element
+        if isinstance(bucket, bytes):
+            for edge in dedup.bucket_star(members):
+                yield beam.pvalue.TaggedOutput(_EXACT, edge)
+        else:
+            yield from dedup.bucket_star(members)
 
 
 class _JoinOneFn(beam.DoFn):
@@ -314,9 +373,10 @@ class StarRound(beam.PTransform):
     No Distinct: each star's output edges, as a set, depend only on the set of its input edges, and
     each emits at most one edge per input edge (large-star: one per edge, at its smaller end;
     small-star: at most one per edge it groups). So repeats never add up over the rounds (no more
-    elements than the rounds' first input, which the bucket stars' Distinct makes distinct), the
-    rounds give the same edge set as with a Distinct after each, and every reader of the result
-    takes a repeated edge as one (`tests/test_dedup.py` checks both against the set-based reference).
+    elements than the rounds' first input: the bucket stars' edges, made distinct, and one edge per
+    exact duplicate, which a band's bucket may give too), the rounds give the same edge set as with
+    a Distinct after each, and every reader of the result takes a repeated edge as one
+    (`tests/test_dedup.py` checks both against the set-based reference).
     """
 
     def expand(self, edges):
@@ -378,22 +438,34 @@ class NearFn(beam.DoFn):
 
     CLUSTER: (root, ("member", key, doc, sig)) for each document of a component but its first, and
     (root, ("root", sig)) for the first: only the components' documents go on to `ClusterFn`.
+    With exact dedup in the same buckets, a document with ("exact", twin) is an exact duplicate of
+    that earlier one: its `duplicate_exact` record on REMOVED, whatever its component.
     """
+
+    def __init__(self, records: _Records | None = None):
+        self._records = records
+        self._exact = _counter("duplicate_exact")
 
     def process(self, element):
         key, values = element
-        doc_sig = root = None
+        doc_sig = root = twin = None
         is_root = False
-        for tag, value in values:  # at most one doc and one root: a key is one document
+        for tag, value in values:  # at most one of each: a key is one document
             if tag == "doc":
                 doc_sig = value
             elif tag == "root":
                 root = value
+            elif tag == "exact":
+                twin = value
             else:
                 is_root = True
         if doc_sig is None:
             return
         doc, sig = doc_sig
+        if twin is not None:
+            self._exact.inc()
+            yield beam.pvalue.TaggedOutput(REMOVED, self._records.record(key, doc, "duplicate_exact", 1.0, twin=twin))
+            return
         if root is not None:
             yield beam.pvalue.TaggedOutput(_CLUSTER, (root, ("member", key, doc, sig)))
             return
@@ -415,12 +487,15 @@ class ClusterFn(beam.DoFn):
 
     def process(self, element):
         root_key, values = element
-        root_sig = next((value[1] for value in values if value[0] == "root"), None)
-        if root_sig is None:
-            raise RuntimeError(f"near dedup: the first document of a cluster has no signature ({root_key})")
-        root = np.frombuffer(root_sig, np.uint32)
+        roots = [value[1] for value in values if value[0] == "root"]
+        root = None
         for value in values:
             if value[0] == "member":
+                if root is None:
+                    # (A component of a text without words holds only its exact duplicates: no members.)
+                    if not roots or roots[0] is None:
+                        raise RuntimeError(f"near dedup: the first document of a cluster has no signature ({root_key})")
+                    root = np.frombuffer(roots[0], np.uint32)
                 _, key, doc, sig = value
                 self._removed.inc()
                 yield self._records.record(key, doc, "duplicate_near",
@@ -520,6 +595,8 @@ class Dedup(beam.PTransform):
         self.keep_text, self.removed_only = keep_text, removed_only
 
     def expand(self, documents):
+        if not isinstance(documents.windowing.windowfn, GlobalWindows):
+            raise ValueError("Dedup reads a bounded collection in the global window (duplicates in the whole input)")
         tokens = self._token_count or (lambda text: 0)
         docs = documents | "OrderKeys" >> beam.Map(_to_order)  # (order key, doc)
         removed = []
@@ -540,18 +617,19 @@ class Dedup(beam.PTransform):
                 self.seed, self.near and self.jaccard_threshold is not None, self.keep_text)).with_outputs(
                     _SHINGLES, main=_SIGS)
             docs = signed[_SIGS]  # (exact key, (key, doc, sig))
-            if self.exact:
+            if self.exact and self.near:  # the exact key is one more bucket of the near stage's group
+                docs, near_removed = self._near(docs, signed[_SHINGLES], exact=True)
+                removed.append(near_removed)
+            elif self.exact:
                 out = (docs
                        | "ExactGroup" >> beam.GroupByKey()
                        | "Exact" >> beam.ParDo(ExactFn(self._records)).with_outputs(REMOVED, main=KEPT))
                 docs, removed = out[KEPT], [*removed, out[REMOVED]]  # (key, (doc, sig))
+                docs = docs | "Docs" >> beam.MapTuple(lambda k, doc_sig: (k, doc_sig[0]))
             else:
                 docs = docs | "NoExact" >> beam.MapTuple(lambda _, kds: (kds[0], kds[1:]))
-            if self.near:
                 docs, near_removed = self._near(docs, signed[_SHINGLES])
                 removed.append(near_removed)
-            else:
-                docs = docs | "Docs" >> beam.MapTuple(lambda k, doc_sig: (k, doc_sig[0]))
         removed = removed | "Removed" >> beam.Flatten() if removed else (
             documents.pipeline | "NoneRemoved" >> beam.Create([]))
         if self.removed_only:
@@ -564,15 +642,30 @@ class Dedup(beam.PTransform):
                   | "Counts" >> beam.CombineGlobally(CountsFn()))
         return {KEPT: kept, REMOVED: removed, COUNTS: counts}
 
-    def _near(self, docs, shingles):
-        """(key, (doc, sig)) of the exact survivors -> (kept (key, doc), duplicate_near records)."""
-        edges = (docs
-                 | "BandKeys" >> beam.FlatMap(_band_keys, self.bands, self.rows)
+    def _near(self, docs, shingles, exact: bool = False):
+        """(key, (doc, sig)) -> (kept (key, doc), duplicate_near records).
+
+        With `exact`, `docs` are (exact key, (key, doc, sig)) and the exact keys are buckets of the
+        same group as the bands' (one shuffle fewer than an exact group before it): a duplicate's
+        only edge that matters is to its twin (its bands' buckets hold its twin too), so the
+        components of the other documents, their first documents and so every record are those of
+        exact dedup followed by near dedup on its survivors; the records then include the
+        `duplicate_exact` ones.
+        """
+        if exact:
+            keys = docs | "BandKeys" >> beam.FlatMap(_exact_and_band_keys, self.bands, self.rows)
+            docs = docs | "Docs" >> beam.Map(lambda element: (element[1][0], element[1][1:]))
+        else:
+            keys = docs | "BandKeys" >> beam.FlatMap(_band_keys, self.bands, self.rows)
+        stars = (keys
                  | "BandGroup" >> beam.GroupByKey()
-                 | "BucketStars" >> beam.FlatMap(_bucket_edges)  # (member, the bucket's first member)
-                 | "DistinctEdges" >> beam.Distinct())
+                 | "BucketStars" >> beam.ParDo(_BucketStarsFn()).with_outputs(_EXACT, main="edges"))
+        # (member, the bucket's first member)
+        edges = stars.edges | "DistinctEdges" >> beam.Distinct()
         if self.jaccard_threshold is not None:
             edges = edges | "TrueJaccard" >> CheckedEdges(shingles, self.jaccard_threshold)
+        if exact:  # an exact duplicate's edge to its twin: distinct already (one exact bucket each), no check
+            edges = (edges, stars[_EXACT]) | "WithExact" >> beam.Flatten()
         for i in range(self.rounds):
             edges = edges | f"StarRound{i}" >> StarRound()
         # (member, ("root", its component's first)), (first, ("is_root", None))
@@ -580,12 +673,17 @@ class Dedup(beam.PTransform):
                  | "StarEnds" >> beam.FlatMapTuple(_star_ends)
                  | "StarGroup" >> beam.GroupByKey()
                  | "CheckStars" >> beam.ParDo(_CheckStarFn(self.rounds)))
-        out = ((docs | "TagDoc" >> beam.MapTuple(lambda k, doc_sig: (k, ("doc", doc_sig))), roots)
+        parts = [docs | "TagDoc" >> beam.MapTuple(lambda k, doc_sig: (k, ("doc", doc_sig))), roots]
+        if exact:
+            parts.append(stars[_EXACT] | "TagExact" >> beam.MapTuple(lambda member, twin: (member, ("exact", twin))))
+        out = (parts
                | "NearParts" >> beam.Flatten()
                | "NearGroup" >> beam.GroupByKey()
-               | "Near" >> beam.ParDo(NearFn()).with_outputs(_CLUSTER, main=KEPT))
+               | "Near" >> beam.ParDo(NearFn(self._records)).with_outputs(_CLUSTER, REMOVED, main=KEPT))
         # Only the clusters' documents: (root, their signatures and fields) -> the removed records.
         removed = (out[_CLUSTER]
                    | "ClusterGroup" >> beam.GroupByKey()
                    | "Similarity" >> beam.ParDo(ClusterFn(self._records)))
+        if exact:
+            removed = (removed, out[REMOVED]) | "NearAndExact" >> beam.Flatten()
         return out[KEPT], removed

@@ -133,8 +133,8 @@ def shuffle_bytes(files: list[str], limit: int = 2000) -> dict:
     coder = beam.coders.registry.get_coder(typing.Any)
     hasher = minhash.MinHasher(128, 1)
     keys = hasher.keys
-    sizes: dict[str, list[int]] = {"exact group (key, fields, signature)": [], "band keys (7)": [],
-                                   "near group (key, fields, signature)": [],
+    # With exact and near dedup the exact key is one more bucket of the band group (pipeline/beam/dedup.py).
+    sizes: dict[str, list[int]] = {"bucket keys (exact + 7 bands)": [], "near group (key, fields, signature)": [],
                                    "chunk join (the line)": []}
     seen = 0
     for path in files:
@@ -144,10 +144,9 @@ def shuffle_bytes(files: list[str], limit: int = 2000) -> dict:
             key = dedup.order_key(0, line.number)
             sig = hasher.signature(ngrams.shingles(doc["text"], 5), keys).tobytes()
             fields = {n: v for n, v in doc.items() if n != "text"}  # the job's Dedup(keep_text=False)
-            sizes["exact group (key, fields, signature)"].append(
-                len(coder.encode((ngrams.exact_key(doc["text"], "nfc_whitespace"), (key, fields, sig)))))
-            bands = minhash.band_keys(np.frombuffer(sig, np.uint32), 7, 18).tolist()
-            sizes["band keys (7)"].append(sum(len(coder.encode((b, key))) for b in bands))
+            bands = minhash.band_keys(np.frombuffer(sig, np.uint32), 7, 18).view(np.int64).tolist()
+            exact = ngrams.exact_key(doc["text"], "nfc_whitespace")
+            sizes["bucket keys (exact + 7 bands)"].append(sum(len(coder.encode((b, key))) for b in [exact, *bands]))
             sizes["near group (key, fields, signature)"].append(len(coder.encode((key, ("doc", (fields, sig))))))
             sizes["chunk join (the line)"].append(len(line.data) + 8)
             seen += 1
