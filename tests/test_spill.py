@@ -1,6 +1,8 @@
 """Records through local spill files (DirectRunner): same bytes back, and nothing left behind."""
 
+import hashlib
 import os
+import time
 
 import numpy as np
 import pytest
@@ -225,6 +227,39 @@ def test_ordered_pieces_gathers_a_shard_in_place_order_from_the_spill_files(tmp_
         for places, recs in blocks:
             spool.add_many(places, *reader.read_block(recs))
         assert b"".join(spool) == expected
+
+
+def test_pieces_from_a_pool_reuse_buffers_only_once_written(tmp_path, monkeypatch):
+    from pipeline.io import publish as publish_module
+    from pipeline.io.publish import publish
+
+    (tmp_path / "spill").mkdir()
+    blocks, expected = _spilled_shard(tmp_path / "spill", n=3000, files=3, seed=4)
+    pool = spill.PiecePool()
+    made = []
+    take = pool.take
+    monkeypatch.setattr(pool, "take", lambda n: made.append(n) or take(n))
+    writes = []
+    real_write = publish_module._DirectFile.write
+
+    def slow_write(self, part):  # the writer lags behind: the gather must not refill a piece in flight
+        time.sleep(0.002)
+        writes.append(bytes(part))
+        real_write(self, part)
+
+    monkeypatch.setattr(publish_module._DirectFile, "write", slow_write)
+    out = tmp_path / "shard"
+    size, sha = publish(str(out), spill.ordered_pieces(blocks, 3000, 24, piece_bytes=1000, pool=pool),
+                        parts_kept=True, release=pool.give)
+    assert out.read_bytes() == expected and size == len(expected)
+    assert sha == hashlib.sha256(expected).hexdigest()
+    assert len(made) == -(-3000 // (1000 // 24)) and len(pool._ours) <= 2 * (publish_module.WRITE_BEHIND + 1) + 1
+    if writes:  # direct I/O where the disk has it: each part as it was when handed over
+        assert b"".join(writes) == expected
+    # Without release every piece is a buffer of its own.
+    other = spill.PiecePool()
+    list(spill.ordered_pieces(blocks, 3000, 24, piece_bytes=1000, pool=other))
+    assert len(other._ours) == len(made)
 
 
 def test_ordered_pieces_refuses_a_missing_or_repeated_place_and_other_sizes(tmp_path):

@@ -63,7 +63,7 @@ from pipeline.format.summary import format_summary
 from pipeline.io import outputs
 from pipeline.io.outputs import commit_output
 from pipeline.io.publish import publish
-from pipeline.io.spill import RecordReader, SpilledRecords, likely_cached, ordered_pieces
+from pipeline.io.spill import PiecePool, RecordReader, SpilledRecords, likely_cached, ordered_pieces
 from pipeline.io.spool import OrderedSpool
 from pipeline.io.urls import redact_url
 from pipeline.tokenize.model import SpecialIds, WorkerTokenizer
@@ -361,7 +361,9 @@ class WriteShardFn(beam.DoFn):
             else:
                 places = shard_places([p for p, _ in spilled], [len(r) for _, r in spilled], perm, first)
                 blocks = list(zip(places, (r for _, r in spilled), strict=True))
-                size, sha = publish(path, ordered_pieces(blocks, end - first, self._record_bytes), parts_kept=True)
+                pool = PiecePool()
+                size, sha = publish(path, ordered_pieces(blocks, end - first, self._record_bytes, pool=pool),
+                                    parts_kept=True, release=pool.give)
                 yield self._written(name, end - first, size, sha)
                 return
         with OrderedSpool(end - first, (end - first) * self._record_bytes) as spool, RecordReader() as reader:

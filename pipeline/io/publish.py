@@ -37,7 +37,7 @@ import re
 import tempfile
 import threading
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import fsspec
 import numpy as np
@@ -69,7 +69,7 @@ def write_failure(path: str, error: OSError) -> OutputWriteError:
 
 
 def _write_local(path: str, parts: Iterable[bytes], shown: str | None = None, sync: bool = True,
-                 parts_kept: bool = False) -> tuple[int, str]:
+                 parts_kept: bool = False, release: Callable | None = None) -> tuple[int, str]:
     digest = hashlib.sha256()
     size = 0
     try:
@@ -77,12 +77,14 @@ def _write_local(path: str, parts: Iterable[bytes], shown: str | None = None, sy
         fd = localfs.open_direct(path) if parts_kept and sync else None
         with _DirectFile(fd) if fd is not None else open(path, "wb") as f:
             if parts_kept:
-                size = _write_behind(f, digest, parts)
+                size = _write_behind(f, digest, parts, release)
             else:
                 for part in parts:
                     f.write(part)
                     digest.update(part)
                     size += len(part)
+                    if release is not None:
+                        release(part)
             if isinstance(f, _DirectFile):
                 f.finish(size)
             if sync:
@@ -95,22 +97,30 @@ def _write_local(path: str, parts: Iterable[bytes], shown: str | None = None, sy
     return size, digest.hexdigest()
 
 
-def _write_behind(f, digest, parts: Iterable[bytes]) -> int:
+def _write_behind(f, digest, parts: Iterable[bytes], release: Callable | None = None) -> int:
     """Write each part in one thread and hash it in another while the next one is made; the bytes written.
 
     The write, sha256 and numpy's gathering all release the GIL, so a shard's last step (gathering its
     records, hashing and writing them) runs on every core there is. At most WRITE_BEHIND parts wait.
+    `release(part)` once both threads are done with a part (or skip it after a failure).
     """
     failed: list[BaseException] = []
+    lock = threading.Lock()
 
     def drain(waiting: queue.Queue, use) -> None:
-        while (part := waiting.get()) is not None:
-            if failed:
-                continue  # the producer finds the failure at its next part; nothing more is written
-            try:
-                use(part)
-            except BaseException as e:  # noqa: BLE001 -- handed to the producer's thread, raised there
-                failed.append(e)
+        while (item := waiting.get()) is not None:
+            part = item[0]
+            if not failed:  # after a failure the producer stops at its next part; nothing more is written
+                try:
+                    use(part)
+                except BaseException as e:  # noqa: BLE001 -- handed to the producer's thread, raised there
+                    failed.append(e)
+            if release is not None:
+                with lock:
+                    item[1] -= 1
+                    done = item[1] == 0
+                if done:
+                    release(part)
 
     queues = [queue.Queue(maxsize=WRITE_BEHIND) for _ in range(2)]
     threads = [threading.Thread(target=drain, args=(q, use), name="publish-write-behind", daemon=True)
@@ -122,8 +132,9 @@ def _write_behind(f, digest, parts: Iterable[bytes]) -> int:
         for part in parts:
             if failed:
                 break
+            item = [part, len(queues)]  # the part and how many threads still use it
             for q in queues:
-                q.put(part)
+                q.put(item)
             size += len(part)
     finally:
         for q in queues:
@@ -236,11 +247,14 @@ def _upload(fs, local: str, final: str, path: str, create_only: bool) -> None:
         fs.mv(tmp, final)
 
 
-def publish(path: str, parts: Iterable[bytes], create_only: bool = False, parts_kept: bool = False) -> tuple[int, str]:
+def publish(path: str, parts: Iterable[bytes], create_only: bool = False, parts_kept: bool = False,
+            release: Callable | None = None) -> tuple[int, str]:
     """Write `parts` (bytes-like, iterated once) back to back as the file `path`; returns (bytes, sha256).
 
     `parts_kept`: each part stays valid after the next is taken (a buffer of its own, not one an
     iterator refills), so the parts are written while the next ones are made (`_write_behind`).
+    `release(part)`: called once nothing here reads the part any more (written and hashed), so that
+    its maker may refill the buffer; parts not released yet are never touched by their maker.
 
     Raises:
         FileExistsError: `create_only` and the file exists.
@@ -255,7 +269,7 @@ def publish(path: str, parts: Iterable[bytes], create_only: bool = False, parts_
             raise write_failure(parent, e) from e
         tmp = posixpath.join(parent, temp_name(posixpath.basename(final)))
         try:
-            size, sha = _write_local(tmp, parts, shown=final, parts_kept=parts_kept)
+            size, sha = _write_local(tmp, parts, shown=final, parts_kept=parts_kept, release=release)
             # The sha256 is of the bytes as written; re-reading the file to hash it again would read
             # the whole output back (600 GB for the Pile, hours on EFS): the size check is the cheap one.
             if os.path.getsize(tmp) != size:
@@ -272,7 +286,7 @@ def publish(path: str, parts: Iterable[bytes], create_only: bool = False, parts_
     with tempfile.TemporaryDirectory(prefix="pile-pipeline-publish-") as local_dir:
         local = os.path.join(local_dir, "part")
         # No fsync: this copy only feeds the upload, and a VM's disk can be far slower than its page cache.
-        size, sha = _write_local(local, parts, sync=False, parts_kept=parts_kept)
+        size, sha = _write_local(local, parts, sync=False, parts_kept=parts_kept, release=release)
         try:
             _upload(fs, local, final, path, create_only)
         except (FileExistsError, OutputWriteError):
