@@ -43,6 +43,7 @@ and Flink stream it). tests/test_dedup_beam.py measures it.
 from __future__ import annotations
 
 import json
+import pickle
 import typing
 from collections.abc import Callable
 
@@ -433,13 +434,56 @@ class _CheckStarFn(beam.DoFn):
                 f"(file {file_index} line {line} still has two parents); raise rounds")
 
 
+BLOCK_BITS = 10  # the near group's key: a block of 1,024 consecutive lines of one file
+
+
+def _block_tag(element):
+    """(key, (tag, value)) -> (its block, ("tag", (key, tag, value)))."""
+    key, (tag, value) = element
+    return key >> BLOCK_BITS, ("tag", (key, tag, value))
+
+
+class _DocBlocksFn(beam.DoFn):
+    """(key, (doc, sig)) -> (block, ("docs", pickled [(key, doc, sig), ...])): the near group's documents, in blocks.
+
+    One element per block of lines seen in a batch instead of one per document: the near group
+    then moves a few hundred elements for a corpus's documents, whose cost is per element on every
+    runner. A batch holds at most BATCH_DOCS documents; the last one goes as the bundle finishes.
+    """
+
+    BATCH_DOCS = 4096
+
+    def start_bundle(self):
+        self._blocks: dict[int, list] = {}
+        self._count = 0
+
+    def process(self, element):
+        key, (doc, sig) = element
+        self._blocks.setdefault(key >> BLOCK_BITS, []).append((key, doc, sig))
+        self._count += 1
+        if self._count >= self.BATCH_DOCS:
+            yield from self._flush()
+
+    def finish_bundle(self):
+        for out in self._flush():
+            yield GlobalWindows.windowed_value(out)
+
+    def _flush(self):
+        blocks, self._blocks, self._count = self._blocks, {}, 0
+        for block, docs in blocks.items():
+            # One bytes value: each step the group crosses copies it whole instead of coding each field.
+            yield block, ("docs", pickle.dumps(docs, protocol=pickle.HIGHEST_PROTOCOL))
+
+
 class NearFn(beam.DoFn):
-    """(key, tagged values) -> the doc kept; a member's and a root's signature on CLUSTER, keyed by the root.
+    """(block, [("docs", pickled [(key, doc, sig), ...]) | ("tag", (key, tag, value))]) -> each doc kept; CLUSTER.
 
     CLUSTER: (root, ("member", key, doc, sig)) for each document of a component but its first, and
     (root, ("root", sig)) for the first: only the components' documents go on to `ClusterFn`.
-    With exact dedup in the same buckets, a document with ("exact", twin) is an exact duplicate of
-    that earlier one: its `duplicate_exact` record on REMOVED, whatever its component.
+    With exact dedup in the same buckets, a document tagged ("exact", twin) is an exact duplicate of
+    that earlier one: its `duplicate_exact` record on REMOVED, whatever its component. The block's
+    tags are read first (a few per document of a component, of at most 1,024 lines), then its
+    documents.
     """
 
     def __init__(self, records: _Records | None = None):
@@ -447,29 +491,28 @@ class NearFn(beam.DoFn):
         self._exact = _counter("duplicate_exact")
 
     def process(self, element):
-        key, values = element
-        doc_sig = root = twin = None
-        is_root = False
-        for tag, value in values:  # at most one of each: a key is one document
-            if tag == "doc":
-                doc_sig = value
-            elif tag == "root":
-                root = value
-            elif tag == "exact":
-                twin = value
-            else:
-                is_root = True
-        if doc_sig is None:
-            return
-        doc, sig = doc_sig
-        if twin is not None:
+        _, values = element
+        tags: dict[int, dict] = {}
+        for kind, value in values:
+            if kind == "tag":
+                key, tag, other = value
+                tags.setdefault(key, {})[tag] = other
+        for kind, value in values:
+            if kind != "docs":
+                continue
+            for key, doc, sig in pickle.loads(value):
+                yield from self._document(key, doc, sig, tags.get(key, {}))
+
+    def _document(self, key: int, doc: dict, sig, tags: dict):
+        if "exact" in tags:
             self._exact.inc()
-            yield beam.pvalue.TaggedOutput(REMOVED, self._records.record(key, doc, "duplicate_exact", 1.0, twin=twin))
+            yield beam.pvalue.TaggedOutput(REMOVED, self._records.record(key, doc, "duplicate_exact", 1.0,
+                                                                         twin=tags["exact"]))
             return
-        if root is not None:
-            yield beam.pvalue.TaggedOutput(_CLUSTER, (root, ("member", key, doc, sig)))
+        if "root" in tags:
+            yield beam.pvalue.TaggedOutput(_CLUSTER, (tags["root"], ("member", key, doc, sig)))
             return
-        if is_root:
+        if "is_root" in tags:
             yield beam.pvalue.TaggedOutput(_CLUSTER, (key, ("root", sig)))
         yield key, doc
 
@@ -673,9 +716,11 @@ class Dedup(beam.PTransform):
                  | "StarEnds" >> beam.FlatMapTuple(_star_ends)
                  | "StarGroup" >> beam.GroupByKey()
                  | "CheckStars" >> beam.ParDo(_CheckStarFn(self.rounds)))
-        parts = [docs | "TagDoc" >> beam.MapTuple(lambda k, doc_sig: (k, ("doc", doc_sig))), roots]
+        tags = [roots]
         if exact:
-            parts.append(stars[_EXACT] | "TagExact" >> beam.MapTuple(lambda member, twin: (member, ("exact", twin))))
+            tags.append(stars[_EXACT] | "TagExact" >> beam.MapTuple(lambda member, twin: (member, ("exact", twin))))
+        parts = [docs | "DocBlocks" >> beam.ParDo(_DocBlocksFn()),
+                 tags | "Tags" >> beam.Flatten() | "TagBlocks" >> beam.Map(_block_tag)]
         out = (parts
                | "NearParts" >> beam.Flatten()
                | "NearGroup" >> beam.GroupByKey()

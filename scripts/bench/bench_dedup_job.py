@@ -37,6 +37,7 @@ import argparse
 import glob
 import json
 import os
+import pickle
 import shutil
 import subprocess
 import sys
@@ -137,6 +138,15 @@ def shuffle_bytes(files: list[str], limit: int = 2000) -> dict:
     sizes: dict[str, list[int]] = {"bucket keys (exact + 7 bands)": [], "near group (key, fields, signature)": [],
                                    "chunk join (the line)": []}
     seen = 0
+    block: list = []  # the near group's documents go in blocks of lines, pickled (pipeline/beam/dedup.py)
+
+    def means() -> dict:
+        out = {name: float(np.mean(v)) for name, v in sizes.items() if v}
+        pickled = pickle.dumps(block, protocol=pickle.HIGHEST_PROTOCOL)
+        out["near group (key, fields, signature)"] = len(pickled) / len(block)
+        return {name: out[name] for name in ("bucket keys (exact + 7 bands)", "near group (key, fields, signature)",
+                                             "chunk join (the line)")}
+
     for path in files:
         for line in (line for chunk in inputs.iter_chunks(path, 0, 4 << 20, 64 << 20) for line in chunk.lines):
             doc_json = json.loads(line.data)
@@ -147,12 +157,12 @@ def shuffle_bytes(files: list[str], limit: int = 2000) -> dict:
             bands = minhash.band_keys(np.frombuffer(sig, np.uint32), 7, 18).view(np.int64).tolist()
             exact = ngrams.exact_key(doc["text"], "nfc_whitespace")
             sizes["bucket keys (exact + 7 bands)"].append(sum(len(coder.encode((b, key))) for b in [exact, *bands]))
-            sizes["near group (key, fields, signature)"].append(len(coder.encode((key, ("doc", (fields, sig))))))
+            block.append((key, fields, sig))
             sizes["chunk join (the line)"].append(len(line.data) + 8)
             seen += 1
             if seen >= limit:
-                return {name: float(np.mean(v)) for name, v in sizes.items()}
-    return {name: float(np.mean(v)) for name, v in sizes.items()}
+                return means()
+    return means()
 
 
 def main() -> None:
