@@ -209,3 +209,18 @@ def test_rounds_without_distinct_keep_the_reference_edges_and_never_grow(seed):
             assert len(edges) <= len(graph)
             repeats += len(edges) > len(set(edges))
     assert repeats  # the case the claim is about did occur
+
+
+def test_bucket_stars_are_every_buckets_star():
+    rng = np.random.default_rng(11)
+    for n, buckets, width in ((0, 1, 1), (1, 1, 1), (200, 30, 1), (500, 7, 2), (300, 300, 2)):
+        keys = rng.integers(-5, 5, (n, width)) * rng.integers(1, 1 << 40, width) if n else np.zeros((0, width))
+        keys = keys % buckets if width == 1 else keys
+        members = rng.permutation(10 * n + 1)[:n].astype(np.int64)
+        members[: n // 10] = members[n // 10 : 2 * (n // 10)]  # a member in several buckets, or twice in one
+        got = dedup.bucket_stars(keys.reshape(n, width), members)
+        by_bucket: dict = {}
+        for key, member in zip(map(tuple, keys.reshape(n, width).tolist()), members.tolist(), strict=True):
+            by_bucket.setdefault(key, []).append(member)
+        want = sorted(edge for members_ in by_bucket.values() for edge in dedup.bucket_star(members_))
+        assert sorted(zip(got[0].tolist(), got[1].tolist(), strict=True)) == want

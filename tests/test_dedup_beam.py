@@ -153,6 +153,16 @@ def test_exact_copy_of_a_near_copy_keeps_its_exact_twin(tmp_path, monkeypatch, b
         assert sum(c["kept"] + sum(c["removed"].values()) for c in counts.values()) == len(docs)
 
 
+@pytest.mark.parametrize("partitions", [1, 7])
+def test_any_number_of_bucket_partitions_gives_the_same_records(planted, in_memory, tmp_path, monkeypatch, partitions):
+    # a partition's pairs flushed mid-bundle too
+    from pipeline.beam import dedup as dedup_module
+
+    monkeypatch.setattr(dedup_module._BucketPairsFn, "BATCH_DOCS", 3)
+    docs, _ = planted
+    assert run_dedup(docs, tmp_path, partitions=partitions)[3] == in_memory[3]
+
+
 def test_refuses_a_windowed_input():
     with pytest.raises(ValueError, match="global window"):
         with beam.Pipeline(options=PipelineOptions(IN_MEMORY)) as p:

@@ -21,8 +21,9 @@ Stages, in order (each optional), every survivor the first document in input ord
    and MinHash signature; what goes on is the key, the document's other fields (its text too only
    with `keep_text`) and the signature, so that neither group below moves the text.
 3. Exact: group by the exact key; the smallest (file, line) stays.
-4. Near: the survivors' signatures -> band keys; group by band key: each bucket gives the star of edges
-   (member, the bucket's first member), never its pairs; optionally keep only edges whose true
+4. Near: the survivors' signatures -> band keys; group by band key (packed in partitions, each
+   sorted at once): each bucket gives the star of edges (member, the bucket's first member), never
+   its pairs; optionally keep only edges whose true
    Jaccard reaches `jaccard_threshold`; then `rounds` large-star/small-star rounds (Kiveris et al.
    2014) turn the edges into stars around each component's first document, and a last step checks
    that they did (an error names `rounds` otherwise). Every other member is removed, its twin the
@@ -30,10 +31,12 @@ Stages, in order (each optional), every survivor the first document in input ord
    With both, steps 3 and 4 share one group: the exact key is one more bucket beside the bands'
    (`Dedup._near`), with the same records as exact dedup followed by near dedup on its survivors.
 
-Memory per worker: every reducer reads its group twice (the smallest key, then the output) and
-holds one element at a time, so a bucket or cluster of 100,000 copies costs what a pair does
-(beyond what the runner itself buffers for a group: DirectRunner holds a group in memory, Dataflow
-and Flink stream it). tests/test_dedup_beam.py measures it.
+Memory per worker: the buckets' pairs are grouped by partition, packed (16 bytes a pair, a bucket
+never split), and one partition's are sorted at a time: a bucket of 100,000 copies costs 1.6 MB
+there. Every other reducer reads its group twice (the smallest key, then the output) and holds one
+element at a time, so a cluster of 100,000 copies costs what a pair does (beyond what the runner
+itself buffers for a group: DirectRunner holds a group in memory, Dataflow and Flink stream it).
+tests/test_dedup_beam.py measures it.
 """
 
 # One module over 400 lines on purpose: the three stages share the tagged-union joins and the
@@ -285,37 +288,81 @@ class SignFn(beam.DoFn):
         return doc if self._keep else {n: v for n, v in doc.items() if n != "text"}
 
 
-def _band_keys(element, bands: int, rows: int):
-    key, (_, sig) = element
-    if sig is not None:
-        for band in minhash.band_key_ints(np.frombuffer(sig, np.uint32), bands, rows):
-            yield band, key
+class _BucketPairsFn(beam.DoFn):
+    """Signed documents -> (partition, packed (bucket, document) pairs): the buckets' group in few elements.
 
+    Input: (key, (doc, sig)), or with `exact` (exact key, (key, doc, sig)). Each document's band keys
+    (minhash.band_key_ints) and its exact key go to partition `key % partitions` as packed int64
+    arrays: one element per partition and batch of BATCH_DOCS documents instead of one per key and
+    document, whose cost is per element on every runner. `_BucketStarsFn` sorts a partition's pairs.
+    """
 
-def _exact_and_band_keys(element, bands: int, rows: int):
-    """(exact key, (key, doc, sig)) -> (bucket, key): the exact key's bucket (bytes), then the bands' (ints)."""
-    exact, (key, _, sig) = element
-    yield exact, key
-    if sig is not None:
-        for band in minhash.band_key_ints(np.frombuffer(sig, np.uint32), bands, rows):
-            yield band, key
+    BATCH_DOCS = 4096
+
+    def __init__(self, bands: int, rows: int, partitions: int, exact: bool):
+        self._bands, self._rows, self._partitions, self._exact_input = bands, rows, partitions, exact
+
+    def start_bundle(self):
+        self._reset()
+
+    def _reset(self):
+        self._band_keys: list[int] = []
+        self._band_docs: list[int] = []
+        self._exact_keys: list[bytes] = []
+        self._exact_docs: list[int] = []
+        self._count = 0
+
+    def process(self, element):
+        if self._exact_input:
+            exact, (key, _, sig) = element
+            self._exact_keys.append(exact)
+            self._exact_docs.append(key)
+        else:
+            key, (_, sig) = element
+        if sig is not None:
+            bands = minhash.band_key_ints(np.frombuffer(sig, np.uint32), self._bands, self._rows)
+            self._band_keys += bands
+            self._band_docs += [key] * len(bands)
+        self._count += 1
+        if self._count >= self.BATCH_DOCS:
+            yield from self._flush()
+
+    def finish_bundle(self):
+        for out in self._flush():
+            yield GlobalWindows.windowed_value(out)
+
+    def _flush(self):
+        bands = np.array(self._band_keys, np.int64)
+        band_docs = np.array(self._band_docs, np.int64)
+        exact = np.frombuffer(b"".join(self._exact_keys), np.int64).reshape(-1, 2)  # 16-byte keys
+        exact_docs = np.array(self._exact_docs, np.int64)
+        self._reset()
+        band_part = bands.view(np.uint64) % np.uint64(self._partitions)
+        exact_part = exact[:, 0].view(np.uint64) % np.uint64(self._partitions)
+        for part in np.union1d(band_part, exact_part).tolist():
+            b, e = band_part == part, exact_part == part
+            yield int(part), (bands[b].tobytes(), band_docs[b].tobytes(), exact[e].tobytes(), exact_docs[e].tobytes())
 
 
 @beam.typehints.with_output_types(typing.Any)  # a tagged output beside the main one
 class _BucketStarsFn(beam.DoFn):
-    """(bucket, members) -> edges (member, the bucket's first member); an exact key's bucket's on EXACT.
+    """(partition, packed pairs) -> edges (member, its bucket's first member); exact buckets' on EXACT.
 
-    Exact keys are bytes, band keys ints: a document whose text equals an earlier one's is
-    removed as `duplicate_exact` of the first of them, and its edge joins the near components too.
+    A partition's pairs are sorted at once (`dedup.bucket_stars`): memory of 16 bytes a pair, and
+    a bucket is never split between partitions. An exact duplicate's edge goes to its twin (it is
+    removed as `duplicate_exact` of the first document with its text) and joins the near components.
     """
 
     def process(self, element):
-        bucket, members = element
-        if isinstance(bucket, bytes):
-            for edge in dedup.bucket_star(members):
-                yield beam.pvalue.TaggedOutput(_EXACT, edge)
-        else:
-            yield from dedup.bucket_star(members)
+        _, parts = element
+        bands, band_docs, exact, exact_docs = ([np.frombuffer(part[i], np.int64) for part in parts] for i in range(4))
+        none = np.zeros(0, np.int64)
+        members, firsts = dedup.bucket_stars(np.concatenate(bands or [none]), np.concatenate(band_docs or [none]))
+        yield from zip(members.tolist(), firsts.tolist(), strict=True)
+        members, firsts = dedup.bucket_stars(np.concatenate(exact or [none]).reshape(-1, 2),
+                                             np.concatenate(exact_docs or [none]))
+        for edge in zip(members.tolist(), firsts.tolist(), strict=True):
+            yield beam.pvalue.TaggedOutput(_EXACT, edge)
 
 
 class _JoinOneFn(beam.DoFn):
@@ -598,6 +645,8 @@ class Dedup(beam.PTransform):
         `bands` x `rows` (defaults: 5-grams, 128, 7 x 18: threshold ~0.87), `seed`.
       jaccard_threshold: keep a candidate pair only if its true Jaccard reaches this (None: no check).
       rounds: large-star/small-star rounds unrolled in the graph (checked: an error if too few).
+      partitions: the bucket keys' partitions, each sorted by one worker (16 bytes a pair: the job
+        sizes them from its input, `pipeline/beam/dedup_stage.py`).
       eval_files: JSON-lines eval sets (`eval_text_key`); a document sharing an `eval_ngram`-gram is
         removed, or with `cut` keeps its text without the overlapping spans.
       max_eval_ngrams: the side input's bound (10 bytes per n-gram on every worker).
@@ -611,7 +660,8 @@ class Dedup(beam.PTransform):
 
     def __init__(self, exact: bool = True, near: bool = True, normalization: str = "nfc_whitespace", ngram: int = 5,
                  num_perm: int = 128, bands: int = 7, rows: int = 18, seed: int = 1,
-                 jaccard_threshold: float | None = None, rounds: int = 8, eval_files: list[str] | tuple = (),
+                 jaccard_threshold: float | None = None, rounds: int = 8, partitions: int = 64,
+                 eval_files: list[str] | tuple = (),
                  eval_text_key: str = "text", eval_ngram: int = 13, cut: bool = False,
                  max_eval_ngrams: int = 50_000_000, file_names: list[str] | None = None,
                  token_count: Callable[[str], int] | None = None, keep_text: bool = True,
@@ -620,8 +670,8 @@ class Dedup(beam.PTransform):
         ngrams.normalize("", normalization)  # refuses an unknown one
         if bands * rows > num_perm:
             raise ValueError(f"bands * rows ({bands} * {rows}) must be <= num_perm ({num_perm})")
-        if ngram < 1 or eval_ngram < 1 or rounds < 1:
-            raise ValueError("ngram, eval_ngram and rounds must be >= 1")
+        if ngram < 1 or eval_ngram < 1 or rounds < 1 or partitions < 1:
+            raise ValueError("ngram, eval_ngram, rounds and partitions must be >= 1")
         if jaccard_threshold is not None and not 0 < jaccard_threshold <= 1:
             raise ValueError("jaccard_threshold must be in (0, 1]")
         if not keep_text and token_count is not None:
@@ -630,7 +680,7 @@ class Dedup(beam.PTransform):
             raise ValueError("at most 65535 eval files")
         self.exact, self.near, self.normalization = exact, near, normalization
         self.ngram, self.num_perm, self.bands, self.rows, self.seed = ngram, num_perm, bands, rows, seed
-        self.jaccard_threshold, self.rounds = jaccard_threshold, rounds
+        self.jaccard_threshold, self.rounds, self.partitions = jaccard_threshold, rounds, partitions
         self.eval_files, self.eval_text_key, self.eval_ngram = list(eval_files), eval_text_key, eval_ngram
         self.cut, self.max_eval_ngrams = cut, max_eval_ngrams
         self._records = _Records(file_names, token_count)
@@ -695,14 +745,12 @@ class Dedup(beam.PTransform):
         exact dedup followed by near dedup on its survivors; the records then include the
         `duplicate_exact` ones.
         """
-        if exact:
-            keys = docs | "BandKeys" >> beam.FlatMap(_exact_and_band_keys, self.bands, self.rows)
-            docs = docs | "Docs" >> beam.Map(lambda element: (element[1][0], element[1][1:]))
-        else:
-            keys = docs | "BandKeys" >> beam.FlatMap(_band_keys, self.bands, self.rows)
-        stars = (keys
-                 | "BandGroup" >> beam.GroupByKey()
+        stars = (docs
+                 | "BucketPairs" >> beam.ParDo(_BucketPairsFn(self.bands, self.rows, self.partitions, exact))
+                 | "BucketGroup" >> beam.GroupByKey()
                  | "BucketStars" >> beam.ParDo(_BucketStarsFn()).with_outputs(_EXACT, main="edges"))
+        if exact:
+            docs = docs | "Docs" >> beam.Map(lambda element: (element[1][0], element[1][1:]))
         # (member, the bucket's first member)
         edges = stars.edges | "DistinctEdges" >> beam.Distinct()
         if self.jaccard_threshold is not None:

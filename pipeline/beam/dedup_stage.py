@@ -102,6 +102,15 @@ class WriteRemovedFn(beam.DoFn):
         yield {REMOVED_FILES: {name: {"path": name, "records": len(lines), "bytes": size, "sha256": sha}}}
 
 
+def bucket_partitions(input_bytes: int) -> int:
+    """The bucket keys' partitions for an input of `input_bytes` stored: one per 256 MB, 16 to 65,536.
+
+    A document puts ~136 bytes of bucket pairs in them (its exact key and 7 bands) per ~4-9 KB
+    line: at the Pile's compression a partition holds a few tens of MB, sorted by one worker.
+    """
+    return max(16, min(1 << 16, input_bytes >> 28))
+
+
 def dedup_transform(job: Job) -> Dedup:
     """The Dedup PTransform of the job's flags."""
     cfg = job.config
@@ -109,6 +118,7 @@ def dedup_transform(job: Job) -> Dedup:
         exact=cfg.dedup in ("exact", "near"), near=cfg.dedup == "near", normalization=cfg.dedup_normalization,
         ngram=cfg.minhash_ngram, num_perm=cfg.minhash_num_perm, bands=cfg.minhash_bands, rows=cfg.minhash_rows,
         seed=cfg.minhash_seed, jaccard_threshold=cfg.dedup_verify_jaccard, rounds=cfg.dedup_rounds,
+        partitions=bucket_partitions(job.execution.input_bytes),
         eval_files=list(job.eval_files), eval_text_key=cfg.decontam_text_key, eval_ngram=cfg.decontam_ngram,
         cut=cfg.decontam_cut, max_eval_ngrams=cfg.decontam_max_ngrams,
         file_names=[redact_url(path) for path in job.input_files], keep_text=False, removed_only=True)

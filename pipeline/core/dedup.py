@@ -66,6 +66,25 @@ def bucket_star(members: Iterable[int]) -> Iterator[tuple[int, int]]:
             yield v, smallest
 
 
+def bucket_stars(keys: np.ndarray, members: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`bucket_star` of every bucket at once: (members, their bucket's smallest member), the smallest left out.
+
+    `keys`: each member's bucket, an int array (n,) or (n, k) whose rows are the keys; `members`:
+    int64 (n,). One sort of the pairs; the same edges as `bucket_star` over each bucket.
+    """
+    members = np.asarray(members, np.int64)
+    if not len(members):
+        return members, members
+    keys = np.asarray(keys).reshape(len(members), -1)
+    order = np.lexsort((members, *keys.T[::-1]))  # by the key's columns, then the member
+    keys, members = keys[order], members[order]
+    first = np.ones(len(members), bool)
+    first[1:] = (keys[1:] != keys[:-1]).any(axis=1)
+    smallest = members[first][np.cumsum(first) - 1]
+    edge = members != smallest
+    return members[edge], smallest[edge]
+
+
 def large_star(u: int, neighbours: Iterable[int]) -> Iterator[tuple[int, int]]:
     """Kiveris' large-star at node u: (v, m(Γ(u) ∪ {u})) for every neighbour v > u (re-iterates `neighbours`)."""
     m = min(min(neighbours, default=u), u)
