@@ -106,7 +106,7 @@ def bucket_partitions(input_bytes: int) -> int:
     """The bucket keys' partitions for an input of `input_bytes` stored: one per 256 MB, 16 to 65,536.
 
     A document puts ~136 bytes of bucket pairs in them (its exact key and 7 bands) per ~4-9 KB
-    line: at the Pile's compression a partition holds a few tens of MB, sorted by one worker.
+    line: the Pile (420 GB of zstd, 210 M documents) gives ~1,600 partitions of ~17 MB.
     """
     return max(16, min(1 << 16, input_bytes >> 28))
 
