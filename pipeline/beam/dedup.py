@@ -220,8 +220,36 @@ class ExactFn(beam.DoFn):
 # -- near --------------------------------------------------------------------------------------------
 
 
+class _BatchingFn(beam.DoFn):
+    """A DoFn that gathers its input and emits it per batch.
+
+    `_add` says when a batch is full, `_flush` emits it and starts the next; the last one goes as
+    the bundle finishes, in the global window (the only one Dedup reads).
+    """
+
+    def start_bundle(self):
+        self._reset()
+
+    def process(self, element):
+        if self._add(element):
+            yield from self._flush()
+
+    def finish_bundle(self):
+        for out in self._flush():
+            yield GlobalWindows.windowed_value(out)
+
+    def _reset(self) -> None:
+        raise NotImplementedError
+
+    def _add(self, element) -> bool:
+        raise NotImplementedError
+
+    def _flush(self):
+        raise NotImplementedError
+
+
 @beam.typehints.with_output_types(typing.Any)  # a tagged output beside the main one: no key-value hint to infer
-class SignFn(beam.DoFn):
+class SignFn(_BatchingFn):
     """(key, doc) -> (exact key, (key, doc, signature bytes)), SHINGLES (key, bytes) if asked; the text read once.
 
     The doc goes on without its text unless `keep_text`, so that the exact and near groups shuffle
@@ -240,8 +268,7 @@ class SignFn(beam.DoFn):
                  keep_text: bool):
         self._exact, self._ngram, self._shingles, self._keep = exact, ngram, shingles, keep_text
         self._num_perm, self._seed = num_perm, seed
-        self._batch: list = []
-        self._chars = 0
+        self._reset()
 
     def setup(self):
         # Imported here, not with this module: numba (when installed) loads only in workers that sign.
@@ -250,24 +277,23 @@ class SignFn(beam.DoFn):
         # Compiled kernels where numba is installed, the numpy definitions otherwise: the same values.
         self._signer = minhash_kernel.Signer(self._exact, self._ngram, self._num_perm, self._seed)
 
-    def start_bundle(self):
-        self._batch, self._chars = [], 0
-
     def process(self, element):
         if self._shingles:
             yield from self._one(element)
-            return
+        else:
+            yield from super().process(element)
+
+    def _reset(self):
+        self._batch, self._chars = [], 0
+
+    def _add(self, element) -> bool:
         self._batch.append(element)
         self._chars += len(element[1]["text"])
-        if self._chars >= self.BATCH_CHARS or len(self._batch) >= self.BATCH_DOCS:
-            yield from self._signed_batch()
+        return self._chars >= self.BATCH_CHARS or len(self._batch) >= self.BATCH_DOCS
 
-    def finish_bundle(self):
-        for out in self._signed_batch():
-            yield GlobalWindows.windowed_value(out)
-
-    def _signed_batch(self):
-        batch, self._batch, self._chars = self._batch, [], 0
+    def _flush(self):
+        batch = self._batch
+        self._reset()
         if not batch:
             return
         for (key, doc), (exact, sig) in zip(batch, self._signer.sign_many([doc["text"] for _, doc in batch]),
@@ -288,7 +314,7 @@ class SignFn(beam.DoFn):
         return doc if self._keep else {n: v for n, v in doc.items() if n != "text"}
 
 
-class _BucketPairsFn(beam.DoFn):
+class _BucketPairsFn(_BatchingFn):
     """Signed documents -> (partition, packed (bucket, document) pairs): the buckets' group in few elements.
 
     Input: (key, (doc, sig)), or with `exact` (exact key, (key, doc, sig)). Each document's band keys
@@ -302,9 +328,6 @@ class _BucketPairsFn(beam.DoFn):
     def __init__(self, bands: int, rows: int, partitions: int, exact: bool):
         self._bands, self._rows, self._partitions, self._exact_input = bands, rows, partitions, exact
 
-    def start_bundle(self):
-        self._reset()
-
     def _reset(self):
         self._band_keys: list[int] = []
         self._band_docs: list[int] = []
@@ -312,7 +335,7 @@ class _BucketPairsFn(beam.DoFn):
         self._exact_docs: list[int] = []
         self._count = 0
 
-    def process(self, element):
+    def _add(self, element) -> bool:
         if self._exact_input:
             exact, (key, _, sig) = element
             self._exact_keys.append(exact)
@@ -324,12 +347,7 @@ class _BucketPairsFn(beam.DoFn):
             self._band_keys += bands
             self._band_docs += [key] * len(bands)
         self._count += 1
-        if self._count >= self.BATCH_DOCS:
-            yield from self._flush()
-
-    def finish_bundle(self):
-        for out in self._flush():
-            yield GlobalWindows.windowed_value(out)
+        return self._count >= self.BATCH_DOCS
 
     def _flush(self):
         bands = np.array(self._band_keys, np.int64)
@@ -490,7 +508,7 @@ def _block_tag(element):
     return key >> BLOCK_BITS, ("tag", (key, tag, value))
 
 
-class _DocBlocksFn(beam.DoFn):
+class _DocBlocksFn(_BatchingFn):
     """(key, (doc, sig)) -> (block, ("docs", pickled [(key, doc, sig), ...])): the near group's documents, in blocks.
 
     One element per block of lines seen in a batch instead of one per document: the near group
@@ -500,23 +518,19 @@ class _DocBlocksFn(beam.DoFn):
 
     BATCH_DOCS = 4096
 
-    def start_bundle(self):
+    def _reset(self):
         self._blocks: dict[int, list] = {}
         self._count = 0
 
-    def process(self, element):
+    def _add(self, element) -> bool:
         key, (doc, sig) = element
         self._blocks.setdefault(key >> BLOCK_BITS, []).append((key, doc, sig))
         self._count += 1
-        if self._count >= self.BATCH_DOCS:
-            yield from self._flush()
-
-    def finish_bundle(self):
-        for out in self._flush():
-            yield GlobalWindows.windowed_value(out)
+        return self._count >= self.BATCH_DOCS
 
     def _flush(self):
-        blocks, self._blocks, self._count = self._blocks, {}, 0
+        blocks = self._blocks
+        self._reset()
         for block, docs in blocks.items():
             # One bytes value: each step the group crosses copies it whole instead of coding each field.
             yield block, ("docs", pickle.dumps(docs, protocol=pickle.HIGHEST_PROTOCOL))
