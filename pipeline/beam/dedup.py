@@ -355,11 +355,23 @@ class _BucketPairsFn(_BatchingFn):
         exact = np.frombuffer(b"".join(self._exact_keys), np.int64).reshape(-1, 2)  # 16-byte keys
         exact_docs = np.array(self._exact_docs, np.int64)
         self._reset()
-        band_part = bands.view(np.uint64) % np.uint64(self._partitions)
-        exact_part = exact[:, 0].view(np.uint64) % np.uint64(self._partitions)
-        for part in np.union1d(band_part, exact_part).tolist():
-            b, e = band_part == part, exact_part == part
-            yield int(part), (bands[b].tobytes(), band_docs[b].tobytes(), exact[e].tobytes(), exact_docs[e].tobytes())
+        # Each kind's pairs sorted by partition once, then cut where the partition changes.
+        parts = np.uint64(self._partitions)
+        bands, band_docs, band_at = _by_partition(bands.view(np.uint64) % parts, bands, band_docs)
+        exact, exact_docs, exact_at = _by_partition(exact[:, 0].view(np.uint64) % parts, exact, exact_docs)
+        for part in sorted(band_at.keys() | exact_at.keys()):
+            b, e = band_at.get(part, slice(0, 0)), exact_at.get(part, slice(0, 0))
+            yield part, (bands[b].tobytes(), band_docs[b].tobytes(), exact[e].tobytes(), exact_docs[e].tobytes())
+
+
+def _by_partition(part: np.ndarray, keys: np.ndarray, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict]:
+    """`keys` and `docs` in partition order, and each partition's slice of them."""
+    order = np.argsort(part, kind="stable")
+    part = part[order]
+    cuts = np.flatnonzero(part[1:] != part[:-1]) + 1
+    starts, ends = np.concatenate(([0], cuts)), np.concatenate((cuts, [len(part)]))
+    at = {int(part[a]): slice(int(a), int(b)) for a, b in zip(starts, ends, strict=True) if b > a}
+    return keys[order], docs[order], at
 
 
 @beam.typehints.with_output_types(typing.Any)  # a tagged output beside the main one
