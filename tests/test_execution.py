@@ -7,7 +7,7 @@ import time
 import pytest
 from corpus_helpers import write_lines
 
-from pipeline.beam.execution import balance, plan_execution, running_mode, share_files
+from pipeline.beam.execution import ENCODE_BATCH_BYTES, balance, plan_execution, running_mode, share_files
 from pipeline.io.frames import Stripe, iter_unit_chunks
 
 FILES = [f"f{i}" for i in range(8)]
@@ -18,6 +18,7 @@ def test_direct_runner_reads_on_the_workers_without_a_fan_out():
         plan = plan_execution("DirectRunner", 2, files)
         assert not plan.fan_out and plan.share and plan.workers == 2
     assert plan.encode_threads == max(1, (os.cpu_count() or 1) // 2)
+    assert plan.encode_batch_bytes == ENCODE_BATCH_BYTES  # chunks tokenized several per call
 
 
 @pytest.mark.parametrize(("sizes", "workers", "read_share", "want"), [
@@ -59,6 +60,7 @@ def test_zero_direct_workers_means_one_per_core():
 def test_a_distributed_runner_fans_chunks_out():
     dataflow = plan_execution("DataflowRunner", None, FILES * 10)
     assert dataflow.fan_out and not dataflow.share and dataflow.encode_threads == 1  # one SDK process per vCPU
+    assert dataflow.encode_batch_bytes == 0  # a chunk per call: its many harness threads would each hold a batch
 
 
 def test_explicit_choices_win():

@@ -6,8 +6,11 @@ Element shapes:
                                             + stats dict on STATS + counts on COUNTS
   ((file, span, own), [(chunk, lines)])  -> WriteDeadLettersFn -> dead-letter file info dicts
 A format's DoFn (pipeline/beam/tfrecord.py `ProcessChunkFn`, pipeline/beam/megatron.py
-`TokenizeDocumentsFn`) subclasses ChunkDocumentsFn and writes its `_documents(chunk)` its own way;
-its record blocks go out as they are or through a spill file (`EmitsRecords`, pipeline/io/spill.py).
+`TokenizeDocumentsFn`) subclasses ChunkDocumentsFn and writes each chunk's documents its own way
+(`_chunk_out`); its record blocks go out as they are or through a spill file (`EmitsRecords`,
+pipeline/io/spill.py). Chunks are validated as they come and may be tokenized several at a time
+(`encode_batch_bytes`, pipeline/beam/execution.py), each written as if alone: the outputs do not
+depend on the batches.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import posixpath
 
 import apache_beam as beam
 import numpy as np
+from apache_beam.transforms.window import GlobalWindows
 
 from pipeline.beam.progress import Reporter
 from pipeline.beam.read import STATS, counter
@@ -85,18 +89,35 @@ class ChunkDocuments:
         return s
 
 
+@dataclasses.dataclass
+class _Validated:
+    """A chunk's lines validated, its texts waiting to be tokenized (`ChunkDocumentsFn._validated`)."""
+
+    chunk: inputs.Chunk
+    texts: list[str]
+    kept_lines: list[documents.Line]
+    kept_subsets: list[str]
+    counts: dict
+    dead: dict
+    file_stats: dict
+    dead_letters: list[dict]
+
+
 class ChunkDocumentsFn(EmitsRecords):
     """A chunk's lines -> kept documents, tokenized: what both output formats do before writing.
 
     Validation and its dead letters, subset selection, the tokenizer, epoch copies, the subsets'
     counts. ProcessChunkFn packs the documents into records; the Megatron job's TokenizeDocumentsFn
     (pipeline/beam/megatron.py) writes them one per sequence. Their dead letters are the same records.
+    With `encode_batch_bytes` the chunks wait for their batch until it holds that many bytes or the
+    bundle finishes (at most that and one chunk of lines), then are tokenized in one call.
     """
 
     def __init__(self, config: PipelineConfig, special: SpecialIds, dtype: np.dtype, backend: str = "sentencepiece",
                  encode_threads: int | None = None, spill_dir: str | None = None, progress: Reporter | None = None,
-                 tokenizer: WorkerTokenizer | None = None):
+                 tokenizer: WorkerTokenizer | None = None, encode_batch_bytes: int = 0):
         super().__init__(spill_dir)
+        self._batch_limit = encode_batch_bytes
         self._config = config
         self._special = special
         self._dtype = dtype
@@ -114,9 +135,6 @@ class ChunkDocumentsFn(EmitsRecords):
     def setup(self):
         # Heavy state loads once per worker, from the model's path.
         self._encoder.load()
-
-    def finish_bundle(self):
-        self._progress.flush()
 
     def teardown(self):
         self._progress.close()
@@ -141,14 +159,59 @@ class ChunkDocumentsFn(EmitsRecords):
         if dead_letters:
             yield beam.pvalue.TaggedOutput(DEAD_LETTERS, dead_letter_part(chunk, dead_letters))
 
-    def _documents(self, chunk: inputs.Chunk, removed: dict | None = None) -> tuple[ChunkDocuments, list[dict]]:
-        """The chunk's kept documents, tokenized, and its dead letters (bad lines, then mismatches).
+    def start_bundle(self):
+        self._batch: list[_Validated] = []
+        self._batch_bytes = 0
+
+    def process(self, element):
+        """Validate a chunk now; tokenize it with the chunks before it once `encode_batch_bytes` are waiting.
+
+        A chunk claimed from a file shared by the workers (`Chunk.claimed`) is tokenized before the
+        next is read: a worker holding several would finish the file alone.
+        """
+        chunk, removed = with_removed(element)
+        self._batch.append(self._validated(chunk, removed))
+        self._batch_bytes += chunk.num_bytes
+        if chunk.claimed or self._batch_bytes >= self._batch_limit:
+            yield from self._flush()
+
+    def finish_bundle(self):
+        for out in self._flush():
+            if isinstance(out, beam.pvalue.TaggedOutput):
+                yield beam.pvalue.TaggedOutput(out.tag, GlobalWindows.windowed_value(out.value))
+            else:
+                yield GlobalWindows.windowed_value(out)
+        self._progress.flush()
+
+    def _flush(self):
+        """Tokenize the waiting chunks' texts in one call and write each chunk (`_chunk_out`), in order."""
+        batch, self._batch, self._batch_bytes = self._batch, [], 0
+        if not batch:
+            return
+        texts = [text for pending in batch for text in pending.texts]
+        ids, offsets, mismatches = self._encoder.encode_verified(texts)
+        first = 0
+        for pending in batch:
+            last = first + len(pending.texts)
+            own = (ids[offsets[first]:offsets[last]], offsets[first:last + 1] - offsets[first],
+                   [(i - first, detail) for i, detail in mismatches if first <= i < last])
+            docs, dead_letters = self._documents(pending, *own)
+            yield from self._chunk_out(pending.chunk, docs, dead_letters)
+            first = last
+
+    def _chunk_out(self, chunk: inputs.Chunk, docs: ChunkDocuments, dead_letters: list[dict]):
+        """A chunk's outputs from its tokenized documents (the format's)."""
+        raise NotImplementedError
+
+    def _validated(self, chunk: inputs.Chunk, removed: dict | None = None) -> _Validated:
+        """The chunk's lines validated: the texts to tokenize, their lines and subsets, the dead letters.
 
         `removed`: with --dedup / --decontaminate, the chunk's removed documents' records by line
         (pipeline/beam/dedup_stage.py): left out, counted per subset by reason with their tokens;
         a `contaminated_cut` one is kept with its cut text.
         """
-        cfg, special = self._config, self._special
+        cfg = self._config
+        max_line_bytes, schema, selected = cfg.max_line_bytes, self._schema, self._selected
         subsets: dict = {}
         dead: dict[str, int] = {}
         file_stats = documents.file_stats()
@@ -156,14 +219,14 @@ class ChunkDocumentsFn(EmitsRecords):
         removed_texts, removed_of = [], []  # (subset counts, reason) of each removed text
         for line in chunk.lines:
             try:
-                doc = documents.validate(line, cfg.max_line_bytes, self._schema, file_stats)
+                doc = documents.validate(line, max_line_bytes, schema, file_stats)
             except documents.BadRecord as bad:
                 dead_letters.append(self._dead_letter(chunk, line, bad.reason, bad.detail, dead))
                 continue
             text, subset = doc.text, doc.subset
             s = subsets.setdefault(subset, {"documents": 0, "kept": 0, "filtered": {}, "text_bytes": 0})
             s["documents"] += 1
-            reason = documents.filter_reason(text, subset, self._selected)
+            reason = documents.filter_reason(text, subset, selected)
             if reason:
                 s["filtered"][reason] = s["filtered"].get(reason, 0) + 1
                 self._filtered.inc()
@@ -186,17 +249,23 @@ class ChunkDocumentsFn(EmitsRecords):
 
         if removed is not None:
             self._count_removed_tokens(subsets, removed_texts, removed_of)
-        # (ids, offsets): every kept document's ids in one flat array.
-        ids, offsets, mismatches = self._encoder.encode_verified(texts)
+        return _Validated(chunk, texts, kept_lines, kept_subsets, subsets, dead, file_stats, dead_letters)
+
+    def _documents(self, pending: _Validated, ids: np.ndarray, offsets: np.ndarray,
+                   mismatches: list[tuple[int, str]]) -> tuple[ChunkDocuments, list[dict]]:
+        """A validated chunk's kept documents from their ids, and its dead letters (bad lines, then mismatches)."""
+        cfg, special, chunk = self._config, self._special, pending.chunk
+        kept_lines, dead_letters = pending.kept_lines, pending.dead_letters
         copies = np.array([copies_of(cfg.epochs_of(subset), cfg.seed, chunk.file_index, line.number)
-                           for subset, line in zip(kept_subsets, kept_lines, strict=True)], np.int64)
+                           for subset, line in zip(pending.kept_subsets, kept_lines, strict=True)], np.int64)
         sizes = np.diff(offsets) + special.add_bos + special.add_eos
-        docs = ChunkDocuments(kept_lines, kept_subsets, ids, offsets, sizes, copies, subsets, dead, file_stats)
+        docs = ChunkDocuments(kept_lines, pending.kept_subsets, ids, offsets, sizes, copies, pending.counts,
+                              pending.dead, pending.file_stats)
         for i, detail in mismatches:  # only with --verify_tokenizer: the fast backend disagreed with SentencePiece
             if cfg.verify_tokenizer == "fail":
                 raise TokenizerMismatch(f"{redact_url(chunk.path)} line {kept_lines[i].number}: {detail}")
             docs.unkeep(i)["documents"] -= 1
-            dead_letters.append(self._dead_letter(chunk, kept_lines[i], "tokenizer_mismatch", detail, dead))
+            dead_letters.append(self._dead_letter(chunk, kept_lines[i], "tokenizer_mismatch", detail, pending.dead))
         return docs, dead_letters
 
     def _count_removed_tokens(self, subsets: dict, texts: list[str], removed_of: list[tuple[dict, str]]) -> None:

@@ -35,7 +35,7 @@ import tempfile
 import apache_beam as beam
 import numpy as np
 
-from pipeline.beam.chunk_documents import COUNTS, DEAD_LETTERS, ChunkDocumentsFn, WriteDeadLetters, with_removed
+from pipeline.beam.chunk_documents import COUNTS, DEAD_LETTERS, ChunkDocumentsFn, WriteDeadLetters
 from pipeline.beam.execution import Workspace
 from pipeline.beam.manifest import shared_entries, tokenizer_json
 from pipeline.beam.preflight import Job
@@ -71,14 +71,12 @@ class TokenizeDocumentsFn(ChunkDocumentsFn):
 
     def __init__(self, config: PipelineConfig, special: SpecialIds, backend: str = "sentencepiece",
                  encode_threads: int | None = None, spill_dir: str | None = None, progress: Reporter | None = None,
-                 tokenizer: WorkerTokenizer | None = None):
+                 tokenizer: WorkerTokenizer | None = None, encode_batch_bytes: int = 0):
         super().__init__(config, special, fmt.token_dtype(special.vocab_size), backend, encode_threads, spill_dir,
-                         progress, tokenizer)
+                         progress, tokenizer, encode_batch_bytes)
 
-    def process(self, element):
+    def _chunk_out(self, chunk, docs, dead_letters):
         cfg, special = self._config, self._special
-        chunk, removed = with_removed(element)
-        docs, dead_letters = self._documents(chunk, removed)
         yield from self._dead_letters_out(chunk, dead_letters)
         copies = docs.copies
         for i in np.flatnonzero((np.diff(docs.offsets) == 0) & (copies >= 0)).tolist():
@@ -222,7 +220,7 @@ def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) 
     dtype = fmt.token_dtype(job.special.vocab_size)
     docs = chunks | "TokenizeDocuments" >> beam.ParDo(
         TokenizeDocumentsFn(cfg, job.special, job.backend.name, job.execution.encode_threads, spill_dir, progress,
-                            tokenizer=job.worker_tokenizer)
+                            tokenizer=job.worker_tokenizer, encode_batch_bytes=job.execution.encode_batch_bytes)
     ).with_outputs(DEAD_LETTERS, STATS, COUNTS, main="documents")
     layout = (
         docs[COUNTS]

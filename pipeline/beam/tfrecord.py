@@ -43,7 +43,6 @@ from pipeline.beam.chunk_documents import (
     ChunkDocumentsFn,
     EmitsRecords,
     WriteDeadLetters,
-    with_removed,
 )
 from pipeline.beam.execution import Workspace
 from pipeline.beam.manifest import shared_entries, tokenizer_json
@@ -106,9 +105,9 @@ class ProcessChunkFn(ChunkDocumentsFn):
 
     def __init__(self, config: PipelineConfig, special: SpecialIds, backend: str = "sentencepiece",
                  encode_threads: int | None = None, spill_dir: str | None = None, progress: Reporter | None = None,
-                 tokenizer: WorkerTokenizer | None = None):
+                 tokenizer: WorkerTokenizer | None = None, encode_batch_bytes: int = 0):
         super().__init__(config, special, records.token_dtype_for(special.vocab_size), backend, encode_threads,
-                         spill_dir, progress, tokenizer)
+                         spill_dir, progress, tokenizer, encode_batch_bytes)
         self._records = counter("records_from_chunks")
 
     def setup(self):
@@ -116,10 +115,8 @@ class ProcessChunkFn(ChunkDocumentsFn):
         self._last_log = time.monotonic()
         self._done_chunks = 0
 
-    def process(self, element):
+    def _chunk_out(self, chunk, docs, dead_letters):
         cfg, special = self._config, self._special
-        chunk, removed = with_removed(element)
-        docs, dead_letters = self._documents(chunk, removed)
         yield from self._dead_letters_out(chunk, dead_letters)
         copies = docs.copies
         # Epoch copies are packed as separate streams, so repeats of a document land in different
@@ -452,7 +449,8 @@ def build_output(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Work
     cfg, spill_dir = job.config, workspace.spill_dir
     processed = chunks | "TokenizeAndPack" >> beam.ParDo(
         ProcessChunkFn(cfg, job.special, job.backend.name, job.execution.encode_threads, spill_dir,
-                       reporter(job, workspace), tokenizer=job.worker_tokenizer)
+                       reporter(job, workspace), tokenizer=job.worker_tokenizer,
+                       encode_batch_bytes=job.execution.encode_batch_bytes)
     ).with_outputs(TAILS, DEAD_LETTERS, STATS, COUNTS,
                    PROVENANCE, main="records")
     if packs_best_fit(cfg):  # every chunk packed whole: no tails to join

@@ -363,6 +363,6 @@ def filter_reason(text: str, subset: str, selected) -> str | None:
     """
     if subset not in selected:
         return NOT_SELECTED
-    if not text.strip():
+    if not text or text.isspace():  # `not text.strip()` without copying a text that ends in whitespace
         return EMPTY_TEXT
     return None

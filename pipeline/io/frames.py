@@ -128,8 +128,9 @@ def iter_unit_chunks(path: str, file_index: int, unit: Frame | Stripe | None, ch
         yield from iter_chunks(path, file_index, chunk_bytes, max_line_bytes)
         return
     if isinstance(unit, Stripe) and unit.board:
-        yield from claims.claimed(iter_chunks(path, file_index, chunk_bytes, max_line_bytes), unit.board, file_index,
-                                  unit.count, lambda chunk: chunk.chunk_index)
+        chunks = claims.claimed(iter_chunks(path, file_index, chunk_bytes, max_line_bytes), unit.board, file_index,
+                                unit.count, lambda chunk: chunk.chunk_index)
+        yield from (dataclasses.replace(chunk, claimed=True) for chunk in chunks)
         return
     if isinstance(unit, Stripe):
         for chunk in iter_chunks(path, file_index, chunk_bytes, max_line_bytes):

@@ -26,6 +26,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import errno
+import functools
 import glob
 import json
 import os
@@ -127,8 +128,9 @@ class Chunk:
     path: str
     lines: tuple[Line, ...]
     input_bytes: int = 0  # bytes of the file as stored (compressed) read for this chunk, for progress
+    claimed: bool = False  # claimed from a file the workers share (pipeline/io/claims.py)
 
-    @property
+    @functools.cached_property
     def num_bytes(self) -> int:
         """Decompressed bytes carried (for progress and sizing)."""
         return sum(len(line.data) for line in self.lines)

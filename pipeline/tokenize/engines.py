@@ -203,7 +203,7 @@ class _GigatokenEngine:
         out = tok.encode_batch(texts, parallel=self._parallel)
         offsets = np.zeros(len(texts) + 1, np.int64)
         np.cumsum(ak.to_numpy(ak.num(out)), out=offsets[1:])
-        return ak.to_numpy(ak.flatten(out)).astype(np.int32), offsets
+        return ak.to_numpy(ak.flatten(out)).view(np.int32), offsets
 
 
 _ENGINES = {SENTENCEPIECE: SentencePieceEngine, "gigatoken": _GigatokenEngine, "kitoken": _KitokenEngine}
