@@ -80,10 +80,10 @@ def test_chunks_are_tokenized_together_with_the_outputs_of_one_call_each(chunks,
     assert len(dead) == 1 and b'"line": 18' in dead[0][1][1]
 
 
-def test_a_chunk_claimed_from_a_shared_file_is_tokenized_before_the_next_is_read(chunks, tiny_model, tmp_path):
+def test_a_chunk_to_tokenize_now_goes_with_those_waiting_before_the_next_is_read(chunks, tiny_model, tmp_path):
     calls = []
-    elements = [chunks[0], dataclasses.replace(chunks[1], claimed=True), chunks[2]]
+    elements = [chunks[0], dataclasses.replace(chunks[1], tokenize_now=True), chunks[2]]
     during, after = _run(_fn(tiny_model, tmp_path, calls), elements)
-    # The claimed chunk goes out with the one waiting before it; the unclaimed one after it waits.
+    # It goes out with the one waiting before it; the one after it waits for its batch.
     assert not during[0] and during[1] and not during[2] and after
     assert len(calls) == 2

@@ -7,7 +7,9 @@ import time
 import pytest
 from corpus_helpers import write_lines
 
+from pipeline.beam import read
 from pipeline.beam.execution import ENCODE_BATCH_BYTES, balance, plan_execution, running_mode, share_files
+from pipeline.io import inputs
 from pipeline.io.frames import Stripe, iter_unit_chunks
 
 FILES = [f"f{i}" for i in range(8)]
@@ -89,3 +91,39 @@ def test_worker_threads_while_the_gil_is_not_the_limit():
     assert running_mode(64, "sentencepiece") == "multi_processing"
     assert running_mode(2, "tokenizers") == "multi_threading"  # its reference runs through encode_batch
     assert running_mode(2, "tiktoken") == running_mode(2, "tokenizers_batch") == "multi_threading"
+
+
+def test_the_stripes_of_a_file_go_to_different_workers():
+    # Two stripes of a shared file on two workers: LPT alone puts both on the worker with less to do.
+    sizes, apart = [10, 10, 10, 6, 6], [None, None, None, 7, 7]
+    assert balance(sizes, 2) == [0, 1, 0, 1, 1]
+    assert balance(sizes, 2, apart) == [0, 1, 0, 1, 0]
+    assert balance([5, 5, 5], 2, ["f", "f", "f"]) == [0, 1, 0]  # more stripes than workers: shared as even as can be
+
+
+def test_a_worker_reads_its_own_files_first_and_flushes_the_last_before_a_shared_one():
+    board = Stripe(0, 2, "run-x")
+    assert read._worker_order([(1, "b", None), (0, "a", board), (2, "c", None)]) == [
+        (1, "b", None), (2, "c", None, True), (0, "a", board)]
+    assert read._worker_order([(1, "b", None), (2, "c", None)]) == [(1, "b", None), (2, "c", None)]
+    assert read._worker_order([(0, "a", board)]) == [(0, "a", board)]
+
+
+def test_the_last_chunk_of_a_unit_is_marked_also_before_damage(tmp_path):
+    lines = [json.dumps({"text": f"line {i} " * 20, "meta": {"pile_set_name": "Pile-CC"}}).encode()
+             for i in range(500)]
+    path = write_lines(str(tmp_path / "in.jsonl.zst"), lines)
+    whole = list(iter_unit_chunks(path, 0, None, 4096, 1 << 20))
+    marked = list(read._last_marked(iter(whole)))
+    assert [c.tokenize_now for c in marked] == [False] * (len(whole) - 1) + [True]
+    assert [c.lines for c in marked] == [c.lines for c in whole]
+
+    def damaged():
+        yield from whole[:3]
+        raise inputs.CorruptInputError("broken frame")
+
+    got = []
+    with pytest.raises(inputs.CorruptInputError):
+        for chunk in read._last_marked(damaged()):
+            got.append(chunk)
+    assert [c.chunk_index for c in got] == [0, 1, 2] and [c.tokenize_now for c in got] == [False, False, True]

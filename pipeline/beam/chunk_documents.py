@@ -166,13 +166,13 @@ class ChunkDocumentsFn(EmitsRecords):
     def process(self, element):
         """Validate a chunk now; tokenize it with the chunks before it once `encode_batch_bytes` are waiting.
 
-        A chunk claimed from a file shared by the workers (`Chunk.claimed`) is tokenized before the
-        next is read: a worker holding several would finish the file alone.
+        A chunk claimed from a file shared by the workers, or the last a worker reads before it joins
+        one (`Chunk.tokenize_now`), goes at once: a worker holding chunks there would finish alone.
         """
         chunk, removed = with_removed(element)
         self._batch.append(self._validated(chunk, removed))
         self._batch_bytes += chunk.num_bytes
-        if chunk.claimed or self._batch_bytes >= self._batch_limit:
+        if chunk.tokenize_now or self._batch_bytes >= self._batch_limit:
             yield from self._flush()
 
     def finish_bundle(self):

@@ -144,8 +144,9 @@ def share_files(sizes: list[int], workers: int, read_share: float) -> list[int]:
 
     def makespan(plan: list[int]) -> float:
         costs = [size * (read_share + 1 / k) for size, k in zip(sizes, plan, strict=True) for _ in range(k)]
+        apart = [j if k > 1 else None for j, k in enumerate(plan) for _ in range(k)]
         loads = [0.0] * workers
-        for cost, slot in zip(costs, balance(costs, workers), strict=True):
+        for cost, slot in zip(costs, balance(costs, workers, apart), strict=True):
             loads[slot] += cost
         return max(loads)
 
@@ -176,12 +177,25 @@ def file_sizes(paths: list[str]) -> list[int]:
     return sizes
 
 
-def balance(sizes: list[float], slots: int) -> list[int]:
-    """Slot of each work item by its cost: biggest first onto the least-loaded slot (LPT), ties by index."""
+def balance(sizes: list[float], slots: int, apart: list | None = None) -> list[int]:
+    """Slot of each work item by its cost: biggest first onto the least-loaded slot (LPT), ties by index.
+
+    `apart`: a key per item (None: none); items with the same key go to different slots while there
+    are slots left (the stripes of one file: a worker reading two of them reads the file twice and
+    shares it with nobody).
+
+    >>> balance([10, 10, 10, 6, 6], 2), balance([10, 10, 10, 6, 6], 2, [None, None, None, "f", "f"])
+    ([0, 1, 0, 1, 1], [0, 1, 0, 1, 0])
+    """
     loads = [0] * max(1, slots)
     slot_of = [0] * len(sizes)
+    taken: dict = {}  # key -> slots holding an item with that key
     for i in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
-        slot = min(range(len(loads)), key=lambda s: (loads[s], s))
+        key = apart[i] if apart is not None else None
+        held = taken.setdefault(key, set()) if key is not None else set()
+        free = [s for s in range(len(loads)) if s not in held] or range(len(loads))
+        slot = min(free, key=lambda s: (loads[s], s))
         slot_of[i] = slot
         loads[slot] += sizes[i]
+        held.add(slot)
     return slot_of

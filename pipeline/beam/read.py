@@ -1,14 +1,17 @@
 """The read stage: input files -> chunks of lines on the workers, for the token-shard job and the tokenizer sample.
 
 Element shapes:
-  (file_index, path[, frame | stripe | row group])   -> ReadChunksFn -> Chunk + file stats on STATS
+  (file_index, path[, frame | stripe | row group[, before shared]])
+                                                     -> ReadChunksFn -> Chunk + file stats on STATS
 A frame is one unit of an indexed input (pipeline/io/frames.py); a stripe, every n-th chunk of a file
-read by several DirectRunner workers (pipeline/beam/execution.py). Also here: the names every stage
+read by several DirectRunner workers (pipeline/beam/execution.py); `before shared`: the last unit a
+worker reads before it joins a file it shares (its last chunk is tokenized at once). Also here: the names every stage
 shares, the metrics namespace and the STATS output (dicts summed into the manifest's counts).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 
@@ -62,6 +65,7 @@ class ReadChunksFn(beam.DoFn):
     def process(self, element):
         file_index, path = element[:2]
         unit = element[2] if len(element) > 2 else None
+        before_shared = len(element) > 3 and element[3]
         shown = redact_url(path)
         lines = size = chunks = 0
         start = time.monotonic()
@@ -72,7 +76,8 @@ class ReadChunksFn(beam.DoFn):
                 chunks_of = columnar.iter_unit_chunks(path, file_index, unit, self._chunk_bytes, self._schema)
             else:
                 chunks_of = frames.iter_unit_chunks(path, file_index, unit, self._chunk_bytes, self._max_line_bytes)
-            for chunk in unchanged(chunks_of, path, self._snapshots.get(path)):
+            chunks_of = unchanged(chunks_of, path, self._snapshots.get(path))
+            for chunk in _last_marked(chunks_of) if before_shared else chunks_of:
                 lines += len(chunk.lines)
                 size += chunk.num_bytes
                 chunks += 1
@@ -102,6 +107,22 @@ class ReadChunksFn(beam.DoFn):
         self._progress.close()
 
 
+def _last_marked(chunks):
+    """The chunks, the last (also the last before damage) marked `tokenize_now`; each held until the next is read."""
+    held = None
+    try:
+        for chunk in chunks:
+            if held is not None:
+                yield held
+            held = chunk
+    except inputs.CorruptInputError:
+        if held is not None:
+            yield dataclasses.replace(held, tokenize_now=True)
+        raise
+    if held is not None:
+        yield dataclasses.replace(held, tokenize_now=True)
+
+
 def read_chunks(p: beam.Pipeline, job: Job, workspace: Workspace):
     """Read the inputs into chunks on the workers: (chunks, read stats).
 
@@ -123,15 +144,15 @@ def read_chunks(p: beam.Pipeline, job: Job, workspace: Workspace):
         # A .zst file cannot be split: fan its chunks out so that 30 files do not cap parallelism.
         return read_out.chunks | "FanOut" >> beam.Reshuffle(), read_out[STATS]
     units, costs = _work_items(job, files, frames_of, workspace.board)
-    slot_of = balance(costs, execution.workers)
+    # The stripes of a file go to different workers (each reads the whole file for its share).
+    slot_of = balance(costs, execution.workers, [u[0] if isinstance(u[2], Stripe) else None for u in units])
     by_slot = sorted(zip(slot_of, units, strict=True), key=lambda item: (item[0], item[1][0]))
     read_out = (
         p
         | "ListInputs" >> beam.Create(by_slot, reshuffle=False)
         # One group per worker: DirectRunner hands each worker whole groups.
         | "GroupFilesByWorker" >> beam.GroupByKey()
-        # Files shared on a board last: their readers take chunks as they are free, evening out the end.
-        | "FilesOfWorker" >> beam.FlatMap(lambda kv: sorted(kv[1], key=lambda unit: (_on_board(unit), unit[:2])))
+        | "FilesOfWorker" >> beam.FlatMap(lambda kv: _worker_order(kv[1]))
         | "ReadChunks" >> beam.ParDo(read_fn).with_outputs(STATS, main="chunks")
     )
     return read_out.chunks, read_out[STATS]
@@ -139,6 +160,23 @@ def read_chunks(p: beam.Pipeline, job: Job, workspace: Workspace):
 
 def _on_board(unit: tuple) -> bool:
     return len(unit) > 2 and isinstance(unit[2], Stripe) and unit[2].board is not None
+
+
+def _worker_order(units) -> list[tuple]:
+    """A worker's units in reading order: its own, then the files it shares on a board.
+
+    The readers of a shared file take its chunks as they are free, evening out the end; the last of
+    the worker's own units before those is marked, so that none of its chunks waits to be tokenized
+    while the others take the shared ones.
+
+    >>> _worker_order([(1, "b", None), (0, "a", Stripe(0, 2, "run")), (0, "c", None)])
+    [(0, 'c', None), (1, 'b', None, True), (0, 'a', Stripe(index=0, count=2, board='run'))]
+    """
+    units = sorted(units, key=lambda unit: (_on_board(unit), unit[:2]))
+    own = sum(not _on_board(unit) for unit in units)
+    if 0 < own < len(units):
+        units[own - 1] = (*units[own - 1], True)
+    return units
 
 
 def _work_items(job: Job, files: list[tuple[int, str]], frames_of: dict,

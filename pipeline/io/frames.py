@@ -130,7 +130,7 @@ def iter_unit_chunks(path: str, file_index: int, unit: Frame | Stripe | None, ch
     if isinstance(unit, Stripe) and unit.board:
         chunks = claims.claimed(iter_chunks(path, file_index, chunk_bytes, max_line_bytes), unit.board, file_index,
                                 unit.count, lambda chunk: chunk.chunk_index)
-        yield from (dataclasses.replace(chunk, claimed=True) for chunk in chunks)
+        yield from (dataclasses.replace(chunk, tokenize_now=True) for chunk in chunks)
         return
     if isinstance(unit, Stripe):
         for chunk in iter_chunks(path, file_index, chunk_bytes, max_line_bytes):

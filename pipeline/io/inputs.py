@@ -128,7 +128,9 @@ class Chunk:
     path: str
     lines: tuple[Line, ...]
     input_bytes: int = 0  # bytes of the file as stored (compressed) read for this chunk, for progress
-    claimed: bool = False  # claimed from a file the workers share (pipeline/io/claims.py)
+    # Tokenize it, and the chunks waiting for their batch, before reading on: a chunk claimed from a
+    # file the workers share (pipeline/io/claims.py), or the last a worker reads before it joins one.
+    tokenize_now: bool = False
 
     @functools.cached_property
     def num_bytes(self) -> int:
