@@ -9,7 +9,7 @@ from corpus_helpers import write_lines
 
 from pipeline.beam import read
 from pipeline.beam.execution import ENCODE_BATCH_BYTES, balance, plan_execution, running_mode, share_files
-from pipeline.io import inputs
+from pipeline.io import claims, inputs
 from pipeline.io.frames import Stripe, iter_unit_chunks
 
 FILES = [f"f{i}" for i in range(8)]
@@ -101,12 +101,30 @@ def test_the_stripes_of_a_file_go_to_different_workers():
     assert balance([5, 5, 5], 2, ["f", "f", "f"]) == [0, 1, 0]  # more stripes than workers: shared as even as can be
 
 
-def test_a_worker_reads_its_own_files_first_and_flushes_the_last_before_a_shared_one():
-    board = Stripe(0, 2, "run-x")
-    assert read._worker_order([(1, "b", None), (0, "a", board), (2, "c", None)]) == [
-        (1, "b", None), (2, "c", None, True), (0, "a", board)]
-    assert read._worker_order([(1, "b", None), (2, "c", None)]) == [(1, "b", None), (2, "c", None)]
-    assert read._worker_order([(0, "a", board)]) == [(0, "a", board)]
+def test_threads_take_work_items_from_one_queue_then_share_the_largest_file():
+    units = [(0, "a", None), (1, "b", Stripe(0, 2, "run-q")), (1, "b", Stripe(1, 2, "run-q")), (2, "c", None)]
+    by_slot = read._on_queue(units, [5.0, 9.0, 9.0, 7.0], 2, "run-q")
+    queue = [u for w, u in by_slot if w == 0 and len(u) > 3]
+    assert [u[0] for u in queue] == [2, 0]  # largest first
+    assert [u for w, u in by_slot if w == 1 and len(u) > 3] == queue  # every worker has the queue
+    assert {w: u[2].index for w, u in by_slot if len(u) == 3} == {0: 0, 1: 1}  # one stripe each
+    # Worker 0 takes the first item; worker 1, arriving while it reads it, the second; then each its stripe.
+    mine = {w: [u for v, u in by_slot if v == w] for w in (0, 1)}
+    first, second = read._worker_order(mine[0]), read._worker_order(mine[1])
+    assert next(first)[0] == 2 and next(second)[0] == 0
+    assert [u[0] for u in second] == [1] and [u[0] for u in first] == [1]
+
+
+def test_a_queued_item_taken_by_a_reader_that_failed_fails_the_job():
+    units = [(0, "a", None), (1, "b", None)]
+    by_slot = read._on_queue(units, [5.0, 4.0], 2, "run-q2")
+    mine = {w: [u for v, u in by_slot if v == w] for w in (0, 1)}
+    failed = read._worker_order(mine[0])
+    next(failed)  # takes item 0, then its worker dies before finishing it
+    failed.close()
+    assert [u[0] for u in read._worker_order(mine[0])] == [1]  # its bundle run again takes what is left
+    with pytest.raises(claims.ClaimError, match=r"work items \[0\]"):  # the other finishes last: 0 was lost
+        list(read._worker_order(mine[1]))
 
 
 def test_the_last_chunk_of_a_unit_is_marked_also_before_damage(tmp_path):

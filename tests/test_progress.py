@@ -103,12 +103,12 @@ def test_a_reporter_without_a_monitor_only_counts_metrics():
 SLOW_WORKERS = """
     import os, time
     if os.environ.get("SLOW_CHUNK_S"):
-        from pipeline.tokenize import engines
-        _encode = engines.Encoder.encode_verified
-        def slow(self, texts):
+        from pipeline.core import packing
+        _pack = packing.pack
+        def slow(*args, **kwargs):  # once per chunk, after its batch is tokenized, before it counts as done
             time.sleep(float(os.environ["SLOW_CHUNK_S"]))
-            return _encode(self, texts)
-        engines.Encoder.encode_verified = slow
+            return _pack(*args, **kwargs)
+        packing.pack = slow
 """
 
 

@@ -1,11 +1,11 @@
 """The read stage: input files -> chunks of lines on the workers, for the token-shard job and the tokenizer sample.
 
 Element shapes:
-  (file_index, path[, frame | stripe | row group[, before shared]])
+  (file_index, path[, frame | stripe | row group[, Queued]])
                                                      -> ReadChunksFn -> Chunk + file stats on STATS
 A frame is one unit of an indexed input (pipeline/io/frames.py); a stripe, every n-th chunk of a file
-read by several DirectRunner workers (pipeline/beam/execution.py); `before shared`: the last unit a
-worker reads before it joins a file it shares (its last chunk is tokenized at once). Also here: the names every stage
+read by several DirectRunner workers (pipeline/beam/execution.py); `Queued`: a unit on the run's
+queue, read by the first worker free to take it. Also here: the names every stage
 shares, the metrics namespace and the STATS output (dicts summed into the manifest's counts).
 """
 
@@ -22,7 +22,7 @@ from pipeline.beam.execution import READ_SHARE, READ_SHARE_FAST, Workspace, bala
 from pipeline.beam.preflight import Job
 from pipeline.beam.progress import Reporter
 from pipeline.core.documents import PILE, Schema
-from pipeline.io import columnar, frames, inputs
+from pipeline.io import claims, columnar, frames, inputs
 from pipeline.io.frames import Stripe, read_units
 from pipeline.io.snapshot import unchanged
 from pipeline.io.urls import redact_url
@@ -30,6 +30,20 @@ from pipeline.io.urls import redact_url
 LOG = logging.getLogger(__name__)
 NAMESPACE = "pile"
 STATS = "stats"
+QUEUE = -1  # the claims board's key of a run's queue of work items (a file's key is its index, >= 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Queued:
+    """A work item on the queue of a run whose workers are threads of one process (pipeline/io/claims.py).
+
+    Every worker goes through the same queue, largest items first, and reads the items it is the
+    first to take: the workers stay busy until the queue is empty, whatever the estimates got wrong.
+    """
+
+    board: str
+    position: int
+    readers: int
 
 
 def counter(name: str):
@@ -65,7 +79,7 @@ class ReadChunksFn(beam.DoFn):
     def process(self, element):
         file_index, path = element[:2]
         unit = element[2] if len(element) > 2 else None
-        before_shared = len(element) > 3 and element[3]
+        queued = len(element) > 3
         shown = redact_url(path)
         lines = size = chunks = 0
         start = time.monotonic()
@@ -77,7 +91,8 @@ class ReadChunksFn(beam.DoFn):
             else:
                 chunks_of = frames.iter_unit_chunks(path, file_index, unit, self._chunk_bytes, self._max_line_bytes)
             chunks_of = unchanged(chunks_of, path, self._snapshots.get(path))
-            for chunk in _last_marked(chunks_of) if before_shared else chunks_of:
+            # A queued item is taken until its chunks are tokenized: none waits for a batch after it.
+            for chunk in _last_marked(chunks_of) if queued else chunks_of:
                 lines += len(chunk.lines)
                 size += chunk.num_bytes
                 chunks += 1
@@ -144,9 +159,12 @@ def read_chunks(p: beam.Pipeline, job: Job, workspace: Workspace):
         # A .zst file cannot be split: fan its chunks out so that 30 files do not cap parallelism.
         return read_out.chunks | "FanOut" >> beam.Reshuffle(), read_out[STATS]
     units, costs = _work_items(job, files, frames_of, workspace.board)
-    # The stripes of a file go to different workers (each reads the whole file for its share).
-    slot_of = balance(costs, execution.workers, [u[0] if isinstance(u[2], Stripe) else None for u in units])
-    by_slot = sorted(zip(slot_of, units, strict=True), key=lambda item: (item[0], item[1][0]))
+    if workspace.board and execution.workers > 1:
+        by_slot = _on_queue(units, costs, execution.workers, workspace.board)
+    else:
+        # The stripes of a file go to different workers (each reads the whole file for its share).
+        slot_of = balance(costs, execution.workers, [u[0] if isinstance(u[2], Stripe) else None for u in units])
+        by_slot = sorted(zip(slot_of, units, strict=True), key=lambda item: (item[0], item[1][0]))
     read_out = (
         p
         | "ListInputs" >> beam.Create(by_slot, reshuffle=False)
@@ -162,30 +180,35 @@ def _on_board(unit: tuple) -> bool:
     return len(unit) > 2 and isinstance(unit[2], Stripe) and unit[2].board is not None
 
 
-def _worker_order(units) -> list[tuple]:
-    """A worker's units in reading order: its own, then the files it shares on a board.
+def _on_queue(units: list[tuple], costs: list[float], workers: int, board: str) -> list[tuple[int, tuple]]:
+    """(worker, unit) for threads of one process: every worker gets the queue, largest first, and its stripes."""
+    order = sorted((j for j, unit in enumerate(units) if not _on_board(unit)), key=lambda j: (-costs[j], j))
+    queue = [(*units[j], Queued(board, position, workers)) for position, j in enumerate(order)]
+    shared = [unit for unit in units if _on_board(unit)]
+    return [(w, unit) for w in range(workers) for unit in queue] + [(u[2].index % workers, u) for u in shared]
 
-    The readers of a shared file take its chunks as they are free, evening out the end; the last of
-    the worker's own units before those is marked, so that none of its chunks waits to be tokenized
-    while the others take the shared ones.
 
-    >>> _worker_order([(1, "b", None), (0, "a", Stripe(0, 2, "run")), (0, "c", None)])
-    [(0, 'c', None), (1, 'b', None, True), (0, 'a', Stripe(index=0, count=2, board='run'))]
+def _worker_order(units):
+    """A worker's units in reading order: the queue's items it takes first, then the files it shares.
+
+    The readers of a shared file take its chunks as they are free, evening out the end.
     """
-    units = sorted(units, key=lambda unit: (_on_board(unit), unit[:2]))
-    own = sum(not _on_board(unit) for unit in units)
-    if 0 < own < len(units):
-        units[own - 1] = (*units[own - 1], True)
-    return units
+    units = list(units)
+    queue = sorted((u for u in units if len(u) > 3), key=lambda u: u[3].position)
+    if queue:
+        first = queue[0][3]
+        yield from claims.claimed(iter(queue), first.board, QUEUE, first.readers, index=lambda u: u[3].position)
+    yield from sorted((u for u in units if len(u) <= 3), key=lambda u: u[:2])
 
 
 def _work_items(job: Job, files: list[tuple[int, str]], frames_of: dict,
                 board: str | None = None) -> tuple[list[tuple], list[float]]:
     """DirectRunner's work items ((file_index, path, Frame | Stripe | None)) and their estimated costs.
 
-    With a `board` (the workers are threads of this process) the largest whole file is always
-    shared by every worker, its chunks claimed as the workers get free (pipeline/io/claims.py):
-    whatever the estimates got wrong, the workers finish together.
+    With a `board` (the workers are threads of this process) the other items go on a queue the
+    workers take them from (`_on_queue`) and the largest whole file is shared by every worker, its
+    chunks claimed as the workers get free (pipeline/io/claims.py), last: whatever the estimates got
+    wrong, the workers finish together.
     """
     sizes = file_sizes([path for _, path in files])
     indexed = {i for i, _ in files if frames_of[i] != [None]}
@@ -193,11 +216,10 @@ def _work_items(job: Job, files: list[tuple[int, str]], frames_of: dict,
     whole = [j for j, (i, _) in enumerate(files) if i not in indexed]
     stripes = dict.fromkeys(range(len(files)), 1)
     workers = job.execution.workers
-    if job.execution.share:
+    if job.execution.share and board and workers > 1 and whole:
+        stripes[max(whole, key=lambda j: (sizes[j], -j))] = workers
+    elif job.execution.share:
         stripes.update(zip(whole, share_files([sizes[j] for j in whole], workers, read_share), strict=True))
-        if board and workers > 1 and whole:
-            largest = max(whole, key=lambda j: (sizes[j], -j))
-            stripes[largest] = workers
     units, costs = [], []
     for j, (i, path) in enumerate(files):
         if i in indexed:

@@ -74,4 +74,5 @@ def claimed(chunks: Iterator[T], run: str, file_index: int, readers: int, index:
         last = entry.finished >= readers
         missing = sorted(set(range(entry.chunks)) - entry.done) if last else []
     if missing:
-        raise ClaimError(f"file {file_index}: chunks {missing[:5]} were claimed by a reader that did not finish them")
+        what = f"file {file_index}: chunks" if file_index >= 0 else "work items"
+        raise ClaimError(f"{what} {missing[:5]} were claimed by a reader that did not finish them")
