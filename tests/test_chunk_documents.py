@@ -49,10 +49,11 @@ def _comparable(outs):
     return got
 
 
-def _fn(tiny_model, tmp_path, calls, batch_bytes=64 << 10):
+def _fn(tiny_model, tmp_path, calls, batch_bytes=64 << 10, backend="gigatoken"):
     config = PipelineConfig(inputs=("x",), output_dir=str(tmp_path), tokenizer_model=tiny_model, seq_len=64)
     special = TokenizerModel.load(tiny_model).special_ids(add_bos=False, add_eos=True)
-    fn = ProcessChunkFn(config, special, tokenizer=WorkerTokenizer(tiny_model), encode_batch_bytes=batch_bytes)
+    fn = ProcessChunkFn(config, special, backend, tokenizer=WorkerTokenizer(tiny_model),
+                        encode_batch_bytes=batch_bytes)
     encode = fn._encoder.encode_verified
 
     def counted(texts):
@@ -87,3 +88,9 @@ def test_a_chunk_to_tokenize_now_goes_with_those_waiting_before_the_next_is_read
     # It goes out with the one waiting before it; the one after it waits for its batch.
     assert not during[0] and during[1] and not during[2] and after
     assert len(calls) == 2
+
+
+def test_an_engine_that_gains_nothing_from_larger_calls_tokenizes_a_chunk_per_call(chunks, tiny_model, tmp_path):
+    calls = []
+    during, after = _run(_fn(tiny_model, tmp_path, calls, backend="sentencepiece"), chunks)
+    assert len(calls) == len(chunks) and all(during) and not after

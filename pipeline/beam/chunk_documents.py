@@ -33,7 +33,7 @@ from pipeline.io import inputs, outputs
 from pipeline.io.publish import publish
 from pipeline.io.spill import SpillWriter, load_chunk
 from pipeline.io.urls import redact_url
-from pipeline.tokenize.engines import TokenizerMismatch
+from pipeline.tokenize.engines import BATCHED, TokenizerMismatch
 from pipeline.tokenize.model import SpecialIds, WorkerTokenizer
 
 LOG = logging.getLogger(__name__)
@@ -109,15 +109,16 @@ class ChunkDocumentsFn(EmitsRecords):
     Validation and its dead letters, subset selection, the tokenizer, epoch copies, the subsets'
     counts. ProcessChunkFn packs the documents into records; the Megatron job's TokenizeDocumentsFn
     (pipeline/beam/megatron.py) writes them one per sequence. Their dead letters are the same records.
-    With `encode_batch_bytes` the chunks wait for their batch until it holds that many bytes or the
-    bundle finishes (at most that and one chunk of lines), then are tokenized in one call.
+    With `encode_batch_bytes` and an engine that gains from larger calls (engines.BATCHED) the
+    chunks wait for their batch until it holds that many bytes or the bundle finishes (at most that
+    and one chunk of lines), then are tokenized in one call.
     """
 
     def __init__(self, config: PipelineConfig, special: SpecialIds, dtype: np.dtype, backend: str = "sentencepiece",
                  encode_threads: int | None = None, spill_dir: str | None = None, progress: Reporter | None = None,
                  tokenizer: WorkerTokenizer | None = None, encode_batch_bytes: int = 0):
         super().__init__(spill_dir)
-        self._batch_limit = encode_batch_bytes
+        self._batch_limit = encode_batch_bytes if backend in BATCHED else 0
         self._config = config
         self._special = special
         self._dtype = dtype

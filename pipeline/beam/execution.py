@@ -40,11 +40,12 @@ BALANCED = 1.02  # a plan within 2% of a perfect split is not improved further
 GIL_SHARE = {"sentencepiece": 0.04}
 GIL_SHARE_FAST = 0.25
 THREADS_UP_TO = 0.6  # workers x GIL share: above it, threads would queue for the GIL
-# Decompressed bytes of chunks a DirectRunner worker tokenizes in one call. gigatoken starts every call
-# with an empty word cache: one call per 32 MB costs ~15-20% less CPU per token than one per 4 MB chunk
-# (real text, pile22 shape); calls of 64 MB save a little more CPU in the tokenizer and lose it to the
-# kernel mapping their buffers. Distributed runners tokenize a chunk per call: an SDK process runs
-# up to 12 worker threads, each of which would hold a batch.
+# Decompressed bytes of chunks a DirectRunner worker tokenizes in one call, with an engine that gains
+# from it (pipeline/tokenize/engines.py BATCHED). gigatoken starts every call with an empty word
+# cache: one call per 32 MB costs ~15-20% less CPU per token than one per 4 MB chunk (real text,
+# pile22 shape); calls of 64 MB save a little more CPU in the tokenizer and lose it to the kernel
+# mapping their buffers. Distributed runners tokenize a chunk per call: an SDK process runs up to
+# 12 worker threads, each of which would hold a batch.
 ENCODE_BATCH_BYTES = 32 << 20
 
 
