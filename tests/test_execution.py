@@ -145,3 +145,23 @@ def test_the_last_chunk_of_a_unit_is_marked_also_before_damage(tmp_path):
         for chunk in read._last_marked(damaged()):
             got.append(chunk)
     assert [c.chunk_index for c in got] == [0, 1, 2] and [c.tokenize_now for c in got] == [False, False, True]
+
+
+def test_chunks_are_coded_by_their_own_coder_whose_size_estimate_encodes_nothing(tmp_path, monkeypatch):
+    import apache_beam as beam
+
+    path = write_lines(str(tmp_path / "a.jsonl.zst"), [b'{"text": "%d"}' % i for i in range(1000)])
+    chunk = next(inputs.iter_chunks(path, 0, 1 << 20, 1 << 20))
+    coder = beam.coders.registry.get_coder(inputs.Chunk)
+    assert isinstance(coder, read.ChunkCoder)
+    assert coder.decode(coder.encode(chunk)) == chunk
+    encoded = len(coder.encode(chunk))
+    # Beam samples the sizes of a step's outputs for its metrics: from the lines, without pickling.
+    monkeypatch.setattr(read.pickle, "dumps", lambda *a, **k: pytest.fail("estimate_size encoded the chunk"))
+    for estimate in (coder.estimate_size(chunk), coder.get_impl().estimate_size(chunk)):
+        assert encoded / 2 < estimate < encoded * 2
+    # The read stage's output is typed, so its PCollection gets that coder on every runner.
+    with beam.Pipeline() as p:
+        out = p | beam.Create([(0, path)]) | beam.ParDo(read.ReadChunksFn(1 << 20, 1 << 20, "fail")).with_output_types(
+            inputs.Chunk).with_outputs(read.STATS, main="chunks")
+        assert out.chunks.element_type is inputs.Chunk

@@ -25,7 +25,7 @@ import sys
 from pipeline.beam.lean_import import import_beam
 from pipeline.beam.logs import JobFailed, configure_logging
 from pipeline.config.job import PipelineConfig
-from pipeline.core import gc_policy
+from pipeline.core import gc_policy, malloc_policy
 from pipeline.core.options import ArgumentParser, command_parser, options_from, parse_command_line, parse_own_flags
 from pipeline.format.manifest import ManifestError
 from pipeline.io.scratch import private_temp_dir
@@ -107,6 +107,7 @@ def cli(argv: list[str] | None = None) -> int:
     """
     configure_logging()
     gc_policy.pause()  # until the job's graph is built (pipeline/beam/launch.py)
+    malloc_policy.keep_freed_memory()
     try:
         try:
             with interruptible(), private_temp_dir():

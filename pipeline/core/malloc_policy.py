@@ -1,0 +1,47 @@
+"""How the C allocator of a command's process treats the memory it frees: kept for reuse, not unmapped.
+
+A job's worker threads allocate and free the same large buffers over and over: a batch's texts
+and token ids, a chunk's records, their spill writes. glibc's defaults hand blocks over 128 KB to
+mmap until a freed one raises that threshold, and give the top of a heap back to the kernel once
+more than twice that is free; every new mapping is then faulted in and zeroed again, page by page
+(system time), and every unmapping interrupts the other cores. A command calls
+`keep_freed_memory()` as it starts: blocks up to glibc's largest threshold (32 MB) come from the
+heaps from the first, and freed memory stays in them, in use again at the next batch. Measured on a
+4x pile22 `auto` run (2 cores, 3 alternating rounds): system time 2.1-2.3 -> 1.3-1.5 s, wall
+-0.6 s, peak RSS +150-200 MB (what the freed buffers keep; it stays flat as the job goes on).
+Elsewhere than glibc (musl, macOS) nothing changes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+M_TRIM_THRESHOLD = -1  # glibc's malloc.h
+M_TOP_PAD = -2
+M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD = 32 << 20  # glibc's largest (DEFAULT_MMAP_THRESHOLD_MAX on 64-bit)
+TRIM_THRESHOLD = 1 << 30  # free memory at a heap's top given back only beyond this
+TOP_PAD = 64 << 20  # a heap grows this much more than asked, in fewer steps
+
+_SETTINGS = ((M_MMAP_THRESHOLD, MMAP_THRESHOLD), (M_TRIM_THRESHOLD, TRIM_THRESHOLD), (M_TOP_PAD, TOP_PAD))
+
+
+def _glibc() -> bool:
+    try:
+        return os.confstr("CS_GNU_LIBC_VERSION").startswith("glibc")
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+def keep_freed_memory() -> bool:
+    """Set glibc's malloc to keep freed memory for reuse (see the module); whether it was set."""
+    if not _glibc():
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    mallopt.restype = ctypes.c_int
+    return all(mallopt(param, value) == 1 for param, value in _SETTINGS)
