@@ -151,10 +151,11 @@ def _serialize_full(tokens: np.ndarray, seg: np.ndarray | None, pos: np.ndarray 
         out[:, start:stop] = layout.template[start:stop]
     for (start, stop), values in zip(layout.slots, (tokens, seg, pos), strict=False):
         out[:, start:stop].view(dtype.newbyteorder("<"))[:] = values
-    crcs = out[:, size - FOOTER_BYTES:].view("<u4")
-    for i in range(k):
-        crc = google_crc32c.value(out[i, HEADER_BYTES : size - FOOTER_BYTES])
-        crcs[i, 0] = (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+    # One CRC call per record (over a row view: no Python arithmetic or element write per record),
+    # then all of them masked at once, in uint32 arithmetic, which wraps as the mask needs.
+    crcs = np.fromiter(map(google_crc32c.value, out[:, HEADER_BYTES : size - FOOTER_BYTES]), np.uint32, k)
+    masked = ((crcs >> np.uint32(15)) | (crcs << np.uint32(17))) + np.uint32(_MASK_DELTA)
+    out[:, size - FOOTER_BYTES:].view("<u4")[:, 0] = masked
     return FramedRecords(data, np.arange(1, k + 1, dtype=np.int64) * size)
 
 
