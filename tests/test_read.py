@@ -6,7 +6,7 @@ import zstandard
 from corpus_helpers import pile_line, write_lines
 
 from pipeline.core import documents
-from pipeline.io import inputs, urls
+from pipeline.io import decompress, inputs, urls
 
 
 def _lines(path, max_line_bytes=1 << 20):
@@ -29,6 +29,19 @@ def test_concatenated_zstd_frames_are_read_to_the_end(tmp_path):
     path = tmp_path / "frames.jsonl.zst"
     path.write_bytes(b"".join(zstandard.ZstdCompressor().compress(data[i : i + 97]) for i in range(0, len(data), 97)))
     assert len(_lines(path)) == 50
+
+
+def test_zstd_blocks_start_small_and_grow_to_the_largest(tmp_path):
+    # A look at a file's first lines (the layout check, the self-check's sample) decompresses only
+    # the first block; the blocks joined are the whole content, none over OUT_BLOCK.
+    lines = [pile_line("x" * 1000 + str(i)) for i in range(4000)]
+    path = write_lines(str(tmp_path / "a.jsonl.zst"), lines)
+    with open(path, "rb") as raw:
+        blocks = list(decompress.zstd_blocks(raw, path, 1 << 27))
+    assert len(blocks[0]) == decompress.FIRST_OUT_BLOCK < decompress.OUT_BLOCK
+    assert [len(b) for b in blocks[:5]] == [decompress.FIRST_OUT_BLOCK << k for k in range(5)]
+    assert max(len(b) for b in blocks) == decompress.OUT_BLOCK
+    assert b"".join(blocks) == b"".join(line + b"\n" for line in lines)
 
 
 def test_truncated_zstd_fails_naming_the_file(tmp_path):

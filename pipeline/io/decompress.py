@@ -26,6 +26,9 @@ from pipeline.io.urls import name_part, redact_url
 
 READ_BLOCK = 1 << 20  # compressed bytes read per call
 OUT_BLOCK = 1 << 20  # decompressed bytes returned per call, at most
+# The first block is smaller, each one after twice the one before, up to OUT_BLOCK: a look at a
+# file's first lines (the layout check, the tokenizer's self-check) decompresses ~64 KB, not 1 MB.
+FIRST_OUT_BLOCK = 1 << 16
 MIB = 1 << 20
 
 _ZSTD_MAGIC = 0xFD2FB528
@@ -173,14 +176,16 @@ def zstd_blocks(raw, path: str, max_window: int, hint: str = "") -> Iterator[byt
     # max_window_size also makes libzstd itself refuse a larger window: a second line of defence.
     dctx = zstandard.ZstdDecompressor(max_window_size=max(max_window, 1 << 10))
     reader = dctx.stream_reader(_Walked(raw, walker), read_size=READ_BLOCK, read_across_frames=True, closefd=False)
+    size = FIRST_OUT_BLOCK
     while True:
         try:
-            block = reader.read(OUT_BLOCK)
+            block = reader.read(size)
         except zstandard.ZstdError as e:
             raise CorruptInputError(f"{redact_url(path)}: not valid zstd data ({e})") from None
         if not block:
             break
         yield block
+        size = min(2 * size, OUT_BLOCK)
     walker.finish()
 
 
