@@ -1,5 +1,7 @@
 import gzip
 import json
+import os
+import random
 
 import pytest
 import zstandard
@@ -34,7 +36,8 @@ def test_concatenated_zstd_frames_are_read_to_the_end(tmp_path):
 def test_zstd_blocks_start_small_and_grow_to_the_largest(tmp_path):
     # A look at a file's first lines (the layout check, the self-check's sample) decompresses only
     # the first block; the blocks joined are the whole content, none over OUT_BLOCK.
-    lines = [pile_line("x" * 1000 + str(i)) for i in range(4000)]
+    rng = random.Random(0)
+    lines = [pile_line(rng.randbytes(500).hex()) for _ in range(4000)]  # compresses about 2:1
     path = write_lines(str(tmp_path / "a.jsonl.zst"), lines)
     with open(path, "rb") as raw:
         blocks = list(decompress.zstd_blocks(raw, path, 1 << 27))
@@ -42,6 +45,11 @@ def test_zstd_blocks_start_small_and_grow_to_the_largest(tmp_path):
     assert [len(b) for b in blocks[:5]] == [decompress.FIRST_OUT_BLOCK << k for k in range(5)]
     assert max(len(b) for b in blocks) == decompress.OUT_BLOCK
     assert b"".join(blocks) == b"".join(line + b"\n" for line in lines)
+    # The compressed bytes read keep pace with the small first blocks: a line's place in the stored
+    # file (progress) is not that of a whole first read of 1 MB (half of this file).
+    size = os.path.getsize(path)
+    ends = [line.input_end for line in inputs.iter_lines(path, 1 << 20)]
+    assert ends[40] < 0.1 * size and ends == sorted(ends) and ends[-1] == size
 
 
 def test_truncated_zstd_fails_naming_the_file(tmp_path):

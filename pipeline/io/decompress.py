@@ -26,9 +26,12 @@ from pipeline.io.urls import name_part, redact_url
 
 READ_BLOCK = 1 << 20  # compressed bytes read per call
 OUT_BLOCK = 1 << 20  # decompressed bytes returned per call, at most
-# The first block is smaller, each one after twice the one before, up to OUT_BLOCK: a look at a
-# file's first lines (the layout check, the tokenizer's self-check) decompresses ~64 KB, not 1 MB.
+# The first blocks are smaller, each one after twice the one before, up to OUT_BLOCK and READ_BLOCK:
+# a look at a file's first lines (the layout check, the tokenizer's self-check) reads and
+# decompresses ~64 KB, not 1 MB, and the compressed bytes read keep pace with the lines made of
+# them (a line's place in the stored file, for progress, is interpolated within its block).
 FIRST_OUT_BLOCK = 1 << 16
+FIRST_READ_BLOCK = 1 << 14
 MIB = 1 << 20
 
 _ZSTD_MAGIC = 0xFD2FB528
@@ -163,8 +166,11 @@ class _Walked:
     def __init__(self, raw, walker: _FrameWalker):
         self._raw = raw
         self._walker = walker
+        self._limit = FIRST_READ_BLOCK
 
     def read(self, size: int = -1) -> bytes:
+        if size > self._limit:  # a short read is a read: the decompressor asks again for more
+            size, self._limit = self._limit, min(2 * self._limit, READ_BLOCK)
         data = self._raw.read(size)
         self._walker.feed(data)
         return data
