@@ -60,3 +60,22 @@ def test_the_command_sets_it_as_it_starts(monkeypatch):
     assert run.cli(["--input", "nothing-matches-*.jsonl.zst", "--output_dir", "/nonexistent/out",
                     "--tokenizer_model", "missing.model"]) == 2
     assert calls == [1]
+
+
+@pytest.mark.parametrize("env", [
+    {"MALLOC_TRIM_THRESHOLD_": "0"},
+    {"MALLOC_ARENA_MAX": "2"},
+    {"GLIBC_TUNABLES": "glibc.rtld.optional_static_tls=1:glibc.malloc.mmap_threshold=65536"},
+])
+def test_a_users_own_malloc_settings_stand(monkeypatch, env):
+    for name in (*malloc_policy.USER_SETTINGS, "GLIBC_TUNABLES"):
+        monkeypatch.delenv(name, raising=False)
+    assert not malloc_policy.user_tuned()
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert malloc_policy.user_tuned()
+    assert malloc_policy.keep_freed_memory() is False
+
+
+def test_other_tunables_are_not_a_users_malloc_settings():
+    assert not malloc_policy.user_tuned({"GLIBC_TUNABLES": "glibc.rtld.optional_static_tls=1", "MALLOC_CHECK_": "0"})
