@@ -115,6 +115,30 @@ def test_threads_take_work_items_from_one_queue_then_share_the_largest_file():
     assert [u[0] for u in second] == [1] and [u[0] for u in first] == [1]
 
 
+def test_small_queued_items_are_taken_in_groups_that_shrink_toward_the_end():
+    units = [(i, f"f{i:02d}.jsonl.zst", None) for i in range(20)]
+    by_slot = read._on_queue(units, [1e6] * 20, 2, "run-g", batch_bytes=4 << 20)
+    queue = [u for w, u in by_slot if w == 0]
+    groups = [u[3].group for u in queue]
+    sizes = [groups.count(g) for g in sorted(set(groups))]
+    # Each item's text is guessed at 3 MB: two to a group of at most 2 batches, one each at the end.
+    assert sizes[0] == 2 and sizes[-4:] == [1] * 4 and sizes == sorted(sizes, reverse=True)
+    assert [u[3].ends_group for u in queue] == [k + 1 == len(groups) or groups[k + 1] != g
+                                                for k, g in enumerate(groups)]
+    # The worker first to take a group reads all of it; the other goes on with the next group.
+    mine = {w: [u for v, u in by_slot if v == w] for w in (0, 1)}
+    first, second = read._worker_order(mine[0]), read._worker_order(mine[1])
+    assert [next(first)[0], next(first)[0], next(second)[0]] == [0, 1, 2]
+    rest = list(first) + list(second)
+    assert sorted(u[0] for u in rest) == list(range(3, 20))
+    # Without batched tokenizer calls every item is a group of its own, as is an item of a plain file
+    # that alone fills the group.
+    alone = read._on_queue(units, [1e6] * 20, 2, "run-g0")
+    assert all(u[3].ends_group and u[3].group == u[3].position for _, u in alone)
+    plain = read._on_queue([(0, "a.jsonl", None), (1, "b.jsonl", None)], [9e6, 9e6], 2, "run-g1", 4 << 20)
+    assert [u[3].group for w, u in plain if w == 0] == [0, 1]
+
+
 def test_a_queued_item_taken_by_a_reader_that_failed_fails_the_job():
     units = [(0, "a", None), (1, "b", None)]
     by_slot = read._on_queue(units, [5.0, 4.0], 2, "run-q2")
@@ -145,6 +169,17 @@ def test_the_last_chunk_of_a_unit_is_marked_also_before_damage(tmp_path):
         for chunk in read._last_marked(damaged()):
             got.append(chunk)
     assert [c.chunk_index for c in got] == [0, 1, 2] and [c.tokenize_now for c in got] == [False, False, True]
+
+
+def test_only_the_last_item_of_a_queued_group_has_its_last_chunk_tokenized_at_once(tmp_path):
+    lines = [json.dumps({"text": f"line {i} " * 20, "meta": {"pile_set_name": "Pile-CC"}}).encode()
+             for i in range(300)]
+    path = write_lines(str(tmp_path / "in.jsonl.zst"), lines)
+    fn = read.ReadChunksFn(4096, 1 << 20, "fail")
+    for ends_group in (False, True):
+        element = (0, path, None, read.Queued("run-m", 0, 2, 0, ends_group))
+        chunks = [out for out in fn.process(element) if isinstance(out, inputs.Chunk)]
+        assert len(chunks) > 2 and [c.tokenize_now for c in chunks] == [False] * (len(chunks) - 1) + [ends_group]
 
 
 def test_chunks_are_coded_by_their_own_coder_whose_size_estimate_encodes_nothing(tmp_path, monkeypatch):

@@ -167,9 +167,9 @@ class ChunkDocumentsFn(EmitsRecords):
     def process(self, element):
         """Validate a chunk now; tokenize it with the chunks before it once `encode_batch_bytes` are waiting.
 
-        A chunk claimed from a file shared by the workers, or the last of a queued work item
-        (`Chunk.tokenize_now`), goes at once with those waiting: a taken item is then done when its
-        reading ends, and no worker holds chunks while the others finish.
+        A chunk claimed from a file shared by the workers, or the last of a queued group of work
+        items (`Chunk.tokenize_now`), goes at once with those waiting: a taken group is then done when
+        its reading ends, and no worker holds chunks while the others finish.
         """
         chunk, removed = with_removed(element)
         self._batch.append(self._validated(chunk, removed))

@@ -47,6 +47,10 @@ THREADS_UP_TO = 0.6  # workers x GIL share: above it, threads would queue for th
 # mapping their buffers. Distributed runners tokenize a chunk per call: an SDK process runs up to
 # 12 worker threads, each of which would hold a batch.
 ENCODE_BATCH_BYTES = 32 << 20
+# Text of a compressed input against its stored size, a guess for sizing groups of queued work items
+# (`queue_groups`) only: a wrong one costs speed, never a byte. zstd and gzip give 2-4.5x on text.
+COMPRESSED_GUESS = 3.0
+COMPRESSED_SUFFIXES = (".zst", ".zstd", ".gz", ".parquet", ".arrow")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,6 +128,32 @@ def running_mode(workers: int, backend: str) -> str:
     """
     share = GIL_SHARE.get(backend, GIL_SHARE_FAST)
     return "multi_threading" if workers * share <= THREADS_UP_TO else "multi_processing"
+
+
+def text_bytes_guess(path: str, stored: float) -> float:
+    """The decompressed bytes of `stored` bytes of `path`, guessed from its name (`COMPRESSED_GUESS`)."""
+    return stored * COMPRESSED_GUESS if path.lower().endswith(COMPRESSED_SUFFIXES) else stored
+
+
+def queue_groups(sizes: list[float], after: float, workers: int, target: float) -> list[int]:
+    """The group of each item of a queue (`sizes` in queue order): consecutive items taken as one.
+
+    A group is tokenized in calls of the batch size, not a call per item (many small files), and is
+    at most `target` and 1/(2 * workers) of the work left from it to the end (`after`: the work after
+    the queue): groups shrink toward the end (guided self-scheduling) and the workers finish together.
+
+    >>> queue_groups([4] * 12, 0, 2, 8), queue_groups([50, 4, 4], 0, 2, 8)
+    ([0, 0, 1, 1, 2, 2, 3, 4, 5, 6, 7, 8], [0, 1, 2])
+    """
+    left = sum(sizes) + after
+    groups, group, held, cap = [], -1, 0.0, 0.0
+    for size in sizes:
+        if group < 0 or held + size > cap:
+            group, held, cap = group + 1, 0.0, min(target, left / (2 * workers))
+        held += size
+        left -= size
+        groups.append(group)
+    return groups
 
 
 def share_files(sizes: list[int], workers: int, read_share: float) -> list[int]:

@@ -12,6 +12,7 @@ shares, the metrics namespace and the STATS output (dicts summed into the manife
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import pickle
 import time
@@ -19,7 +20,16 @@ import time
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from pipeline.beam.execution import READ_SHARE, READ_SHARE_FAST, Workspace, balance, file_sizes, share_files
+from pipeline.beam.execution import (
+    READ_SHARE,
+    READ_SHARE_FAST,
+    Workspace,
+    balance,
+    file_sizes,
+    queue_groups,
+    share_files,
+    text_bytes_guess,
+)
 from pipeline.beam.preflight import Job
 from pipeline.beam.progress import Reporter
 from pipeline.core.documents import PILE, Schema
@@ -27,11 +37,13 @@ from pipeline.io import claims, columnar, frames, inputs
 from pipeline.io.frames import Stripe, read_units
 from pipeline.io.snapshot import unchanged
 from pipeline.io.urls import redact_url
+from pipeline.tokenize.engines import BATCHED
 
 LOG = logging.getLogger(__name__)
 NAMESPACE = "pile"
 STATS = "stats"
 QUEUE = -1  # the claims board's key of a run's queue of work items (a file's key is its index, >= 0)
+GROUP_BATCHES = 2  # a group of queued items holds up to this many tokenizer calls of text (`_on_queue`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,11 +52,15 @@ class Queued:
 
     Every worker goes through the same queue, largest items first, and reads the items it is the
     first to take: the workers stay busy until the queue is empty, whatever the estimates got wrong.
+    Consecutive items may be taken as one group (`queue_groups`); the last chunk of a group is
+    tokenized at once, so a group is done when its reading ends.
     """
 
     board: str
     position: int
     readers: int
+    group: int = 0
+    ends_group: bool = True
 
 
 class ChunkCoder(beam.coders.Coder):
@@ -108,7 +124,7 @@ class ReadChunksFn(beam.DoFn):
     def process(self, element):
         file_index, path = element[:2]
         unit = element[2] if len(element) > 2 else None
-        queued = len(element) > 3
+        ends_group = len(element) > 3 and element[3].ends_group
         shown = redact_url(path)
         lines = size = chunks = 0
         start = time.monotonic()
@@ -120,8 +136,8 @@ class ReadChunksFn(beam.DoFn):
             else:
                 chunks_of = frames.iter_unit_chunks(path, file_index, unit, self._chunk_bytes, self._max_line_bytes)
             chunks_of = unchanged(chunks_of, path, self._snapshots.get(path))
-            # A queued item is taken until its chunks are tokenized: none waits for a batch after it.
-            for chunk in _last_marked(chunks_of) if queued else chunks_of:
+            # A queued group is taken until its chunks are tokenized: none waits for a batch after it.
+            for chunk in _last_marked(chunks_of) if ends_group else chunks_of:
                 lines += len(chunk.lines)
                 size += chunk.num_bytes
                 chunks += 1
@@ -189,7 +205,8 @@ def read_chunks(p: beam.Pipeline, job: Job, workspace: Workspace):
         return read_out.chunks | "FanOut" >> beam.Reshuffle(), read_out[STATS]
     units, costs = _work_items(job, files, frames_of, workspace.board)
     if workspace.board and execution.workers > 1:
-        by_slot = _on_queue(units, costs, execution.workers, workspace.board)
+        batch = execution.encode_batch_bytes if job.backend.name in BATCHED else 0
+        by_slot = _on_queue(units, costs, execution.workers, workspace.board, batch)
     else:
         # The stripes of a file go to different workers (each reads the whole file for its share).
         slot_of = balance(costs, execution.workers, [u[0] if isinstance(u[2], Stripe) else None for u in units])
@@ -209,10 +226,24 @@ def _on_board(unit: tuple) -> bool:
     return len(unit) > 2 and isinstance(unit[2], Stripe) and unit[2].board is not None
 
 
-def _on_queue(units: list[tuple], costs: list[float], workers: int, board: str) -> list[tuple[int, tuple]]:
-    """(worker, unit) for threads of one process: every worker gets the queue, largest first, and its stripes."""
+def _on_queue(units: list[tuple], costs: list[float], workers: int, board: str,
+              batch_bytes: int = 0) -> list[tuple[int, tuple]]:
+    """(worker, unit) for threads of one process: every worker gets the queue, largest first, and its stripes.
+
+    `batch_bytes`: the text the tokenizer takes per call (0: a chunk per call); items are then taken
+    in groups of up to twice that (`queue_groups`, sizes guessed from the stored ones).
+    """
     order = sorted((j for j, unit in enumerate(units) if not _on_board(unit)), key=lambda j: (-costs[j], j))
-    queue = [(*units[j], Queued(board, position, workers)) for position, j in enumerate(order)]
+    if batch_bytes:
+        after = sum(text_bytes_guess(unit[1], cost) for unit, cost in zip(units, costs, strict=True)
+                    if _on_board(unit))
+        groups = queue_groups([text_bytes_guess(units[j][1], costs[j]) for j in order], after, workers,
+                              GROUP_BATCHES * batch_bytes)
+    else:
+        groups = list(range(len(order)))
+    queue = [(*units[j], Queued(board, position, workers, group, position + 1 == len(order) or
+                                groups[position + 1] != group))
+             for position, (j, group) in enumerate(zip(order, groups, strict=True))]
     shared = [unit for unit in units if _on_board(unit)]
     return [(w, unit) for w in range(workers) for unit in queue] + [(u[2].index % workers, u) for u in shared]
 
@@ -226,7 +257,9 @@ def _worker_order(units):
     queue = sorted((u for u in units if len(u) > 3), key=lambda u: u[3].position)
     if queue:
         first = queue[0][3]
-        yield from claims.claimed(iter(queue), first.board, QUEUE, first.readers, index=lambda u: u[3].position)
+        groups = [list(group) for _, group in itertools.groupby(queue, key=lambda u: u[3].group)]
+        for group in claims.claimed(iter(groups), first.board, QUEUE, first.readers, index=lambda g: g[0][3].group):
+            yield from group
     yield from sorted((u for u in units if len(u) <= 3), key=lambda u: u[:2])
 
 

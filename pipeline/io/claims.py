@@ -10,7 +10,7 @@ index). Nothing may go missing either: a reader marks a chunk done once the step
 taken it, and the last of a file's readers to finish checks that every chunk of the file was done
 (a chunk claimed by a reader that then failed, in a bundle run again, fails the job). The same
 board holds the run's queue of work items (pipeline/beam/read.py `Queued`, key -1): every worker
-goes through the whole queue and reads the items it is first to take.
+goes through the whole queue and reads the items (or groups of items) it is first to take.
 
     >>> chunks = list(range(3))
     >>> list(claimed(iter(chunks), "run-a", 0, readers=1, index=lambda c: c))
