@@ -1,5 +1,6 @@
 """How a job spreads over workers: fan-out, tokenizer threads, files balanced per worker."""
 
+import doctest
 import json
 import os
 import time
@@ -7,12 +8,17 @@ import time
 import pytest
 from corpus_helpers import write_lines
 
-from pipeline.beam import read
+from pipeline.beam import execution, read
 from pipeline.beam.execution import ENCODE_BATCH_BYTES, balance, plan_execution, running_mode, share_files
 from pipeline.io import claims, inputs
 from pipeline.io.frames import Stripe, iter_unit_chunks
 
 FILES = [f"f{i}" for i in range(8)]
+
+
+def test_the_examples_in_the_docstrings_hold():
+    result = doctest.testmod(execution)
+    assert result.attempted >= 3 and result.failed == 0
 
 
 def test_direct_runner_reads_on_the_workers_without_a_fan_out():
