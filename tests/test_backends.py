@@ -112,17 +112,25 @@ def test_flat_encoding_matches_lists(backend, tiny_model):
 
 
 @pytest.mark.skipif(not _REQUIRED and engines.package_version("gigatoken") is None, reason="gigatoken not installed")
-def test_gigatoken_is_rebuilt_to_bound_its_cache(tiny_model, monkeypatch):
-    monkeypatch.setattr(engines, "GIGATOKEN_RELOAD_BYTES", 1000)
+def test_gigatoken_keeps_nothing_between_calls(tiny_model, monkeypatch):
+    """One encoder takes every batch of a run: ever new words must not grow its memory."""
     monkeypatch.setattr(engines, "_GIGATOKENS", ProcessMemo(2))
-    encoder = engines.Encoder(tiny_model, "gigatoken")
-    encoder.load()
-    shared = encoder._engine._shared
-    first = shared._tok
-    texts = _fuzz(1, 200)
-    assert encoder.encode(texts) == _sp_ids(tiny_model, texts)
-    assert encoder.encode(texts) == _sp_ids(tiny_model, texts)
-    assert shared._tok is not first  # rebuilt, same ids
+    encoder = engines.Encoder(tiny_model, "gigatoken", threads=1)
+    rng = np.random.default_rng(4)
+
+    def batch():  # ~2 MB of words never seen before
+        return [" ".join(rng.integers(1 << 40, 1 << 48, 1000).astype(str)) for _ in range(130)]
+
+    def resident() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    sizes = []
+    for _ in range(12):
+        encoder.encode_flat(batch())
+        sizes.append(resident())
+    # A cache of the words of the last 8 batches would hold over 16 MB of their text alone.
+    assert max(sizes[4:]) - max(sizes[:4]) < 8 << 20
 
 
 @pytest.mark.skipif(not _REQUIRED and engines.package_version("gigatoken") is None, reason="gigatoken not installed")
@@ -131,7 +139,7 @@ def test_gigatoken_encoders_of_a_process_share_one_and_threads_get_the_same_ids(
     encoders = [engines.Encoder(tiny_model, "gigatoken", threads=1) for _ in range(4)]
     for encoder in encoders:
         encoder.load()
-    assert len({id(e._engine._shared) for e in encoders}) == 1
+    assert len({id(e._engine._tok) for e in encoders}) == 1
     batches = [_fuzz(seed, 300) for seed in range(8)]
     want = [_sp_ids(tiny_model, texts) for texts in batches]
     got: dict = {}

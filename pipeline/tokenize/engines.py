@@ -29,7 +29,6 @@ from __future__ import annotations
 import importlib
 import itertools
 import logging
-import threading
 
 import numpy as np
 import sentencepiece as spm
@@ -50,7 +49,6 @@ AUTO = "auto"
 BACKENDS = (SENTENCEPIECE, *FAST_BACKENDS, AUTO)
 _PACKAGES = {SENTENCEPIECE: "sentencepiece", "gigatoken": "gigatoken", "kitoken": "kitoken"}
 
-GIGATOKEN_RELOAD_BYTES = 256 << 20  # rebuild gigatoken's encoder after this much text (bounds its cache)
 # Engines each of whose calls starts with an empty word cache: fewer, larger calls cost less CPU per
 # token (gigatoken's encode_batch). The others gain nothing from larger calls, and SentencePiece's
 # Python lists of ids would cost memory.
@@ -153,33 +151,11 @@ def gigatoken_json(proto: bytes) -> str:
     return _CONVERTED.get(proto, lambda: spm_json.tokenizer_json(proto, model_facts(proto)))
 
 
-class _SharedGigatoken:
-    """One gigatoken encoder for every engine of a process built from one model.
-
-    DirectRunner's worker threads then share its word cache: each word is split once per process,
-    not once per thread (8-15% less CPU on two threads, measured), and the cache is held once.
-    gigatoken's encoder may be called from several threads at once (the ids stay the same:
-    tests/test_backends.py). After GIGATOKEN_RELOAD_BYTES of text through it a fresh encoder
-    (~0.1 s) replaces it, which bounds the cache on any corpus; a batch already running keeps the old.
-    """
-
-    def __init__(self, tokenizer_cls, spec: str):
-        self._cls, self._spec = tokenizer_cls, spec
-        self._lock = threading.Lock()
-        self._tok = tokenizer_cls.from_json(spec)
-        self._since_load = 0
-
-    def take(self, text_chars: int):
-        """The encoder for a batch of `text_chars` characters."""
-        with self._lock:
-            if self._since_load > GIGATOKEN_RELOAD_BYTES:
-                self._tok = self._cls.from_json(self._spec)
-                self._since_load = 0
-            self._since_load += text_chars
-            return self._tok
-
-
-_GIGATOKENS = ProcessMemo(2)  # model bytes -> _SharedGigatoken
+# model bytes -> the one gigatoken.Tokenizer of every engine of this process built from that model:
+# DirectRunner's worker threads share it (built once, ~0.1 s; it may be called from several threads at
+# once with the same ids, tests/test_backends.py). encode_batch keeps nothing from one call to the
+# next, so memory does not grow with the text through it (tests/test_backends.py).
+_GIGATOKENS = ProcessMemo(2)
 
 
 class _GigatokenEngine:
@@ -193,18 +169,17 @@ class _GigatokenEngine:
         self._parallel = threads is None or threads > 1
         try:
             spec = gigatoken_json(proto)
-            self._shared = _GIGATOKENS.get(proto, lambda: _SharedGigatoken(gigatoken.Tokenizer, spec))
+            self._tok = _GIGATOKENS.get(proto, lambda: gigatoken.Tokenizer.from_json(spec))
         except Exception as e:  # the converter raises ValueError; the Rust loader its own errors
             raise BackendUnavailable(f"gigatoken cannot load the model: {e}") from None
 
     def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         if not texts:
             return flatten([])
-        tok = self._shared.take(sum(len(t) for t in texts))
         # parallel only when this process has cores to itself (threads > 1). encode_batch returns
         # an awkward array (flat ids + counts), half the cost of building Python lists.
         ak = self._ak
-        out = tok.encode_batch(texts, parallel=self._parallel)
+        out = self._tok.encode_batch(texts, parallel=self._parallel)
         offsets = np.zeros(len(texts) + 1, np.int64)
         np.cumsum(ak.to_numpy(ak.num(out)), out=offsets[1:])
         return ak.to_numpy(ak.flatten(out)).view(np.int32), offsets

@@ -26,7 +26,7 @@ import numpy as np
 
 from pipeline.core.memo import ProcessMemo
 from pipeline.tokenize.bpe_pieces import BpePieceEncoder
-from pipeline.tokenize.engines import BackendUnavailable, _SharedGigatoken, differences
+from pipeline.tokenize.engines import BackendUnavailable, differences
 from pipeline.tokenize.kinds.base import HUGGINGFACE, TIKTOKEN, Tokenizer, flatten
 from pipeline.tokenize.kinds.detect import load_tokenizer
 from pipeline.tokenize.pieces import PIECE_CHARS
@@ -115,7 +115,7 @@ def gigatoken_spec(tokenizer: Tokenizer) -> str:
     return json.dumps(spec, ensure_ascii=False)
 
 
-_GIGATOKENS = ProcessMemo(2)  # tokenizer.json sha256 -> one shared gigatoken encoder (its cache bounded)
+_GIGATOKENS = ProcessMemo(2)  # tokenizer.json sha256 -> the gigatoken encoder the threads share (engines.py)
 
 
 class GigatokenEngine:
@@ -130,8 +130,8 @@ class GigatokenEngine:
         self._ak = awkward
         self._parallel = None if threads is None or threads > 1 else False
         try:
-            self._shared = _GIGATOKENS.get(tokenizer.sha256,
-                                           lambda: _SharedGigatoken(gigatoken.Tokenizer, gigatoken_spec(tokenizer)))
+            self._tok = _GIGATOKENS.get(tokenizer.sha256,
+                                        lambda: gigatoken.Tokenizer.from_json(gigatoken_spec(tokenizer)))
         except Exception as e:  # the Rust loader raises its own errors
             raise BackendUnavailable(f"gigatoken cannot load the tokenizer: {e}") from None
 
@@ -140,7 +140,7 @@ class GigatokenEngine:
         if not texts:
             return flatten([])
         ak = self._ak
-        out = self._shared.take(sum(len(t) for t in texts)).encode_batch(texts, parallel=self._parallel)
+        out = self._tok.encode_batch(texts, parallel=self._parallel)
         offsets = np.zeros(len(texts) + 1, np.int64)
         np.cumsum(ak.to_numpy(ak.num(out)), out=offsets[1:])
         return ak.to_numpy(ak.flatten(out)).view(np.int32), offsets
