@@ -10,7 +10,8 @@
    `many_small`, 64 files of log-normal sizes) and trains a Llama-2-style 32k BPE model on each;
    the same documents, in the same order, are written as --files files (default per shape: base
    1,2,8, pile22 2, many_small 64), and decompressed into one corpus.jsonl for Megatron (outside any
-   timing: its tool reads plain JSON lines only); with --scale K, the fewest files again K times over.
+   timing: its tool reads plain JSON lines only); with --scale K, the fewest files' documents K times
+   over, each copy after the first in another order (no two files the same).
 2. Timed (after compiling the package's .pyc, as an install does), each as a whole command in a
    fresh subprocess, in --repeats interleaved rounds (medians reported; every configuration sees
    the same drift of a shared machine): the bare loop (one
@@ -45,6 +46,7 @@ import tempfile
 import threading
 import time
 
+import numpy as np
 from baseline import bare_loop  # scripts/bench/ is on sys.path when run as a script
 from bench_tokenizer_backends import stage_costs
 from real_text_corpus import SHAPES, compose, describe, file_shares, train_model, write_files
@@ -141,13 +143,26 @@ def corpus(root: str, mb: float, file_counts: list[int], shape: str = "base",
         train_model(lines, model[: -len(".model")])
         with open(summary_path, "w") as f:
             f.write(describe(lines))
-    for k, d in scaled.items():  # the same files k times over (copies under other names)
+    # The same documents k times over in the fewest files, each time after the first in another
+    # order: identical files would be taken together in one tokenizer call (groups of small files),
+    # whose per-call word cache then finds every word of the copies.
+    for k, d in scaled.items():
         if not os.path.isdir(d):
-            source = os.path.join(dirs[min(file_counts)], "train")
+            n = min(file_counts)
+            source = os.path.join(dirs[n], "train")
             os.makedirs(os.path.join(d, "train"))
+            with open(lines_path, "rb") as f:
+                lines = f.read().splitlines()
             for i in range(k):
-                for name in sorted(os.listdir(source)):
-                    shutil.copyfile(os.path.join(source, name), os.path.join(d, "train", f"{i}-{name}"))
+                if i == 0:
+                    written = [os.path.join(source, name) for name in sorted(os.listdir(source))]
+                else:
+                    order = np.random.default_rng(i).permutation(len(lines))
+                    written = write_files([lines[j] for j in order], os.path.join(d, f"copy-{i}"), n,
+                                          file_shares(shape, n), content_size=shape != "pile22")
+                for path in written:
+                    shutil.copyfile(path, os.path.join(d, "train", f"{i}-{os.path.basename(path)}"))
+                shutil.rmtree(os.path.join(d, f"copy-{i}"), ignore_errors=True)
     with open(summary_path) as f:
         return dirs, scaled, lines_path, model, f.read()
 
