@@ -141,6 +141,9 @@ def test_small_queued_items_are_taken_in_groups_that_shrink_toward_the_end():
     # that alone fills the group.
     alone = read._on_queue(units, [1e6] * 20, 2, "run-g0")
     assert all(u[3].ends_group and u[3].group == u[3].position for _, u in alone)
+    # The text of a compressed file is guessed from its name, a presigned URL's query aside.
+    assert execution.text_bytes_guess("https://h/a.jsonl.zst?X-Amz-Signature=1", 10) == 30
+    assert execution.text_bytes_guess("s3://b/a.jsonl", 10) == 10
     plain = read._on_queue([(0, "a.jsonl", None), (1, "b.jsonl", None)], [9e6, 9e6], 2, "run-g1", 4 << 20)
     assert [u[3].group for w, u in plain if w == 0] == [0, 1]
 

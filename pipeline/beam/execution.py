@@ -22,6 +22,7 @@ import os
 import fsspec
 
 from pipeline.config.job import FAN_OUT_CHOICES
+from pipeline.io.urls import name_part
 
 LOG = logging.getLogger(__name__)
 # Reading a byte of a .zst file (decompress, split lines) against everything done with it, measured
@@ -132,7 +133,7 @@ def running_mode(workers: int, backend: str) -> str:
 
 def text_bytes_guess(path: str, stored: float) -> float:
     """The decompressed bytes of `stored` bytes of `path`, guessed from its name (`COMPRESSED_GUESS`)."""
-    return stored * COMPRESSED_GUESS if path.lower().endswith(COMPRESSED_SUFFIXES) else stored
+    return stored * COMPRESSED_GUESS if name_part(path).lower().endswith(COMPRESSED_SUFFIXES) else stored
 
 
 def queue_groups(sizes: list[float], after: float, workers: int, target: float) -> list[int]:

@@ -34,7 +34,7 @@ from pipeline.tokenize.pieces import PIECE_CHARS
 AUTO = "auto"
 REFERENCE = {HUGGINGFACE: "tokenizers", TIKTOKEN: "tiktoken"}
 FAST = {HUGGINGFACE: ("tokenizers_batch", "gigatoken"), TIKTOKEN: ("tiktoken_batch",)}
-# What `auto` tries, fastest first: gigatoken's word cache makes it ~30x `tokenizers`' encode per
+# What `auto` tries, fastest first: gigatoken's per-call word cache makes it ~30x `tokenizers`' encode per
 # core on real text (scripts/bench/bench_tokenizer_kinds.py), the batch encode ~1.5x.
 AUTO_ORDER = {HUGGINGFACE: ("gigatoken", "tokenizers_batch"), TIKTOKEN: ("tiktoken_batch",)}
 
