@@ -21,8 +21,8 @@ RECORD_PAYLOAD = 16384  # ~ a seq_len 8192 record of uint16 tokens
 RUN_ID = "0123456789abcdef"
 
 
-def _config(out) -> PipelineConfig:
-    return PipelineConfig(inputs=("x",), output_dir=str(out), tokenizer_model="m")
+def _config(out, seed: int = 0) -> PipelineConfig:
+    return PipelineConfig(inputs=("x",), output_dir=str(out), tokenizer_model="m", seed=seed)
 
 
 def _payload(position: int) -> bytes:
@@ -96,6 +96,52 @@ def test_one_shard_placed_by_its_blocks_first_indices_is_the_same_shard(tmp_path
     order = Permutation(n, seed).inverse(np.arange(n))  # the index of the record at each position
     assert data == (tmp_path / "b" / positioned["path"]).read_bytes()
     assert data == b"".join(frame(_payload(int(i))) for i in order)
+
+
+@pytest.mark.parametrize("limit", ["records", "bytes"])
+@pytest.mark.parametrize("spilled,cached", [(False, False), (True, True), (True, False)])
+def test_several_shards_from_blocks_assigned_in_batches_are_the_permuted_records(tmp_path, monkeypatch,
+                                                                                 spilled, cached, limit):
+    """AssignShards permutes a bundle's blocks together (here in batches of 40 records, or of what
+    holds ~40 records in memory): a spilled block split between shards goes to each whole with the
+    indices of its records there, a block in memory is split into records placed by their positions;
+    every shard holds exactly its records, in order."""
+    from pipeline.beam import tfrecord
+
+    n, seed, sizes = 157, 3, [30, 0, 45, 22, 60]
+    plan = ShardPlan(n, 4)
+    sources = [(0, 0, 0, k) for k in range(len(sizes))]
+    offsets = SourceOffsets.from_counts(list(zip(sources, sizes, strict=True)))
+    os.makedirs(tmp_path / "spill")
+    writer = spill.SpillWriter(str(tmp_path / "spill"))
+    held_bytes = 40 * len(frame(_payload(0)))
+    monkeypatch.setattr(tfrecord.AssignShardsFn, "ASSIGN_BATCH_RECORDS", 40 if limit == "records" else 1 << 30)
+    monkeypatch.setattr(tfrecord.AssignShardsFn, "ASSIGN_BATCH_BYTES", held_bytes if limit == "bytes" else 1 << 30)
+    monkeypatch.setattr(tfrecord, "likely_cached", lambda spill_dir: cached)
+    assign = tfrecord.AssignShardsFn(seed)
+    assign.start_bundle()
+    elements = []
+    for source, count in zip(sources, sizes, strict=True):
+        block = FramedRecords.of(_payload(int(i)) for i in (offsets.offset(source) + np.arange(count)).tolist())
+        elements += list(assign.process((source, writer.write(block) if spilled else block), offsets, plan))
+        assert assign._held_records < (40 if limit == "records" else 1 << 30)
+        assert assign._held_bytes < held_bytes  # spilled blocks hold no records in memory
+    elements += [windowed.value for windowed in assign.finish_bundle()]
+    writer.close()
+    placements = [placement for _, (placement, _) in elements]
+    if spilled:  # nothing per record crosses the shuffle but the indices of a split block's records
+        assert all(isinstance(p, int) or isinstance(p, tuple) for p in placements)
+        assert any(isinstance(p, tuple) for p in placements)
+    else:
+        assert all(isinstance(p, bytes | int) for p in placements)
+    order = Permutation(n, seed).inverse(np.arange(n))  # the index of the record at each position
+    bounds = plan.bounds().tolist()
+    for shard in range(plan.num_shards):
+        group = [value for key, value in elements if key == shard]
+        (info,) = WriteShardFn(_config(tmp_path / "out", seed), RECORD_PAYLOAD + 16, RUN_ID,
+                               str(tmp_path / "spill") if spilled else None).process((shard, group), plan)
+        data = (tmp_path / "out" / info["path"]).read_bytes()
+        assert data == b"".join(frame(_payload(int(i))) for i in order[bounds[shard] : bounds[shard + 1]])
 
 
 @pytest.mark.parametrize("problem", ["missing", "twice", "outside"])

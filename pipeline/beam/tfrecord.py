@@ -36,6 +36,7 @@ import time
 
 import apache_beam as beam
 import numpy as np
+from apache_beam.transforms.window import GlobalWindows
 
 from pipeline.beam.chunk_documents import (
     COUNTS,
@@ -279,14 +280,28 @@ class AssignShardsFn(beam.DoFn):
     """(source_id, Records) + source offsets + plan -> (shard, (placement, Records)), one per shard touched.
 
     One element per (source, shard) rather than per record: far fewer elements through the shuffle.
-    The placement is the records' permuted positions (little-endian int64 bytes) or, with one shard,
-    the global index of the block's first record: the writer then computes every position of the
+    The placement (`shard_places`) is the global index of the block's first record when the whole
+    block goes to one shard (always, with one shard): the writer then computes every position of the
     shard in one call, and what crosses the shuffle does not grow with the records (a spilled
-    block's reference pickles as four numbers too: pipeline/io/spill.py).
+    block's reference pickles as four numbers too: pipeline/io/spill.py). A spilled block split
+    between shards goes to each whole, placed as (its first record's global index, the indices in
+    the block of the shard's records as uint32 bytes), and each writer takes its records from it;
+    records that cross the shuffle themselves are split here, placed by their permuted positions
+    (int64 bytes). With several shards the blocks of a bundle are permuted together, up to
+    ASSIGN_BATCH_RECORDS records or ASSIGN_BATCH_BYTES of records held in memory at a time: a call
+    per block of a few thousand records spends most of its time walking the cycles of its last values.
     """
+
+    ASSIGN_BATCH_RECORDS = 1 << 20
+    ASSIGN_BATCH_BYTES = 64 << 20
 
     def __init__(self, seed: int):
         self._seed = seed
+
+    def start_bundle(self):
+        self._held: list[tuple] = []
+        self._held_records = self._held_bytes = 0
+        self._side: tuple[SourceOffsets, ShardPlan] | None = None
 
     def process(self, element, offsets: SourceOffsets, plan: ShardPlan):
         source, recs = element
@@ -294,31 +309,71 @@ class AssignShardsFn(beam.DoFn):
             if len(recs):
                 yield 0, (offsets.offset(source), recs)
             return
-        perm = Permutation(plan.num_records, self._seed)
-        positions = perm(offsets.offset(source) + np.arange(len(recs))).astype("<i8")
-        shards = plan.shard_of(positions)
-        touched = np.unique(shards).tolist()
-        if len(touched) == 1:  # the whole block in one shard: no copy of it
-            yield touched[0], (positions.tobytes(), recs)
+        self._side = (offsets, plan)
+        self._held.append(element)
+        self._held_records += len(recs)
+        self._held_bytes += 0 if isinstance(recs, SpilledRecords) else len(recs.data)
+        if self._held_records >= self.ASSIGN_BATCH_RECORDS or self._held_bytes >= self.ASSIGN_BATCH_BYTES:
+            yield from self._assign()
+
+    def finish_bundle(self):
+        for out in self._assign():
+            yield GlobalWindows.windowed_value(out)
+
+    def _assign(self):
+        held, self._held, self._held_records, self._held_bytes = self._held, [], 0, 0
+        if not held:
             return
-        for shard in touched:
-            members = np.flatnonzero(shards == shard)
-            yield shard, (positions[members].tobytes(), recs.take(members.tolist()))
-
-
-def shard_places(placements: list[bytes | int], lengths: list[int], perm: Permutation, first: int) -> list[np.ndarray]:
-    """Each block's places in its shard (int64), from its positions' bytes or its first record's global index.
-
-    The blocks given by their first index are permuted together, in one call.
-    """
-    indexed = [k for k, placement in enumerate(placements) if not isinstance(placement, bytes)]
-    out = [np.frombuffer(p, "<i8") - first if isinstance(p, bytes) else None for p in placements]
-    if indexed:
-        starts = np.array([placements[k] for k in indexed], np.int64)
-        counts = np.array([lengths[k] for k in indexed], np.int64)
+        offsets, plan = self._side
+        counts = np.array([len(recs) for _, recs in held], np.int64)
+        firsts = np.array([offsets.offset(source) for source, _ in held], np.int64)
         within = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
-        places = perm(np.repeat(starts, counts) + within) - first
-        for k, part in zip(indexed, np.split(places, np.cumsum(counts)[:-1]), strict=True):
+        all_positions = Permutation(plan.num_records, self._seed)(np.repeat(firsts, counts) + within).astype("<i8")
+        all_shards = plan.shard_of(all_positions)
+        ends = np.cumsum(counts)
+        for (_, recs), block_first, end, count in zip(held, firsts.tolist(), ends.tolist(), counts.tolist(),
+                                                      strict=True):
+            positions, shards = all_positions[end - count : end], all_shards[end - count : end]
+            touched = np.unique(shards).tolist()
+            if len(touched) == 1:  # the whole block in one shard: no copy of it
+                yield touched[0], (block_first, recs)
+                continue
+            for shard in touched:
+                members = np.flatnonzero(shards == shard)
+                if isinstance(recs, SpilledRecords):
+                    yield shard, ((block_first, members.astype("<u4").tobytes()), recs)
+                else:
+                    yield shard, (positions[members].tobytes(), recs.take(members.tolist()))
+
+
+def shard_members(placement, recs):
+    """A block's (placement, records) as this shard holds them.
+
+    A (first index, members) placement becomes its records' global indices (int64) and the block a
+    reference to those records only; other placements are returned as they are.
+    """
+    if isinstance(placement, tuple):
+        block_first, members = placement
+        members = np.frombuffer(members, "<u4").astype(np.int64)
+        return block_first + members, recs.take(members)
+    return placement, recs
+
+
+def shard_places(placements: list, lengths: list[int], perm: Permutation, first: int) -> list[np.ndarray]:
+    """Each block's places in its shard (int64), from its placement (`shard_members` applied).
+
+    A placement is the records' permuted positions (int64 bytes), the global index of the block's
+    first record (all its records in this shard) or the records' global indices (an int64 array).
+    The blocks placed by index are permuted together, in one call.
+    """
+    out = [np.frombuffer(p, "<i8") - first if isinstance(p, bytes) else None for p in placements]
+    indexed = [k for k, placement in enumerate(placements) if not isinstance(placement, bytes)]
+    if indexed:
+        indices = [placements[k] if isinstance(placements[k], np.ndarray)
+                   else np.arange(int(placements[k]), int(placements[k]) + lengths[k], dtype=np.int64)
+                   for k in indexed]
+        places = perm(np.concatenate(indices)) - first
+        for k, part in zip(indexed, np.split(places, np.cumsum([len(x) for x in indices])[:-1]), strict=True):
             out[k] = part
     return out
 
@@ -354,7 +409,7 @@ class WriteShardFn(beam.DoFn):
                 if not isinstance(recs, SpilledRecords):
                     groups = itertools.chain([(placement, recs)], groups)
                     break
-                spilled.append((placement, recs))
+                spilled.append(shard_members(placement, recs))
             else:
                 places = shard_places([p for p, _ in spilled], [len(r) for _, r in spilled], perm, first)
                 blocks = list(zip(places, (r for _, r in spilled), strict=True))
@@ -365,6 +420,7 @@ class WriteShardFn(beam.DoFn):
                 return
         with OrderedSpool(end - first, (end - first) * self._record_bytes) as spool, RecordReader() as reader:
             for placement, recs in itertools.chain(spilled, groups):
+                placement, recs = shard_members(placement, recs)
                 places = shard_places([placement], [len(recs)], perm, first)[0]
                 spool.add_many(places, *reader.read_block(recs))
             size, sha = publish(path, spool)

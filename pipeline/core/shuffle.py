@@ -17,9 +17,12 @@ import dataclasses
 
 import numpy as np
 
-from pipeline.core.hashing import mix64, stable_hash
+from pipeline.core.hashing import mix64_into, stable_hash
 
 _ROUNDS = 4
+# Values encrypted together: their few work arrays stay in a core's cache, and no pass of cycle
+# walking waits for the slowest value of the whole input.
+_BLOCK = 1 << 15
 
 
 class Permutation:
@@ -35,47 +38,64 @@ class Permutation:
         self._mask = np.uint64((1 << self._half) - 1)
         self._keys = [np.uint64(k) for k in stable_hash("shuffle", seed, words=_ROUNDS)]
 
-    def _encrypt(self, x: np.ndarray) -> np.ndarray:
-        left = x >> np.uint64(self._half)
-        right = x & self._mask
-        with np.errstate(over="ignore"):
-            for key in self._keys:
-                left, right = right, left ^ (mix64(right ^ key) & self._mask)
-        return (left << np.uint64(self._half)) | right
+    def _encrypt(self, x: np.ndarray) -> None:
+        """Encrypt `x` (a uint64 block) in place."""
+        half, mask = np.uint64(self._half), self._mask
+        left, right = x >> half, x & mask
+        out, scratch = np.empty_like(x), np.empty_like(x)
+        for key in self._keys:
+            np.bitwise_xor(right, key, out=out)
+            mix64_into(out, out, scratch)
+            np.bitwise_and(out, mask, out=out)
+            np.bitwise_xor(left, out, out=left)
+            left, right = right, left
+        np.left_shift(left, half, out=x)
+        np.bitwise_or(x, right, out=x)
 
-    def _decrypt(self, y: np.ndarray) -> np.ndarray:
-        left = y >> np.uint64(self._half)
-        right = y & self._mask
-        with np.errstate(over="ignore"):
-            for key in reversed(self._keys):
-                left, right = right ^ (mix64(left ^ key) & self._mask), left
-        return (left << np.uint64(self._half)) | right
+    def _decrypt(self, y: np.ndarray) -> None:
+        """Decrypt `y` (a uint64 block) in place."""
+        half, mask = np.uint64(self._half), self._mask
+        left, right = y >> half, y & mask
+        out, scratch = np.empty_like(y), np.empty_like(y)
+        for key in reversed(self._keys):
+            np.bitwise_xor(left, key, out=out)
+            mix64_into(out, out, scratch)
+            np.bitwise_and(out, mask, out=out)
+            np.bitwise_xor(right, out, out=right)
+            left, right = right, left
+        np.left_shift(left, half, out=y)
+        np.bitwise_or(y, right, out=y)
+
+    def _walk(self, values, step, what: str) -> np.ndarray:
+        """`step` applied to each value until it lands in [0, n) (cycle walking), a block at a time."""
+        x = np.asarray(values, np.uint64)
+        if x.size and int(x.max()) >= self.n:
+            raise ValueError(f"{what} out of range [0, {self.n})")
+        flat = x.reshape(-1)
+        out = np.empty(len(flat), np.int64)
+        n = np.uint64(self.n)
+        for lo in range(0, len(flat), _BLOCK):
+            y = flat[lo : lo + _BLOCK].copy()
+            step(y)
+            outside = np.flatnonzero(y >= n)
+            while len(outside):
+                z = y[outside]
+                step(z)
+                y[outside] = z
+                outside = outside[z >= n]
+            out[lo : lo + len(y)] = y
+        return out.reshape(x.shape)
 
     def __call__(self, index: np.ndarray) -> np.ndarray:
         """Permuted positions of the given indices (each in [0, n))."""
-        x = np.asarray(index, np.uint64)
-        if x.size and int(x.max()) >= self.n:
-            raise ValueError(f"index out of range [0, {self.n})")
-        y = self._encrypt(x)
-        # Cycle walking: re-encrypt the values that fell outside [0, n) until all are inside.
-        outside = y >= np.uint64(self.n)
-        while outside.any():
-            y[outside] = self._encrypt(y[outside])
-            outside = y >= np.uint64(self.n)
-        return y.astype(np.int64)
+        return self._walk(index, self._encrypt, "index")
 
     def inverse(self, position: np.ndarray) -> np.ndarray:
-        """The indices whose permuted positions these are (each in [0, n)): `p.inverse(p(i)) == i`."""
-        y = np.asarray(position, np.uint64)
-        if y.size and int(y.max()) >= self.n:
-            raise ValueError(f"position out of range [0, {self.n})")
-        x = self._decrypt(y)
-        # Cycle walking backwards: the first value inside [0, n) is the preimage.
-        outside = x >= np.uint64(self.n)
-        while outside.any():
-            x[outside] = self._decrypt(x[outside])
-            outside = x >= np.uint64(self.n)
-        return x.astype(np.int64)
+        """The indices whose permuted positions these are (each in [0, n)): `p.inverse(p(i)) == i`.
+
+        Walking backwards, the first value inside [0, n) is the preimage.
+        """
+        return self._walk(position, self._decrypt, "position")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -107,7 +107,7 @@ class SpilledRecords:
 
     def take(self, indices: Iterable[int]) -> SpilledRecords:
         """A reference to the records at `indices`, in that order."""
-        indices = np.asarray(list(indices), np.int64)
+        indices = np.asarray(indices if isinstance(indices, np.ndarray) else list(indices), np.int64)
         return SpilledRecords.of(self.path, self.starts[indices], self.ends[indices])
 
     def load(self) -> FramedRecords:

@@ -180,8 +180,11 @@ def _record_groups(monkeypatch) -> dict:
     pack_final, write_dead = tfrecord.PackFinalFn.process, chunk_documents.WriteDeadLettersFn.process
 
     def shard(self, element, plan):
-        # The records a group stands for (through spill files on DirectRunner): what the runner moves.
-        groups["GroupByShard"].append(sum(len(spill.load(recs).data) for _, recs in element[1]))
+        # The records a group stands for (through spill files on DirectRunner, where a block split
+        # between shards goes to each whole with the indices of the shard's records): what the
+        # writer reads.
+        members = [tfrecord.shard_members(placement, recs)[1] for placement, recs in element[1]]
+        groups["GroupByShard"].append(sum(len(spill.load(recs).data) for recs in members))
         return write_shard(self, element, plan)
 
     def tails(self, element):
