@@ -38,36 +38,30 @@ class Permutation:
         self._mask = np.uint64((1 << self._half) - 1)
         self._keys = [np.uint64(k) for k in stable_hash("shuffle", seed, words=_ROUNDS)]
 
-    def _encrypt(self, x: np.ndarray) -> None:
-        """Encrypt `x` (a uint64 block) in place."""
+    def _feistel(self, x: np.ndarray, backwards: bool) -> None:
+        """Encrypt (or, backwards, decrypt) `x`, a uint64 block, in place.
+
+        Decryption is encryption with the keys reversed and the halves swapped.
+        """
         half, mask = np.uint64(self._half), self._mask
-        left, right = x >> half, x & mask
+        high, low = x >> half, x & mask
+        left, right = (low, high) if backwards else (high, low)
         out, scratch = np.empty_like(x), np.empty_like(x)
-        for key in self._keys:
+        for key in reversed(self._keys) if backwards else self._keys:
             np.bitwise_xor(right, key, out=out)
             mix64_into(out, out, scratch)
             np.bitwise_and(out, mask, out=out)
             np.bitwise_xor(left, out, out=left)
             left, right = right, left
-        np.left_shift(left, half, out=x)
-        np.bitwise_or(x, right, out=x)
+        high, low = (right, left) if backwards else (left, right)
+        np.left_shift(high, half, out=x)
+        np.bitwise_or(x, low, out=x)
 
-    def _decrypt(self, y: np.ndarray) -> None:
-        """Decrypt `y` (a uint64 block) in place."""
-        half, mask = np.uint64(self._half), self._mask
-        left, right = y >> half, y & mask
-        out, scratch = np.empty_like(y), np.empty_like(y)
-        for key in reversed(self._keys):
-            np.bitwise_xor(left, key, out=out)
-            mix64_into(out, out, scratch)
-            np.bitwise_and(out, mask, out=out)
-            np.bitwise_xor(right, out, out=right)
-            left, right = right, left
-        np.left_shift(left, half, out=y)
-        np.bitwise_or(y, right, out=y)
+    def _walk(self, values, backwards: bool, what: str) -> np.ndarray:
+        """Each value through the network (`backwards`: its inverse) until it lands in [0, n).
 
-    def _walk(self, values, step, what: str) -> np.ndarray:
-        """`step` applied to each value until it lands in [0, n) (cycle walking), a block at a time."""
+        Cycle walking, a block of values at a time.
+        """
         x = np.asarray(values, np.uint64)
         if x.size and int(x.max()) >= self.n:
             raise ValueError(f"{what} out of range [0, {self.n})")
@@ -76,11 +70,11 @@ class Permutation:
         n = np.uint64(self.n)
         for lo in range(0, len(flat), _BLOCK):
             y = flat[lo : lo + _BLOCK].copy()
-            step(y)
+            self._feistel(y, backwards)
             outside = np.flatnonzero(y >= n)
             while len(outside):
                 z = y[outside]
-                step(z)
+                self._feistel(z, backwards)
                 y[outside] = z
                 outside = outside[z >= n]
             out[lo : lo + len(y)] = y
@@ -88,14 +82,14 @@ class Permutation:
 
     def __call__(self, index: np.ndarray) -> np.ndarray:
         """Permuted positions of the given indices (each in [0, n))."""
-        return self._walk(index, self._encrypt, "index")
+        return self._walk(index, False, "index")
 
     def inverse(self, position: np.ndarray) -> np.ndarray:
         """The indices whose permuted positions these are (each in [0, n)): `p.inverse(p(i)) == i`.
 
         Walking backwards, the first value inside [0, n) is the preimage.
         """
-        return self._walk(position, self._decrypt, "position")
+        return self._walk(position, True, "position")
 
 
 @dataclasses.dataclass(frozen=True)
