@@ -3,7 +3,8 @@
 A format's module has `build(p, job, chunks, read_stats, workspace)` (its stages, from the read
 stage's outputs to its manifest, returning the manifest's path) and `summary(config, seconds)`
 (the manifest it wrote, the lines printed after the run); `prepare(config)` checks and prepares
-the output directory (by default: one output, pipeline/io/outputs.py). A new format is one such
+the output directory (by default: one output, pipeline/io/outputs.py), returning the `Removal` of
+a replaced output's files still under way, if any. A new format is one such
 module, its row here and its name in `--output_format`'s choices (pipeline/config/job.py).
 `output_format(config)` is the one place that picks the row for a config.
 """
@@ -15,11 +16,11 @@ from typing import NamedTuple
 
 from pipeline.beam import megatron, per_subset, tfrecord
 from pipeline.config.job import PipelineConfig
-from pipeline.io.outputs import prepare_output_dir
+from pipeline.io.outputs import Removal, prepare_output_dir
 
 
-def _prepare_one_output(config: PipelineConfig) -> None:
-    prepare_output_dir(config.output_dir, config.overwrite)
+def _prepare_one_output(config: PipelineConfig) -> Removal | None:
+    return prepare_output_dir(config.output_dir, config.overwrite, background=True)
 
 
 class OutputFormat(NamedTuple):
@@ -27,7 +28,7 @@ class OutputFormat(NamedTuple):
 
     build: Callable[..., object]  # (p, job, chunks, read_stats, workspace): its stages, its manifest last
     summary: Callable[..., tuple[dict, str]]  # (config, seconds) -> (its manifest, the summary's lines)
-    prepare: Callable[[PipelineConfig], None] = _prepare_one_output  # the output directory, before the run
+    prepare: Callable[[PipelineConfig], Removal | None] = _prepare_one_output  # the output directory, before the run
 
 
 FORMATS = {

@@ -53,15 +53,18 @@ def run_job(config: PipelineConfig, beam_args: list[str], early: EarlyChoice | N
     # One writer per output directory, from before anything is removed there until the job ends
     # (a translated job runs elsewhere, later: nothing to hold).
     lock = None if dry_run or executable else OutputLock.acquire(config.output_dir, job.run_id, config.overwrite)
+    removal = None  # a replaced output's files, removed while the job runs
     try:
         if not dry_run:
-            output_format(config).prepare(config)
+            removal = output_format(config).prepare(config)
         seconds = run(job, options, beam_args, translate_only=bool(dry_run or executable))
     except BaseException:
         if caught_signal() and lock is not None:  # stopped: what this run wrote goes (nobody else writes there)
             remove_unfinished_run(config.output_dir, job.run_id)
         raise
     finally:
+        if removal is not None:
+            report_removal(config.output_dir, removal.wait())
         if lock is not None:
             lock.release()
     if dry_run or executable:
@@ -71,6 +74,19 @@ def run_job(config: PipelineConfig, beam_args: list[str], early: EarlyChoice | N
     manifest, summary = output_format(config).summary(config, seconds)
     print(summary)
     return manifest
+
+
+def report_removal(output_dir: str, failed: list[str]) -> None:
+    """One warning line for the files of a replaced output that --overwrite could not remove.
+
+    The new output never lists them (they are in the old run's directory); the next --overwrite
+    removes them again.
+    """
+    if failed:
+        more = f" and {len(failed) - 5} more" if len(failed) > 5 else ""
+        LOG.warning("--overwrite: %d file(s) of the previous output in %s could not be removed (%s%s); the new "
+                    "output does not use them: remove them by hand or with the next --overwrite", len(failed),
+                    redact_url(output_dir), "; ".join(failed[:5]), more)
 
 
 def warms_dedup_kernels(config: PipelineConfig, options: PipelineOptions, beam_args: list[str]) -> bool:

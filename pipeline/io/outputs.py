@@ -31,7 +31,11 @@ directory (a Megatron output on a file system), renamed over the old one, so a p
 Replacing (`prepare_output_dir` with `--overwrite`, under the lock): exactly the files the previous
 manifest lists, our temporary names, and what runs that never wrote a manifest (killed or failed)
 left in their run directories are removed, the manifest first. Anything else is refused and listed,
-and then nothing is removed.
+and then nothing is removed. On a local disk the files inside the old run and temporary directories
+may go in a thread of their own (`background=True`, a `Removal`) while the new run starts: readers
+refuse the old output from the moment its manifest is gone, and no new run's file is ever among them.
+(Unlinking a 0.5 GB shard waits ~0.45 s on the device of an ext4 disk mounted with `discard`, with
+no CPU used: on the job's critical path it was the start's one idle stretch.)
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ import json
 import os
 import posixpath
 import re
+import threading
 import uuid
 
 import fsspec
@@ -201,21 +206,53 @@ def _plan_overwrite(url: str, files: list[str], entries: list[str]) -> tuple[lis
     return remove, unknown
 
 
-def prepare_output_dir(output_dir: str, overwrite: bool) -> None:
+class Removal:
+    """Files of a replaced local output removed in a thread of their own, then their emptied folders.
+
+    `wait()` before the output's lock is released: it returns once every file is gone or refused,
+    with what could not be removed (`relative path: reason`), in the order tried.
+    """
+
+    def __init__(self, root: str, rels: list[str], entries: list[str]):
+        self._failed: list[str] = []
+        self._thread = threading.Thread(target=self._remove, args=(root, rels, entries),
+                                        name="pile-overwrite-removal", daemon=True)
+        self._thread.start()
+
+    def _remove(self, root: str, rels: list[str], entries: list[str]) -> None:
+        for rel in rels:
+            try:
+                os.unlink(os.path.join(root, rel))
+            except FileNotFoundError:
+                pass  # gone already: what the removal is for
+            except OSError as e:
+                self._failed.append(f"{rel}: {e.strerror or e}")
+        _remove_empty_folders(root, rels, entries)
+
+    def wait(self) -> list[str]:
+        """Wait for the removal; the files it could not remove, with why."""
+        self._thread.join()
+        return list(self._failed)
+
+
+def prepare_output_dir(output_dir: str, overwrite: bool, background: bool = False) -> Removal | None:
     """Check the output directory (already created and locked), refusing a non-empty one unless `overwrite`.
 
-    With `overwrite`, see the module docstring for what is removed and what is refused.
+    With `overwrite`, see the module docstring for what is removed and what is refused. With
+    `background` and a local output, the files inside run and temporary directories are removed by
+    the `Removal` returned (everything directly in the directory, the manifest first, is gone when
+    this returns); otherwise everything is, and None is returned.
     """
     shown = redact_url(output_dir)
     with reaching("--output_dir", output_dir):
         fs, root = fsspec.core.url_to_fs(output_dir)
         if not fs.exists(root):
-            return
+            return None
         if not fs.isdir(root):
             raise FileExistsError(f"--output_dir {shown} exists and is not a directory")
         entries = _entries(fs, root)
         if not entries:
-            return
+            return None
         files = _files(fs, root)
         if not overwrite:
             state = "a finished output" if MANIFEST_NAME in files else "an incomplete or foreign output"
@@ -233,10 +270,18 @@ def prepare_output_dir(output_dir: str, overwrite: bool) -> None:
             )
         # The manifest first: readers stop trusting the old output at once
         # (and the `latest` link after it).
-        for rel in sorted(remove, key=lambda r: (r != MANIFEST_NAME, r != LATEST_NAME)):
-            fs.rm_file(posixpath.join(root, rel))
+        remove.sort(key=lambda r: (r != MANIFEST_NAME, r != LATEST_NAME))
+        # In a thread of their own: what lies inside run and temporary directories (a shard takes
+        # ~1 ms per MB to unlink on some disks, waiting on the device).
+        later = [rel for rel in remove if "/" in rel] if background and is_local(fs) else []
+        for rel in remove:
+            if "/" not in rel or not later:
+                fs.rm_file(posixpath.join(root, rel))
+        if later:
+            return Removal(root, later, entries)
         if is_local(fs):
             _remove_empty_folders(root, remove, entries)
+        return None
 
 
 def _remove_empty_folders(root: str, removed: list[str], entries: list[str]) -> None:

@@ -13,6 +13,7 @@ import fsspec
 import pytest
 from fault_helpers import IN_MEMORY, MODEL, command, problem_lines, small_corpus
 
+from pipeline.beam import launch
 from pipeline.cli import run
 from pipeline.io import outputs
 
@@ -64,13 +65,52 @@ def listing(fs, root: str) -> list[str]:
     return sorted(posixpath.relpath(p, root) for p in fs.find(root))
 
 
-def test_overwrite_removes_exactly_the_listed_and_our_temporary_files(where):
+@pytest.mark.parametrize("background", [False, True])
+def test_overwrite_removes_exactly_the_listed_and_our_temporary_files(where, background):
     url, fs, root = where
     populate(fs, root, LISTED + OURS_UNLISTED)
-    outputs.prepare_output_dir(url, overwrite=True)
+    removal = outputs.prepare_output_dir(url, overwrite=True, background=background)
+    if background and not url.startswith("s3://"):
+        # Gone at once: everything directly in the directory, the manifest first; the rest while the job runs.
+        assert not any("/" not in rel for rel in listing(fs, root))
+        assert removal.wait() == []
+    else:
+        assert removal is None  # on S3, or asked to: all removed before prepare_output_dir returns
     assert listing(fs, root) == []
     if not url.startswith("s3://"):
         assert os.listdir(root) == []  # the emptied folders of ours too
+
+
+def test_a_file_the_background_removal_cannot_remove_is_reported_and_the_rest_go(tmp_path, monkeypatch, caplog):
+    fs, root = fsspec.filesystem("file"), str(tmp_path / "out")
+    populate(fs, root, LISTED + OURS_UNLISTED)
+    stuck = os.path.join(root, LISTED[0])
+    unlink = os.unlink
+
+    def refusing(path, *args, **kwargs):
+        if os.fspath(path) == stuck:  # as a read-only folder refuses anyone but root
+            raise PermissionError(13, "Permission denied")
+        return unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", refusing)
+    failed = outputs.prepare_output_dir(root, overwrite=True, background=True).wait()
+    assert failed == [f"{LISTED[0]}: Permission denied"]
+    assert listing(fs, root) == [LISTED[0]]
+    launch.report_removal(root, failed)
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warning.startswith("--overwrite: 1 file(s) of the previous output in ") and LISTED[0] in warning
+
+
+def test_the_command_replaces_an_output_and_leaves_nothing_of_the_old_one(tmp_path):
+    out = tmp_path / "out"
+    inputs = small_corpus(tmp_path / "in", files=1, docs=40)
+    args = ["--input", inputs, "--output_dir", str(out), "--tokenizer_model", MODEL, "--seq_len", "32", *IN_MEMORY]
+    first = run.main(args)
+    second = run.main([*args, "--overwrite"])
+    assert second["run_id"] != first["run_id"]
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith("run-")) == [f"run-{second['run_id']}"]
+    # The same bytes, under the new run's directory.
+    assert [s["sha256"] for s in second["shards"]] == [s["sha256"] for s in first["shards"]]
 
 
 @pytest.mark.parametrize("foreign", NOT_OURS)
