@@ -34,8 +34,8 @@ left in their run directories are removed, the manifest first. Anything else is 
 and then nothing is removed. On a local disk the files inside the old run and temporary directories
 may go in a thread of their own (`background=True`, a `Removal`) while the new run starts: readers
 refuse the old output from the moment its manifest is gone, and no new run's file is ever among them.
-(Unlinking a 0.5 GB shard waits ~0.45 s on the device of an ext4 disk mounted with `discard`, with
-no CPU used: on the job's critical path it was the start's one idle stretch.)
+(Unlinking a 0.5 GB shard can wait ~0.5 s on the device, e.g. on ext4 mounted with `discard`, with no
+CPU used: time the new run's start need not spend.)
 """
 
 from __future__ import annotations
