@@ -271,12 +271,10 @@ def prepare_output_dir(output_dir: str, overwrite: bool, background: bool = Fals
         # The manifest first: readers stop trusting the old output at once
         # (and the `latest` link after it).
         remove.sort(key=lambda r: (r != MANIFEST_NAME, r != LATEST_NAME))
-        # In a thread of their own: what lies inside run and temporary directories (a shard takes
-        # ~1 ms per MB to unlink on some disks, waiting on the device).
+        # With `background`, what lies inside run and temporary directories goes in a thread of its own.
         later = [rel for rel in remove if "/" in rel] if background and is_local(fs) else []
-        for rel in remove:
-            if "/" not in rel or not later:
-                fs.rm_file(posixpath.join(root, rel))
+        for rel in (rel for rel in remove if "/" not in rel) if later else remove:
+            fs.rm_file(posixpath.join(root, rel))
         if later:
             return Removal(root, later, entries)
         if is_local(fs):
