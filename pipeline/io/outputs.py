@@ -273,7 +273,8 @@ def prepare_output_dir(output_dir: str, overwrite: bool, background: bool = Fals
         remove.sort(key=lambda r: (r != MANIFEST_NAME, r != LATEST_NAME))
         # With `background`, what lies inside run and temporary directories goes in a thread of its own.
         later = [rel for rel in remove if "/" in rel] if background and is_local(fs) else []
-        for rel in (rel for rel in remove if "/" not in rel) if later else remove:
+        now = [rel for rel in remove if "/" not in rel] if later else remove
+        for rel in now:
             fs.rm_file(posixpath.join(root, rel))
         if later:
             return Removal(root, later, entries)
