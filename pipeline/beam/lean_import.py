@@ -37,16 +37,21 @@ def one_command_per_process() -> None:
     _ONE_COMMAND[0] = True
 
 
-def runs_in_process(beam_args: list[str]) -> bool:
-    """Whether Beam's flags leave the job on DirectRunner, Beam's default."""
+def runner_named(beam_args: list[str]) -> str | None:
+    """The value of the last --runner among Beam's flags (None: not given, Beam's default)."""
+    runner = None
     for i, arg in enumerate(beam_args):
         name, eq, value = arg.partition("=")
         # argparse takes any unambiguous prefix of --runner (at least --ru: --requirements_file).
         if len(name) >= 4 and "--runner".startswith(name):
-            value = value if eq else (beam_args[i + 1] if i + 1 < len(beam_args) else "")
-            if value not in IN_PROCESS_RUNNERS:
-                return False
-    return True
+            runner = value if eq else (beam_args[i + 1] if i + 1 < len(beam_args) else "")
+    return runner
+
+
+def runs_in_process(beam_args: list[str]) -> bool:
+    """Whether Beam's flags leave the job on DirectRunner, Beam's default."""
+    runner = runner_named(beam_args)
+    return runner is None or runner in IN_PROCESS_RUNNERS
 
 
 def import_beam(beam_args: list[str]) -> None:

@@ -13,7 +13,8 @@ from apache_beam.options.pipeline_options import (
     TestOptions,
 )
 
-from pipeline.core.options import Runner, parse_bool
+from pipeline.beam.lean_import import runner_named
+from pipeline.core.options import Runner, UsageError, parse_bool
 
 
 class JavaRunnerOptions(PipelineOptions):
@@ -39,6 +40,8 @@ class JavaRunnerOptions(PipelineOptions):
 
 def unknown_flags(flags: list[str]) -> list[str]:
     """The arguments among `flags` that Beam's PipelineOptions does not accept (stray values included)."""
+    if is_dask(runner_named(flags)):
+        import_dask_options()
     parsers = []
     # add_extra_args_fn hands over the parser Beam builds from every registered options class.
     # Beam would log the unknown ones as "discarded"; the caller reports them instead.
@@ -77,8 +80,29 @@ class _NoRunningModeAdvice(logging.Filter):
         return not record.getMessage().startswith(_ADVICE)
 
 
+DASK = "DaskRunner"
+DASK_NAMES = ("daskrunner", "dask", "apache_beam.runners.dask.dask_runner.daskrunner")
+
+
+def is_dask(runner: str | None) -> bool:
+    """Whether `runner` (as given to --runner) names Beam's DaskRunner, which Beam knows only by its full path."""
+    return (runner or "").lower() in DASK_NAMES
+
+
+def import_dask_options() -> None:
+    """Declare DaskRunner's flags (--dask_client_address, ...): a UsageError when dask is not installed."""
+    try:
+        import apache_beam.runners.dask.dask_runner  # noqa: F401  (registers DaskOptions)
+        import dask.distributed  # noqa: F401
+    except ImportError as e:
+        raise UsageError(f"--runner DaskRunner needs dask and distributed ({e.name} is not installed): "
+                         "pip install 'pile-pipeline[dask]'") from None
+
+
 def direct_runner(options: PipelineOptions):
-    """The runner object of a DirectRunner job: Beam's FnApiRunner; None for other runners (Beam makes them).
+    """The runner object of a DirectRunner or DaskRunner job; None for other runners (Beam makes them).
+
+    DaskRunner: Beam's, which Beam's --runner knows only by its module path.
 
     Beam's DirectRunner first tries its Prism runner, a Go binary it downloads from GitHub at run
     time, and falls back to the FnApiRunner when that fails (offline, for one): the same command
@@ -88,7 +112,12 @@ def direct_runner(options: PipelineOptions):
     them, without its timed flushes (NO_TIMED_FLUSH_MS); the options then say in_memory, the mode in
     which the runner keeps the environment it is given.
     """
-    if options.view_as(StandardOptions).runner != "DirectRunner":
+    runner = options.view_as(StandardOptions).runner
+    if runner == DASK:
+        from apache_beam.runners.dask.dask_runner import DaskRunner
+
+        return DaskRunner()
+    if runner != "DirectRunner":
         return None
     from apache_beam.portability.api import beam_provision_api_pb2
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
@@ -132,6 +161,8 @@ def pipeline_options(beam_args: list[str]) -> PipelineOptions:
         # `--setup_file ''` unsets a config file's setup_file (e.g. when a worker image holds the package).
         setup.setup_file = None
     standard = options.view_as(StandardOptions)
+    if is_dask(standard.runner):
+        standard.runner = DASK
     if standard.runner in (None, "DirectRunner", "direct"):
         standard.runner = "DirectRunner"
         direct = options.view_as(DirectOptions)
