@@ -21,6 +21,7 @@ import os
 
 import fsspec
 
+from pipeline.beam.graph import EVERY_FEATURE, Runtime
 from pipeline.config.job import FAN_OUT_CHOICES
 from pipeline.io.urls import name_part
 
@@ -88,6 +89,7 @@ class Workspace:
     spill_dir: str | None = None
     progress: tuple[str, int, bytes] | None = None  # the Monitor's (host, port, key)
     board: str | None = None
+    runtime: Runtime = EVERY_FEATURE
 
 
 def plan_execution(runner: str, direct_workers: int | None, input_files: list[str], fan_out: str = "auto",

@@ -16,6 +16,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
 from pipeline.beam.execution import Workspace, running_mode
+from pipeline.beam.graph import runtime_of
 from pipeline.beam.job import build_pipeline, output_format
 from pipeline.beam.logs import JobFailed, failure_line
 from pipeline.beam.options import direct_runner, pipeline_options, running_mode_given
@@ -111,6 +112,17 @@ def _warm_dedup_kernels() -> None:
     minhash_kernel.warm_up()
 
 
+def close_cluster(result) -> None:
+    """Disconnect from a Dask scheduler (and stop the local cluster Beam started for the job)."""
+    client = getattr(result, "client", None)
+    if client is None:
+        return
+    cluster = getattr(client, "cluster", None)
+    client.close()
+    if cluster is not None:
+        cluster.close()
+
+
 def run(job: Job, options: PipelineOptions, beam_args: list[str], translate_only: bool = False) -> float:
     """Run (or translate) the Job's pipeline in its workspace (spill directory, progress); its seconds."""
     config, execution = job.config, job.execution
@@ -127,11 +139,16 @@ def run(job: Job, options: PipelineOptions, beam_args: list[str], translate_only
         LOG.info("%d input files -> %s (runner %s, run %s)", len(job.input_files), redact_url(config.output_dir),
                  runner, job.run_id)
         start = time.monotonic()
-        with beam.Pipeline(runner=direct_runner(options), options=options) as p:
-            threads = runner == "DirectRunner" and options.view_as(DirectOptions).direct_running_mode in (
-                "multi_threading", "in_memory")
-            build_pipeline(p, job, Workspace(spill_dir, monitor.address, job.run_id if threads else None))
-            gc_policy.resume()  # the job's own objects are collected as usual
+        p = beam.Pipeline(runner=direct_runner(options), options=options)
+        try:
+            with p:
+                threads = runner == "DirectRunner" and options.view_as(DirectOptions).direct_running_mode in (
+                    "multi_threading", "in_memory")
+                build_pipeline(p, job, Workspace(spill_dir, monitor.address, job.run_id if threads else None,
+                                                 runtime_of(runner)))
+                gc_policy.resume()  # the job's own objects are collected as usual
+        finally:
+            close_cluster(getattr(p, "result", None))
     except Exception as e:
         line = failure_line(e)
         if line is None:

@@ -37,6 +37,7 @@ import numpy as np
 
 from pipeline.beam.chunk_documents import COUNTS, DEAD_LETTERS, ChunkDocumentsFn, WriteDeadLetters
 from pipeline.beam.execution import Workspace
+from pipeline.beam.graph import gather, join_each, multi_output
 from pipeline.beam.manifest import shared_entries, tokenizer_json
 from pipeline.beam.preflight import Job
 from pipeline.beam.progress import Reporter
@@ -215,52 +216,88 @@ def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) 
     `chunks` and `read_stats` are the read stage's outputs (pipeline/beam/read.py). Returns the
     manifest's path (one element, once it is written).
     """
-    cfg, spill_dir = job.config, workspace.spill_dir
+    cfg, spill_dir, runtime = job.config, workspace.spill_dir, workspace.runtime
     tokenizer, progress = tokenizer_json(job), reporter(job, workspace)
     dtype = fmt.token_dtype(job.special.vocab_size)
-    docs = chunks | "TokenizeDocuments" >> beam.ParDo(
+    docs = multi_output(
+        chunks, "TokenizeDocuments",
         TokenizeDocumentsFn(cfg, job.special, job.backend.name, job.execution.encode_threads, spill_dir, progress,
-                            tokenizer=job.worker_tokenizer, encode_batch_bytes=job.execution.encode_batch_bytes)
-    ).with_outputs(DEAD_LETTERS, STATS, COUNTS, main="documents")
+                            tokenizer=job.worker_tokenizer, encode_batch_bytes=job.execution.encode_batch_bytes),
+        DEAD_LETTERS, STATS, COUNTS, main="documents", runtime=runtime)
     layout = (
         docs[COUNTS]
         | "CollectCounts" >> beam.combiners.ToList()
         | "PlanLayout" >> beam.Map(fmt.Layout.from_counts)
     )
-    assigned = docs.documents | "AssignShards" >> beam.ParDo(
-        AssignShardsFn(cfg.shard_bytes), beam.pvalue.AsSingleton(layout)).with_outputs(USED, main="documents")
+    if runtime.side_inputs:
+        assigned = docs.documents | "AssignShards" >> beam.ParDo(
+            AssignShardsFn(cfg.shard_bytes), beam.pvalue.AsSingleton(layout)).with_outputs(USED, main="documents")
+    else:  # each source's offsets joined to its block
+        keyed = docs.documents | "KeySources" >> beam.Map(lambda sb: ((sb[0][0], fmt.source_key(*sb[0][1:])), sb))
+        offsets = layout | "SourceOffsets" >> beam.FlatMap(_source_offsets)
+        assigned = multi_output(join_each("JoinLayout", keyed, offsets), "AssignShards",
+                                AssignJoinedFn(cfg.shard_bytes), USED, main="documents", runtime=runtime)
     names = (
         assigned[USED]
         | "UsedSlots" >> beam.Distinct()
         | "CollectSlots" >> beam.combiners.ToList()
         | "NameShards" >> beam.Map(fmt.shard_names, cfg.split)
     )
-    shards = (
-        assigned.documents
-        # ((group, slot), [(first, Documents)]): with a spill_dir, references only
-        | "GroupByShard" >> beam.GroupByKey()
-        | "WriteShards" >> beam.ParDo(WriteShardFn(cfg, dtype, job.run_id), beam.pvalue.AsSingleton(names))
-    )
+    writer = WriteShardFn(cfg, dtype, job.run_id)
+    if runtime.side_inputs:
+        shards = (
+            assigned.documents
+            # ((group, slot), [(first, Documents)]): with a spill_dir, references only
+            | "GroupByShard" >> beam.GroupByKey()
+            | "WriteShards" >> beam.ParDo(writer, beam.pvalue.AsSingleton(names))
+        )
+    else:  # each shard's name joined to its blocks
+        named = names | "ShardNames" >> beam.FlatMap(lambda names: names.items())
+        shards = (join_each("GroupByShard", assigned.documents, named)
+                  | "WriteShards" >> beam.FlatMap(lambda j: writer.process((j[0], j[1]), {j[0]: j[2]})))
     dead = docs[DEAD_LETTERS] | "WriteDeadLetters" >> WriteDeadLetters(cfg, job.run_id)
     stats = (
         (read_stats, docs[STATS])
         | "AllStats" >> beam.Flatten()
         | "SumStats" >> beam.CombineGlobally(merge_stats)
     )
-    # The manifest is written last: its side inputs exist only once every shard has been written.
-    return (
-        p
-        | "ManifestTrigger" >> beam.Create([None])
-        | "WriteManifest" >> beam.Map(
-            _write_manifest, cfg, tokenizer, dtype, job.run_id,
-            shards=beam.pvalue.AsList(shards), stats=beam.pvalue.AsSingleton(stats),
-            dead_letters=beam.pvalue.AsList(dead),
-        )
-    )
+    # The manifest is written last, once every shard has been written.
+    return (gather("Written", shards=shards, stats=stats, dead_letters=dead)
+            | "WriteManifest" >> beam.Map(_write_manifest, cfg, tokenizer, dtype, job.run_id))
 
 
-def _write_manifest(_, config, tokenizer, dtype, run_id, shards, stats, dead_letters) -> str:
-    manifest = build_manifest(config, tokenizer, dtype, list(shards), stats, list(dead_letters), run_id)
+def _source_offsets(layout: fmt.Layout):
+    """((group, source key), (first document, first byte)) of every source of the layout."""
+    for group, (keys, documents, first_bytes) in layout.groups.items():
+        for key, document, first_byte in zip(keys.tolist(), documents.tolist(), first_bytes.tolist(), strict=True):
+            yield (group, key), (document, first_byte)
+
+
+class _OneSource:
+    """The offsets of one source, where AssignShardsFn expects the layout's."""
+
+    def __init__(self, offsets: tuple[int, int]):
+        self._offsets = offsets
+
+    def offsets(self, _group, _key) -> tuple[int, int]:
+        return self._offsets
+
+
+class AssignJoinedFn(beam.DoFn):
+    """(source key, [(source, Documents)], offsets) -> AssignShardsFn's outputs, without a side input."""
+
+    def __init__(self, shard_bytes: int):
+        self._assign = AssignShardsFn(shard_bytes)
+
+    def process(self, element):
+        _, blocks, offsets = element
+        for block in blocks:
+            yield from self._assign.process(block, _OneSource(offsets))
+
+
+def _write_manifest(written: dict, config, tokenizer, dtype, run_id) -> str:
+    (stats,) = written["stats"]
+    manifest = build_manifest(config, tokenizer, dtype, written["shards"], stats, written["dead_letters"], run_id)
     path = commit_output(config.output_dir, manifest, config.max_dead_letter_fraction)
     LOG.info("wrote %s: %d .bin/.idx pairs, %d documents", path, len(manifest["shards"]),
              manifest["totals"]["documents"])

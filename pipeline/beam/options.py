@@ -163,6 +163,12 @@ def pipeline_options(beam_args: list[str]) -> PipelineOptions:
     standard = options.view_as(StandardOptions)
     if is_dask(standard.runner):
         standard.runner = DASK
+        from apache_beam.runners.dask.dask_runner import DaskOptions
+
+        dask = options.view_as(DaskOptions)
+        if dask.npartitions is None and dask.partition_size is None:
+            # A task per work item: Beam's default puts 128 of them in one task, run by one worker.
+            dask.partition_size = 1
     if standard.runner in (None, "DirectRunner", "direct"):
         standard.runner = "DirectRunner"
         direct = options.view_as(DirectOptions)

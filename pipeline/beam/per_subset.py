@@ -29,6 +29,7 @@ import fsspec
 
 from pipeline.beam import tfrecord
 from pipeline.beam.execution import Workspace
+from pipeline.beam.graph import gather
 from pipeline.beam.preflight import Job
 from pipeline.config.job import PipelineConfig, per_subset_outputs
 from pipeline.format import manifest as manifest_lib
@@ -77,11 +78,7 @@ def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) 
         space = workspace if i == 0 else dataclasses.replace(workspace, progress=None)
         written.append((chunks, read_stats) | f"Subset[{name}]" >> _SubsetOutput(branch, name, space))
     manifests = tuple(written) | "AllSubsetManifests" >> beam.Flatten()
-    _ = (
-        p
-        | "MixtureTrigger" >> beam.Create([None])
-        | "WriteMixture" >> beam.Map(_write_mixture, cfg, manifests=beam.pvalue.AsList(manifests))
-    )
+    _ = gather("Subsets", manifests=manifests) | "WriteMixture" >> beam.Map(_write_mixture, cfg)
 
 
 def mixture_json(config: PipelineConfig, manifests: dict[str, dict]) -> dict:
@@ -94,8 +91,8 @@ def mixture_json(config: PipelineConfig, manifests: dict[str, dict]) -> dict:
     return {"format": mixture_lib.FORMAT, "format_version": mixture_lib.FORMAT_VERSION, "sources": sources}
 
 
-def _write_mixture(_, config: PipelineConfig, manifests) -> str:
-    found = {name: manifest_lib.load_manifest(path) for name, path in manifests if path}
+def _write_mixture(written: dict, config: PipelineConfig) -> str:
+    found = {name: manifest_lib.load_manifest(path) for name, path in written["manifests"] if path}
     if not found:
         raise OutputRejectedError("the job wrote no records in any subset: no mixture.json was written")
     text = json.dumps(mixture_json(config, found), indent=2, sort_keys=True) + "\n"

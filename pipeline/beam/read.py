@@ -30,6 +30,7 @@ from pipeline.beam.execution import (
     share_files,
     text_bytes_guess,
 )
+from pipeline.beam.graph import multi_output
 from pipeline.beam.preflight import Job
 from pipeline.beam.progress import Reporter
 from pipeline.core.documents import PILE, Schema
@@ -199,8 +200,8 @@ def read_chunks(p: beam.Pipeline, job: Job, workspace: Workspace):
                  read_units(path, cfg.chunk_bytes, cfg.max_line_bytes) for i, path in files}
     if execution.fan_out:
         units = [(i, path, unit) for i, path in files for unit in frames_of[i]]
-        read_out = p | "ListInputs" >> beam.Create(units) | "ReadChunks" >> beam.ParDo(read_fn).with_output_types(
-            inputs.Chunk).with_outputs(STATS, main="chunks")
+        read_out = multi_output(p | "ListInputs" >> beam.Create(units), "ReadChunks", read_fn, STATS, main="chunks",
+                                runtime=workspace.runtime, main_type=inputs.Chunk)
         # A .zst file cannot be split: fan its chunks out so that 30 files do not cap parallelism.
         return read_out.chunks | "FanOut" >> beam.Reshuffle(), read_out[STATS]
     units, costs = _work_items(job, files, frames_of, workspace.board)

@@ -46,6 +46,7 @@ from pipeline.beam.chunk_documents import (
     WriteDeadLetters,
 )
 from pipeline.beam.execution import Workspace
+from pipeline.beam.graph import gather, join_each, multi_output
 from pipeline.beam.manifest import shared_entries, tokenizer_json
 from pipeline.beam.preflight import Job
 from pipeline.beam.progress import Reporter
@@ -502,57 +503,63 @@ def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) 
 
 def build_output(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace, skip_empty: bool = False):
     """`build`; with `skip_empty`, no records is no manifest and "" (a subset of a --per_subset job)."""
-    cfg, spill_dir = job.config, workspace.spill_dir
-    processed = chunks | "TokenizeAndPack" >> beam.ParDo(
+    cfg, spill_dir, runtime = job.config, workspace.spill_dir, workspace.runtime
+    processed = multi_output(
+        chunks, "TokenizeAndPack",
         ProcessChunkFn(cfg, job.special, job.backend.name, job.execution.encode_threads, spill_dir,
                        reporter(job, workspace), tokenizer=job.worker_tokenizer,
-                       encode_batch_bytes=job.execution.encode_batch_bytes)
-    ).with_outputs(TAILS, DEAD_LETTERS, STATS, COUNTS,
-                   PROVENANCE, main="records")
+                       encode_batch_bytes=job.execution.encode_batch_bytes),
+        TAILS, DEAD_LETTERS, STATS, COUNTS, PROVENANCE, main="records", runtime=runtime)
     if packs_best_fit(cfg):  # every chunk packed whole: no tails to join
         stages = [processed]
     else:
-        file_tails = (
-            processed[TAILS]
-            | "GroupTailsByFile" >> beam.GroupByKey()  # ((copy, file), [(chunk, Piece)])
-            | "PackTails" >> beam.ParDo(PackTailsFn(cfg, job.special, spill_dir)).with_outputs(
-                TAILS, STATS, COUNTS, PROVENANCE, main="records"
-            )
-        )
-        final = (
-            file_tails[TAILS]
-            | "GroupLastTails" >> beam.GroupByKey()  # (None, [((copy, file), Piece)]): one small group
-            | "PackFinal" >> beam.ParDo(PackFinalFn(cfg, job.special, spill_dir)).with_outputs(
-                STATS, COUNTS, PROVENANCE, main="records"
-            )
-        )
+        file_tails = multi_output(
+            processed[TAILS] | "GroupTailsByFile" >> beam.GroupByKey(),  # ((copy, file), [(chunk, Piece)])
+            "PackTails", PackTailsFn(cfg, job.special, spill_dir), TAILS, STATS, COUNTS, PROVENANCE,
+            main="records", runtime=runtime)
+        final = multi_output(
+            file_tails[TAILS] | "GroupLastTails" >> beam.GroupByKey(),  # (None, [((copy, file), Piece)]): one group
+            "PackFinal", PackFinalFn(cfg, job.special, spill_dir), STATS, COUNTS, PROVENANCE, main="records",
+            runtime=runtime)
         stages = [processed, file_tails, final]
     all_records = tuple(stage.records for stage in stages) | "AllRecords" >> beam.Flatten()
     # One global combine for the stats and the record counts (every step of a DirectRunner job runs
-    # after the other, ~20 ms each). Record counts come from the producers themselves: counting
-    # `all_records` would be one more pass of every record through the driver on DirectRunner. Never
-    # empty (every work item read reports its file's stats), so no default value is needed.
+    # after the other). Record counts come from the producers themselves: counting `all_records`
+    # would be one more pass of every record through the driver on DirectRunner. Never empty (every
+    # work item read reports its file's stats), so no default value is needed.
     totals = (
         (read_stats, *(stage[STATS] for stage in stages), *(stage[COUNTS] for stage in stages))
         | "AllStats" >> beam.Flatten()
         | "SumStats" >> beam.CombineGlobally(TotalsFn()).without_defaults()
     )
     stats = totals | "Stats" >> beam.Map(totals_stats)
-    offsets = totals | "IndexSources" >> beam.Map(totals_offsets)
-    # Each step gets only what it needs: the source offsets (~16 bytes per chunk) go to AssignShards,
-    # the plan (two numbers) to the writers and the manifest.
-    plan = beam.pvalue.AsSingleton(offsets | "PlanShards" >> beam.Map(
-        plan_shards, cfg.shard_bytes, record_bytes(job)))
-    shards = (
-        all_records
-        | "AssignShards" >> beam.ParDo(AssignShardsFn(cfg.seed), beam.pvalue.AsSingleton(offsets), plan)
-        | "GroupByShard" >> beam.GroupByKey()  # (shard, [(positions, records)]): references only, with a spill_dir
-        | "WriteShards" >> beam.ParDo(WriteShardFn(cfg, record_bytes(job), job.run_id, spill_dir), plan)
-    )
+    plan = totals | "PlanShards" >> beam.Map(
+        lambda t, shard_bytes, size: plan_shards(totals_offsets(t), shard_bytes, size), cfg.shard_bytes,
+        record_bytes(job))
+    writer = WriteShardFn(cfg, record_bytes(job), job.run_id, spill_dir)
+    if runtime.side_inputs:
+        # Each step gets only what it needs: the source offsets (~16 bytes per chunk) go to AssignShards,
+        # the plan (two numbers) to the writers.
+        offsets = totals | "IndexSources" >> beam.Map(totals_offsets)
+        shards = (
+            all_records
+            | "AssignShards" >> beam.ParDo(AssignShardsFn(cfg.seed), beam.pvalue.AsSingleton(offsets),
+                                           beam.pvalue.AsSingleton(plan))
+            | "GroupByShard" >> beam.GroupByKey()  # (shard, [(positions, records)]): references only, with a spill_dir
+            | "WriteShards" >> beam.ParDo(writer, beam.pvalue.AsSingleton(plan))
+        )
+    else:
+        # The offsets and the plan joined to the blocks by source, the plan to the shards by shard.
+        placed = totals | "PlaceSources" >> beam.FlatMap(_placed_sources, cfg.shard_bytes, record_bytes(job))
+        shard_plans = plan | "PlanOfShards" >> beam.FlatMap(lambda plan: [(s, plan) for s in range(plan.num_shards)])
+        assigned = (join_each("JoinSources", all_records, placed)  # (source, [records], (offset, plan))
+                    | "AssignShards" >> beam.ParDo(AssignJoinedFn(cfg.seed)))
+        shards = (join_each("GroupByShard", assigned, shard_plans)  # (shard, [(placement, records)], plan)
+                  | "WriteShards" >> beam.FlatMap(lambda joined: writer.process((joined[0], joined[1]), joined[2])))
     dead = processed[DEAD_LETTERS] | "WriteDeadLetters" >> WriteDeadLetters(cfg, job.run_id)
-    provenance = []  # without --provenance: no step (each costs ~20 ms on DirectRunner, even empty)
-    if cfg.provenance:
-        provenance = beam.pvalue.AsList(
+    written = {"shards": shards, "stats": stats, "dead_letters": dead, "plan": plan}
+    if cfg.provenance:  # without it, no steps of its own
+        written["provenance"] = (
             tuple(stage[PROVENANCE] for stage in stages)
             | "AllProvenance" >> beam.Flatten()
             # One file per input file, one for the job's last records: (file_index or -1, block)
@@ -560,27 +567,52 @@ def build_output(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Work
             | "GroupProvenance" >> beam.GroupByKey()
             | "WriteProvenance" >> beam.ParDo(WriteProvenanceFn(cfg, job.run_id))
         )
-    # The manifest is written last: its side inputs exist only once every shard has been written.
-    # An output that must not be used (no records, too many dead letters) gets no manifest.
-    return (
-        p
-        | "ManifestTrigger" >> beam.Create([None])
-        | "WriteManifest"
-        >> beam.Map(
-            _write_manifest,
-            job,
-            skip_empty,
-            shards=beam.pvalue.AsList(shards),
-            stats=beam.pvalue.AsSingleton(stats),
-            dead_letters=beam.pvalue.AsList(dead),
-            plan=plan,
-            provenance=provenance,
-        )
-    )
+    # The manifest is written last: the step gets its inputs once every shard has been written. An
+    # output that must not be used (no records, too many dead letters) gets no manifest.
+    return gather("Written", **written) | "WriteManifest" >> beam.Map(_write_manifest, job, skip_empty)
 
 
-def _write_manifest(_, job: Job, skip_empty: bool, shards, stats, dead_letters, plan: ShardPlan, provenance) -> str:
-    manifest = build_manifest(job, list(shards), stats, list(dead_letters), plan.num_shards, list(provenance))
+def _placed_sources(totals: tuple[dict, list], shard_bytes: int, size: int):
+    """(source, (its first record's global index, the plan)) of every record source, from TotalsFn's output."""
+    offsets = totals_offsets(totals)
+    plan = plan_shards(offsets, shard_bytes, size)
+    for source, _ in totals[1]:
+        yield source, (offsets.offset(source), plan)
+
+
+class _OneSource:
+    """The offset of one source, where AssignShardsFn expects every source's."""
+
+    def __init__(self, offset: int):
+        self._offset = offset
+
+    def offset(self, _source) -> int:
+        return self._offset
+
+
+class AssignJoinedFn(beam.DoFn):
+    """(source, [Records], (offset, plan)) -> (shard, (placement, Records)): AssignShardsFn without side inputs."""
+
+    def __init__(self, seed: int):
+        self._assign = AssignShardsFn(seed)
+
+    def process(self, element):
+        source, blocks, (offset, plan) = element
+        fn = self._assign
+        for recs in blocks:
+            if plan.num_shards == 1:
+                if len(recs):
+                    yield 0, (offset, recs)
+                continue
+            fn._side, fn._held = (_OneSource(offset), plan), [(source, recs)]  # noqa: SLF001
+            fn._held_records = fn._held_bytes = 0  # noqa: SLF001
+            yield from fn._assign()  # noqa: SLF001
+
+
+def _write_manifest(written: dict, job: Job, skip_empty: bool) -> str:
+    (stats,), (plan,) = written["stats"], written["plan"]
+    manifest = build_manifest(job, written["shards"], stats, written["dead_letters"], plan.num_shards,
+                              written.get("provenance", []))
     if skip_empty and not manifest["totals"]["records"]:
         LOG.info("%s: no records, no manifest", redact_url(job.config.output_dir))
         return ""
