@@ -55,7 +55,9 @@ import fsspec
 import numpy as np
 from apache_beam.transforms.window import GlobalWindows
 
+from pipeline.beam.graph import EVERY_FEATURE, Runtime, multi_output
 from pipeline.core import dedup, minhash, ngrams
+from pipeline.core.memo import ProcessMemo
 
 KEPT, REMOVED, COUNTS = "kept", "removed", "counts"
 _SIGS, _SHINGLES, _CLUSTER, _EXACT = "sigs", "shingles", "cluster", "exact"
@@ -195,6 +197,30 @@ class DecontaminateFn(beam.DoFn):
         yield beam.pvalue.TaggedOutput(REMOVED, self._records.record(key, doc, "contaminated", share, **evidence))
 
 
+class DecontaminateEachWorkerFn(DecontaminateFn):
+    """DecontaminateFn with the eval set made by each worker from the eval files, where a side input is not once."""
+
+    _EVALS = ProcessMemo(2)
+
+    def __init__(self, n: int, cut: bool, eval_files: list[str], records: _Records, text_key: str, max_ngrams: int):
+        super().__init__(n, cut, eval_files, records)
+        self._text_key, self._max = text_key, max_ngrams
+
+    def setup(self):
+        key = (tuple(self._eval_files), self._text_key, self._n, self._max)
+        self._evals = self._EVALS.get(key, self._eval_set)
+
+    def _eval_set(self):
+        combine = _EvalNgramsFn(self._max)
+        parts = combine.create_accumulator()
+        for i, path in enumerate(self._eval_files):
+            parts = combine.add_input(parts, (i, eval_ngrams(path, self._text_key, self._n)))
+        return combine.extract_output(parts)
+
+    def process(self, element):
+        yield from super().process(element, self._evals)
+
+
 # -- exact -------------------------------------------------------------------------------------------
 
 
@@ -227,11 +253,13 @@ class _BatchingFn(beam.DoFn):
     the bundle finishes, in the global window (the only one Dedup reads).
     """
 
+    flush_each = False  # set where the runner drops what finish_bundle emits (pipeline/beam/graph.py)
+
     def start_bundle(self):
         self._reset()
 
     def process(self, element):
-        if self._add(element):
+        if self._add(element) or self.flush_each:
             yield from self._flush()
 
     def finish_bundle(self):
@@ -691,8 +719,9 @@ class Dedup(beam.PTransform):
                  eval_text_key: str = "text", eval_ngram: int = 13, cut: bool = False,
                  max_eval_ngrams: int = 50_000_000, file_names: list[str] | None = None,
                  token_count: Callable[[str], int] | None = None, keep_text: bool = True,
-                 removed_only: bool = False):
+                 removed_only: bool = False, runtime: Runtime = EVERY_FEATURE):
         super().__init__()
+        self._runtime = runtime
         ngrams.normalize("", normalization)  # refuses an unknown one
         if bands * rows > num_perm:
             raise ValueError(f"bands * rows ({bands} * {rows}) must be <= num_perm ({num_perm})")
@@ -725,24 +754,28 @@ class Dedup(beam.PTransform):
                      | "EvalNgrams" >> beam.MapTuple(
                          lambda i, path, key=self.eval_text_key, n=self.eval_ngram: (i, eval_ngrams(path, key, n)))
                      | "EvalSet" >> beam.CombineGlobally(_EvalNgramsFn(self.max_eval_ngrams)))
-            out = docs | "Decontaminate" >> beam.ParDo(
-                DecontaminateFn(self.eval_ngram, self.cut, self.eval_files, self._records),
-                beam.pvalue.AsSingleton(evals)).with_outputs(REMOVED, main=KEPT)
+            if self._runtime.side_inputs:
+                out = docs | "Decontaminate" >> beam.ParDo(
+                    DecontaminateFn(self.eval_ngram, self.cut, self.eval_files, self._records),
+                    beam.pvalue.AsSingleton(evals)).with_outputs(REMOVED, main=KEPT)
+            else:
+                out = multi_output(docs, "Decontaminate", DecontaminateEachWorkerFn(
+                    self.eval_ngram, self.cut, self.eval_files, self._records, self.eval_text_key,
+                    self.max_eval_ngrams), REMOVED, main=KEPT, runtime=self._runtime)
             docs, removed = out[KEPT], [*removed, out[REMOVED]]
         if self.exact or self.near:
             # The text is read here once: the groups after this see its hash and signature only.
-            signed = docs | "Sign" >> beam.ParDo(SignFn(
+            signed = multi_output(docs, "Sign", self._batching(SignFn(
                 self.normalization if self.exact else None, self.ngram if self.near else None, self.num_perm,
-                self.seed, self.near and self.jaccard_threshold is not None, self.keep_text)).with_outputs(
-                    _SHINGLES, main=_SIGS)
+                self.seed, self.near and self.jaccard_threshold is not None, self.keep_text)),
+                _SHINGLES, main=_SIGS, runtime=self._runtime)
             docs = signed[_SIGS]  # (exact key, (key, doc, sig))
             if self.exact and self.near:  # the exact key is one more bucket of the near stage's group
                 docs, near_removed = self._near(docs, signed[_SHINGLES], exact=True)
                 removed.append(near_removed)
             elif self.exact:
-                out = (docs
-                       | "ExactGroup" >> beam.GroupByKey()
-                       | "Exact" >> beam.ParDo(ExactFn(self._records)).with_outputs(REMOVED, main=KEPT))
+                out = multi_output(docs | "ExactGroup" >> beam.GroupByKey(), "Exact", ExactFn(self._records),
+                                   REMOVED, main=KEPT, runtime=self._runtime)
                 docs, removed = out[KEPT], [*removed, out[REMOVED]]  # (key, (doc, sig))
                 docs = docs | "Docs" >> beam.MapTuple(lambda k, doc_sig: (k, doc_sig[0]))
             else:
@@ -761,6 +794,11 @@ class Dedup(beam.PTransform):
                   | "Counts" >> beam.CombineGlobally(CountsFn()))
         return {KEPT: kept, REMOVED: removed, COUNTS: counts}
 
+    def _batching(self, fn: _BatchingFn) -> _BatchingFn:
+        """`fn`, flushing after each element where what finish_bundle emits is dropped."""
+        fn.flush_each = not self._runtime.finish_bundle_outputs
+        return fn
+
     def _near(self, docs, shingles, exact: bool = False):
         """(key, (doc, sig)) -> (kept (key, doc), duplicate_near records).
 
@@ -771,10 +809,10 @@ class Dedup(beam.PTransform):
         exact dedup followed by near dedup on its survivors; the records then include the
         `duplicate_exact` ones.
         """
-        stars = (docs
-                 | "BucketPairs" >> beam.ParDo(_BucketPairsFn(self.bands, self.rows, self.partitions, exact))
-                 | "BucketGroup" >> beam.GroupByKey()
-                 | "BucketStars" >> beam.ParDo(_BucketStarsFn()).with_outputs(_EXACT, main="edges"))
+        pairs = _BucketPairsFn(self.bands, self.rows, self.partitions, exact)
+        stars = multi_output(
+            docs | "BucketPairs" >> beam.ParDo(self._batching(pairs)) | "BucketGroup" >> beam.GroupByKey(),
+            "BucketStars", _BucketStarsFn(), _EXACT, main="edges", runtime=self._runtime)
         if exact:
             docs = docs | "Docs" >> beam.Map(lambda element: (element[1][0], element[1][1:]))
         # (member, the bucket's first member)
@@ -793,12 +831,10 @@ class Dedup(beam.PTransform):
         tags = [roots]
         if exact:
             tags.append(stars[_EXACT] | "TagExact" >> beam.MapTuple(lambda member, twin: (member, ("exact", twin))))
-        parts = [docs | "DocBlocks" >> beam.ParDo(_DocBlocksFn()),
+        parts = [docs | "DocBlocks" >> beam.ParDo(self._batching(_DocBlocksFn())),
                  tags | "Tags" >> beam.Flatten() | "TagBlocks" >> beam.Map(_block_tag)]
-        out = (parts
-               | "NearParts" >> beam.Flatten()
-               | "NearGroup" >> beam.GroupByKey()
-               | "Near" >> beam.ParDo(NearFn(self._records)).with_outputs(_CLUSTER, REMOVED, main=KEPT))
+        out = multi_output(parts | "NearParts" >> beam.Flatten() | "NearGroup" >> beam.GroupByKey(), "Near",
+                           NearFn(self._records), _CLUSTER, REMOVED, main=KEPT, runtime=self._runtime)
         # Only the clusters' documents: (root, their signatures and fields) -> the removed records.
         removed = (out[_CLUSTER]
                    | "ClusterGroup" >> beam.GroupByKey()

@@ -23,6 +23,7 @@ import apache_beam as beam
 from pipeline.beam.chunk_documents import DEAD_LETTER_SPAN
 from pipeline.beam.dedup import REMOVED, Dedup
 from pipeline.beam.execution import Workspace
+from pipeline.beam.graph import EVERY_FEATURE, Runtime
 from pipeline.beam.preflight import Job
 from pipeline.config.job import PipelineConfig
 from pipeline.core import documents
@@ -111,7 +112,7 @@ def bucket_partitions(input_bytes: int) -> int:
     return max(16, min(1 << 16, input_bytes >> 28))
 
 
-def dedup_transform(job: Job) -> Dedup:
+def dedup_transform(job: Job, runtime: Runtime = EVERY_FEATURE) -> Dedup:
     """The Dedup PTransform of the job's flags."""
     cfg = job.config
     return Dedup(
@@ -121,7 +122,8 @@ def dedup_transform(job: Job) -> Dedup:
         partitions=bucket_partitions(job.execution.input_bytes),
         eval_files=list(job.eval_files), eval_text_key=cfg.decontam_text_key, eval_ngram=cfg.decontam_ngram,
         cut=cfg.decontam_cut, max_eval_ngrams=cfg.decontam_max_ngrams,
-        file_names=[redact_url(path) for path in job.input_files], keep_text=False, removed_only=True)
+        file_names=[redact_url(path) for path in job.input_files], keep_text=False, removed_only=True,
+        runtime=runtime)
 
 
 def apply_dedup(job: Job, chunks, read_stats, workspace: Workspace | None = None):
@@ -130,9 +132,10 @@ def apply_dedup(job: Job, chunks, read_stats, workspace: Workspace | None = None
     With the workspace's spill directory the Chunk is a SpilledChunk (the tokenizing stage loads it).
     """
     cfg = job.config
+    runtime = workspace.runtime if workspace is not None else EVERY_FEATURE
     removed = (chunks
                | "DocumentsOf" >> beam.ParDo(DocumentsOfFn(cfg))
-               | "Dedup" >> dedup_transform(job))[REMOVED]
+               | "Dedup" >> dedup_transform(job, runtime))[REMOVED]
     spill_dir = workspace.spill_dir if workspace is not None else None
     # ((file_index, chunk_index), Chunk or SpilledChunk)
     keyed = chunks | "KeyChunks" >> (beam.ParDo(SpillChunksFn(spill_dir)) if spill_dir else beam.Map(_key_chunk))
