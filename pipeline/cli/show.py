@@ -19,6 +19,7 @@ import sys
 import fsspec
 import numpy as np
 
+from pipeline.core.extras import missing_extra
 from pipeline.core.native_stderr import quiet_native_notices
 from pipeline.core.options import ArgumentParser, UsageError, parse_bool
 from pipeline.format.manifest import ManifestError, load_manifest
@@ -116,10 +117,17 @@ def show(output_dir: str, tokenizer_model: str | None = None, batch_size: int = 
     eos = manifest["tokenizer"]["eos_id"]
     ids = inputs[0].tolist()
     count = f"{len(ids)} tokens, {int(np.sum(np.array(ids) == eos))} EOS"
-    if model is None:
+    text = None
+    if model is not None:
+        try:
+            text = _detokenized(ids, model, eos, manifest["tokenizer"].get("tiktoken_encoding"))
+        except ImportError as e:
+            if not missing_extra(e):
+                raise
+            lines.append(f"not detokenized: {missing_extra(e)}")
+    if text is None:
         lines.append(f"sequence 0 ({count}), first {IDS_SHOWN} ids: {ids[:IDS_SHOWN]}")
         return "\n".join(lines)
-    text = _detokenized(ids, model, eos, manifest["tokenizer"].get("tiktoken_encoding"))
     lines.append(f"sequence 0 detokenized ({count}):")
     lines.append(text[:chars] + (" ..." if len(text) > chars else ""))
     return "\n".join(lines)
