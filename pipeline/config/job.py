@@ -173,6 +173,7 @@ class PipelineConfig(DocumentLayout, ChunkSizes):
         50_000_000, help="--decontaminate: most distinct eval n-grams (10 bytes each, held by every worker)")
 
     def __post_init__(self):
+        self.resolve_subset_names()
         if not self.inputs:
             raise ValueError("No --input given: pass one or more globs or URLs of .jsonl[.zst|.gz] files")
         if not self.output_dir.strip():
