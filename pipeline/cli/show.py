@@ -22,7 +22,7 @@ import numpy as np
 from pipeline.core.extras import missing_extra
 from pipeline.core.native_stderr import quiet_native_notices
 from pipeline.core.options import ArgumentParser, UsageError, parse_bool
-from pipeline.format.manifest import ManifestError, load_manifest
+from pipeline.format.manifest import MANIFEST_NAME, MIXTURE_NAME, ManifestError, load_manifest
 from pipeline.format.mixture import format_mixture, is_mixture, load_mixture
 from pipeline.format.summary import format_summary
 from pipeline.io.files import sha256_of
@@ -89,9 +89,9 @@ def _mixture_file(path: str) -> str | None:
     """The mixture.json that `path` names, or that an output directory without a manifest holds (--per_subset)."""
     if is_mixture(path):
         return path
-    candidate = posixpath.join(path.rstrip("/"), "mixture.json")
+    candidate = posixpath.join(path.rstrip("/"), MIXTURE_NAME)
     fs, root = fsspec.core.url_to_fs(path)
-    if not fs.exists(posixpath.join(root, "manifest.json")) and fs.exists(posixpath.join(root, "mixture.json")):
+    if not fs.exists(posixpath.join(root, MANIFEST_NAME)) and fs.exists(posixpath.join(root, MIXTURE_NAME)):
         return candidate
     return None
 

@@ -30,6 +30,7 @@ import posixpath
 import fsspec
 
 MANIFEST_NAME = "manifest.json"
+MIXTURE_NAME = "mixture.json"  # what a --per_subset output holds instead (pipeline/format/mixture.py)
 FORMAT = "pile-token-shards"
 FORMAT_VERSION = 1
 FORMAT_MEGATRON = "pile-megatron-indexed"  # pipeline/format/megatron.py
@@ -60,6 +61,12 @@ def load_manifest(path_or_dir: str, fmt: str = FORMAT, version: int = FORMAT_VER
     # A cached listing (s3fs keeps one per directory) may predate the job's last write.
     fs.invalidate_cache(posixpath.dirname(fs_path))
     if not fs.exists(fs_path):
+        folder = posixpath.dirname(path)
+        if fs.exists(posixpath.join(posixpath.dirname(fs_path), MIXTURE_NAME)):
+            mixture = posixpath.join(folder, MIXTURE_NAME)
+            raise ManifestError(
+                f"{folder} is a --per_subset output: one output per subset, read together as a mixture; pass "
+                f"{mixture} (make_dataset(\"{mixture}\", ...)), or one subset's directory")
         raise ManifestError(
             f"No manifest at {path}: the output is incomplete (a job still running or one that "
             "failed) or this is not a pipeline output directory. Refusing to read it."

@@ -49,9 +49,14 @@ def subset_rows(manifest: dict) -> list[tuple[str, ...]]:
 
 
 def reader_snippet(output_dir: str) -> str:
-    """The lines that read an output in training code."""
+    """The lines that read an output (or a mixture.json) in training code."""
     return (f'from pipeline.tfdata import make_dataset\n'
             f'ds = make_dataset("{output_dir}", batch_size=8, dp_rank=0, dp_size=1, seed=0)')
+
+
+def reader_lines(output_dir: str) -> list[str]:
+    """The summary's last lines: how to read the output in training."""
+    return ["read it in training:", *(f"  {line}" for line in reader_snippet(output_dir).splitlines())]
 
 
 def format_summary(manifest: dict, seconds: float | None = None, output_dir: str | None = None) -> str:
@@ -89,8 +94,7 @@ def format_summary(manifest: dict, seconds: float | None = None, output_dir: str
     if unseen:
         lines.append(f"note: --subsets names found in no line: {', '.join(map(repr, unseen))}")
     if output_dir:
-        lines += [f"output: {output_dir} (manifest.json lists every shard)", "read it in training:"]
-        lines += [f"  {line}" for line in reader_snippet(output_dir).splitlines()]
+        lines += [f"output: {output_dir} (manifest.json lists every shard)", *reader_lines(output_dir)]
     return "\n".join(lines)
 
 
