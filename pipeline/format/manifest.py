@@ -41,6 +41,14 @@ class ManifestError(ValueError):
     """The manifest is missing, unreadable, or does not describe a usable output."""
 
 
+class OtherFormat(ManifestError):
+    """A manifest of another format than the caller reads (`found`: its format marker)."""
+
+    def __init__(self, message: str, found):
+        super().__init__(message)
+        self.found = found
+
+
 def manifest_path(output_dir: str) -> str:
     """Where the manifest of an output directory lives."""
     return posixpath.join(output_dir.rstrip("/"), MANIFEST_NAME)
@@ -145,7 +153,12 @@ def validate_manifest(manifest, path: str, fmt: str = FORMAT, version: int = FOR
     if not isinstance(manifest, dict):
         raise ManifestError(f"{path}: a manifest is a JSON object, not {_kind(manifest)}")
     if manifest.get("format") != fmt:
-        raise ManifestError(f"{path}: format {manifest.get('format')!r}, expected {fmt!r}")
+        found = manifest.get("format")
+        if found == FORMAT_MEGATRON and fmt == FORMAT:
+            raise OtherFormat(f"{path}: a Megatron output (format {found!r}), which Megatron-LM and NeMo read "
+                              "(`pile-pipeline data-path` prints their --data-path); `pile-pipeline show` shows it",
+                              found)
+        raise OtherFormat(f"{path}: format {found!r}, expected {fmt!r}", found)
     if manifest.get("format_version") != version:
         raise ManifestError(
             f"{path}: format_version {manifest.get('format_version')!r}; this reader understands "
