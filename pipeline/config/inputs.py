@@ -25,7 +25,8 @@ class DocumentLayout:
     subset_key: str = option("meta.pile_set_name", metavar="KEY",
                              help="the subset name's key, a dotted path; per-subset stats, selection and epochs use it")
     subset_names: str | None = option(
-        None, choices=SUBSET_NAME_CHOICES, shown_default="pile; any when --default_subset names a subset of another corpus",
+        None, choices=SUBSET_NAME_CHOICES,
+        shown_default="pile; any when --default_subset names a subset of another corpus",
         help="pile: only the Pile's 22 names (others are dead letters, subset_unknown); any: any name")
     default_subset: str | None = option(
         None, metavar="NAME", shown_default="none: such lines are dead letters",

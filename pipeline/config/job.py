@@ -285,8 +285,7 @@ class PipelineConfig(DocumentLayout, ChunkSizes):
 
 
 def recorded_location(path: str) -> str:
-    """A location as the manifest records it: a local path made absolute (so that `show` finds it from
-    any directory), a URL without its secrets."""
+    """A location as the manifest records it: a local path absolute (`show` finds it from anywhere), a URL redacted."""
     if "://" not in path and is_local_url(path) and path:
         return os.path.abspath(os.path.expanduser(path))
     return redact_url(path)

@@ -88,8 +88,8 @@ def _subset_problem(objects: list[dict], schema: Schema, where: str) -> str:
         return (f"--subset_names pile: {where} name no subset of the Pile ({shown}); pass --subset_names any for "
                 "another corpus")
     if all(state == "absent" for state, _ in states):
-        keys = _keys(objects, schema.subset_path)
-        return (f"{flag}: {where} have no subset name there (their keys: {', '.join(keys[:MAX_KEYS_SHOWN]) or 'none'}); "
+        keys = ", ".join(_keys(objects, schema.subset_path)[:MAX_KEYS_SHOWN]) or "none"
+        return (f"{flag}: {where} have no subset name there (their keys: {keys}); "
                 f"pass {ONE_SUBSET} to put them all in one subset (any NAME), or --subset_key KEY where each "
                 "line names its subset")
     return (f"{flag} holds null or an empty name in {where}: pass {ONE_SUBSET} to put such lines in one "
