@@ -119,14 +119,21 @@ def test_tokenizer_report_without_matplotlib_writes_its_numbers_and_says_the_cha
 
 
 # Item 13: lines of {"text": ...} alone run with the one flag the first error names.
-def test_lines_of_a_text_alone_run_with_the_one_flag_the_first_error_names(tmp_path):
-    data = tmp_path / "plain.jsonl"
-    data.write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS))
+@pytest.mark.parametrize("kind", ["jsonl", "parquet"])
+def test_lines_of_a_text_alone_run_with_the_one_flag_the_first_error_names(tmp_path, kind):
+    data = tmp_path / f"plain.{kind}"
+    if kind == "jsonl":
+        data.write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS))
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table({"text": TEXTS}), data)
     argv = ["--input", str(data), "--output_dir", str(tmp_path / "out"), "--tokenizer_model", MODEL, *IN_MEMORY]
     first = command(*argv)
     assert first.returncode == 2
     (line,) = problem_lines(first.stderr)
-    assert "their keys: text" in line
+    assert "keys: text" in line or "columns: text" in line, line
     (flag,) = re.findall(r"pass (--\w+ \S+)", line)
     second = command(*argv, *flag.split())
     assert second.returncode == 0, second.stderr[-3000:]
