@@ -21,6 +21,7 @@ from pipeline.beam.logs import configure_logging
 from pipeline.beam.options import BEAM
 from pipeline.beam.sample import draw_sample
 from pipeline.config.tokenizer import SampleConfig, TrainerConfig, TrainTokenizerCommand
+from pipeline.core.extras import require
 from pipeline.core.options import ArgumentParser, UsageError, command_parser, parse_command_line, values_from
 from pipeline.core.subsets import PILE_SUBSETS
 from pipeline.core.tables import format_table
@@ -71,6 +72,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     """Draw the sample and train; returns the card (None with --sample_only)."""
     argv = sys.argv[1:] if argv is None else argv
     command, sample, trainer, beam_args = parse_args(argv)
+    if command.kind == "bpe":
+        require("tokenizers")  # before the sample is drawn
     if command.model_prefix:
         refuse_credentials([("--model_prefix", command.model_prefix)])
         wanted = (output_files(command.model_prefix) if command.kind == "bpe"

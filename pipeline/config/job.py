@@ -8,6 +8,7 @@ written elsewhere, on other machines or with other workers gives byte-identical 
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 
 from pipeline.config.inputs import SUBSET_NAME_CHOICES, DocumentLayout
@@ -25,7 +26,7 @@ from pipeline.core.subsets import (
 )
 from pipeline.format.megatron import subset_slug
 from pipeline.io.inputs import ChunkSizes
-from pipeline.io.urls import redact_url
+from pipeline.io.urls import is_local_url, redact_url
 from pipeline.tokenize.engines import BACKENDS as SENTENCEPIECE_BACKENDS
 from pipeline.tokenize.kind_engines import FAST, REFERENCE
 
@@ -173,6 +174,7 @@ class PipelineConfig(DocumentLayout, ChunkSizes):
         50_000_000, help="--decontaminate: most distinct eval n-grams (10 bytes each, held by every worker)")
 
     def __post_init__(self):
+        self.resolve_subset_names()
         if not self.inputs:
             raise ValueError("No --input given: pass one or more globs or URLs of .jsonl[.zst|.gz] files")
         if not self.output_dir.strip():
@@ -270,6 +272,7 @@ class PipelineConfig(DocumentLayout, ChunkSizes):
             for name in _BEST_FIT_ONLY:
                 del out[name]
         out["inputs"] = [redact_url(u) for u in self.inputs]  # a presigned URL's signature stays out
+        out["tokenizer_model"] = recorded_location(self.tokenizer_model)
         out["subsets"] = list(self.subsets)
         out["exclude_subsets"] = list(self.exclude_subsets)
         out["epochs"] = dict(self.epochs)
@@ -279,6 +282,13 @@ class PipelineConfig(DocumentLayout, ChunkSizes):
             for name in DEDUP_OPTIONS:
                 out.pop(name)
         return out
+
+
+def recorded_location(path: str) -> str:
+    """A location as the manifest records it: a local path absolute (`show` finds it from anywhere), a URL redacted."""
+    if "://" not in path and is_local_url(path) and path:
+        return os.path.abspath(os.path.expanduser(path))
+    return redact_url(path)
 
 
 def per_subset_outputs(config: PipelineConfig) -> tuple[tuple[str, str], ...]:
