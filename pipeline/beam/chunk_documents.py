@@ -31,7 +31,8 @@ from pipeline.core.epochs import copies_of
 from pipeline.format.framing import FramedRecords
 from pipeline.io import inputs, outputs
 from pipeline.io.publish import publish
-from pipeline.io.spill import SpillWriter, load_chunk
+from pipeline.io.sinks import KEEP, RecordSink
+from pipeline.io.spill import load_chunk
 from pipeline.io.urls import redact_url
 from pipeline.tokenize.engines import BATCHED, TokenizerMismatch
 from pipeline.tokenize.model import SpecialIds, WorkerTokenizer
@@ -44,22 +45,16 @@ DEAD_LETTER_OWN_BYTES = 1 << 20  # a chunk with more dead letters than this gets
 
 
 class EmitsRecords(beam.DoFn):
-    """A DoFn whose record blocks go out as they are, or through a spill file (see pipeline/io/spill.py)."""
+    """A DoFn whose record blocks go out through its sink (pipeline/io/sinks.py): as they are, or as references."""
 
-    def __init__(self, spill_dir: str | None):
-        self._spill_dir = spill_dir
-        self._spill = None
+    def __init__(self, sink: RecordSink | None):
+        self._sink = sink or KEEP
 
-    def _emit(self, block: FramedRecords):
-        if self._spill_dir is None:
-            return block
-        if self._spill is None:
-            self._spill = SpillWriter(self._spill_dir)
-        return self._spill.write(block)
+    def _emit(self, block: FramedRecords, source: tuple):
+        return self._sink.put(block, "-".join(map(str, source)))
 
     def teardown(self):
-        if self._spill is not None:
-            self._spill.close()
+        self._sink.close()
 
 
 @dataclasses.dataclass
@@ -115,9 +110,9 @@ class ChunkDocumentsFn(EmitsRecords):
     """
 
     def __init__(self, config: PipelineConfig, special: SpecialIds, dtype: np.dtype, backend: str = "sentencepiece",
-                 encode_threads: int | None = None, spill_dir: str | None = None, progress: Reporter | None = None,
+                 encode_threads: int | None = None, sink: RecordSink | None = None, progress: Reporter | None = None,
                  tokenizer: WorkerTokenizer | None = None, encode_batch_bytes: int = 0):
-        super().__init__(spill_dir)
+        super().__init__(sink)
         self._batch_limit = encode_batch_bytes if backend in BATCHED else 0
         self._config = config
         self._special = special

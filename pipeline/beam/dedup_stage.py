@@ -16,6 +16,7 @@ Dedup runs on the documents as read, so before epochs: an epoch copy is never a 
 
 from __future__ import annotations
 
+import dataclasses
 import posixpath
 
 import apache_beam as beam
@@ -25,11 +26,12 @@ from pipeline.beam.dedup import REMOVED, Dedup
 from pipeline.beam.execution import Workspace
 from pipeline.beam.graph import EVERY_FEATURE, Runtime
 from pipeline.beam.preflight import Job
+from pipeline.beam.read import Unread, chunk_stage
 from pipeline.config.job import PipelineConfig
 from pipeline.core import documents
 from pipeline.io import inputs, outputs
 from pipeline.io.publish import publish
-from pipeline.io.spill import SpillWriter, spill_chunk, spillable
+from pipeline.io.sinks import KEEP, RecordSink
 from pipeline.io.urls import redact_url
 
 REMOVED_FILES = "removed_files"  # the stats key of the removed/ files' infos
@@ -56,30 +58,30 @@ class DocumentsOfFn(beam.DoFn):
 
 
 class SpillChunksFn(beam.DoFn):
-    """Chunk -> ((file_index, chunk_index), SpilledChunk): its lines once to a spill file of this DoFn's.
+    """Chunk -> ((file_index, chunk_index), what the sink gives for it: the chunk, or a SpilledChunk)."""
 
-    A chunk with a columnar row (a value JSON cannot hold) goes on as it is.
-    """
-
-    def __init__(self, spill_dir: str):
-        self._spill_dir = spill_dir
-        self._writer = None
+    def __init__(self, sink: RecordSink):
+        self._sink = sink
 
     def process(self, chunk: inputs.Chunk):
-        if not spillable(chunk):
-            yield (chunk.file_index, chunk.chunk_index), chunk
-            return
-        if self._writer is None:
-            self._writer = SpillWriter(self._spill_dir)
-        yield (chunk.file_index, chunk.chunk_index), spill_chunk(self._writer, chunk)
+        yield (chunk.file_index, chunk.chunk_index), self._sink.put_chunk(chunk)
 
     def teardown(self):
-        if self._writer is not None:
-            self._writer.close()
+        self._sink.close()
 
 
 def _key_chunk(chunk: inputs.Chunk):
     return (chunk.file_index, chunk.chunk_index), chunk
+
+
+def _units_with_removed(element):
+    """(slot, {"units": [work items], "removed": [record]}) -> (slot, work items, {(file, chunk): {line: record}})."""
+    slot, parts = element
+    removed: dict = {}
+    for r in parts["removed"]:
+        removed.setdefault((r["file_index"], r["chunk"]), {})[r["line"]] = r
+    for units in parts["units"]:  # one per slot
+        yield slot, units, removed
 
 
 def _with_removed(element):
@@ -133,19 +135,28 @@ def apply_dedup(job: Job, chunks, read_stats, workspace: Workspace | None = None
     """
     cfg = job.config
     runtime = workspace.runtime if workspace is not None else EVERY_FEATURE
-    removed = (chunks
-               | "DocumentsOf" >> beam.ParDo(DocumentsOfFn(cfg))
-               | "Dedup" >> dedup_transform(job, runtime))[REMOVED]
-    spill_dir = workspace.spill_dir if workspace is not None else None
-    # ((file_index, chunk_index), Chunk or SpilledChunk)
-    keyed = chunks | "KeyChunks" >> (beam.ParDo(SpillChunksFn(spill_dir)) if spill_dir else beam.Map(_key_chunk))
-    joined = ({"chunk": keyed,
-               "removed": removed | "KeyRemoved" >> beam.Map(lambda r: ((r["file_index"], r["chunk"]), r))}
-              | "JoinRemoved" >> beam.CoGroupByKey()
-              | "WithRemoved" >> beam.FlatMap(_with_removed))
+    documents = chunk_stage(chunks, "DocumentsOf", DocumentsOfFn(cfg), main="docs", runtime=runtime).docs
+    removed = (documents | "Dedup" >> dedup_transform(job, runtime))[REMOVED]
     files = (removed
              | "KeyRemovedFiles" >> beam.Map(
                  lambda r: ((r["file_index"], r["chunk"] - r["chunk"] % DEAD_LETTER_SPAN), r))
              | "GroupRemoved" >> beam.GroupByKey()
              | "WriteRemoved" >> beam.ParDo(WriteRemovedFn(cfg, job.run_id)))
-    return joined, (read_stats, files) | "WithRemovedFiles" >> beam.Flatten()
+    stats = files if read_stats is None else (read_stats, files) | "WithRemovedFiles" >> beam.Flatten()
+    if isinstance(chunks, Unread):
+        # The chunks are read again by the tokenizing step's tasks: each task gets the removed
+        # records of the files it reads, and no text waits in a join.
+        slots = chunks.slots_of_file
+        by_slot = removed | "RemovedBySlot" >> beam.FlatMap(lambda r: [(s, r) for s in slots[r["file_index"]]])
+        joined = ({"units": chunks.items, "removed": by_slot}
+                  | "JoinRemoved" >> beam.CoGroupByKey()
+                  | "WithRemoved" >> beam.FlatMap(_units_with_removed))
+        return dataclasses.replace(chunks, items=joined), stats
+    sink = workspace.sink if workspace is not None else KEEP
+    # ((file_index, chunk_index), Chunk or SpilledChunk)
+    keyed = chunks | "KeyChunks" >> (beam.ParDo(SpillChunksFn(sink)) if sink is not KEEP else beam.Map(_key_chunk))
+    joined = ({"chunk": keyed,
+               "removed": removed | "KeyRemoved" >> beam.Map(lambda r: ((r["file_index"], r["chunk"]), r))}
+              | "JoinRemoved" >> beam.CoGroupByKey()
+              | "WithRemoved" >> beam.FlatMap(_with_removed))
+    return joined, stats

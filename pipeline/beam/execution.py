@@ -23,6 +23,7 @@ import fsspec
 
 from pipeline.beam.graph import EVERY_FEATURE, Runtime
 from pipeline.config.job import FAN_OUT_CHOICES
+from pipeline.io.sinks import KEEP, RecordSink
 from pipeline.io.urls import name_part
 
 LOG = logging.getLogger(__name__)
@@ -64,7 +65,9 @@ class Execution:
     encode_threads: threads per tokenizer batch (None: the library's default, all cores);
     encode_batch_bytes: decompressed bytes of chunks tokenized in one call (0: a chunk per call);
     spill: records cross the shuffle as local files (all workers on this machine, pipeline/io/spill.py);
-    input_bytes: the inputs' stored size, the 100% of progress.
+    input_bytes: the inputs' stored size, the 100% of progress;
+    tasks: each of `workers` tasks reads its work items itself and tokenizes what it reads, one chunk
+    at a time (Beam's DaskRunner, whose tasks hold their outputs in memory).
     """
 
     fan_out: bool = True
@@ -74,19 +77,20 @@ class Execution:
     encode_batch_bytes: int = 0
     spill: bool = False
     input_bytes: int = 0
+    tasks: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
 class Workspace:
     """What a run makes once it holds the output directory's lock, for its workers.
 
-    spill_dir: where records spill (with `Execution.spill`), None: they cross the shuffle as they are;
+    sink: where record blocks go (pipeline/io/sinks.py): KEEP, they cross the shuffle as they are;
     progress: where workers send their progress (pipeline/beam/progress.py), None: metrics only;
     board: the run's key on the board where workers that are threads of this process claim the
     chunks of the files they share (pipeline/io/claims.py), None: static stripes.
     """
 
-    spill_dir: str | None = None
+    sink: RecordSink = KEEP
     progress: tuple[str, int, bytes] | None = None  # the Monitor's (host, port, key)
     board: str | None = None
     runtime: Runtime = EVERY_FEATURE
@@ -100,6 +104,13 @@ def plan_execution(runner: str, direct_workers: int | None, input_files: list[st
     """
     if fan_out not in FAN_OUT_CHOICES:
         raise ValueError(f"--fan_out must be one of {FAN_OUT_CHOICES}, got {fan_out!r}")
+    if runner == "DaskRunner":
+        # A dask task is a list, outputs included, and beam.Reshuffle does nothing there: each task
+        # reads its own work items (stripes of a big file, to spread it) and tokenizes them as it reads.
+        tasks = max(1, direct_workers or 1)
+        LOG.info("execution: %d Dask tasks, each reading its work items (whole files or stripes of them)", tasks)
+        return Execution(fan_out=False, workers=tasks, share=True, encode_threads=encode_threads or 1,
+                         input_bytes=input_bytes, tasks=True)
     direct = runner in ("DirectRunner", "direct")
     # --direct_num_workers 0 means one per core (as in Beam's FnApiRunner).
     workers = (direct_workers if direct_workers != 0 else os.cpu_count() or 1) if direct else 1

@@ -114,6 +114,25 @@ class Outputs:
             raise AttributeError(name)
         return self[name]
 
+    def select(self, *tags: str):
+        """The outputs of several tags as one collection (one filter, not one per tag)."""
+        key = tuple(sorted(tags))
+        if key not in self._made:
+            self._made[key] = self._tagged | f"{self._label}[{','.join(key)}]" >> beam.FlatMap(_select_any, key)
+        return self._made[key]
+
+
+def _select_any(element, tags: tuple[str, ...]):
+    if element[0] in tags:
+        yield element[1]
+
+
+def outputs_of(outputs, *tags: str) -> list:
+    """The collections of a multi-output step's `tags`, to flatten: one where they travel in the element."""
+    if isinstance(outputs, Outputs):
+        return [outputs.select(*tags)]
+    return [outputs[tag] for tag in tags]
+
 
 def multi_output(pcoll, label: str, fn: beam.DoFn, *tags: str, main: str = MAIN, runtime: Runtime = EVERY_FEATURE,
                  args: tuple = (), main_type=None):

@@ -19,7 +19,7 @@ from pipeline.beam.execution import Workspace, running_mode
 from pipeline.beam.graph import runtime_of
 from pipeline.beam.job import build_pipeline, output_format
 from pipeline.beam.logs import JobFailed, failure_line
-from pipeline.beam.options import direct_runner, pipeline_options, running_mode_given
+from pipeline.beam.options import DASK, direct_runner, pipeline_options, running_mode_given
 from pipeline.beam.preflight import Job, prepare, translated
 from pipeline.beam.progress import Monitor
 from pipeline.beam.remote import workers_of
@@ -28,6 +28,7 @@ from pipeline.core import gc_policy
 from pipeline.io.lock import OutputLock
 from pipeline.io.outputs import remove_unfinished_run
 from pipeline.io.signals import caught_signal
+from pipeline.io.sinks import KEEP, SpillSink, StoreSink, remove_folder, store_folder
 from pipeline.io.spill import make_spill_dir, remove_spill_dir
 from pipeline.io.urls import redact_url
 from pipeline.tokenize.early_check import EarlyChoice
@@ -128,6 +129,9 @@ def run(job: Job, options: PipelineOptions, beam_args: list[str], translate_only
     config, execution = job.config, job.execution
     runner = options.view_as(StandardOptions).runner
     spill_dir = make_spill_dir(config.output_dir) if execution.spill and not translate_only else None
+    # Beam's DaskRunner holds a task's outputs in memory: its record blocks go to files in the output directory.
+    store = store_folder(config.output_dir) if runner == DASK and not translate_only else None
+    sink = SpillSink(spill_dir) if spill_dir else StoreSink(store) if store else KEEP
     # Workers on this machine report progress to the driver; elsewhere it is in the runner's metrics.
     monitor = Monitor(execution.input_bytes, config.progress_every if workers_of(options).local else 0).start()
     try:
@@ -144,7 +148,7 @@ def run(job: Job, options: PipelineOptions, beam_args: list[str], translate_only
             with p:
                 threads = runner == "DirectRunner" and options.view_as(DirectOptions).direct_running_mode in (
                     "multi_threading", "in_memory")
-                build_pipeline(p, job, Workspace(spill_dir, monitor.address, job.run_id if threads else None,
+                build_pipeline(p, job, Workspace(sink, monitor.address, job.run_id if threads else None,
                                                  runtime_of(runner)))
                 gc_policy.resume()  # the job's own objects are collected as usual
         finally:
@@ -157,4 +161,5 @@ def run(job: Job, options: PipelineOptions, beam_args: list[str], translate_only
     finally:
         monitor.stop()
         remove_spill_dir(spill_dir)
+        remove_folder(store)
     return time.monotonic() - start

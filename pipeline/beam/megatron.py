@@ -41,7 +41,7 @@ from pipeline.beam.graph import gather, join_each, multi_output
 from pipeline.beam.manifest import shared_entries, tokenizer_json
 from pipeline.beam.preflight import Job
 from pipeline.beam.progress import Reporter
-from pipeline.beam.read import STATS, counter, reporter
+from pipeline.beam.read import STATS, chunk_stage, counter, reporter
 from pipeline.config.job import PipelineConfig
 from pipeline.core import packing
 from pipeline.core.stats import merge_stats, sorted_dict
@@ -49,6 +49,7 @@ from pipeline.format import megatron as fmt
 from pipeline.format.framing import FramedRecords
 from pipeline.io.outputs import LATEST_NAME, commit_output, latest_run, run_path
 from pipeline.io.publish import publish
+from pipeline.io.sinks import RecordSink
 from pipeline.io.spill import SpilledRecords, load
 from pipeline.tokenize.model import SpecialIds, WorkerTokenizer
 
@@ -71,9 +72,9 @@ class TokenizeDocumentsFn(ChunkDocumentsFn):
     """Chunk -> the kept documents' tokens, one block per (group, epoch copy); see the module docstring."""
 
     def __init__(self, config: PipelineConfig, special: SpecialIds, backend: str = "sentencepiece",
-                 encode_threads: int | None = None, spill_dir: str | None = None, progress: Reporter | None = None,
+                 encode_threads: int | None = None, sink: RecordSink | None = None, progress: Reporter | None = None,
                  tokenizer: WorkerTokenizer | None = None, encode_batch_bytes: int = 0):
-        super().__init__(config, special, fmt.token_dtype(special.vocab_size), backend, encode_threads, spill_dir,
+        super().__init__(config, special, fmt.token_dtype(special.vocab_size), backend, encode_threads, sink,
                          progress, tokenizer, encode_batch_bytes)
 
     def _chunk_out(self, chunk, docs, dead_letters):
@@ -100,7 +101,7 @@ class TokenizeDocumentsFn(ChunkDocumentsFn):
                 block = FramedRecords(stream.labels.astype(self._dtype).tobytes(), np.cumsum(nbytes))
                 source = (group, copy, chunk.file_index, chunk.chunk_index)
                 self._tokens.inc(len(stream.labels))
-                yield source, self._emit(block)
+                yield source, self._emit(block, source)
                 counts.setdefault(group, []).append((fmt.source_key(*source[1:]), len(nbytes),
                                                      int(nbytes.sum()) + fmt.INDEX_BYTES_PER_DOCUMENT * len(nbytes)))
         if counts:
@@ -216,12 +217,12 @@ def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) 
     `chunks` and `read_stats` are the read stage's outputs (pipeline/beam/read.py). Returns the
     manifest's path (one element, once it is written).
     """
-    cfg, spill_dir, runtime = job.config, workspace.spill_dir, workspace.runtime
+    cfg, sink, runtime = job.config, workspace.sink, workspace.runtime
     tokenizer, progress = tokenizer_json(job), reporter(job, workspace)
     dtype = fmt.token_dtype(job.special.vocab_size)
-    docs = multi_output(
+    docs = chunk_stage(
         chunks, "TokenizeDocuments",
-        TokenizeDocumentsFn(cfg, job.special, job.backend.name, job.execution.encode_threads, spill_dir, progress,
+        TokenizeDocumentsFn(cfg, job.special, job.backend.name, job.execution.encode_threads, sink, progress,
                             tokenizer=job.worker_tokenizer, encode_batch_bytes=job.execution.encode_batch_bytes),
         DEAD_LETTERS, STATS, COUNTS, main="documents", runtime=runtime)
     layout = (
@@ -257,7 +258,7 @@ def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) 
                   | "WriteShards" >> beam.FlatMap(lambda j: writer.process((j[0], j[1]), {j[0]: j[2]})))
     dead = docs[DEAD_LETTERS] | "WriteDeadLetters" >> WriteDeadLetters(cfg, job.run_id)
     stats = (
-        (read_stats, docs[STATS])
+        tuple(s for s in (read_stats, docs[STATS]) if s is not None)
         | "AllStats" >> beam.Flatten()
         | "SumStats" >> beam.CombineGlobally(merge_stats)
     )

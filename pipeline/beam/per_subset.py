@@ -76,7 +76,8 @@ def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) 
     for i, (name, slug) in enumerate(per_subset_outputs(cfg)):
         branch = dataclasses.replace(job, config=subset_config(cfg, name, slug))
         # Every branch sees every chunk: one reports progress, so that the input is counted once.
-        space = workspace if i == 0 else dataclasses.replace(workspace, progress=None)
+        space = dataclasses.replace(workspace, sink=workspace.sink.within(slug),
+                                    progress=workspace.progress if i == 0 else None)
         written.append((chunks, read_stats) | f"Subset[{name}]" >> _SubsetOutput(branch, name, space))
     manifests = tuple(written) | "AllSubsetManifests" >> beam.Flatten()
     _ = gather("Subsets", manifests=manifests) | "WriteMixture" >> beam.Map(_write_mixture, cfg)

@@ -30,7 +30,7 @@ from pipeline.beam.execution import (
     share_files,
     text_bytes_guess,
 )
-from pipeline.beam.graph import multi_output
+from pipeline.beam.graph import Runtime, multi_output
 from pipeline.beam.preflight import Job
 from pipeline.beam.progress import Reporter
 from pipeline.core.documents import PILE, Schema
@@ -184,6 +184,79 @@ def _last_marked(chunks):
         yield dataclasses.replace(held, tokenize_now=True)
 
 
+@dataclasses.dataclass(frozen=True)
+class Unread:
+    """Chunks not read yet, where the step that takes them reads them itself (`chunk_stage`).
+
+    items: one element per task, (slot, work items) or, once dedup's removals are joined,
+    (slot, work items, {(file_index, chunk_index): {line: removed record}}); read_fn: what reads a
+    work item; slots_of_file: the slots that read each input file.
+    """
+
+    items: beam.PCollection
+    read_fn: ReadChunksFn
+    slots_of_file: dict
+
+
+class ReadThenFn(beam.DoFn):
+    """A task's work items read, and each chunk handed to `stage` as it is read; the read stats on STATS."""
+
+    def __init__(self, read_fn: ReadChunksFn, stage: beam.DoFn):
+        self._read, self._stage = read_fn, stage
+
+    def setup(self):
+        self._read.setup()
+        self._stage.setup()
+
+    def start_bundle(self):
+        self._read.start_bundle()
+        self._stage.start_bundle()
+
+    def process(self, element):
+        _, units, removed = element if len(element) == 3 else (*element, None)
+        for unit in units:
+            for out in self._read.process(unit):
+                if isinstance(out, beam.pvalue.TaggedOutput):
+                    yield out
+                    continue
+                item = out if removed is None else (out, removed.get((out.file_index, out.chunk_index), {}))
+                yield from self._stage.process(item) or ()
+
+    def finish_bundle(self):
+        self._read.finish_bundle()
+        yield from self._stage.finish_bundle() or ()
+
+    def teardown(self):
+        self._read.teardown()
+        self._stage.teardown()
+
+
+def chunk_stage(chunks, label: str, fn: beam.DoFn, *tags: str, main: str, runtime: Runtime):
+    """The first step that takes the read chunks (tokenizing, dedup's documents), with its outputs.
+
+    Where chunks are `Unread` the step reads them itself, in the same task: the read stats come out
+    on its STATS, which must be among `tags`.
+    """
+    if isinstance(chunks, Unread):
+        if STATS not in tags:
+            tags = (*tags, STATS)
+        return multi_output(chunks.items, label, ReadThenFn(chunks.read_fn, fn), *tags, main=main, runtime=runtime)
+    return multi_output(chunks, label, fn, *tags, main=main, runtime=runtime)
+
+
+def _tasks(job: Job, files: list[tuple[int, str]], frames_of: dict) -> tuple[list[tuple], dict]:
+    """Each task's (slot, work items) for `Execution.tasks`, balanced by estimated cost; the slots of each file."""
+    units, costs = _work_items(job, files, frames_of)
+    slot_of = balance(costs, job.execution.workers, [u[0] if isinstance(u[2], Stripe) else None for u in units])
+    by_slot: dict[int, list] = {}
+    slots_of_file: dict[int, list[int]] = {}
+    for slot, unit in sorted(zip(slot_of, units, strict=True), key=lambda item: (item[0], item[1][:2])):
+        by_slot.setdefault(slot, []).append(unit)
+        if slot not in slots_of_file.setdefault(unit[0], []):
+            slots_of_file[unit[0]].append(slot)
+    return [(slot, tuple(items)) for slot, items in sorted(by_slot.items())], slots_of_file
+
+
 def read_chunks(p: beam.Pipeline, job: Job, workspace: Workspace):
     """Read the inputs into chunks on the workers: (chunks, read stats).
 
@@ -198,6 +271,9 @@ def read_chunks(p: beam.Pipeline, job: Job, workspace: Workspace):
     # Parquet file one row group per work item (pipeline/io/columnar.py).
     frames_of = {i: columnar.read_units(path) if columnar.is_columnar(path) else
                  read_units(path, cfg.chunk_bytes, cfg.max_line_bytes) for i, path in files}
+    if execution.tasks:  # read by the step that takes the chunks, in its own tasks (`chunk_stage`)
+        items, slots_of_file = _tasks(job, files, frames_of)
+        return Unread(p | "ListInputs" >> beam.Create(items), read_fn, slots_of_file), None
     if execution.fan_out:
         units = [(i, path, unit) for i, path in files for unit in frames_of[i]]
         read_out = multi_output(p | "ListInputs" >> beam.Create(units), "ReadChunks", read_fn, STATS, main="chunks",

@@ -46,11 +46,11 @@ from pipeline.beam.chunk_documents import (
     WriteDeadLetters,
 )
 from pipeline.beam.execution import Workspace
-from pipeline.beam.graph import gather, join_each, multi_output
+from pipeline.beam.graph import gather, join_each, multi_output, outputs_of
 from pipeline.beam.manifest import shared_entries, tokenizer_json
 from pipeline.beam.preflight import Job
 from pipeline.beam.progress import Reporter
-from pipeline.beam.read import STATS, counter, reporter
+from pipeline.beam.read import STATS, chunk_stage, counter, reporter
 from pipeline.config.job import PipelineConfig
 from pipeline.core import best_fit, packing, provenance
 from pipeline.core.shuffle import Permutation, ShardPlan
@@ -64,7 +64,8 @@ from pipeline.format.summary import format_summary
 from pipeline.io import outputs
 from pipeline.io.outputs import commit_output
 from pipeline.io.publish import publish
-from pipeline.io.spill import PiecePool, RecordReader, SpilledRecords, likely_cached, ordered_pieces
+from pipeline.io.sinks import KEEP, RecordSink
+from pipeline.io.spill import PiecePool, RecordReader, SpilledRecords, ordered_pieces
 from pipeline.io.spool import OrderedSpool
 from pipeline.io.urls import redact_url
 from pipeline.tokenize.model import SpecialIds, WorkerTokenizer
@@ -96,7 +97,7 @@ def _spans_out(source: tuple, count: int, spans: np.ndarray, labels: int):
 
 def _records_out(fn: EmitsRecords, source: tuple, block: FramedRecords, stream: packing.Piece, labels: int):
     """A block of packed records: the main output, its COUNTS and (with --provenance) its PROVENANCE."""
-    yield source, fn._emit(block)
+    yield source, fn._emit(block, source)
     yield beam.pvalue.TaggedOutput(COUNTS, (source, len(block)))
     if stream.spans is not None:
         yield _spans_out(source, len(block), stream.spans, labels)
@@ -106,10 +107,10 @@ class ProcessChunkFn(ChunkDocumentsFn):
     """Chunk -> validated, tokenized, packed and serialized records of each epoch copy."""
 
     def __init__(self, config: PipelineConfig, special: SpecialIds, backend: str = "sentencepiece",
-                 encode_threads: int | None = None, spill_dir: str | None = None, progress: Reporter | None = None,
+                 encode_threads: int | None = None, sink: RecordSink | None = None, progress: Reporter | None = None,
                  tokenizer: WorkerTokenizer | None = None, encode_batch_bytes: int = 0):
         super().__init__(config, special, records.token_dtype_for(special.vocab_size), backend, encode_threads,
-                         spill_dir, progress, tokenizer, encode_batch_bytes)
+                         sink, progress, tokenizer, encode_batch_bytes)
         self._records = counter("records_from_chunks")
 
     def setup(self):
@@ -168,7 +169,7 @@ class ProcessChunkFn(ChunkDocumentsFn):
             return
         self._records.inc(len(packed))
         block = framing.serialize_packed(packed.tokens, packed.segment_ids, packed.positions, dtype=self._dtype)
-        yield source, self._emit(block)
+        yield source, self._emit(block, source)
         yield beam.pvalue.TaggedOutput(COUNTS, (source, len(block)))
         if packed.spans is not None:
             yield _spans_out(source, len(packed), packed.spans, len(packed) * cfg.seq_len)
@@ -180,8 +181,8 @@ class ProcessChunkFn(ChunkDocumentsFn):
 class _PacksTails(EmitsRecords):
     """A DoFn that joins the tails of earlier packing, in order, and packs them."""
 
-    def __init__(self, config: PipelineConfig, special: SpecialIds, spill_dir: str | None = None):
-        super().__init__(spill_dir)
+    def __init__(self, config: PipelineConfig, special: SpecialIds, sink: RecordSink | None = None):
+        super().__init__(sink)
         self._config = config
         self._special = special
         self._dtype = records.token_dtype_for(special.vocab_size)
@@ -391,11 +392,11 @@ class WriteShardFn(beam.DoFn):
     Shards go into the run's own directory (pipeline/io/outputs.py). A placement: see AssignShardsFn.
     """
 
-    def __init__(self, config: PipelineConfig, record_bytes: int, run_id: str, spill_dir: str | None = None):
+    def __init__(self, config: PipelineConfig, record_bytes: int, run_id: str, sink: RecordSink | None = None):
         self._config = config
         self._record_bytes = record_bytes
         self._run_id = run_id
-        self._spill_dir = spill_dir
+        self._sink = sink or KEEP
 
     def process(self, element, plan: ShardPlan):
         shard, groups = element
@@ -405,7 +406,7 @@ class WriteShardFn(beam.DoFn):
         path = posixpath.join(self._config.output_dir, name)
         groups = iter(groups)
         spilled: list[tuple[bytes | int, SpilledRecords]] = []
-        if self._spill_dir and likely_cached(self._spill_dir):
+        if self._sink.gatherable():
             for placement, recs in groups:
                 if not isinstance(recs, SpilledRecords):
                     groups = itertools.chain([(placement, recs)], groups)
@@ -503,10 +504,10 @@ def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) 
 
 def build_output(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace, skip_empty: bool = False):
     """`build`; with `skip_empty`, no records is no manifest and "" (a subset of a --per_subset job)."""
-    cfg, spill_dir, runtime = job.config, workspace.spill_dir, workspace.runtime
-    processed = multi_output(
+    cfg, sink, runtime = job.config, workspace.sink, workspace.runtime
+    processed = chunk_stage(
         chunks, "TokenizeAndPack",
-        ProcessChunkFn(cfg, job.special, job.backend.name, job.execution.encode_threads, spill_dir,
+        ProcessChunkFn(cfg, job.special, job.backend.name, job.execution.encode_threads, sink,
                        reporter(job, workspace), tokenizer=job.worker_tokenizer,
                        encode_batch_bytes=job.execution.encode_batch_bytes),
         TAILS, DEAD_LETTERS, STATS, COUNTS, PROVENANCE, main="records", runtime=runtime)
@@ -515,11 +516,11 @@ def build_output(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Work
     else:
         file_tails = multi_output(
             processed[TAILS] | "GroupTailsByFile" >> beam.GroupByKey(),  # ((copy, file), [(chunk, Piece)])
-            "PackTails", PackTailsFn(cfg, job.special, spill_dir), TAILS, STATS, COUNTS, PROVENANCE,
+            "PackTails", PackTailsFn(cfg, job.special, sink), TAILS, STATS, COUNTS, PROVENANCE,
             main="records", runtime=runtime)
         final = multi_output(
             file_tails[TAILS] | "GroupLastTails" >> beam.GroupByKey(),  # (None, [((copy, file), Piece)]): one group
-            "PackFinal", PackFinalFn(cfg, job.special, spill_dir), STATS, COUNTS, PROVENANCE, main="records",
+            "PackFinal", PackFinalFn(cfg, job.special, sink), STATS, COUNTS, PROVENANCE, main="records",
             runtime=runtime)
         stages = [processed, file_tails, final]
     all_records = tuple(stage.records for stage in stages) | "AllRecords" >> beam.Flatten()
@@ -527,37 +528,37 @@ def build_output(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Work
     # after the other). Record counts come from the producers themselves: counting `all_records`
     # would be one more pass of every record through the driver on DirectRunner. Never empty (every
     # work item read reports its file's stats), so no default value is needed.
+    counted = [pc for stage in stages for pc in outputs_of(stage, STATS, COUNTS)]
     totals = (
-        (read_stats, *(stage[STATS] for stage in stages), *(stage[COUNTS] for stage in stages))
+        tuple(pc for pc in (read_stats, *counted) if pc is not None)
         | "AllStats" >> beam.Flatten()
         | "SumStats" >> beam.CombineGlobally(TotalsFn()).without_defaults()
     )
-    stats = totals | "Stats" >> beam.Map(totals_stats)
-    plan = totals | "PlanShards" >> beam.Map(
-        lambda t, shard_bytes, size: plan_shards(totals_offsets(t), shard_bytes, size), cfg.shard_bytes,
-        record_bytes(job))
-    writer = WriteShardFn(cfg, record_bytes(job), job.run_id, spill_dir)
+    # (stats, shard plan): what the manifest needs of the totals.
+    summary = totals | "PlanShards" >> beam.Map(_summary, cfg.shard_bytes, record_bytes(job))
+    writer = WriteShardFn(cfg, record_bytes(job), job.run_id, sink)
     if runtime.side_inputs:
         # Each step gets only what it needs: the source offsets (~16 bytes per chunk) go to AssignShards,
         # the plan (two numbers) to the writers.
         offsets = totals | "IndexSources" >> beam.Map(totals_offsets)
+        plan = beam.pvalue.AsSingleton(summary | "Plan" >> beam.Map(lambda s: s[1]))
         shards = (
             all_records
-            | "AssignShards" >> beam.ParDo(AssignShardsFn(cfg.seed), beam.pvalue.AsSingleton(offsets),
-                                           beam.pvalue.AsSingleton(plan))
-            | "GroupByShard" >> beam.GroupByKey()  # (shard, [(positions, records)]): references only, with a spill_dir
-            | "WriteShards" >> beam.ParDo(writer, beam.pvalue.AsSingleton(plan))
+            | "AssignShards" >> beam.ParDo(AssignShardsFn(cfg.seed), beam.pvalue.AsSingleton(offsets), plan)
+            | "GroupByShard" >> beam.GroupByKey()  # (shard, [(positions, records)]): references only, with a sink's
+            | "WriteShards" >> beam.ParDo(writer, plan)
         )
     else:
-        # The offsets and the plan joined to the blocks by source, the plan to the shards by shard.
+        # Each block's offset and the plan joined to it by source; the plan goes on with the blocks.
         placed = totals | "PlaceSources" >> beam.FlatMap(_placed_sources, cfg.shard_bytes, record_bytes(job))
-        shard_plans = plan | "PlanOfShards" >> beam.FlatMap(lambda plan: [(s, plan) for s in range(plan.num_shards)])
-        assigned = (join_each("JoinSources", all_records, placed)  # (source, [records], (offset, plan))
-                    | "AssignShards" >> beam.ParDo(AssignJoinedFn(cfg.seed)))
-        shards = (join_each("GroupByShard", assigned, shard_plans)  # (shard, [(placement, records)], plan)
-                  | "WriteShards" >> beam.FlatMap(lambda joined: writer.process((joined[0], joined[1]), joined[2])))
+        shards = (
+            join_each("JoinSources", all_records, placed)  # (source, [records], (offset, plan))
+            | "AssignShards" >> beam.ParDo(AssignJoinedFn(cfg.seed))
+            | "GroupByShard" >> beam.GroupByKey()  # (shard, [(placement, records, plan)])
+            | "WriteShards" >> beam.ParDo(WriteJoinedShardFn(writer))
+        )
     dead = processed[DEAD_LETTERS] | "WriteDeadLetters" >> WriteDeadLetters(cfg, job.run_id)
-    written = {"shards": shards, "stats": stats, "dead_letters": dead, "plan": plan}
+    written = {"shards": shards, "summary": summary, "dead_letters": dead}
     if cfg.provenance:  # without it, no steps of its own
         written["provenance"] = (
             tuple(stage[PROVENANCE] for stage in stages)
@@ -570,6 +571,11 @@ def build_output(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Work
     # The manifest is written last: the step gets its inputs once every shard has been written. An
     # output that must not be used (no records, too many dead letters) gets no manifest.
     return gather("Written", **written) | "WriteManifest" >> beam.Map(_write_manifest, job, skip_empty)
+
+
+def _summary(totals: tuple[dict, list], shard_bytes: int, size: int) -> tuple[dict, ShardPlan]:
+    """(the job's summed stats, the shard plan) from TotalsFn's output."""
+    return totals_stats(totals), plan_shards(totals_offsets(totals), shard_bytes, size)
 
 
 def _placed_sources(totals: tuple[dict, list], shard_bytes: int, size: int):
@@ -602,15 +608,29 @@ class AssignJoinedFn(beam.DoFn):
         for recs in blocks:
             if plan.num_shards == 1:
                 if len(recs):
-                    yield 0, (offset, recs)
+                    yield 0, (offset, recs, plan)
                 continue
             fn._side, fn._held = (_OneSource(offset), plan), [(source, recs)]  # noqa: SLF001
             fn._held_records = fn._held_bytes = 0  # noqa: SLF001
-            yield from fn._assign()  # noqa: SLF001
+            for shard, (placement, part) in fn._assign():  # noqa: SLF001
+                yield shard, (placement, part, plan)
+
+
+class WriteJoinedShardFn(beam.DoFn):
+    """(shard, [(placement, Records, plan)]) -> shard info: WriteShardFn with the plan in the elements."""
+
+    def __init__(self, writer: WriteShardFn):
+        self._writer = writer
+
+    def process(self, element):
+        shard, blocks = element
+        blocks = list(blocks)
+        plan = blocks[0][2]
+        yield from self._writer.process((shard, [(placement, recs) for placement, recs, _ in blocks]), plan)
 
 
 def _write_manifest(written: dict, job: Job, skip_empty: bool) -> str:
-    (stats,), (plan,) = written["stats"], written["plan"]
+    ((stats, plan),) = written["summary"]
     manifest = build_manifest(job, written["shards"], stats, written["dead_letters"], plan.num_shards,
                               written.get("provenance", []))
     if skip_empty and not manifest["totals"]["records"]:

@@ -135,12 +135,20 @@ class RecordReader:
 
     def __init__(self):
         self._files: dict[str, int] = {}
+        self._stores: dict[str, fsspec.AbstractFileSystem] = {}
 
     def _pread(self, path: str, start: int, end: int) -> bytes:
-        fd = self._files.get(path)
-        if fd is None:
-            fd = self._files[path] = os.open(path, os.O_RDONLY)
-        data = os.pread(fd, end - start, start)
+        if "://" in path:  # a file in a store (pipeline/io/sinks.py StoreSink)
+            protocol = path.split("://", 1)[0]
+            fs = self._stores.get(protocol)
+            if fs is None:
+                fs = self._stores[protocol] = fsspec.filesystem(protocol)
+            data = fs.cat_file(path, start, end)
+        else:
+            fd = self._files.get(path)
+            if fd is None:
+                fd = self._files[path] = os.open(path, os.O_RDONLY)
+            data = os.pread(fd, end - start, start)
         if len(data) != end - start:
             raise OSError(f"spill file {path} is shorter than its records ({start}..{end})")
         return data
