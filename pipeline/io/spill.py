@@ -143,7 +143,7 @@ class RecordReader:
             fs = self._stores.get(protocol)
             if fs is None:
                 fs = self._stores[protocol] = fsspec.filesystem(protocol)
-            data = fs.cat_file(path, start, end)
+            data = fs.cat_file(path, start=start, end=end)
         else:
             fd = self._files.get(path)
             if fd is None:
