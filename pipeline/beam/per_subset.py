@@ -56,15 +56,15 @@ def subset_config(config: PipelineConfig, name: str, slug: str) -> PipelineConfi
 
 
 class _SubsetOutput(beam.PTransform):
-    """(chunks, read_stats) -> the TFRecord stages for one subset -> (name, its manifest's path or "")."""
+    """The TFRecord stages for one subset, on the read chunks -> (name, its manifest's path or "")."""
 
-    def __init__(self, job: Job, name: str, workspace: Workspace):
+    def __init__(self, job: Job, name: str, workspace: Workspace, chunks, read_stats):
         super().__init__()
         self._job, self._name, self._workspace = job, name, workspace
+        self._chunks, self._read_stats = chunks, read_stats
 
-    def expand(self, pcolls):
-        chunks, read_stats = pcolls
-        written = tfrecord.build_output(chunks.pipeline, self._job, chunks, read_stats, self._workspace,
+    def expand(self, pbegin):
+        written = tfrecord.build_output(pbegin.pipeline, self._job, self._chunks, self._read_stats, self._workspace,
                                         skip_empty=True)
         return written | "Name" >> beam.Map(lambda path, name=self._name: (name, path))
 
@@ -78,7 +78,7 @@ def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) 
         # Every branch sees every chunk: one reports progress, so that the input is counted once.
         space = dataclasses.replace(workspace, sink=workspace.sink.within(slug),
                                     progress=workspace.progress if i == 0 else None)
-        written.append((chunks, read_stats) | f"Subset[{name}]" >> _SubsetOutput(branch, name, space))
+        written.append(p | f"Subset[{name}]" >> _SubsetOutput(branch, name, space, chunks, read_stats))
     manifests = tuple(written) | "AllSubsetManifests" >> beam.Flatten()
     _ = gather("Subsets", manifests=manifests) | "WriteMixture" >> beam.Map(_write_mixture, cfg)
 
