@@ -7,6 +7,7 @@ pipeline -> print the summary of the manifest it wrote (the output format's, pip
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import threading
@@ -15,6 +16,7 @@ import time
 import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
+from pipeline.beam import dask_run
 from pipeline.beam.execution import Workspace, running_mode
 from pipeline.beam.graph import runtime_of
 from pipeline.beam.job import build_pipeline, output_format
@@ -26,7 +28,7 @@ from pipeline.beam.remote import workers_of
 from pipeline.config.job import PipelineConfig
 from pipeline.core import gc_policy
 from pipeline.io.lock import OutputLock
-from pipeline.io.outputs import remove_unfinished_run
+from pipeline.io.outputs import remove_temp_files, remove_unfinished_run
 from pipeline.io.signals import caught_signal
 from pipeline.io.sinks import KEEP, SpillSink, StoreSink, remove_folder, store_folder
 from pipeline.io.spill import make_spill_dir, remove_spill_dir
@@ -113,17 +115,6 @@ def _warm_dedup_kernels() -> None:
     minhash_kernel.warm_up()
 
 
-def close_cluster(result) -> None:
-    """Disconnect from a Dask scheduler (and stop the local cluster Beam started for the job)."""
-    client = getattr(result, "client", None)
-    if client is None:
-        return
-    cluster = getattr(client, "cluster", None)
-    client.close()
-    if cluster is not None:
-        cluster.close()
-
-
 def run(job: Job, options: PipelineOptions, beam_args: list[str], translate_only: bool = False) -> float:
     """Run (or translate) the Job's pipeline in its workspace (spill directory, progress); its seconds."""
     config, execution = job.config, job.execution
@@ -142,6 +133,8 @@ def run(job: Job, options: PipelineOptions, beam_args: list[str], translate_only
                      "threads in this process" if mode == "multi_threading" else "processes")
         LOG.info("%d input files -> %s (runner %s, run %s)", len(job.input_files), redact_url(config.output_dir),
                  runner, job.run_id)
+        if runner == DASK:
+            dask_run.quiet_client_logs()
         start = time.monotonic()
         p = beam.Pipeline(runner=direct_runner(options), options=options)
         try:
@@ -152,9 +145,13 @@ def run(job: Job, options: PipelineOptions, beam_args: list[str], translate_only
                                                  runtime_of(runner)))
                 gc_policy.resume()  # the job's own objects are collected as usual
         finally:
-            close_cluster(getattr(p, "result", None))
-    except Exception as e:
-        line = failure_line(e)
+            if runner == DASK:
+                dask_run.finish(getattr(p, "result", None), options)
+        if runner != "DirectRunner" and not translate_only:
+            for rel in remove_temp_files(config.output_dir, job.run_id):
+                LOG.info("removed %s, left by a writer that was stopped midway", rel)
+    except (Exception, asyncio.CancelledError) as e:
+        line = failure_line(e) or (dask_run.failure(e, options) if runner == DASK else None)
         if line is None:
             raise
         raise JobFailed(line) from e

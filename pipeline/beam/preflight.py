@@ -21,9 +21,10 @@ from apache_beam.options.pipeline_options import (
     TestOptions,
 )
 
+from pipeline.beam.dask_run import dask_tasks
 from pipeline.beam.execution import Execution, file_sizes, plan_execution
 from pipeline.beam.options import DASK
-from pipeline.beam.remote import check_workers_can_read, dask_tasks
+from pipeline.beam.remote import check_workers_can_read
 from pipeline.config.job import PipelineConfig
 from pipeline.core.options import UsageError
 from pipeline.format.records import BEST_FIT, token_dtype_for

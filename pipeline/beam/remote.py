@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import os
 import socket
 import urllib.parse
@@ -33,7 +32,6 @@ from apache_beam.options.pipeline_options import (
 from pipeline.beam.options import import_dask_options
 from pipeline.core.options import UsageError
 
-LOG = logging.getLogger("pipeline")
 LOCAL_RUNNERS = ("direct", "prism", "interactive", "switching")
 NETWORK_FILESYSTEMS = frozenset({
     "nfs", "nfs4", "efs", "lustre", "cifs", "smb3", "smbfs", "glusterfs", "ceph", "beegfs", "gpfs",
@@ -109,7 +107,7 @@ def dask_workers(options: PipelineOptions) -> Workers:
     dask = options.view_as(DaskOptions)
     address = dask.address
     if not address and dask.scheduler_file:
-        address = _scheduler_file_address(dask.scheduler_file)
+        address = scheduler_file_address(dask.scheduler_file)
     if not address:
         return Workers(True)
     host = urllib.parse.urlsplit(address if "://" in address else f"tcp://{address}").hostname or ""
@@ -118,37 +116,8 @@ def dask_workers(options: PipelineOptions) -> Workers:
     return Workers(False, True, f"DaskRunner's workers run on the cluster of the scheduler at {address}")
 
 
-def dask_tasks(options: PipelineOptions) -> int:
-    """How many tasks a DaskRunner job's reading is cut into: --dask_npartitions, else the cluster's threads.
-
-    A running scheduler is asked for its workers' threads (which also checks, before anything
-    starts, that it answers); a local cluster has one thread per core in all.
-    """
-    import_dask_options()
-    from apache_beam.runners.dask.dask_runner import DaskOptions
-
-    dask = options.view_as(DaskOptions)
-    if dask.npartitions:
-        return dask.npartitions
-    address = dask.address or (_scheduler_file_address(dask.scheduler_file) if dask.scheduler_file else None)
-    if not address:
-        return os.cpu_count() or 1
-    from distributed import Client
-
-    timeout = dask.timeout if isinstance(dask.timeout, int) else 30
-    try:
-        with Client(address, timeout=timeout, set_as_default=False) as client:
-            threads = sum(client.nthreads().values())
-    except (OSError, TimeoutError) as e:
-        flag = "--dask_client_address" if dask.address else "--dask_scheduler_file"
-        raise UsageError(f"{flag}: no Dask scheduler answers at {address} ({e})") from None
-    if not threads:
-        LOG.warning("the Dask scheduler at %s has no workers yet: the input is read in one task "
-                    "(--dask_npartitions N sets the number of tasks)", address)
-    return max(1, threads)
-
-
-def _scheduler_file_address(path: str) -> str | None:
+def scheduler_file_address(path: str) -> str | None:
+    """The scheduler address a scheduler file names (None if it cannot be read)."""
     try:
         with open(path, encoding="utf-8") as f:
             address = json.load(f).get("address")
