@@ -27,6 +27,7 @@ from pipeline.config.job import PipelineConfig
 from pipeline.core.options import UsageError
 from pipeline.format.records import BEST_FIT, token_dtype_for
 from pipeline.io import columnar
+from pipeline.io.eval_sets import EvalSetError, check_eval_set
 from pipeline.io.files import NotAFileError
 from pipeline.io.inputs import InputError, expand_inputs
 from pipeline.io.layout_check import check_layout
@@ -196,11 +197,17 @@ def tokenizer_job(config: PipelineConfig, model: TokenizerModel, input_files: li
 
 
 def expand_eval_files(config: PipelineConfig) -> list[str]:
-    """--decontaminate's globs, expanded: a UsageError naming the flag if they match nothing."""
+    """--decontaminate's globs, expanded and each file read through: a UsageError naming the flag and file.
+
+    They match nothing, or a file has a malformed line or no n-gram (`check_eval_set`).
+    """
     if not config.decontaminate:
         return []
     refuse_credentials([("--decontaminate", u) for u in config.decontaminate])
     try:
-        return expand_inputs(list(config.decontaminate), check_types=False)
-    except InputError as e:
+        files = expand_inputs(list(config.decontaminate), check_types=False)
+        for path in files:
+            check_eval_set(path, config.decontam_text_key, config.decontam_ngram)
+    except (InputError, EvalSetError) as e:
         raise UsageError(f"--decontaminate: {e}") from None
+    return files

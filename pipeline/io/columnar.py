@@ -197,6 +197,8 @@ def iter_unit_chunks(path: str, file_index: int, unit: RowGroup | None, chunk_by
                      schema: Schema) -> Iterator[Chunk]:
     """The chunks of one work item: a Parquet row group, or a whole file (unit None)."""
     shown = redact_url(path)
+    if unit is not None and not isinstance(unit, RowGroup):  # a stripe: every worker would read every row
+        raise ValueError(f"{shown}: a columnar file is read by row group or whole, not in {type(unit).__name__}s")
     try:
         with _open(path) as f:
             if path.lower().endswith(PARQUET):

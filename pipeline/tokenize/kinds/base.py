@@ -29,6 +29,23 @@ class UnknownTokenizerKind(TokenizerFileError):
     """A file that is none of the kinds the pipeline takes."""
 
 
+MAX_TOKEN_ID = 2**31 - 1  # the records and every engine hold ids as int32
+
+
+def check_ids_fit(path: str, ids: dict) -> None:
+    """Refuse a tokenizer with an id past int32 or below 0 (`ids`: token -> id), naming the file and the token."""
+    ids = {token: i for token, i in ids.items() if isinstance(i, int)}
+    if not ids:
+        return
+    token, worst = max(ids.items(), key=lambda kv: kv[1])
+    if worst > MAX_TOKEN_ID:
+        raise TokenizerFileError(f"{path}: token {token!r} has id {worst:,}, past the largest id the records hold "
+                                 f"(int32: {MAX_TOKEN_ID:,})")
+    token, least = min(ids.items(), key=lambda kv: kv[1])
+    if least < 0:
+        raise TokenizerFileError(f"{path}: token {token!r} has a negative id ({least})")
+
+
 def flatten(lists: list) -> tuple[np.ndarray, np.ndarray]:
     """(ids, offsets) of a list of id lists: one flat int32 array, text i at ids[offsets[i]:offsets[i + 1]]."""
     offsets = np.zeros(len(lists) + 1, np.int64)
