@@ -2,8 +2,7 @@
 
 Most job tests run one worker (`FAST_BEAM`) for speed; the default (every core, threads or
 processes as the job chooses) is what users run, and where a file can be shared between workers.
-One small corpus per kind: the same rows as JSON lines (plain, gzip, zstd), Parquet (several row
-groups), an Arrow IPC file, an Arrow stream and a `datasets.save_to_disk` folder all give the shards
+One small corpus per kind: the same rows as JSON lines (plain, gzip, zstd), Parquet, an Arrow IPC file, an Arrow stream and a `datasets.save_to_disk` folder all give the shards
 of one worker's run of the JSON lines; tokenizer.json and tiktoken tokenizers give the same bytes with
 the default workers as with one.
 """
@@ -24,7 +23,7 @@ from pipeline.cli import run
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = str(REPO / "sample_data" / "pile" / "train" / "00.jsonl.zst")
-INPUT_KINDS = ["notes.jsonl", "notes.jsonl.gz", "notes.jsonl.zst", "groups.parquet", "file.arrow", "stream.arrow",
+INPUT_KINDS = ["notes.jsonl", "notes.jsonl.gz", "notes.jsonl.zst", "notes.parquet", "file.arrow", "stream.arrow",
                "saved"]
 
 
@@ -37,11 +36,13 @@ def corpus(tmp_path_factory):
     for name, compression in (("notes.jsonl", "none"), ("notes.jsonl.gz", "gz"), ("notes.jsonl.zst", "zst")):
         write_lines(str(root / name), lines, compression=compression)
     table = pa.Table.from_pylist(rows, schema=SCHEMA)
-    pq.write_table(table, root / "groups.parquet", row_group_size=9)
+    # One row group or batch each: their chunks are then the JSON lines' (row groups and batches cut
+    # chunks; several row groups on two workers: tests/test_columnar.py).
+    pq.write_table(table, root / "notes.parquet")
     with pa.ipc.new_file(root / "file.arrow", SCHEMA) as writer:
-        writer.write_table(table, max_chunksize=11)
+        writer.write_table(table)
     with pa.ipc.new_stream(root / "stream.arrow", SCHEMA) as writer:
-        writer.write_table(table, max_chunksize=11)
+        writer.write_table(table)
     saved = root / "saved"
     saved.mkdir()
     with pa.ipc.new_stream(saved / "data-00000-of-00001.arrow", SCHEMA) as writer:
@@ -59,14 +60,14 @@ def _run(inputs: list[str], out: Path, model: str, *extra: str) -> dict:
 @pytest.fixture(scope="module")
 def one_worker(corpus, tiny_model, tmp_path_factory):
     out = tmp_path_factory.mktemp("one") / "out"
-    _run([str(corpus / "notes.jsonl")], out, tiny_model, *FLAGS, "--chunk_mb", "0.002", *FAST_BEAM)
+    _run([str(corpus / "notes.jsonl")], out, tiny_model, *FLAGS, *FAST_BEAM)
     return _shards(out)
 
 
 @pytest.mark.parametrize("name", INPUT_KINDS)
 def test_every_input_kind_on_the_default_workers(corpus, one_worker, tiny_model, tmp_path, name):
     """An Arrow file or save_to_disk folder was striped over the workers and its rows counted twice."""
-    manifest = _run([str(corpus / name)], tmp_path / "out", tiny_model, *FLAGS, "--chunk_mb", "0.002")
+    manifest = _run([str(corpus / name)], tmp_path / "out", tiny_model, *FLAGS)
     assert _shards(tmp_path / "out") == one_worker
     assert manifest["dead_letters"]["by_reason"] == {}
 

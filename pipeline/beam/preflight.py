@@ -142,10 +142,10 @@ def prepare(config: PipelineConfig, options: PipelineOptions, model: TokenizerMo
             raise
         LOG.warning("%s (a dry run only translates the job here; a real run stops on this)", e)
     input_files = expand_inputs(list(config.inputs))
-    # A wrong --text_key or layout is refused here, from each input's first lines or columns, not
-    # after the job.
-    check_layout(config.schema, [f for f in input_files if not columnar.is_columnar(f)], config.max_line_bytes)
+    # A wrong --text_key or layout is refused here, from each input's columns and first lines or
+    # rows, not after the job.
     check_columns(input_files, config)
+    check_layout(config.schema, input_files, config.max_line_bytes)
     eval_files = expand_eval_files(config)
     if model is None or model.path != config.tokenizer_model or model.tiktoken_name != config.tiktoken_encoding:
         model = load_model(config)

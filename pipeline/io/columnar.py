@@ -34,6 +34,7 @@ from pipeline.io.urls import redact_url
 PARQUET = (".parquet", ".pq")
 ARROW = (".arrow", ".feather", ".ipc")
 GROUP_CHUNKS = 1 << 12  # chunk numbers per row group: 16 GiB of text at 4 MiB chunks
+ArrowError = pa.ArrowException  # what pyarrow raises on a file it cannot read
 
 
 class ColumnError(ValueError):
