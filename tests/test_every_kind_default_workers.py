@@ -2,9 +2,10 @@
 
 Most job tests run one worker (`FAST_BEAM`) for speed; the default (every core, threads or
 processes as the job chooses) is what users run, and where a file can be shared between workers.
-One small corpus per kind: the same rows as JSON lines (plain, gzip, zstd), Parquet, an Arrow IPC file, an Arrow stream and a `datasets.save_to_disk` folder all give the shards
-of one worker's run of the JSON lines; tokenizer.json and tiktoken tokenizers give the same bytes with
-the default workers as with one.
+One small corpus per kind: the same rows as JSON lines (plain, gzip, zstd), Parquet, an Arrow IPC
+file, an Arrow stream and a `datasets.save_to_disk` folder all give the shards of one worker's run
+of the JSON lines; tokenizer.json and tiktoken tokenizers give the same bytes with the default
+workers as with one.
 """
 
 from __future__ import annotations

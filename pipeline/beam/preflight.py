@@ -180,7 +180,7 @@ def tokenizer_job(config: PipelineConfig, model: TokenizerModel, input_files: li
     config = resolved(config, model)
     try:
         special = model.special_ids(add_bos=config.add_bos, add_eos=config.add_eos, bos_id=config.bos_id,
-                                    eos_id=config.eos_id, pad_id=config.pad_id)
+                                    eos_id=config.eos_id, pad_id=config.pad_id, allow_text=config.allow_text_eos)
     except ValueError as e:
         raise UsageError(str(e)) from None
     check_segment_width(config, special)
