@@ -175,19 +175,18 @@ def _chunks(tables: Iterator[tuple[int, int, pa.Table, int]], path: str, file_in
     for group, first_row, table, stored in tables:
         lines: list[Line] = []
         size = k = 0
-        for line in _lines(table, schema, first_row):
+        last = table.num_rows - 1
+        for i, line in enumerate(_lines(table, schema, first_row)):
             lines.append(line)
             size += len(line.data) + 1
-            if size >= chunk_bytes or len(lines) >= MAX_CHUNK_LINES:
-                yield Chunk(file_index, group * GROUP_CHUNKS + k, path, tuple(lines))
+            if size >= chunk_bytes or len(lines) >= MAX_CHUNK_LINES or i == last:
+                if k == GROUP_CHUNKS:  # its number would be the next group's first
+                    raise CorruptInputError(f"{redact_url(path)}: row group {group} makes more than {GROUP_CHUNKS} "
+                                            "chunks (a larger --chunk_mb reads it)")
+                # The group's stored bytes (for progress) ride on its last chunk.
+                yield Chunk(file_index, group * GROUP_CHUNKS + k, path, tuple(lines), stored if i == last else 0)
                 k += 1
                 lines, size = [], 0
-        if lines:
-            yield Chunk(file_index, group * GROUP_CHUNKS + k, path, tuple(lines), stored)
-            k += 1
-        if k > GROUP_CHUNKS:
-            raise CorruptInputError(f"{redact_url(path)}: row group {group} makes more than {GROUP_CHUNKS} chunks "
-                                    "(a larger --chunk_mb reads it)")
 
 
 def _columns(schema: Schema, arrow: pa.Schema) -> list[str]:

@@ -79,8 +79,8 @@ def _sample(path: str, schema: Schema, max_line_bytes: int) -> tuple[str | None,
         except BadRecord as bad:
             filled += bad.reason != "blank_line"
             if bad.reason in _TEXT | _TEXT_KIND | _SUBSET | _NAMES:
-                try:
-                    objects.append(json.loads(line.data))
+                try:  # a columnar row holding what JSON cannot (bytes) is read as it is
+                    objects.append(line.row if line.row is not None else json.loads(line.data))
                 except ValueError:
                     continue
                 reasons.append(bad.reason)
