@@ -19,6 +19,7 @@ import re
 import sys
 
 from pipeline.core.errors import JobError
+from pipeline.io.signals import caught_signal
 from pipeline.io.urls import redact_text
 
 # How a traceback's last line names an exception of ours: "pipeline.io.decompress.CorruptInputError: ..."
@@ -60,7 +61,8 @@ class _QuietJobErrors:
 
     Beam's SDK worker prints each failed bundle's traceback itself (`print(..., file=sys.stderr)`)
     before the job fails with it; the job then ends with that error's one line (`failure_line`).
-    Any other traceback is printed as it is.
+    So do its bundles that fail as a signal stops the run (which ends with its own one line). Any
+    other traceback is printed as it is.
     """
 
     def __init__(self, stream):
@@ -69,7 +71,8 @@ class _QuietJobErrors:
 
     def write(self, text: str) -> int:
         dropped, self._dropped = self._dropped, False
-        if text.startswith("Traceback (most recent call last)") and failure_line(Exception(text)) is not None:
+        if text.startswith("Traceback (most recent call last)") and (
+                caught_signal() is not None or failure_line(Exception(text)) is not None):
             self._dropped = True
             return len(text)
         if dropped and text == "\n":  # print's line end after the traceback
@@ -88,7 +91,8 @@ def quiet_job_error_tracebacks():
     try:
         yield
     finally:
-        sys.stderr = stream
+        if caught_signal() is None:  # stopped by a signal, the worker threads may still print as they go
+            sys.stderr = stream
 
 
 class _NoBundleFailureReports(logging.Filter):
