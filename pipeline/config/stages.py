@@ -41,57 +41,59 @@ class StageChoice:
         help="the stages' Options instances (from their flags); a stage without one takes its defaults")
 
     def check_stages(self) -> None:
-        """Refuse an unknown or repeated stage, and options of a stage that is not on (ValueError naming the flag)."""
+        """Refuse an unknown or repeated stage, and options of a stage that is not on (ValueError naming the flag).
+
+        Resolves the stages on from the registry once, here: a worker that unpickles the config
+        never looks them up (a stage registered at run time is in the driver's registry only).
+        """
         for name in self.filters:
             registry.stage_class(name)
         if len(set(self.filters)) != len(self.filters):
             raise ValueError(f"--filters {','.join(self.filters)}: a stage named twice")
         owners = {cls.Options: name for name, cls in registry.STAGES.items() if cls.Options is not None}
-        seen = set()
+        given = {}
         for options in self.stage_options:
             name = owners.get(type(options))
             if name is None:
                 raise ValueError(f"stage_options: {type(options).__name__} is no registered stage's Options")
-            if name in seen:
+            if name in given:
                 raise ValueError(f"stage_options: two {type(options).__name__} given")
-            seen.add(name)
-        on = set(self.stage_names())
-        for options in self.stage_options:
-            name = owners[type(options)]
-            if name not in on:
-                given = _given_flag(options)
-                raise ValueError(f"{given} is an option of the {name} stage, which is not on: add it to --filters "
-                                 f"(--filters {name})")
+            given[name] = options
 
-    def options_of_stage(self, name: str):
-        """The options of a stage: the instance given, else its Options' defaults (None without Options)."""
-        cls = registry.STAGES[name]
-        if cls.Options is None:
-            return None
-        for options in self.stage_options:
-            if type(options) is cls.Options:
-                return options
-        return cls.Options()
+        def options_for(cls):
+            return None if cls.Options is None else given[cls.name] if cls.name in given else cls.Options()
+
+        named = [(name, registry.STAGES[name]) for name in self.filters]
+        switched = [(name, cls) for name, cls in registry.STAGES.items()
+                    if not cls.builtin and name not in self.filters and cls.switched_on(options_for(cls))]
+        on = tuple((cls, options_for(cls)) for _, cls in named + switched)
+        for name, options in given.items():
+            if name not in {cls.name for cls, _ in on}:
+                raise ValueError(f"{_given_flag(options)} is an option of the {name} stage, which is not on: add it "
+                                 f"to --filters (--filters {name})")
+        object.__setattr__(self, "_stages_on", on)
 
     def stage_names(self) -> tuple[str, ...]:
         """The stages on, in the order they run: those named in --filters, then those their own options switch on."""
-        named = tuple(self.filters)
-        switched = tuple(name for name, cls in registry.STAGES.items()
-                         if not cls.builtin and name not in named and cls.switched_on(self.options_of_stage(name)))
-        return named + switched
+        return tuple(cls.name for cls, _ in self._stages_on)
+
+    def options_of_stage(self, name: str):
+        """The options of a stage that is on: the instance given, else its Options' defaults (None without Options)."""
+        for cls, options in self._stages_on:
+            if cls.name == name:
+                return options
+        raise KeyError(f"stage {name} is not on")
 
     def configured_stages(self) -> tuple[DocumentStage, ...]:
         """The stages on, each made with its options (set up later, on the workers)."""
-        return tuple(registry.STAGES[name](self.options_of_stage(name)) for name in self.stage_names())
+        return tuple(cls(options) for cls, options in self._stages_on)
 
     def stages_json(self) -> dict:
         """What the manifest (or card) records of the stages: nothing without any; else --filters, their options."""
-        names = self.stage_names()
-        if not names:
+        if not self._stages_on:
             return {}
         out: dict = {"filters": list(self.filters)}
-        for name in names:
-            options = self.options_of_stage(name)
+        for _, options in self._stages_on:
             if options is not None:
                 out.update({k: list(v) if isinstance(v, tuple) else v for k, v in recorded(options).items()})
         return out
