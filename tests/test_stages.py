@@ -280,3 +280,31 @@ def test_removal_records_carry_the_id():
     data = json.dumps({"text": "a banana", "id": 41, "meta": {"pile_set_name": "Pile-CC"}}).encode()
     (outcome,) = policy.decide(Chunk(0, 0, "f", (documents.Line(1, 0, data),)))
     assert outcome.records[0]["id"] == 41
+
+
+@dataclasses.dataclass(frozen=True)
+class ShortDocsOptions:
+    short_min_words: int = option(50, help="documents with fewer words are removed")
+
+
+class ShortDocs(DocumentStage):
+    """docs/development.md's example stage, as written there."""
+
+    name = "short_docs"
+    Options = ShortDocsOptions
+
+    def apply(self, doc):
+        n = len(doc.text.split())
+        if n < self.options.short_min_words:
+            return Remove("too_few_words", {"words": n})
+        return None
+
+
+def test_the_development_guide_s_stage_and_its_one_test():
+    from pipeline.core.documents import Line, Schema
+
+    policy = DocumentPolicy(Schema(), 1 << 20, {"Pile-CC"}, (ShortDocs(ShortDocsOptions(3)),))
+    policy.setup()
+    line = Line(1, 0, b'{"text": "two words", "meta": {"pile_set_name": "Pile-CC"}}')
+    (outcome,) = policy.decide(Chunk(0, 0, "in.jsonl", (line,)))
+    assert outcome.reason == "short_docs" and outcome.records[0]["rule"] == "too_few_words"

@@ -71,5 +71,6 @@ def choices() -> list[str]:
     return [name for name, cls in STAGES.items() if not cls.builtin]
 
 
-for _rule in (SubsetSelection, EmptyText):
-    register(_rule)
+# The rows: the built-in rules, then each stage a user can name in --filters (one row per stage).
+for _stage in (SubsetSelection, EmptyText):
+    register(_stage)
