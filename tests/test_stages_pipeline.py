@@ -203,3 +203,21 @@ def test_the_tokenizer_sample_keeps_what_the_job_keeps(toy_stage, corpus, tmp_pa
     stats = json.loads((work / "sample_stats.json").read_text())
     assert stats["subsets"]["Github"]["filtered"] == {"toy": len([k for k in REMOVED if k[0] == 1])}
     assert stats["config"]["filters"] == ["toy"]
+
+
+def test_id_key_puts_the_document_s_id_in_its_records(toy_stage, tiny_model, tmp_path):
+    lines = [json.dumps({"text": "a banana here", "meta": {"pile_set_name": "ArXiv", "id": "doc-1"}}).encode(),
+             json.dumps({"text": 5, "meta": {"pile_set_name": "ArXiv", "id": 2}}).encode(),
+             json.dumps({"text": "kept text", "meta": {"pile_set_name": "ArXiv", "id": "doc-3"}}).encode(),
+             json.dumps({"text": "no id banana", "meta": {"pile_set_name": "ArXiv"}}).encode()]
+    write_lines(str(tmp_path / "in" / "a.jsonl"), lines, compression="none")
+    out = tmp_path / "out"
+    manifest = run.main(["--input", str(tmp_path / "in" / "a.jsonl"), "--output_dir", str(out), "--tokenizer_model",
+                         tiny_model, "--seq_len", "32", "--max_dead_letter_fraction", "1", "--filters", "toy",
+                         "--id_key", "meta.id"] + FAST_BEAM)
+    removed = _removed(out, manifest)
+    assert removed[(0, 1)][0]["id"] == "doc-1" and "id" not in removed[(0, 4)][0]
+    (letter,) = [json.loads(line) for p in out.glob("run-*/dead_letters/*.jsonl")
+                 for line in p.read_text().splitlines()]
+    assert letter["id"] == 2 and letter["reason"] == "text_not_string"
+    assert manifest["config"]["id_key"] == "meta.id"
