@@ -107,8 +107,8 @@ def test_the_rules_then_the_stages_in_order_each_on_the_text_left(stages):
                    ("empty_text", FILTERED, "  "), (None, None, "PLAIN"), "invalid_json",
                    ("shout", "removed", "quiet")]
     removal, cut, quiet = outcomes[0].records, outcomes[1].records, outcomes[2].records
-    assert removal == [{"file": "/data/in.jsonl", "file_index": 3, "line": 1, "subset": "Pile-CC", "reason": "word",
-                        "rule": "banned_word", "word": "banana"}]
+    assert removal == ({"file": "/data/in.jsonl", "file_index": 3, "line": 1, "subset": "Pile-CC", "reason": "word",
+                        "rule": "banned_word", "word": "banana"},)
     assert [r["reason"] for r in cut] == ["word_cut"] and cut[0]["rule"] == "cut_prefix" and cut[0]["chars"] == 4
     assert quiet[0]["rule"] == "quiet"
     # A document cut by one stage and removed by a later one is listed once, by its removal.
@@ -145,8 +145,8 @@ def test_dedup_records_come_last_and_pass_on_as_they_are():
     cut = {"file_index": 3, "line": 3, "reason": "contaminated_cut", "spans": [[0, 5]], "subset": "Pile-CC"}
     outcomes = policy.decide(_chunk(["one", "two", "hello world"]), removed={2: dup, 3: cut})
     assert [o.reason for o in outcomes] == [None, "duplicate_exact", None]
-    assert outcomes[1].records == [dup] and outcomes[1].removed
-    assert outcomes[2].text == " world" and outcomes[2].records == [cut] and outcomes[2].cut_reasons() == [
+    assert outcomes[1].records == (dup,) and outcomes[1].removed
+    assert outcomes[2].text == " world" and outcomes[2].records == (cut,) and outcomes[2].cut_reasons() == [
         "contaminated_cut"]
 
 

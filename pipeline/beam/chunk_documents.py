@@ -246,7 +246,7 @@ class ChunkDocumentsFn(EmitsRecords):
             s = subsets.setdefault(outcome.subset, {"documents": 0, "kept": 0, "filtered": {}, "text_bytes": 0})
             policy.count(s, outcome)
             records.extend(outcome.records)
-            if outcome.removed:
+            if outcome.counts_as == policy.REMOVED:
                 removed_texts.append(outcome.text)
                 removed_of.append((s, outcome.reason))
                 continue

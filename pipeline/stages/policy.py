@@ -58,7 +58,7 @@ class Outcome:
     bad: BadRecord | None = None
     reason: str | None = None
     counts_as: str | None = None
-    records: list = dataclasses.field(default_factory=list)
+    records: tuple[dict, ...] = ()
     tally: dict | None = None
     labels: dict | None = None
     id: str | int | None = None
@@ -76,7 +76,7 @@ class Outcome:
 
     def cut_reasons(self) -> list[str]:
         """The reasons of a kept document's cut records."""
-        return [r["reason"] for r in self.records] if self.kept else []
+        return [r["reason"] for r in self.records] if self.records and self.kept else []
 
 
 class DocumentPolicy:
@@ -114,18 +114,19 @@ class DocumentPolicy:
         (from `decide` in dedup's input): replayed instead of running the stages.
         """
         stats = documents.file_stats() if file_stats is None else file_stats
-        max_line_bytes, schema = self.max_line_bytes, self.schema
+        max_line_bytes, schema, rules, validate = self.max_line_bytes, self.schema, self.rules, documents.validate
         outcomes, alive = [], []
         for line in chunk.lines:
             try:
-                doc = documents.validate(line, max_line_bytes, schema, stats)
+                doc = validate(line, max_line_bytes, schema, stats)
             except BadRecord as bad:
                 outcomes.append(Outcome(line, bad=bad))
                 continue
-            outcome = Outcome(line, doc.subset, doc.text, id=doc.id)
+            text, subset = doc.text, doc.subset
+            outcome = Outcome(line, subset, text, id=doc.id)
             outcomes.append(outcome)
-            for rule in self.rules:
-                reason = rule.reason(doc.text, doc.subset)
+            for rule in rules:
+                reason = rule.reason(text, subset)
                 if reason is not None:
                     outcome.reason, outcome.counts_as = reason, FILTERED
                     break
@@ -167,8 +168,8 @@ class DocumentPolicy:
                 if isinstance(result, Remove):
                     outcome.reason, outcome.counts_as = stage.name, stage.counts_as
                     # A removed document is listed once, by its removal (no earlier cut of it).
-                    outcome.records = ([_record(chunk, outcome, stage.name, result.rule, result.fields)]
-                                       if stage.counts_as == REMOVED else [])
+                    outcome.records = ((_record(chunk, outcome, stage.name, result.rule, result.fields),)
+                                       if stage.counts_as == REMOVED else ())
                 elif isinstance(result, Keep):
                     _keep(chunk, outcome, stage, result)
                     still.append(outcome)
@@ -178,7 +179,7 @@ class DocumentPolicy:
             alive[:] = still
         for outcome in touched.values():
             text = outcome.text if outcome.text is not original[id(outcome)] else None
-            outcome.verdict = Verdict(text, outcome.reason, outcome.counts_as, tuple(outcome.records),
+            outcome.verdict = Verdict(text, outcome.reason, outcome.counts_as, outcome.records,
                                       outcome.tally, outcome.labels)
 
 
@@ -186,7 +187,7 @@ def _keep(chunk: Chunk, outcome: Outcome, stage: DocumentStage, result: Keep) ->
     if result.text is not None:
         outcome.text = result.text
     if result.cut_rule is not None:
-        outcome.records.append(_record(chunk, outcome, stage.cut_reason, result.cut_rule, result.fields))
+        outcome.records = (*outcome.records, _record(chunk, outcome, stage.cut_reason, result.cut_rule, result.fields))
     if result.tally:
         mine = dict((outcome.tally or {}).get(stage.name, {}))
         for key, n in result.tally.items():
@@ -208,16 +209,16 @@ def _replay(outcome: Outcome, verdict: Verdict) -> None:
     if verdict.text is not None:
         outcome.text = verdict.text
     outcome.reason, outcome.counts_as = verdict.reason, verdict.counts_as
-    outcome.records = list(verdict.records)
+    outcome.records = verdict.records
     outcome.tally, outcome.labels, outcome.verdict = verdict.tally, verdict.labels, verdict
 
 
 def _apply_dedup(outcome: Outcome, record: dict) -> None:
     if DedupVerdicts.is_cut(record):
         outcome.text = DedupVerdicts.cut_text(outcome.text, record)
-        outcome.records.append(record)
+        outcome.records = (*outcome.records, record)
     else:
-        outcome.reason, outcome.counts_as, outcome.records = record["reason"], REMOVED, [record]
+        outcome.reason, outcome.counts_as, outcome.records = record["reason"], REMOVED, (record,)
 
 
 def count(subset_counts: dict, outcome: Outcome) -> None:
@@ -234,12 +235,11 @@ def count(subset_counts: dict, outcome: Outcome) -> None:
         bucket[outcome.reason] = bucket.get(outcome.reason, 0) + 1
         return
     s["kept"] += 1
-    cuts = outcome.cut_reasons()
-    if cuts:
+    if outcome.records:  # a kept document's records are its cuts
         s["cut"] = s.get("cut", 0) + 1
         by_reason = s.setdefault("cut_by_reason", {})
-        for reason in cuts:
-            by_reason[reason] = by_reason.get(reason, 0) + 1
+        for record in outcome.records:
+            by_reason[record["reason"]] = by_reason.get(record["reason"], 0) + 1
     if outcome.tally:
         tallies = s.setdefault("tallies", {})
         for stage, counts in outcome.tally.items():
