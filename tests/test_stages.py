@@ -308,3 +308,22 @@ def test_the_development_guide_s_stage_and_its_one_test():
     line = Line(1, 0, b'{"text": "two words", "meta": {"pile_set_name": "Pile-CC"}}')
     (outcome,) = policy.decide(Chunk(0, 0, "in.jsonl", (line,)))
     assert outcome.reason == "short_docs" and outcome.records[0]["rule"] == "too_few_words"
+
+
+def test_a_stage_s_own_check_refuses_the_job_before_it_starts(stages, tmp_path, tiny_model, caplog):
+    class Unready(WordStage):
+        name = "unready"
+        Options = None
+
+        def check(self):
+            raise ValueError("--filters unready: its package is not installed (pip install unready)")
+
+    registry.register(Unready)
+    try:
+        path = tmp_path / "a.jsonl"
+        path.write_text(pile_line("some text").decode() + "\n")
+        assert run.cli(["--input", str(path), "--output_dir", str(tmp_path / "o"), "--tokenizer_model",
+                        tiny_model, "--filters", "unready"]) == 2
+        assert "its package is not installed" in caplog.text and not (tmp_path / "o").exists()
+    finally:
+        registry.unregister("unready")

@@ -174,6 +174,7 @@ def draw_sample(config: SampleConfig, work_dir: str, beam_args: list[str]) -> di
     for path in input_files:  # a Parquet or Arrow input without the columns named: refused here
         if columnar.is_columnar(path):
             columnar.check_columns(path, config.schema)
+    config.check_stages_ready()
     options = pipeline_options(beam_args)
     LOG.info("sampling %.1f MB (%s weights) from %d input files", config.sample_bytes / 1e6, config.weights,
              len(input_files))

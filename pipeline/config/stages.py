@@ -88,6 +88,11 @@ class StageChoice:
         """The stages on, each made with its options (set up later, on the workers)."""
         return tuple(cls(options) for cls, options in self._stages_on)
 
+    def check_stages_ready(self) -> None:
+        """Each stage on's own check (`DocumentStage.check`), in the driver before the job starts."""
+        for stage in self.configured_stages():
+            stage.check()
+
     def stages_json(self) -> dict:
         """What the manifest (or card) records of the stages: nothing without any; else --filters, their options."""
         if not self._stages_on:

@@ -109,6 +109,12 @@ class DocumentStage(abc.ABC):
         """Whether these options turn the stage on without naming it in --filters (`--languages en`)."""
         return False
 
+    def check(self) -> None:  # noqa: B027 -- optional: most stages need nothing outside themselves
+        """Refuse, in the driver before the job starts, what would fail on every worker.
+
+        A package or a model file missing: raise a ValueError naming the flag (the command exits 2).
+        """
+
     def setup(self) -> None:  # noqa: B027 -- optional: most stages have no state to load
         """Load heavy state once per worker (before the first document)."""
 
