@@ -22,6 +22,7 @@ from pipeline.beam.options import BEAM
 from pipeline.beam.sample import draw_sample
 from pipeline.config.stages import add_stage_options, stage_options_from
 from pipeline.config.tokenizer import SampleConfig, TrainerConfig, TrainTokenizerCommand
+from pipeline.core.extras import require
 from pipeline.core.options import ArgumentParser, UsageError, command_parser, parse_command_line, values_from
 from pipeline.core.subsets import PILE_SUBSETS
 from pipeline.core.tables import format_table
@@ -78,6 +79,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     """Draw the sample and train; returns the card (None with --sample_only)."""
     argv = sys.argv[1:] if argv is None else argv
     command, sample, trainer, beam_args = parse_args(argv)
+    if command.kind == "bpe":
+        require("tokenizers")  # before the sample is drawn
     if command.model_prefix:
         refuse_credentials([("--model_prefix", command.model_prefix)])
         wanted = (output_files(command.model_prefix) if command.kind == "bpe"

@@ -8,6 +8,7 @@ written elsewhere, on other machines or with other workers gives byte-identical 
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 
 from pipeline.config.inputs import SUBSET_NAME_CHOICES, DocumentLayout
@@ -27,7 +28,7 @@ from pipeline.core.subsets import (
 )
 from pipeline.format.megatron import subset_slug
 from pipeline.io.inputs import ChunkSizes
-from pipeline.io.urls import redact_url
+from pipeline.io.urls import is_local_url, redact_url
 from pipeline.stages.policy import DocumentPolicy
 from pipeline.tokenize.engines import BACKENDS as SENTENCEPIECE_BACKENDS
 from pipeline.tokenize.kind_engines import FAST, REFERENCE
@@ -181,6 +182,7 @@ class PipelineConfig(DocumentLayout, StageChoice, ChunkSizes):
         "an integer) is copied into the document's removed/ and dead-letter records as `id`")
 
     def __post_init__(self):
+        self.resolve_subset_names()
         if not self.inputs:
             raise ValueError("No --input given: pass one or more globs or URLs of .jsonl[.zst|.gz] files")
         if not self.output_dir.strip():
@@ -293,6 +295,7 @@ class PipelineConfig(DocumentLayout, StageChoice, ChunkSizes):
             for name in _BEST_FIT_ONLY:
                 del out[name]
         out["inputs"] = [redact_url(u) for u in self.inputs]  # a presigned URL's signature stays out
+        out["tokenizer_model"] = recorded_location(self.tokenizer_model)
         out["subsets"] = list(self.subsets)
         out["exclude_subsets"] = list(self.exclude_subsets)
         out["epochs"] = dict(self.epochs)
@@ -305,6 +308,13 @@ class PipelineConfig(DocumentLayout, StageChoice, ChunkSizes):
             out.pop("id_key")
         out.update(self.stages_json())
         return out
+
+
+def recorded_location(path: str) -> str:
+    """A location as the manifest records it: a local path absolute (`show` finds it from anywhere), a URL redacted."""
+    if "://" not in path and is_local_url(path) and path:
+        return os.path.abspath(os.path.expanduser(path))
+    return redact_url(path)
 
 
 def per_subset_outputs(config: PipelineConfig) -> tuple[tuple[str, str], ...]:

@@ -65,6 +65,7 @@ class SampleConfig(DocumentLayout, StageChoice, ChunkSizes):
                                   help="fail on a damaged input file, or keep what was read before the damage")
 
     def __post_init__(self):
+        self.resolve_subset_names()
         if not self.inputs:
             raise ValueError("No --input given: pass one or more globs or URLs of .jsonl[.zst|.gz] files")
         if self.sample_bytes <= 0:

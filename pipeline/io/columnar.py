@@ -120,7 +120,8 @@ def check_columns(path: str, schema: Schema) -> None:
                           f"(its columns: {columns_of(arrow)})")
     if schema.default_subset is None and not _resolve(arrow, schema.subset_path):
         raise ColumnError(f"--subset_key {schema.subset_key}: {redact_url(path)} has no such column "
-                          f"(its columns: {columns_of(arrow)}); --default_subset names the subset of every row")
+                          f"(its columns: {columns_of(arrow)}); pass --default_subset other to put every row in "
+                          "one subset (any NAME)")
 
 
 def read_units(path: str) -> list[RowGroup | None]:
