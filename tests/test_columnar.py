@@ -162,6 +162,7 @@ def test_train_tokenizer_samples_parquet_and_refuses_a_missing_column(corpus, tm
     assert "--text_key content" in caplog.text and "its columns: id, body, source, source.name" in caplog.text
 
 
+@pytest.mark.slow
 def test_id_key_moves_no_chunk_boundary(corpus, tiny_model, tmp_path):
     """The id column is read for the records, but chunks are sized without it: the same shards."""
     small = ["--chunk_mb", "0.002"]

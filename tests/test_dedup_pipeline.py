@@ -223,6 +223,7 @@ def test_megatron_per_subset_with_dedup(corpus, tiny_model, tmp_path):
     assert documents == {"Pile-CC": 9, "Github": 12 - len(EXACT)}
 
 
+@pytest.mark.slow
 def test_tfrecord_per_subset_with_dedup_lists_each_subset_s_removals_in_its_own_output(corpus, tiny_model, tmp_path):
     root, _ = corpus
     out = tmp_path / "out"
