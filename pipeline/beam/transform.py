@@ -105,6 +105,7 @@ def _prepare_output(config: PipelineConfig) -> None:
 def _documents_job(config: PipelineConfig, options: PipelineOptions) -> Job:
     """The Job of documents given as a PCollection: the checks of `prepare` that apply without input files."""
     refuse_credentials([("--output_dir", config.output_dir), ("--tokenizer_model", config.tokenizer_model)])
+    config.check_stages_ready()
     model = load_model(config)
     execution = plan_execution(options.view_as(StandardOptions).runner or "DirectRunner",
                                options.view_as(DirectOptions).direct_num_workers, [], "yes",
