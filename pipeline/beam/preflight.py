@@ -146,6 +146,7 @@ def prepare(config: PipelineConfig, options: PipelineOptions, model: TokenizerMo
     # rows, not after the job.
     check_columns(input_files, config)
     check_layout(config.schema, input_files, config.max_line_bytes)
+    config.check_stages_ready()
     eval_files = expand_eval_files(config)
     if model is None or model.path != config.tokenizer_model or model.tiktoken_name != config.tiktoken_encoding:
         model = load_model(config)
