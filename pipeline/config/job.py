@@ -90,6 +90,9 @@ class PipelineConfig(DocumentLayout, StageChoice, ChunkSizes):
     add_eos: bool = option(True, help="EOS after every document (the model's id, or --eos_id)")
     bos_id: int | None = option(None, shown_default="the model's", help="BOS id instead of the model's")
     eos_id: int | None = option(None, shown_default="the model's", help="EOS id instead of the model's")
+    allow_text_eos: bool = option(False, recorded=False,
+                                  help="let --eos_id / --bos_id name an ordinary token, which text produces too (a "
+                                  "model without a special one); by default only special/control tokens are taken")
     pad_id: int | None = option(None, recorded=False, shown_default="the model's, else the separator",
                                 help="id of padded positions instead of the model's")
     remainder: str = option("pad", choices=REMAINDER_POLICIES,

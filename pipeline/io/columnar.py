@@ -34,6 +34,7 @@ from pipeline.io.urls import redact_url
 PARQUET = (".parquet", ".pq")
 ARROW = (".arrow", ".feather", ".ipc")
 GROUP_CHUNKS = 1 << 12  # chunk numbers per row group: 16 GiB of text at 4 MiB chunks
+ArrowError = pa.ArrowException  # what pyarrow raises on a file it cannot read
 
 
 class ColumnError(ValueError):
@@ -186,19 +187,18 @@ def _chunks(tables: Iterator[tuple[int, int, pa.Table, int]], path: str, file_in
     for group, first_row, table, stored in tables:
         lines: list[Line] = []
         size = k = 0
-        for line, line_size in _lines(table, schema, first_row):
+        last = table.num_rows - 1
+        for i, (line, line_size) in enumerate(_lines(table, schema, first_row)):
             lines.append(line)
             size += line_size + 1
-            if size >= chunk_bytes or len(lines) >= MAX_CHUNK_LINES:
-                yield Chunk(file_index, group * GROUP_CHUNKS + k, path, tuple(lines))
+            if size >= chunk_bytes or len(lines) >= MAX_CHUNK_LINES or i == last:
+                if k == GROUP_CHUNKS:  # its number would be the next group's first
+                    raise CorruptInputError(f"{redact_url(path)}: row group {group} makes more than {GROUP_CHUNKS} "
+                                            "chunks (a larger --chunk_mb reads it)")
+                # The group's stored bytes (for progress) ride on its last chunk.
+                yield Chunk(file_index, group * GROUP_CHUNKS + k, path, tuple(lines), stored if i == last else 0)
                 k += 1
                 lines, size = [], 0
-        if lines:
-            yield Chunk(file_index, group * GROUP_CHUNKS + k, path, tuple(lines), stored)
-            k += 1
-        if k > GROUP_CHUNKS:
-            raise CorruptInputError(f"{redact_url(path)}: row group {group} makes more than {GROUP_CHUNKS} chunks "
-                                    "(a larger --chunk_mb reads it)")
 
 
 def _columns(schema: Schema, arrow: pa.Schema) -> list[str]:
@@ -210,6 +210,8 @@ def iter_unit_chunks(path: str, file_index: int, unit: RowGroup | None, chunk_by
                      schema: Schema) -> Iterator[Chunk]:
     """The chunks of one work item: a Parquet row group, or a whole file (unit None)."""
     shown = redact_url(path)
+    if unit is not None and not isinstance(unit, RowGroup):  # a stripe: every worker would read every row
+        raise ValueError(f"{shown}: a columnar file is read by row group or whole, not in {type(unit).__name__}s")
     try:
         with _open(path) as f:
             if path.lower().endswith(PARQUET):
