@@ -80,6 +80,7 @@ class SpacyWords:
         if len(self._chunks) + len(new) > MAX_CHUNKS:
             self._chunks.clear()
             self._needs.clear()
+            new = list(dict.fromkeys(chunks))
         doc = self._tokenizer("\n".join(new))  # "\n" keeps chunks apart: no case holds whitespace
         tokens = iter(t.text for t in doc if not t.is_space)
         for chunk in new:

@@ -43,8 +43,8 @@ def load():
 def load():
     import pycld2
     def classify(text):
-        # CLD2 refuses C0 control characters ("invalid UTF-8")
-        text = "".join(c for c in text if c >= " " or c in "\\n\\t")
+        # CLD2 refuses control characters ("invalid UTF-8")
+        text = "".join(c for c in text if c.isprintable() or c in "\\n\\t")
         reliable, _, details = pycld2.detect(text)
         return details[0][1], details[0][2] / 100
     return classify

@@ -2,12 +2,16 @@
 
 Two sources, both translations made by people:
   - gettext catalogs, /usr/share/locale/<locale>/LC_MESSAGES/*.mo: the translated messages (msgstr)
-    of each catalog, in order, gathered into documents of at least MIN_CHARS characters;
+    of each catalog, in order, gathered into documents of about DOC_CHARS characters (at most
+    PER_CATALOG documents from one catalog);
   - translated manual pages, /usr/share/man/<locale>/man*/*: the troff source with its requests
     (lines starting "." or "'") and font escapes taken out.
-The locale's language is the label (pt_BR -> pt, zh_CN and zh_TW -> zh, sr@latin -> sr). Messages
-that are the same in English (untranslated product names, format strings) are left in: real
-documents have them too. Nothing is downloaded; the same machine gives the same set.
+The locale's language is the label (pt_BR -> pt, zh_CN and zh_TW -> zh, sr@latin -> sr). What is
+known to be untranslated is left out, without asking any detector: a message equal to its English
+original, a line of a manual page that its English page (/usr/share/man/manN/) also has (many
+pages translate only their NAME section), and the ISO code lists' catalogs (iso_3166 and the like:
+names of places, languages and currencies, mostly spelled as in English). Every document has at
+least MIN_CHARS characters. Nothing is downloaded; the same machine gives the same set.
 
     python scripts/datagen/language_docs.py [--per_language 60]   # prints the counts per language
 """
@@ -40,27 +44,29 @@ def _ordered(paths: list[str]) -> list[str]:
 
 
 def catalog_messages(path: str) -> list[str]:
-    """The translated messages of a .mo catalog (the header entry left out)."""
+    """The translated messages of a .mo catalog that differ from their original (the header left out)."""
     try:
         with open(path, "rb") as f:
             data = f.read()
         order = {0x950412DE: "<", 0xDE120495: ">"}.get(struct.unpack("<I", data[:4])[0])
         if order is None:
             return []
-        _, count, _, table = struct.unpack(order + "4I", data[4:20])
+        _, count, originals, table = struct.unpack(order + "4I", data[4:20])
         out = []
         for i in range(count):
             length, offset = struct.unpack(order + "2I", data[table + 8 * i : table + 8 * i + 8])
             message = data[offset : offset + length].decode("utf-8")
-            if message and not message.startswith("Project-Id-Version"):
+            length, offset = struct.unpack(order + "2I", data[originals + 8 * i : originals + 8 * i + 8])
+            original = data[offset : offset + length].decode("utf-8")
+            if message and original and message != original:
                 out.append(message.replace("\x00", "\n"))
         return out
     except (OSError, struct.error, UnicodeDecodeError):
         return []
 
 
-def man_text(path: str) -> str:
-    """A manual page's text: troff requests and font escapes taken out."""
+def man_lines(path: str) -> list[str]:
+    """A manual page's lines of text: troff requests and font escapes taken out."""
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -68,9 +74,17 @@ def man_text(path: str) -> str:
             data = gzip.decompress(data)
         text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError, EOFError, gzip.BadGzipFile):
-        return ""
+        return []
     lines = [line for line in text.splitlines() if not line.startswith((".", "'"))]
-    return _TROFF_ESCAPE.sub("", "\n".join(lines)).replace("\\-", "-").replace("\\ ", " ").replace("\\e", "\\")
+    text = _TROFF_ESCAPE.sub("", "\n".join(lines)).replace("\\-", "-").replace("\\ ", " ").replace("\\e", "\\")
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def man_text(path: str, man_root: str) -> str:
+    """A translated manual page's text, without the lines its English page has."""
+    parts = os.path.relpath(path, man_root).split(os.sep)  # <locale>/manN/page
+    english = set(man_lines(os.path.join(man_root, *parts[1:])))
+    return "\n".join(line for line in man_lines(path) if line not in english)
 
 
 def documents(per_language: int = 60, languages: tuple[str, ...] = LANGUAGES) -> list[tuple[str, str]]:
@@ -86,13 +100,14 @@ def documents(per_language: int = 60, languages: tuple[str, ...] = LANGUAGES) ->
                 continue
             paths = []
             for dirpath, _, names in os.walk(os.path.join(root, entry)):
-                paths.extend(os.path.join(dirpath, n) for n in names if kind == "man" or n.endswith(".mo"))
+                paths.extend(os.path.join(dirpath, n) for n in names
+                             if kind == "man" or (n.endswith(".mo") and not n.startswith("iso_")))
             for path in _ordered(paths):
                 docs = by_language[code]
                 if len(docs) >= per_language:
                     break
                 if kind == "man":
-                    text = man_text(path).strip()
+                    text = man_text(path, man).strip()
                     if len(text) >= MIN_CHARS:
                         docs.append(text[: 4 * DOC_CHARS])
                     continue

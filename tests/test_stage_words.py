@@ -1,0 +1,85 @@
+"""SpacyWords gives spaCy's own blank-English tokens and sentence counts, chunk cache or not.
+
+The reference is spaCy itself called as datatrove calls it: `spacy.blank("en")` with the
+sentencizer on the whole text, token texts stripped, empty ones dropped; the sentence count is
+the number of `doc.sents` (one for a text without tokens, as datatrove's split gives one part).
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import spacy
+from filter_cases import crafted
+
+from pipeline.stages import words as words_module
+from pipeline.stages.words import SpacyWords
+
+PIECES = [": x.A", "b:", "c.D", ":x", "x.", "don't", "can't", "'s", "'em", ":)", ":-)", "<3", ":P", "e.g.", "i.e.",
+          "a.m.", "10a.m.", "U.S.", "Jan.", "Mr.", "http://example.com/a?b=c.", "www.example.org,", "x@y.z",
+          "(*_*)", "(._.)", "._.", "(-:", "IS_ALPHA", "''", "``", "\u00e9t\u00e9", "na\u00efve", "\u8fd9\u662f",
+          "--", "...", "\u2026", "#", "[1]", "{x}", "5.", "3.14", "-", "\u2022", "word", "The", "and", "(", ")",
+          "x", "s", "p", "D", "=", "[", "]", "O", "o", "8)", ";)", "'", '"', "!", "?", "."]
+SEPARATORS = [" ", " ", " ", "", "  ", "\n", "\t", "\u00a0", " \t ", "\n\n", "\u3000", "\r\n"]
+
+
+@pytest.fixture(scope="module")
+def reference():
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+
+    def tokens(text: str) -> list[str]:
+        return [t.text.strip() for t in nlp(text) if t.text.strip()]
+
+    def sentences(line: str) -> int:
+        return max(1, len(list(nlp(line).sents)))
+
+    return tokens, sentences
+
+
+def fuzz(seed: int, count: int) -> list[str]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        parts = []
+        for _ in range(rng.randint(1, 40)):
+            parts.append(rng.choice(PIECES))
+            parts.append(rng.choice(SEPARATORS))
+        out.append("".join(parts))
+    return out
+
+
+def test_tokens_are_spacys(reference):
+    tokens, _ = reference
+    words = SpacyWords()
+    texts = [text for _, text in crafted() if len(text) < 200_000] + fuzz(1, 3000)
+    for text in texts:
+        assert words.tokens(text) == tokens(text), repr(text[:200])
+        assert words.words(text) == tokens(text)
+
+
+def test_sentence_counts_are_the_sentencizers(reference):
+    _, sentences = reference
+    words = SpacyWords()
+    lines = [line.strip() for line in fuzz(2, 3000) for line in line.splitlines()]
+    lines += [line.strip() for _, text in crafted() if len(text) < 200_000 for line in text.splitlines()]
+    for line in lines:
+        assert words.sentence_count(line) == sentences(line), repr(line)
+
+
+def test_a_full_chunk_table_is_emptied_and_answers_stay_the_same(reference, monkeypatch):
+    tokens, _ = reference
+    monkeypatch.setattr(words_module, "MAX_CHUNKS", 50)
+    words = SpacyWords()
+    for text in fuzz(3, 300):
+        assert words.tokens(text) == tokens(text)
+        assert len(words._chunks) <= 50 + len(text.split())
+
+
+def test_the_last_text_is_tokenized_once():
+    words = SpacyWords()
+    text = "One text, tokenized once for every filter that reads its words."
+    first = words.words(text)
+    assert words.words(text) is first
+    assert words.words(text + " ") is not first
