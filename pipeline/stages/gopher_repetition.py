@@ -96,7 +96,7 @@ def top_n_gram_chars(words: list[str], n: int) -> int:
 
 def repeated_n_gram_chars(joined: str, offsets: list[int], n: int, size: int = 1,
                           fraction: float = float("inf")) -> int:
-    """Characters in n-grams repeated, as datatrove's `find_all_duplicate`: characters of repeated n-grams (words joined with nothing), greedily.
+    """Characters in repeated n-grams (words joined with nothing), counted greedily: datatrove's `find_all_duplicate`.
 
     joined is "".join(words) and offsets its word starts plus its end; the scan may stop once the
     count / size exceeds `fraction` (the count only grows, so the decision is the same).

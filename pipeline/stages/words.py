@@ -140,7 +140,7 @@ class SpacyWords:
         return out
 
     def words(self, text: str) -> list[str]:
-        """The words of datatrove's `split_into_words(text)` for English; the last text's list is reused (do not change it)."""
+        """The words of datatrove's `split_into_words(text)` for English (the last list is reused: do not change it)."""
         last = self._last
         if last is not None and (last[0] is text or last[0] == text):
             return last[1]
