@@ -44,7 +44,10 @@ def fuzz(seed: int, count: int) -> list[str]:
     for _ in range(count):
         parts = []
         for _ in range(rng.randint(1, 40)):
-            parts.append(rng.choice(PIECES))
+            if rng.random() < 0.2:  # letters only: one token unless a special case (words.py's fast path)
+                parts.append("".join(rng.choice("aAdDlLmMnNoOsStTvVreI") for _ in range(rng.randint(1, 6))))
+            else:
+                parts.append(rng.choice(PIECES))
             parts.append(rng.choice(SEPARATORS))
         out.append("".join(parts))
     return out
@@ -66,6 +69,17 @@ def test_sentence_counts_are_the_sentencizers(reference):
     lines += [line.strip() for _, text in crafted() if len(text) < 200_000 for line in text.splitlines()]
     for line in lines:
         assert words.sentence_count(line) == sentences(line), repr(line)
+
+
+def test_chunks_of_letters_only_are_single_tokens_unless_special_cases(reference):
+    tokens, _ = reference
+    rng = random.Random(4)
+    letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    chunks = ["".join(rng.choice(letters) for _ in range(rng.randint(1, 10))) for _ in range(20_000)]
+    chunks += ["dont", "Gonna", "cannot", "Im", "ive", "lets", "whats", "y", "ol"]
+    words = SpacyWords()
+    for chunk in chunks:
+        assert words.tokens(chunk) == tokens(chunk), chunk
 
 
 def test_a_full_chunk_table_is_emptied_and_answers_stay_the_same(reference, monkeypatch):

@@ -24,6 +24,7 @@ zero; here it is removed as gopher_short_doc.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 from pipeline.core.options import option
 from pipeline.stages.punctuation import PUNCTUATION_SET
@@ -64,20 +65,38 @@ class GopherQualityOptions:
                                       help="gopher_quality: the stop words")
 
 
+class _WordFacts(dict):
+    """word -> whether it is a non-symbol word, computed once per word (bounded: emptied when full)."""
+
+    def __init__(self, fact):
+        super().__init__()
+        self._fact = fact
+
+    def __missing__(self, word: str) -> bool:
+        if len(self) >= 200_000:
+            self.clear()
+        value = self[word] = self._fact(word)
+        return value
+
+
+_NON_SYMBOL = _WordFacts(lambda w: not PUNCTUATION_SET.issuperset(w))
+_HAS_ALPHA = _WordFacts(lambda w: w.isalpha() or any(map(str.isalpha, w)))
+
+
 def gopher_quality_rule(text: str, words: list[str], opts: GopherQualityOptions) -> str | None:
     """The first rule the text fails (datatrove's reason string), or None when it passes them all."""
     n_words = len(words)
-    lengths = [len(w) for w in words if not PUNCTUATION_SET.issuperset(w)]
-    n_non_symbol = len(lengths)
+    non_symbol = list(map(_NON_SYMBOL.__getitem__, words))
+    n_non_symbol = sum(non_symbol)
     if opts.gopher_min_doc_words and n_non_symbol < opts.gopher_min_doc_words:
         return "gopher_short_doc"
     if opts.gopher_max_doc_words and n_non_symbol > opts.gopher_max_doc_words:
         return "gopher_long_doc"
     if n_words == 0:
         return "gopher_short_doc"
-    if lengths:  # numpy's mean of no values is nan, which passes both bounds
+    if n_non_symbol:  # numpy's mean of no values is nan, which passes both bounds
         # an exact float sum of integers, then one rounding: numpy's mean to the last bit
-        mean = sum(lengths) / n_non_symbol
+        mean = sum(itertools.compress(map(len, words), non_symbol)) / n_non_symbol
         if opts.gopher_min_avg_word_length and mean < opts.gopher_min_avg_word_length:
             return "gopher_below_avg_threshold"
         if opts.gopher_max_avg_word_length and mean > opts.gopher_max_avg_word_length:
@@ -95,7 +114,7 @@ def gopher_quality_rule(text: str, words: list[str], opts: GopherQualityOptions)
             sum(s.rstrip().endswith(("...", "…")) for s in lines) / len(lines) > opts.gopher_max_ellipsis_lines_ratio):
         return "gopher_too_many_end_ellipsis"
     if opts.gopher_max_non_alpha_words_ratio and (
-            sum(1 for w in words if w.isalpha() or any(map(str.isalpha, w))) / n_words
+            sum(map(_HAS_ALPHA.__getitem__, words)) / n_words
             < opts.gopher_max_non_alpha_words_ratio):
         return "gopher_below_alpha_threshold"
     if opts.gopher_min_stop_words and len(set(opts.gopher_stop_words).intersection(words)) < opts.gopher_min_stop_words:

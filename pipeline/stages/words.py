@@ -6,13 +6,14 @@ texts stripped, the empty ones (whitespace) dropped. C4 counts each line's sente
 sentencizer on the same tokens. `SpacyWords` gives the same lists, faster:
 
 - spaCy's tokenizer works on runs of non-whitespace characters (`str.split()`'s pieces, "chunks")
-  one at a time, so a chunk's tokens are remembered (a bounded dict) and a new chunk costs one
-  batched tokenizer call (the new chunks of a text joined by "\n", which keeps them apart);
+  one at a time, so a chunk's tokens are remembered (a bounded dict) and the new chunks of a text
+  cost one tokenizer call (joined by "\n", which keeps them apart); a chunk of ASCII letters that
+  is no special case is one token without asking spaCy;
 - one exception: spaCy's special cases of several tokens (`"x."`, `":x"`, `"'s"`: 362 in spaCy 3.8)
   are matched over the whole document, so a match that would straddle two chunks separated by one
-  space (`": x.A"`: `":x"` against `"x."`) can block a match inside a chunk. A text where a chunk
-  ends with the left part of such a case and the next begins with its right part is tokenized by
-  spaCy whole, exactly as datatrove does;
+  space (`": x.A"`: `":x"` against `"x."`) can block a match inside a chunk. Where a chunk may end
+  with the left part of such a case and the next one begin with its right part, with one space
+  between, the two (or more) are tokenized together, as spaCy does within the whole text;
 - `words(text)` remembers the last text it saw, so filters run one after the other on the same
   text share one tokenization.
 
@@ -27,22 +28,23 @@ import unicodedata
 
 # Bounded memory: the chunk table is emptied when it holds this many chunks (~40 MB).
 MAX_CHUNKS = 200_000
-
-_CHUNK = re.compile(r"\S+")  # \s is str.isspace() (checked over all of Unicode), where spaCy and str.split() split
+# \s is str.isspace() (checked over all of Unicode): where spaCy and str.split() split.
+_SEPARATORS = re.compile(r"(\s+)")
 
 
 class SpacyWords:
     """spaCy blank-English tokens of a text, as datatrove's `split_into_words` and sentencizer see them."""
 
     def __init__(self):
-        import spacy
+        from spacy.attrs import IDX, LENGTH
 
-        self._nlp = spacy.blank("en")
-        self._tokenizer = self._nlp.tokenizer
+        self._load()
+        self._rules = frozenset(self._tokenizer.rules)
+        self._columns = [IDX, LENGTH]
         self._punct_chars = frozenset(self._nlp.add_pipe("sentencizer").punct_chars)
         self._nlp.remove_pipe("sentencizer")
-        self._chunks: dict[str, tuple[str, ...]] = {}  # chunk -> its tokens
-        pairs = self._straddling_cases()
+        self._chunks: dict[str, tuple[str, ...]] = {}  # chunk (or a window of chunks) -> its tokens
+        pairs, self._merged = self._straddling_cases()
         # right part of a straddling case -> the left parts it pairs with
         self._lefts_of: dict[str, tuple[str, ...]] = {}
         for left, right in sorted(pairs):
@@ -54,44 +56,96 @@ class SpacyWords:
         self._last: tuple[str, list[str]] | None = None
         self._is_punct: dict[str, bool] = {}
 
-    def _straddling_cases(self) -> frozenset[tuple[str, str]]:
-        """(left, right): the cuts of every case spaCy matches over the document, between its tokens."""
+    def _load(self) -> None:
+        """A fresh blank-English pipeline (made again whenever the chunk table is emptied).
+
+        Its vocabulary grows with every new word; spaCy's memory zones would free the words, but its
+        tokenizer then fails on words a zone freed, so the whole pipeline is replaced instead.
+        """
+        import spacy
+
+        self._nlp = spacy.blank("en")
+        # Token texts depend on the tokenizer's rules and affixes, never on a word's attributes
+        # (shape, like_num, ...), which spaCy computes in Python for every new word: none here.
+        self._nlp.vocab.lex_attr_getters = {}
+        self._tokenizer = self._nlp.tokenizer
+
+    def _straddling_cases(self) -> tuple[frozenset[tuple[str, str]], frozenset[str]]:
+        """(left, right) cuts of every case spaCy matches over the document; the tokens such cases make."""
+        from spacy.attrs import ORTH
         from spacy.tokenizer import Tokenizer
 
         tok = self._tokenizer
         bare = Tokenizer(self._nlp.vocab, rules={}, prefix_search=tok.prefix_search,
                          suffix_search=tok.suffix_search, infix_finditer=tok.infix_finditer,
                          token_match=tok.token_match, url_match=tok.url_match)
-        pairs = set()
-        for case in tok.rules:
+        pairs, merged = set(), set()
+        for case, substrings in tok.rules.items():
             # spaCy matches a case over the document only when affixes would split it (faster_heuristics)
             if not (tok.find_prefix(case) or tok.find_infix(case) or tok.find_suffix(case) or " " in case):
                 continue
             pieces = [t.text for t in bare(case)]  # the tokens the document-wide matcher looks for
             for i in range(1, len(pieces)):
                 pairs.add(("".join(pieces[:i]), "".join(pieces[i:])))
-        return frozenset(pairs)
+            merged.update(sub[ORTH] for sub in substrings)
+        return frozenset(pairs), frozenset(merged)
 
     def _learn(self, chunks: list[str]) -> None:
-        """Tokenize chunks not seen before, all in one tokenizer call."""
-        new = list(dict.fromkeys(c for c in chunks if c not in self._chunks))
+        """Tokenize the chunks not seen before."""
+        new = set(chunks).difference(self._chunks)
         if not new:
             return
         if len(self._chunks) + len(new) > MAX_CHUNKS:
             self._chunks.clear()
             self._needs.clear()
-            new = list(dict.fromkeys(chunks))
-        doc = self._tokenizer("\n".join(new))  # "\n" keeps chunks apart: no case holds whitespace
-        tokens = iter(t.text for t in doc if not t.is_space)
-        for chunk in new:
-            taken, size = [], 0
-            while size < len(chunk):
-                taken.append(next(tokens))
-                size += len(taken[-1])
-            self._chunks[chunk] = tuple(taken)
-            if chunk.startswith(self._rights):
-                self._needs[chunk] = tuple(left for size in self._right_sizes
-                                           for left in self._lefts_of.get(chunk[:size], ()))
+            self._load()
+            new = set(chunks)
+        # ASCII letters alone are one token unless a special case ("dont", "gonna"): no prefix,
+        # suffix or infix of spaCy's English matches letters alone (tests/test_stage_words.py).
+        plain = [c for c in new if c.isascii() and c.isalpha() and c not in self._rules]
+        for chunk in plain:
+            self._remember(chunk, [chunk])
+        new = sorted(new.difference(plain))
+        if not new:
+            return
+        # "\n" keeps chunks apart (no case holds whitespace) and is a token of its own between them;
+        # offsets and lengths come out as one array, without a Token object per token.
+        joined = "\n".join(new)
+        spans = self._tokenizer(joined).to_array(self._columns).tolist()
+        tokens: list[str] = []
+        names = iter(new)
+        for start, length in spans:
+            if joined[start] == "\n":
+                self._remember(next(names), tokens)
+                tokens = []
+            else:
+                tokens.append(joined[start : start + length])
+        self._remember(next(names), tokens)
+
+    def _remember(self, chunk: str, tokens: list[str]) -> None:
+        self._chunks[chunk] = tuple(tokens)
+        if chunk.startswith(self._rights):
+            lefts = tuple(left for size in self._right_sizes if self._may_cut(tokens, size)
+                          for left in self._lefts_of.get(chunk[:size], ()))
+            if lefts:
+                self._needs[chunk] = lefts
+
+    def _may_cut(self, tokens, at: int) -> bool:
+        """Whether, before the document-wide matching, a token of the chunk could end at `at`.
+
+        That matching only merges tokens into a case's pieces, so a token boundary before it is
+        one after it, or falls inside a piece of a case.
+        """
+        if at == 0:
+            return True
+        end = 0
+        for token in tokens:
+            end += len(token)
+            if end == at:
+                return True
+            if end > at:
+                return token in self._merged
+        return False
 
     def _straddling(self, chunks: list[str]) -> list[int]:
         """The i where a case may straddle chunks i-1 and i (if one space parts them): a necessary condition."""
@@ -99,43 +153,49 @@ class SpacyWords:
         if needs.keys().isdisjoint(chunks):
             return []
         return [i for i, chunk in enumerate(chunks) if i and chunk in needs
-                and chunks[i - 1].endswith(needs[chunk])]
+                and any(chunks[i - 1].endswith(left)
+                        and self._may_cut(self._chunks[chunks[i - 1]], len(chunks[i - 1]) - len(left))
+                        for left in needs[chunk])]
 
     def _spacy(self, text: str) -> list[str]:
-        """The tokens of spaCy on the whole text, as datatrove calls it (its IS_ALPHA workaround included)."""
+        """The tokens of spaCy on a text, as datatrove calls it (its IS_ALPHA workaround included)."""
         try:
-            doc = self._tokenizer(text)
+            return [t.text for t in self._tokenizer(text)]
         except Exception:
             if "IS_ALPHA" not in text:
                 raise
-            doc = self._tokenizer(text.replace("IS_ALPHA", ""))
-        return [t.text for t in doc]
+            return [t.text for t in self._tokenizer(text.replace("IS_ALPHA", ""))]
 
     def tokens(self, text: str, spaces: bool = False) -> list[str]:
         """The text's tokens in order, without whitespace tokens (spaces=True: " " where spaCy has any)."""
         chunks = text.split()
         self._learn(chunks)
         straddling = self._straddling(chunks)
-        if not straddling and not spaces:
+        if not straddling and (not spaces or " ".join(chunks) == text):
             return list(itertools.chain.from_iterable(map(self._chunks.__getitem__, chunks)))
-        if not straddling and " ".join(chunks) == text:
-            return list(itertools.chain.from_iterable(map(self._chunks.__getitem__, chunks)))
-        spans = [m.span() for m in _CHUNK.finditer(text)]
+        parts = _SEPARATORS.split(text)  # chunk, separator, chunk, ...; "" first or last at whitespace ends
+        if not parts[0]:
+            parts = parts[2:]
+        seps = parts[1::2]  # seps[i - 1] parts chunks[i - 1] and chunks[i]
         # A case can straddle two chunks only when one space parts them (no whitespace token between):
-        # such chunks are tokenized together, as spaCy would within the whole text.
-        joined = {i for i in straddling if text[spans[i - 1][1] : spans[i][0]] == " "}
+        # such chunks are tokenized together, as spaCy does within the whole text.
+        joined = {i for i in straddling if seps[i - 1] == " "}
         out: list[str] = []
         i = 0
         while i < len(chunks):
-            if i and spaces and text[spans[i - 1][1] : spans[i][0]] != " ":
+            if i and spaces and seps[i - 1] != " ":
                 out.append(" ")  # the whitespace token(s) spaCy makes of any other run of whitespace
             j = i + 1
             while j in joined:
                 j += 1
             if j == i + 1:
                 out.extend(self._chunks[chunks[i]])
-            else:
-                out.extend(t for t in self._spacy(text[spans[i][0] : spans[j - 1][1]]) if not t.isspace())
+            else:  # remembered too, by its text (which has spaces: never a chunk's)
+                window = " ".join(chunks[i:j])
+                tokens = self._chunks.get(window)
+                if tokens is None:
+                    tokens = self._chunks[window] = tuple(t for t in self._spacy(window) if not t.isspace())
+                out.extend(tokens)
             i = j
         return out
 
