@@ -97,3 +97,17 @@ def test_the_last_text_is_tokenized_once():
     first = words.words(text)
     assert words.words(text) is first
     assert words.words(text + " ") is not first
+
+
+def test_the_suffix_window_holds_for_this_spacy():
+    # words.py searches spaCy's suffixes from the last SUFFIX_WINDOW characters: every piece of the
+    # pattern but `\.\.+` must match at most that many (re's own parser measures them).
+    import re._parser as parser  # noqa: PLC0415 -- the measure, in the test only
+
+    from spacy.lang.en import English
+
+    if spacy.__version__ != words_module.SUFFIX_WINDOW_SPACY:
+        pytest.skip("the window is used only with the spaCy it was measured on")
+    widths = {piece: parser.parse(piece).getwidth()[1] for piece in English.Defaults.suffixes}
+    unbounded = [piece for piece, width in widths.items() if width > words_module.SUFFIX_WINDOW]
+    assert unbounded == [r"\.\.+"], unbounded

@@ -32,15 +32,31 @@ MAX_CHUNKS = 200_000
 _SEPARATORS = re.compile(r"(\s+)")
 
 
+# spaCy searches its suffix pattern (an alternation of pieces, each ending in "$") from every
+# position of a string. In spaCy 3.8.18's English every piece but `\.\.+` matches at most 5
+# characters (tests/test_stage_words.py parses them), so unless the string ends with "..", the
+# leftmost match, if any, starts in the last 5 characters: searching from there finds the same
+# match (lookbehinds still see the characters before).
+SUFFIX_WINDOW, SUFFIX_WINDOW_SPACY = 5, "3.8.18"
+
+
+def _suffix_search(search):
+    pattern = search.__self__
+
+    def suffix_search(string: str):
+        if string.endswith(".."):
+            return pattern.search(string)
+        return pattern.search(string, max(0, len(string) - SUFFIX_WINDOW))
+
+    return suffix_search
+
+
 class SpacyWords:
     """spaCy blank-English tokens of a text, as datatrove's `split_into_words` and sentencizer see them."""
 
     def __init__(self):
-        from spacy.attrs import IDX, LENGTH
-
         self._load()
         self._rules = frozenset(self._tokenizer.rules)
-        self._columns = [IDX, LENGTH]
         self._punct_chars = frozenset(self._nlp.add_pipe("sentencizer").punct_chars)
         self._nlp.remove_pipe("sentencizer")
         self._chunks: dict[str, tuple[str, ...]] = {}  # chunk (or a window of chunks) -> its tokens
@@ -69,6 +85,8 @@ class SpacyWords:
         # (shape, like_num, ...), which spaCy computes in Python for every new word: none here.
         self._nlp.vocab.lex_attr_getters = {}
         self._tokenizer = self._nlp.tokenizer
+        if spacy.__version__ == SUFFIX_WINDOW_SPACY:
+            self._tokenizer.suffix_search = _suffix_search(self._tokenizer.suffix_search)
 
     def _straddling_cases(self) -> tuple[frozenset[tuple[str, str]], frozenset[str]]:
         """(left, right) cuts of every case spaCy matches over the document; the tokens such cases make."""
@@ -108,22 +126,24 @@ class SpacyWords:
         new = sorted(new.difference(plain))
         if not new:
             return
-        # "\n" keeps chunks apart (no case holds whitespace) and is a token of its own between them;
-        # offsets and lengths come out as one array, without a Token object per token.
-        joined = "\n".join(new)
-        spans = self._tokenizer(joined).to_array(self._columns).tolist()
+        # "\n" keeps chunks apart (no case holds whitespace) and is a token of its own between them.
         tokens: list[str] = []
         names = iter(new)
-        for start, length in spans:
-            if joined[start] == "\n":
+        for token in [t.text for t in self._tokenizer("\n".join(new))]:
+            if token == "\n":
                 self._remember(next(names), tokens)
                 tokens = []
             else:
-                tokens.append(joined[start : start + length])
+                tokens.append(token)
         self._remember(next(names), tokens)
 
     def _remember(self, chunk: str, tokens: list[str]) -> None:
         self._chunks[chunk] = tuple(tokens)
+        if len(tokens) == 1 and chunk not in self._merged:  # a case can be cut only at its end
+            lefts = self._lefts_of.get(chunk)
+            if lefts:
+                self._needs[chunk] = lefts
+            return
         if chunk.startswith(self._rights):
             lefts = tuple(left for size in self._right_sizes if self._may_cut(tokens, size)
                           for left in self._lefts_of.get(chunk[:size], ()))
