@@ -111,3 +111,43 @@ def test_the_suffix_window_holds_for_this_spacy():
     widths = {piece: parser.parse(piece).getwidth()[1] for piece in English.Defaults.suffixes}
     unbounded = [piece for piece, width in widths.items() if width > words_module.SUFFIX_WINDOW]
     assert unbounded == [r"\.\.+"], unbounded
+
+
+def _first_characters(items) -> set[int]:
+    """The code points a parsed pattern can start consuming with (skipping lookarounds before it)."""
+    import re._parser as parser  # noqa: PLC0415 -- the measure, in the test only
+
+    for op, arg in items:
+        if op is parser.ASSERT or op is parser.ASSERT_NOT:
+            continue
+        if op is parser.LITERAL:
+            return {arg}
+        if op is parser.IN:
+            out = set()
+            for kind, value in arg:
+                if kind is parser.LITERAL:
+                    out.add(value)
+                elif kind is parser.RANGE:
+                    out.update(range(value[0], value[1] + 1))
+                else:
+                    raise AssertionError(f"unexpected {kind} in a class: measure it")
+            return out
+        if op is parser.BRANCH:
+            return set().union(*(_first_characters(branch) for branch in arg[1]))
+        if op in (parser.MAX_REPEAT, parser.MIN_REPEAT) and arg[0] >= 1:
+            return _first_characters(arg[2])
+        if op is parser.SUBPATTERN:
+            return _first_characters(arg[3])
+        raise AssertionError(f"unexpected {op}: measure it")
+    raise AssertionError("a pattern that consumes nothing")
+
+
+def test_the_ascii_infix_characters_hold_for_this_spacy():
+    import re._parser as parser  # noqa: PLC0415 -- the measure, in the test only
+
+    from spacy.lang.en import English
+
+    if spacy.__version__ != words_module.SUFFIX_WINDOW_SPACY:
+        pytest.skip("used only with the spaCy it was measured on")
+    first = set().union(*(_first_characters(parser.parse(p).data) for p in English.Defaults.infixes))
+    assert {chr(c) for c in first if c < 128} == set(words_module.INFIX_ASCII)

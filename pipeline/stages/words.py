@@ -38,6 +38,19 @@ _SEPARATORS = re.compile(r"(\s+)")
 # leftmost match, if any, starts in the last 5 characters: searching from there finds the same
 # match (lookbehinds still see the characters before).
 SUFFIX_WINDOW, SUFFIX_WINDOW_SPACY = 5, "3.8.18"
+# The ASCII characters an infix of that spaCy's English can start with (the test derives them from
+# the patterns): an ASCII string without any has no infix, and spaCy's search over it is skipped.
+INFIX_ASCII = ".+-*^,~:<>=/"
+_INFIX_FREE = re.compile("[^" + re.escape(INFIX_ASCII) + "]*")
+
+
+def _infix_finditer(finditer):
+    def infix_finditer(string: str):
+        if string.isascii() and _INFIX_FREE.fullmatch(string):
+            return iter(())
+        return finditer(string)
+
+    return infix_finditer
 
 
 def _suffix_search(search):
@@ -87,6 +100,7 @@ class SpacyWords:
         self._tokenizer = self._nlp.tokenizer
         if spacy.__version__ == SUFFIX_WINDOW_SPACY:
             self._tokenizer.suffix_search = _suffix_search(self._tokenizer.suffix_search)
+            self._tokenizer.infix_finditer = _infix_finditer(self._tokenizer.infix_finditer)
 
     def _straddling_cases(self) -> tuple[frozenset[tuple[str, str]], frozenset[str]]:
         """(left, right) cuts of every case spaCy matches over the document; the tokens such cases make."""
