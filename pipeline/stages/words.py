@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import threading
 import unicodedata
 
 # Bounded memory: the chunk table is emptied when it holds this many chunks (~40 MB).
@@ -268,3 +269,14 @@ class SpacyWords:
             elif in_chars:
                 seen_period = True
         return count
+
+
+_THREAD = threading.local()
+
+
+def thread_words() -> SpacyWords:
+    """This thread's SpacyWords, shared by the stages that run on it (a table is no thread's to share)."""
+    words = getattr(_THREAD, "words", None)
+    if words is None:
+        words = _THREAD.words = SpacyWords()
+    return words
