@@ -27,8 +27,9 @@ import re
 import threading
 import unicodedata
 
-# Bounded memory: the chunk table is emptied when it holds this many chunks (~40 MB).
-MAX_CHUNKS = 200_000
+# Bounded memory: two generations of at most this many chunks each (~30 MB each). When the table is
+# full it becomes the older generation, from which the chunks seen again move back; the rest go.
+MAX_CHUNKS = 150_000
 # \s is str.isspace() (checked over all of Unicode): where spaCy and str.split() split.
 _SEPARATORS = re.compile(r"(\s+)")
 
@@ -83,6 +84,8 @@ class SpacyWords:
         self._right_sizes = sorted({len(r) for r in self._rights})
         # chunk -> what a chunk before it must end with to straddle a case with it
         self._needs: dict[str, tuple[str, ...]] = {}
+        self._older: dict[str, tuple[str, ...]] = {}  # the generation before (its chunks and needs)
+        self._older_needs: dict[str, tuple[str, ...]] = {}
         self._last: tuple[str, list[str]] | None = None
         self._is_punct: dict[str, bool] = {}
 
@@ -129,10 +132,19 @@ class SpacyWords:
         if not new:
             return
         if len(self._chunks) + len(new) > MAX_CHUNKS:
-            self._chunks.clear()
-            self._needs.clear()
+            self._older, self._older_needs = self._chunks, self._needs
+            self._chunks, self._needs = {}, {}
             self._load()
             new = set(chunks)
+        if self._older:
+            again = new.intersection(self._older)
+            for chunk in again:
+                self._chunks[chunk] = self._older[chunk]
+                if chunk in self._older_needs:
+                    self._needs[chunk] = self._older_needs[chunk]
+            new.difference_update(again)
+            if not new:
+                return
         # ASCII letters alone are one token unless a special case ("dont", "gonna"): no prefix,
         # suffix or infix of spaCy's English matches letters alone (tests/test_stage_words.py).
         plain = [c for c in new if c.isascii() and c.isalpha() and c not in self._rules]
