@@ -137,7 +137,7 @@ class SpacyWords:
             self._load()
             new = set(chunks)
         if self._older:
-            again = new.intersection(self._older)
+            again = {c for c in new if c in self._older}  # (set.intersection(dict) would walk the dict)
             for chunk in again:
                 self._chunks[chunk] = self._older[chunk]
                 if chunk in self._older_needs:
