@@ -25,6 +25,8 @@ import dataclasses
 import re
 
 from pipeline.core.options import option, parse_bool
+from pipeline.stages.base import Doc, DocumentStage, Keep, Remove
+from pipeline.stages.words import check_spacy, thread_words
 
 CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
 END_PUNCTUATION = (".", "?", "!", '"', "'")
@@ -82,3 +84,21 @@ def c4_quality(text: str, opts: C4QualityOptions, sentence_count) -> tuple[str |
     if num_sentences < opts.c4_min_num_sentences:
         return "too_few_sentences", text
     return None, "\n".join(kept).strip()
+
+
+class C4Quality(DocumentStage):
+    """--filters c4_quality (the module docstring): removes documents, or keeps them with lines cut."""
+
+    name = "c4_quality"
+    Options = C4QualityOptions
+
+    def check(self) -> None:
+        """Refuse a job without spaCy."""
+        check_spacy(self.name)
+
+    def apply(self, doc: Doc) -> Remove | Keep | None:
+        """Removed with its rule; kept with datatrove's modified text, a cut when it changed."""
+        rule, text = c4_quality(doc.text, self.options, thread_words().sentence_count)
+        if rule is not None:
+            return Remove(rule)
+        return None if text == doc.text else Keep(text=text, cut_rule=CUT_RULE)

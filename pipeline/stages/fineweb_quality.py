@@ -18,8 +18,10 @@ from __future__ import annotations
 import dataclasses
 
 from pipeline.core.options import option, parse_bool
+from pipeline.stages.base import Doc, DocumentStage, Remove
 from pipeline.stages.gopher_repetition import duplicates
 from pipeline.stages.punctuation import TERMINAL
+from pipeline.stages.words import check_spacy, thread_words
 
 TERMINAL_ENDINGS = tuple(TERMINAL)
 
@@ -57,3 +59,18 @@ def fineweb_quality_rule(text: str, words_of, opts: FineWebQualityOptions) -> st
         return "list_ratio"
     return None
 
+
+class FineWebQuality(DocumentStage):
+    """--filters fineweb_quality (the module docstring)."""
+
+    name = "fineweb_quality"
+    Options = FineWebQualityOptions
+
+    def check(self) -> None:
+        """Refuse a job without spaCy."""
+        check_spacy(self.name)
+
+    def apply(self, doc: Doc) -> Remove | None:
+        """Removed with the first rule it fails."""
+        rule = fineweb_quality_rule(doc.text, thread_words().words, self.options)
+        return None if rule is None else Remove(rule)

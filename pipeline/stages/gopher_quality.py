@@ -27,7 +27,9 @@ import dataclasses
 import itertools
 
 from pipeline.core.options import option
+from pipeline.stages.base import Doc, DocumentStage, Remove
 from pipeline.stages.punctuation import PUNCTUATION_SET
+from pipeline.stages.words import check_spacy, thread_words
 
 STOP_WORDS = ("the", "be", "to", "of", "and", "that", "have", "with")
 
@@ -120,3 +122,19 @@ def gopher_quality_rule(text: str, words: list[str], opts: GopherQualityOptions)
     if opts.gopher_min_stop_words and len(set(opts.gopher_stop_words).intersection(words)) < opts.gopher_min_stop_words:
         return "gopher_enough_stop_words"
     return None
+
+
+class GopherQuality(DocumentStage):
+    """--filters gopher_quality (the module docstring)."""
+
+    name = "gopher_quality"
+    Options = GopherQualityOptions
+
+    def check(self) -> None:
+        """Refuse a job without spaCy."""
+        check_spacy(self.name)
+
+    def apply(self, doc: Doc) -> Remove | None:
+        """Removed with the first rule it fails."""
+        rule = gopher_quality_rule(doc.text, thread_words().words(doc.text), self.options)
+        return None if rule is None else Remove(rule)

@@ -30,6 +30,8 @@ from collections import Counter
 from operator import itemgetter
 
 from pipeline.core.options import option
+from pipeline.stages.base import Doc, DocumentStage, Remove
+from pipeline.stages.words import check_spacy, thread_words
 
 _PARAGRAPHS = re.compile(r"\n{2,}")
 _LINES = re.compile("\n+")
@@ -146,3 +148,19 @@ def gopher_repetition_rule(text: str, words: list[str], opts: GopherRepetitionOp
             if repeated_n_gram_chars(joined, offsets, n, size, fraction) / size > fraction:
                 return f"duplicated_{n}_n_grams"
     return None
+
+
+class GopherRepetition(DocumentStage):
+    """--filters gopher_repetition (the module docstring)."""
+
+    name = "gopher_repetition"
+    Options = GopherRepetitionOptions
+
+    def check(self) -> None:
+        """Refuse a job without spaCy."""
+        check_spacy(self.name)
+
+    def apply(self, doc: Doc) -> Remove | None:
+        """Removed with the first rule it fails."""
+        rule = gopher_repetition_rule(doc.text, thread_words().words(doc.text), self.options)
+        return None if rule is None else Remove(rule)

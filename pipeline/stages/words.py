@@ -292,3 +292,11 @@ def thread_words() -> SpacyWords:
     if words is None:
         words = _THREAD.words = SpacyWords()
     return words
+
+
+def check_spacy(stage: str) -> None:
+    """Refuse, in the driver, a quality filter without spaCy (ValueError naming the stage and the extra)."""
+    try:
+        import spacy  # noqa: F401
+    except ImportError as e:
+        raise ValueError(f"--filters {stage} needs spaCy: pip install 'pile-pipeline[filters]'") from e
