@@ -19,6 +19,7 @@ import pytest
 from corpus_helpers import FAST_BEAM, output_digests, pile_line, run_free, write_lines
 
 from pipeline.cli import run, train_tokenizer
+from pipeline.format.summary import label_lines
 from pipeline.stages.base import Doc, Keep, Remove
 from pipeline.stages.c4_quality import C4Quality
 from pipeline.stages.fineweb_quality import FineWebQuality
@@ -178,6 +179,9 @@ def test_counts_add_up_and_count_languages_and_pii(cleaned):
                 pii[kind] = pii.get(kind, 0) + n
         assert s.get("tallies", {}).get("pii", {}) == pii
     assert manifest["config"]["filters"] == ["gopher_quality", "gopher_repetition", "c4_quality", "fineweb_quality"]
+    kept = sum(1 for v in EXPECTED.values() if v[0] is None)
+    tokens = sum(s["tokens"] for s in manifest["subsets"].values())
+    assert label_lines(manifest) == [f"language: en {kept:,} documents {tokens:,} tokens"]
     assert manifest["config"]["languages"] == ["en"] and manifest["config"]["pii"] == ["email", "ip"]
 
 
