@@ -11,6 +11,12 @@ import dataclasses
 
 from pipeline.core.options import options_of
 from pipeline.stages.base import FILTERED, REMOVED, DocumentStage
+from pipeline.stages.c4_quality import C4Quality
+from pipeline.stages.fineweb_quality import FineWebQuality
+from pipeline.stages.gopher_quality import GopherQuality
+from pipeline.stages.gopher_repetition import GopherRepetition
+from pipeline.stages.language import Language
+from pipeline.stages.pii import Pii
 from pipeline.stages.rules import DEDUP_REASONS, EmptyText, SubsetSelection
 
 STAGES: dict[str, type[DocumentStage]] = {}
@@ -71,6 +77,7 @@ def choices() -> list[str]:
     return [name for name, cls in STAGES.items() if not cls.builtin]
 
 
-# The rows: the built-in rules, then each stage a user can name in --filters (one row per stage).
-for _stage in (SubsetSelection, EmptyText):
+# The rows: the built-in rules, then each stage a user can name in --filters (one row per stage);
+# language and pii, which their own flags turn on, run after the stages --filters names, in this order.
+for _stage in (SubsetSelection, EmptyText, GopherQuality, GopherRepetition, C4Quality, FineWebQuality, Language, Pii):
     register(_stage)
