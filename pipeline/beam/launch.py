@@ -20,7 +20,7 @@ from pipeline.beam import dask_run
 from pipeline.beam.execution import Workspace, running_mode
 from pipeline.beam.graph import runtime_of
 from pipeline.beam.job import build_pipeline, output_format
-from pipeline.beam.logs import JobFailed, failure_line
+from pipeline.beam.logs import JobFailed, failure_line, quiet_job_error_tracebacks
 from pipeline.beam.options import DASK, direct_runner, pipeline_options, running_mode_given
 from pipeline.beam.preflight import Job, prepare, translated
 from pipeline.beam.progress import Monitor
@@ -136,11 +136,11 @@ def run(job: Job, options: PipelineOptions, beam_args: list[str], translate_only
         if runner == DASK:
             dask_run.quiet_client_logs()
         start = time.monotonic()
+        threads = runner == "DirectRunner" and options.view_as(DirectOptions).direct_running_mode in (
+            "multi_threading", "in_memory")
         p = beam.Pipeline(runner=direct_runner(options), options=options)
         try:
-            with p:
-                threads = runner == "DirectRunner" and options.view_as(DirectOptions).direct_running_mode in (
-                    "multi_threading", "in_memory")
+            with quiet_job_error_tracebacks(), p:
                 build_pipeline(p, job, Workspace(sink, monitor.address, job.run_id if threads else None,
                                                  runtime_of(runner)))
                 gc_policy.resume()  # the job's own objects are collected as usual

@@ -42,6 +42,7 @@ from pipeline.beam.manifest import shared_entries, tokenizer_json
 from pipeline.beam.preflight import Job
 from pipeline.beam.progress import Reporter
 from pipeline.beam.read import STATS, chunk_stage, counter, reporter
+from pipeline.beam.removed import REMOVED, removed_files
 from pipeline.config.job import PipelineConfig
 from pipeline.core import packing
 from pipeline.core.stats import merge_stats, sorted_dict
@@ -224,7 +225,7 @@ def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) 
         chunks, "TokenizeDocuments",
         TokenizeDocumentsFn(cfg, job.special, job.backend.name, job.execution.encode_threads, sink, progress,
                             tokenizer=job.worker_tokenizer, encode_batch_bytes=job.execution.encode_batch_bytes),
-        DEAD_LETTERS, STATS, COUNTS, main="documents", runtime=runtime)
+        DEAD_LETTERS, STATS, COUNTS, REMOVED, main="documents", runtime=runtime)
     layout = (
         docs[COUNTS]
         | "CollectCounts" >> beam.combiners.ToList()
@@ -258,7 +259,7 @@ def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) 
                   | "WriteShards" >> beam.FlatMap(lambda j: writer.process((j[0], j[1]), {j[0]: j[2]})))
     dead = docs[DEAD_LETTERS] | "WriteDeadLetters" >> WriteDeadLetters(cfg, job.run_id)
     stats = (
-        tuple(s for s in (read_stats, docs[STATS]) if s is not None)
+        tuple(s for s in (read_stats, docs[STATS], *removed_files(cfg, job.run_id, docs)) if s is not None)
         | "AllStats" >> beam.Flatten()
         | "SumStats" >> beam.CombineGlobally(merge_stats)
     )

@@ -189,8 +189,8 @@ class Unread:
     """Chunks not read yet, where the step that takes them reads them itself (`chunk_stage`).
 
     items: one element per task, (slot, work items) or, once dedup's removals are joined,
-    (slot, work items, {(file_index, chunk_index): {line: removed record}}); read_fn: what reads a
-    work item; slots_of_file: the slots that read each input file.
+    (slot, work items, {(file_index, chunk_index): {line: removed record}}, the stages' verdicts the
+    same way or None); read_fn: what reads a work item; slots_of_file: the slots that read each file.
     """
 
     items: beam.PCollection
@@ -213,13 +213,16 @@ class ReadThenFn(beam.DoFn):
         self._stage.start_bundle()
 
     def process(self, element):
-        _, units, removed = element if len(element) == 3 else (*element, None)
+        _, units, *joined = element
+        removed, verdicts = (*joined, None, None)[:2]
         for unit in units:
             for out in self._read.process(unit):
                 if isinstance(out, beam.pvalue.TaggedOutput):
                     yield out
                     continue
-                item = out if removed is None else (out, removed.get((out.file_index, out.chunk_index), {}))
+                key = (out.file_index, out.chunk_index)
+                item = out if removed is None else (out, removed.get(key, {})) if verdicts is None else (
+                    out, removed.get(key, {}), verdicts.get(key, {}))
                 yield from self._stage.process(item) or ()
 
     def finish_bundle(self):
@@ -352,7 +355,8 @@ def _work_items(job: Job, files: list[tuple[int, str]], frames_of: dict,
     sizes = file_sizes([path for _, path in files])
     indexed = {i for i, _ in files if frames_of[i] != [None]}
     read_share = READ_SHARE.get(job.backend.name, READ_SHARE_FAST)
-    whole = [j for j, (i, _) in enumerate(files) if i not in indexed]
+    # Only a JSON-lines file is read in stripes (every n-th chunk): an Arrow file is read whole, by one worker.
+    whole = [j for j, (i, path) in enumerate(files) if i not in indexed and not columnar.is_columnar(path)]
     stripes = dict.fromkeys(range(len(files)), 1)
     workers = job.execution.workers
     if job.execution.share and board and workers > 1 and whole:

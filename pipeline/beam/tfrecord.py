@@ -51,6 +51,7 @@ from pipeline.beam.manifest import shared_entries, tokenizer_json
 from pipeline.beam.preflight import Job
 from pipeline.beam.progress import Reporter
 from pipeline.beam.read import STATS, chunk_stage, counter, reporter
+from pipeline.beam.removed import REMOVED, removed_files
 from pipeline.config.job import PipelineConfig
 from pipeline.core import best_fit, packing, provenance
 from pipeline.core.shuffle import Permutation, ShardPlan
@@ -510,7 +511,7 @@ def build_output(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Work
         ProcessChunkFn(cfg, job.special, job.backend.name, job.execution.encode_threads, sink,
                        reporter(job, workspace), tokenizer=job.worker_tokenizer,
                        encode_batch_bytes=job.execution.encode_batch_bytes),
-        TAILS, DEAD_LETTERS, STATS, COUNTS, PROVENANCE, main="records", runtime=runtime)
+        TAILS, DEAD_LETTERS, STATS, COUNTS, PROVENANCE, REMOVED, main="records", runtime=runtime)
     if packs_best_fit(cfg):  # every chunk packed whole: no tails to join
         stages = [processed]
     else:
@@ -530,7 +531,7 @@ def build_output(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Work
     # work item read reports its file's stats), so no default value is needed.
     counted = [pc for stage in stages for pc in outputs_of(stage, STATS, COUNTS)]
     totals = (
-        tuple(pc for pc in (read_stats, *counted) if pc is not None)
+        tuple(pc for pc in (read_stats, *counted, *removed_files(cfg, job.run_id, processed)) if pc is not None)
         | "AllStats" >> beam.Flatten()
         | "SumStats" >> beam.CombineGlobally(TotalsFn()).without_defaults()
     )

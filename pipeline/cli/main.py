@@ -14,6 +14,7 @@ import sys
 from pipeline.beam.lean_import import one_command_per_process
 from pipeline.core.extras import guarded
 from pipeline.core.versions import created_by
+from pipeline.io.signals import leave_if_stopped
 
 COMMANDS = {
     "run": ("pipeline.cli.run", "JSON-lines files -> token shards + manifest (the Beam job)"),
@@ -57,8 +58,9 @@ def exiting(status: int) -> int:
 
     The interpreter's shutdown collects garbage over every object again; after a Beam job (~2,300
     modules loaded) that is ~0.35 s of every command. Only for the last step of a process: whatever
-    is frozen is never collected.
+    is frozen is never collected. A run stopped by a signal exits here at once (`leave_if_stopped`).
     """
+    leave_if_stopped(status)
     gc.freeze()
     return status
 

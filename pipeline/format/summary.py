@@ -99,6 +99,7 @@ def format_summary(manifest: dict, seconds: float | None = None, output_dir: str
         lines[-1] += f" in {where}/ ({len(dead['files'])} files)"
     if "removed" in manifest:
         lines.append(removed_line(manifest, output_dir))
+    lines += label_lines(manifest)
     layout = sum(dead["by_reason"].get(reason, 0) for reason in _LAYOUT_REASONS)
     hints = sorted({hint for reason, hint in _LAYOUT_REASONS.items() if dead["by_reason"].get(reason)})
     if hints and layout >= 0.01 * max(totals.get("lines", 0), 1):  # a pattern, not a stray broken line
@@ -126,6 +127,20 @@ def _packing_line(manifest: dict) -> str:
     return (f"packing: {packing.get('records_from_tails', 0)} records from joined tails, remainder policy "
             f"{packing['remainder_policy']}: {packing.get('padding_labels', 0)} padding, "
             f"{packing.get('dropped_labels', 0)} dropped label tokens")
+
+
+def label_lines(manifest: dict) -> list[str]:
+    """One line per label a stage counted (the language stage's): documents and tokens written per value."""
+    totals: dict[str, dict[str, list[int]]] = {}
+    for s in manifest["subsets"].values():
+        for key, values in s.get("labels", {}).items():
+            for value, counts in values.items():
+                total = totals.setdefault(key, {}).setdefault(value, [0, 0])
+                total[0] += counts["documents"]
+                total[1] += counts["tokens"]
+    return [f"{key}: " + ", ".join(f"{value} {d:,} documents {t:,} tokens"
+                                   for value, (d, t) in sorted(values.items(), key=lambda kv: (-kv[1][1], kv[0])))
+            for key, values in sorted(totals.items())]
 
 
 def removed_line(manifest: dict, output_dir: str | None = None) -> str:
