@@ -14,6 +14,7 @@ from apache_beam.options.pipeline_options import (
 )
 
 from pipeline.beam.lean_import import runner_named
+from pipeline.core.extras import install_line
 from pipeline.core.options import Runner, UsageError, parse_bool
 
 
@@ -96,7 +97,7 @@ def import_dask_options() -> None:
         import dask.distributed  # noqa: F401
     except ImportError as e:
         raise UsageError(f"--runner DaskRunner needs dask and distributed ({e.name} is not installed): "
-                         "pip install 'pile-pipeline[dask]'") from None
+                         f"{install_line('dask')}") from None
 
 
 def direct_runner(options: PipelineOptions):
