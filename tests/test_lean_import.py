@@ -1,4 +1,4 @@
-"""Beam imported for a DirectRunner job without its cloud connectors (pipeline/beam/lean_import.py)."""
+"""Beam imported for a DirectRunner job without its cloud connectors (pipeline/startup/lean_import.py)."""
 
 import json
 import subprocess
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.beam.lean_import import CONNECTORS, runs_in_process
+from pipeline.startup.lean_import import CONNECTORS, runs_in_process
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -31,13 +31,11 @@ def _after_import(flags, connectors=None, one_command=True) -> dict:
     """What a fresh interpreter has in sys.modules after `import_beam(flags)`."""
     code = f"""
 import json, sys
-import pipeline.beam.lean_import as lean
-if {one_command!r}:
-    lean.one_command_per_process()
+import pipeline.startup.lean_import as lean
 connectors = {connectors!r}
 if connectors is not None:
     lean.CONNECTORS = connectors
-lean.import_beam({flags!r})
+lean.import_beam({flags!r}, lean={one_command!r})
 import apache_beam, apache_beam.io.filesystems as fs, apache_beam.runners.dataflow.dataflow_runner as df
 def supported(url):
     try:

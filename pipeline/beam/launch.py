@@ -26,13 +26,13 @@ from pipeline.beam.preflight import Job, prepare, translated
 from pipeline.beam.progress import Monitor
 from pipeline.beam.remote import workers_of
 from pipeline.config.job import PipelineConfig
-from pipeline.core import gc_policy
 from pipeline.io.lock import OutputLock
 from pipeline.io.outputs import remove_temp_files, remove_unfinished_run
 from pipeline.io.signals import caught_signal
 from pipeline.io.sinks import KEEP, SpillSink, StoreSink, remove_folder, store_folder
 from pipeline.io.spill import make_spill_dir, remove_spill_dir
 from pipeline.io.urls import redact_url
+from pipeline.startup.command import graph_built
 from pipeline.tokenize.early_check import EarlyChoice
 from pipeline.tokenize.model import TokenizerModel
 
@@ -143,7 +143,7 @@ def run(job: Job, options: PipelineOptions, beam_args: list[str], translate_only
             with quiet_job_error_tracebacks(), p:
                 build_pipeline(p, job, Workspace(sink, monitor.address, job.run_id if threads else None,
                                                  runtime_of(runner)))
-                gc_policy.resume()  # the job's own objects are collected as usual
+                graph_built()  # the job's own objects are collected as usual (pipeline/startup/)
         finally:
             if runner == DASK:
                 dask_run.finish(getattr(p, "result", None), options)

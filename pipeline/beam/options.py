@@ -13,9 +13,8 @@ from apache_beam.options.pipeline_options import (
     TestOptions,
 )
 
-from pipeline.beam.lean_import import runner_named
 from pipeline.core.extras import install_line
-from pipeline.core.options import Runner, UsageError, parse_bool
+from pipeline.core.options import Runner, UsageError, parse_bool, runner_flag
 
 
 class JavaRunnerOptions(PipelineOptions):
@@ -41,7 +40,7 @@ class JavaRunnerOptions(PipelineOptions):
 
 def unknown_flags(flags: list[str]) -> list[str]:
     """The arguments among `flags` that Beam's PipelineOptions does not accept (stray values included)."""
-    if is_dask(runner_named(flags)):
+    if is_dask(runner_flag(flags)):
         import_dask_options()
     parsers = []
     # add_extra_args_fn hands over the parser Beam builds from every registered options class.
