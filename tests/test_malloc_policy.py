@@ -62,7 +62,7 @@ def test_the_command_sets_it_as_it_starts_in_a_one_command_process(monkeypatch):
             "missing.model"]
     assert run.cli(argv) == 2
     assert calls == []  # a test (or a program) calling the command keeps glibc's defaults
-    monkeypatch.setitem(command._ONE_COMMAND, 0, True)  # what the entry points say (pipeline/run.py)
+    monkeypatch.setattr(command, "_ONE_COMMAND", [True])  # what the entry points say (pipeline/run.py)
     assert run.cli(argv) == 2
     assert calls == [1]
 
