@@ -9,7 +9,8 @@ import sentencepiece as spm
 from corpus_helpers import FAST_BEAM, pile_line, run_free, write_lines
 from test_backends import FAST, _fuzz, _train, _WrongOnDigits
 
-from pipeline.beam import execution, preflight, read
+from pipeline.beam import execution, preflight
+from pipeline.beam.direct import read as direct_read
 from pipeline.cli import run
 from pipeline.config.job import PipelineConfig
 from pipeline.tokenize import engines, self_check
@@ -85,8 +86,8 @@ def test_small_files_taken_in_groups_by_two_threads_give_the_same_shards(backend
     corpus = str(tmp_path / "in" / "*.jsonl.zst")
     sp = _run(corpus, tmp_path / "sp", tiny_model, "--tokenizer_backend", "sentencepiece")
     monkeypatch.setattr(execution, "ENCODE_BATCH_BYTES", 32 << 10)
-    planned, on_queue = [], read._on_queue
-    monkeypatch.setattr(read, "_on_queue", lambda *a, **k: planned.append(on_queue(*a, **k)) or planned[-1])
+    planned, on_queue = [], direct_read.on_queue
+    monkeypatch.setattr(direct_read, "on_queue", lambda *a, **k: planned.append(on_queue(*a, **k)) or planned[-1])
     manifest = run.main(["--input", corpus, "--output_dir", str(tmp_path / "fast"), "--tokenizer_model", tiny_model,
                          "--seq_len", str(SEQ), "--document_boundaries", "--epochs", "Github=1.5,ArXiv=2",
                          "--chunk_mb", "0.05", "--tokenizer_backend", backend, "--runner", "DirectRunner",

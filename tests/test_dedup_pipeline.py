@@ -18,7 +18,7 @@ from corpus_helpers import (
     write_lines,
 )
 
-from pipeline.beam.launch import warms_dedup_kernels
+from pipeline.beam.direct.runner import warms_dedup_kernels
 from pipeline.beam.options import pipeline_options
 from pipeline.cli import run
 

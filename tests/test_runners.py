@@ -36,6 +36,7 @@ from corpus_helpers import file_digest, run_free
 from sample_corpus import write_sample_corpus
 
 from pipeline.beam import options as beam_options
+from pipeline.beam.direct.runner import fn_api_runner
 from pipeline.beam.job import build_pipeline
 from pipeline.beam.preflight import prepare
 from pipeline.cli import run
@@ -312,8 +313,8 @@ def test_direct_runner_jobs_run_on_the_fn_api_runner_never_prism(direct_run, mon
     again = run.main(argv + ["--runner", "DirectRunner", "--direct_num_workers", "2"])
     assert _digests(out) == digests and run_free(again) == run_free(manifest)
     options = beam_options.pipeline_options(["--runner", "DirectRunner"])
-    assert type(beam_options.direct_runner(options)).__name__ == "FnApiRunner"
-    assert beam_options.direct_runner(beam_options.pipeline_options(["--runner", "PortableRunner"])) is None
+    assert type(fn_api_runner(options)).__name__ == "FnApiRunner"
+    assert fn_api_runner(beam_options.pipeline_options(["--runner", "PortableRunner"])) is None
 
 
 def test_external_worker_pool_writes_the_same_bytes(direct_run, job_service_spy):
@@ -366,7 +367,7 @@ def test_worker_threads_never_send_half_an_element(caplog):
 
     options = beam_options.pipeline_options(["--runner", "DirectRunner", "--direct_num_workers", "2",
                                              "--direct_running_mode", "multi_threading"])
-    runner = beam_options.direct_runner(options)
+    runner = fn_api_runner(options)
     environment = runner._default_environment  # noqa: SLF001 -- what the runner was handed, checked
     assert isinstance(environment, EmbeddedPythonGrpcEnvironment)
     assert environment.data_buffer_time_limit_ms == beam_options.NO_TIMED_FLUSH_MS

@@ -8,12 +8,12 @@ import tracemalloc
 import numpy as np
 import pytest
 
+from pipeline.beam.direct import spill
 from pipeline.beam.tfrecord import WriteShardFn
 from pipeline.config.job import PipelineConfig
 from pipeline.core.shuffle import Permutation, ShardPlan
 from pipeline.core.sources import SourceOffsets, source_key
 from pipeline.format.framing import FramedRecords, frame
-from pipeline.io import spill
 from pipeline.io import spool as spool_module
 from pipeline.io.spool import BUCKET_BYTES, OrderedSpool, SpoolError
 
@@ -88,8 +88,8 @@ def test_one_shard_placed_by_its_blocks_first_indices_is_the_same_shard(tmp_path
             by_positions.append((Permutation(n, seed)(index).astype("<i8").tobytes(), recs))
     writer.close()
     assert all(isinstance(placement, int) for _, (placement, _) in elements)  # not the positions
-    spill_dir = str(tmp_path / "spill") if spilled else None
-    (placed,) = WriteShardFn(_config(tmp_path / "a"), RECORD_PAYLOAD + 16, RUN_ID, spill_dir).process(
+    sink = spill.SpillSink(str(tmp_path / "spill")) if spilled else None
+    (placed,) = WriteShardFn(_config(tmp_path / "a"), RECORD_PAYLOAD + 16, RUN_ID, sink).process(
         (0, [value for _, value in elements]), plan)
     (positioned,) = WriteShardFn(_config(tmp_path / "b"), RECORD_PAYLOAD + 16, RUN_ID).process((0, by_positions), plan)
     data = (tmp_path / "a" / placed["path"]).read_bytes()
@@ -117,7 +117,7 @@ def test_several_shards_from_blocks_assigned_in_batches_are_the_permuted_records
     held_bytes = 40 * len(frame(_payload(0)))
     monkeypatch.setattr(tfrecord.AssignShardsFn, "ASSIGN_BATCH_RECORDS", 40 if limit == "records" else 1 << 30)
     monkeypatch.setattr(tfrecord.AssignShardsFn, "ASSIGN_BATCH_BYTES", held_bytes if limit == "bytes" else 1 << 30)
-    monkeypatch.setattr(tfrecord, "likely_cached", lambda spill_dir: cached)
+    monkeypatch.setattr(spill, "likely_cached", lambda spill_dir: cached)
     assign = tfrecord.AssignShardsFn(seed)
     assign.start_bundle()
     elements = []
@@ -139,7 +139,8 @@ def test_several_shards_from_blocks_assigned_in_batches_are_the_permuted_records
     for shard in range(plan.num_shards):
         group = [value for key, value in elements if key == shard]
         (info,) = WriteShardFn(_config(tmp_path / "out", seed), RECORD_PAYLOAD + 16, RUN_ID,
-                               str(tmp_path / "spill") if spilled else None).process((shard, group), plan)
+                               spill.SpillSink(str(tmp_path / "spill")) if spilled else None).process((shard, group),
+                                                                                                       plan)
         data = (tmp_path / "out" / info["path"]).read_bytes()
         assert data == b"".join(frame(_payload(int(i))) for i in order[bounds[shard] : bounds[shard + 1]])
 

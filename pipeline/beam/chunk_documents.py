@@ -35,8 +35,8 @@ from pipeline.core.epochs import copies_of
 from pipeline.format.framing import FramedRecords
 from pipeline.io import inputs, outputs
 from pipeline.io.publish import publish
+from pipeline.io.record_files import load_chunk
 from pipeline.io.sinks import KEEP, RecordSink
-from pipeline.io.spill import load_chunk
 from pipeline.io.urls import redact_url
 from pipeline.stages import policy
 from pipeline.tokenize.engines import BATCHED, TokenizerMismatch

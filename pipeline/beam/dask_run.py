@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import os
+from collections.abc import Iterator
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.beam.options import import_dask_options
 from pipeline.core.options import UsageError
+from pipeline.io.sinks import KEEP, RecordSink, StoreSink, remove_folder, store_folder
 
 LOG = logging.getLogger("pipeline")
 
@@ -111,3 +114,18 @@ def failure(exc: BaseException, options: PipelineOptions) -> str | None:
                     "manifest was written")
         seen = seen.__cause__ or seen.__context__
     return None
+
+
+@contextlib.contextmanager
+def store(job, translate_only: bool = False) -> Iterator[RecordSink]:
+    """Dask's side of a run: its record blocks in a hidden folder of the output directory, removed at the end.
+
+    A dask task holds its outputs in memory as one list: record blocks go to files (StoreSink),
+    and only references cross Dask.
+    """
+    quiet_client_logs()
+    folder = None if translate_only else store_folder(job.config.output_dir)
+    try:
+        yield StoreSink(folder) if folder else KEEP
+    finally:
+        remove_folder(folder)

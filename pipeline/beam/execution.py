@@ -34,15 +34,6 @@ LOG = logging.getLogger(__name__)
 READ_SHARE = {"sentencepiece": 0.01}
 READ_SHARE_FAST = 0.05  # the fast backends
 BALANCED = 1.02  # a plan within 2% of a perfect split is not improved further
-# A worker's time spent holding the GIL (reading, JSON, validation, packing, framing: Python) against
-# its whole time, the tokenizers releasing it; measured on the same corpus, one core
-# (scripts/bench/bench_pipeline.py's per-stage table): 0.76 of 20.6 CPU-s with SentencePiece, of 3.35 with
-# gigatoken.
-# Every tokenizer engine releases the GIL (`tokenizers`' reference runs its per-text encode through
-# `encode_batch`, which does; `Tokenizer.encode` itself would not).
-GIL_SHARE = {"sentencepiece": 0.04}
-GIL_SHARE_FAST = 0.25
-THREADS_UP_TO = 0.6  # workers x GIL share: above it, threads would queue for the GIL
 # Decompressed bytes of chunks a DirectRunner worker tokenizes in one call, with an engine that gains
 # from it (pipeline/tokenize/engines.py BATCHED). gigatoken starts every call with an empty word
 # cache: one call per 32 MB costs ~15-20% less CPU per token than one per 4 MB chunk (real text,
@@ -86,14 +77,15 @@ class Workspace:
 
     sink: where record blocks go (pipeline/io/sinks.py): KEEP, they cross the shuffle as they are;
     progress: where workers send their progress (pipeline/beam/progress.py), None: metrics only;
-    board: the run's key on the board where workers that are threads of this process claim the
-    chunks of the files they share (pipeline/io/claims.py), None: static stripes.
+    runtime: what the graph may ask of the runner (pipeline/beam/graph.py);
+    reader: how the workers get their work items when they read their own (DirectRunner's:
+    pipeline/beam/direct/read.py `WorkItems`); None: fanned out, or Dask's tasks.
     """
 
     sink: RecordSink = KEEP
     progress: tuple[str, int, bytes] | None = None  # the Monitor's (host, port, key)
-    board: str | None = None
     runtime: Runtime = EVERY_FEATURE
+    reader: object | None = None
 
 
 def plan_execution(runner: str, direct_workers: int | None, input_files: list[str], fan_out: str = "auto",
@@ -131,43 +123,9 @@ def plan_execution(runner: str, direct_workers: int | None, input_files: list[st
                      input_bytes=input_bytes)
 
 
-def running_mode(workers: int, backend: str) -> str:
-    """DirectRunner's workers as threads of the driver while the GIL is not what limits them, else processes.
-
-    Threads start in milliseconds and hand elements over in memory; each worker process imports Beam
-    and our modules and unpickles the job (~1.5-2.5 s before it reads a byte, more on a busy machine)
-    and every element crosses a socket. The tokenizer engines release
-    the GIL, so threads tokenize in parallel; the Python around them does not: with a fast tokenizer
-    on many cores, processes win.
-    """
-    share = GIL_SHARE.get(backend, GIL_SHARE_FAST)
-    return "multi_threading" if workers * share <= THREADS_UP_TO else "multi_processing"
-
-
 def text_bytes_guess(path: str, stored: float) -> float:
     """The decompressed bytes of `stored` bytes of `path`, guessed from its name (`COMPRESSED_GUESS`)."""
     return stored * COMPRESSED_GUESS if name_part(path).lower().endswith(COMPRESSED_SUFFIXES) else stored
-
-
-def queue_groups(sizes: list[float], after: float, workers: int, target: float) -> list[int]:
-    """The group of each item of a queue (`sizes` in queue order): consecutive items taken as one.
-
-    A group is tokenized in calls of the batch size, not a call per item (many small files), and is
-    at most `target` and 1/(2 * workers) of the work left from it to the end (`after`: the work after
-    the queue): groups shrink toward the end (guided self-scheduling) and the workers finish together.
-
-    >>> queue_groups([4] * 12, 0, 2, 8), queue_groups([50, 4, 4], 0, 2, 8)
-    ([0, 0, 1, 1, 2, 2, 3, 4, 5, 6, 7, 8], [0, 1, 2])
-    """
-    left = sum(sizes) + after
-    groups, group, held, cap = [], -1, 0.0, 0.0
-    for size in sizes:
-        if group < 0 or held + size > cap:
-            group, held, cap = group + 1, 0.0, min(target, left / (2 * workers))
-        held += size
-        left -= size
-        groups.append(group)
-    return groups
 
 
 def share_files(sizes: list[int], workers: int, read_share: float) -> list[int]:

@@ -50,8 +50,8 @@ from pipeline.format import megatron as fmt
 from pipeline.format.framing import FramedRecords
 from pipeline.io.outputs import LATEST_NAME, commit_output, latest_run, run_path
 from pipeline.io.publish import publish
+from pipeline.io.record_files import SpilledRecords, load
 from pipeline.io.sinks import RecordSink
-from pipeline.io.spill import SpilledRecords, load
 from pipeline.tokenize.model import SpecialIds, WorkerTokenizer
 
 LOG = logging.getLogger(__name__)

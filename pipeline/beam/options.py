@@ -64,22 +64,6 @@ def flag_names() -> set[str]:
 BEAM = Runner(unknown=unknown_flags, flags=flag_names)
 
 
-# Beam's in-process workers (DirectRunner's multi_threading) flush their outputs from a timer thread
-# every second. A flush between two writes of one element (the GIL goes to the timer while Python
-# code encodes it: pickling a numpy array's dtype is Python) sends half an element, which its reader
-# cannot decode: the job fails, or runs out of memory on a length read from the wrong bytes. The same
-# workers with a time limit no job reaches flush whole elements only (by size, and when a bundle ends).
-NO_TIMED_FLUSH_MS = 7 * 24 * 3600 * 1000
-_ADVICE = "If direct_num_workers is not equal to 1, direct_running_mode should be"
-
-
-class _NoRunningModeAdvice(logging.Filter):
-    """Beam advises against in_memory with several workers: ours are threads, given as their environment."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith(_ADVICE)
-
-
 DASK = "DaskRunner"
 DASK_NAMES = ("daskrunner", "dask", "apache_beam.runners.dask.dask_runner.daskrunner")
 
@@ -99,48 +83,16 @@ def import_dask_options() -> None:
                          f"{install_line('dask')}") from None
 
 
-def direct_runner(options: PipelineOptions):
-    """The runner object of a DirectRunner or DaskRunner job; None for other runners (Beam makes them).
+def runner_object(options: PipelineOptions):
+    """The runner object of a DaskRunner job (Beam's --runner knows it only by its module path); else None.
 
-    DaskRunner: Beam's, which Beam's --runner knows only by its module path.
-
-    Beam's DirectRunner first tries its Prism runner, a Go binary it downloads from GitHub at run
-    time, and falls back to the FnApiRunner when that fails (offline, for one): the same command
-    would run on two different runners depending on the network. Ours always run on the FnApiRunner,
-    with the pipeline options handed to its workers as DirectRunner hands them. Worker threads
-    (`--direct_running_mode multi_threading`) run in the embedded gRPC environment Beam would give
-    them, without its timed flushes (NO_TIMED_FLUSH_MS); worker processes (`multi_processing`) run
-    Beam's SDK worker through pipeline/beam/sdk_worker.py. The options then say in_memory, the mode
-    in which the runner keeps the environment it is given.
+    DirectRunner's is pipeline/beam/direct/runner.py's; Beam makes every other runner from its name.
     """
-    runner = options.view_as(StandardOptions).runner
-    if runner == DASK:
+    if options.view_as(StandardOptions).runner == DASK:
         from apache_beam.runners.dask.dask_runner import DaskRunner
 
         return DaskRunner()
-    if runner != "DirectRunner":
-        return None
-    from apache_beam.portability.api import beam_provision_api_pb2
-    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
-    from apache_beam.runners.portability.fn_api_runner.fn_runner import ExtendedProvisionInfo
-    from apache_beam.runners.portability.portable_runner import JobServiceHandle
-    from apache_beam.transforms.environments import EmbeddedPythonGrpcEnvironment, SubprocessSDKEnvironment
-
-    from pipeline.beam.sdk_worker import COMMAND
-
-    direct, environment = options.view_as(DirectOptions), None
-    if direct.direct_running_mode in ("multi_threading", "multi_processing"):
-        if direct.direct_running_mode == "multi_threading":
-            environment = EmbeddedPythonGrpcEnvironment(data_buffer_time_limit_ms=NO_TIMED_FLUSH_MS)
-        else:
-            environment = SubprocessSDKEnvironment.from_command_string(command_string=COMMAND)
-        direct.direct_running_mode = "in_memory"
-        runner_log = logging.getLogger("apache_beam.runners.portability.fn_api_runner.fn_runner")
-        if not any(isinstance(f, _NoRunningModeAdvice) for f in runner_log.filters):
-            runner_log.addFilter(_NoRunningModeAdvice())
-    encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
-    return FnApiRunner(default_environment=environment, provision_info=ExtendedProvisionInfo(
-        beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)))
+    return None
 
 
 def running_mode_given(beam_args: list[str]) -> bool:

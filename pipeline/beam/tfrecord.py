@@ -65,8 +65,8 @@ from pipeline.format.summary import format_summary
 from pipeline.io import outputs
 from pipeline.io.outputs import commit_output
 from pipeline.io.publish import publish
+from pipeline.io.record_files import RecordReader, SpilledRecords
 from pipeline.io.sinks import KEEP, RecordSink
-from pipeline.io.spill import PiecePool, RecordReader, SpilledRecords, ordered_pieces
 from pipeline.io.spool import OrderedSpool
 from pipeline.io.urls import redact_url
 from pipeline.tokenize.model import SpecialIds, WorkerTokenizer
@@ -387,9 +387,10 @@ class WriteShardFn(beam.DoFn):
     The group is read once, an element at a time, its records put into a local spool at their places
     in the shard (pipeline/io/spool.py), and written from there in order: the writer holds one element of the
     group and one ~8 MB bucket, whatever the shard's size, as long as the runner hands the group
-    over lazily (docs/operations.md: which runners do). When every record is in spill files that
-    are likely still in the page cache (`spill_dir`, pipeline/io/spill.py), only the references are
-    held and the shard is gathered from those files in order. The sha256 is computed while writing.
+    over lazily (docs/operations.md: which runners do). When every record is a reference to a file of
+    the job's sink (pipeline/io/sinks.py), only the references are held, and a sink that can gathers
+    the shard straight from its files in order (DirectRunner's spill files while in the page cache).
+    The sha256 is computed while writing.
     Shards go into the run's own directory (pipeline/io/outputs.py). A placement: see AssignShardsFn.
     """
 
@@ -406,20 +407,18 @@ class WriteShardFn(beam.DoFn):
         name = outputs.run_path(self._run_id, outputs.shard_name(self._config.split, shard, plan.num_shards))
         path = posixpath.join(self._config.output_dir, name)
         groups = iter(groups)
-        spilled: list[tuple[bytes | int, SpilledRecords]] = []
-        if self._sink.gatherable():
-            for placement, recs in groups:
-                if not isinstance(recs, SpilledRecords):
-                    groups = itertools.chain([(placement, recs)], groups)
-                    break
-                spilled.append(shard_members(placement, recs))
-            else:
-                places = shard_places([p for p, _ in spilled], [len(r) for _, r in spilled], perm, first)
-                blocks = list(zip(places, (r for _, r in spilled), strict=True))
-                pool = PiecePool()
-                size, sha = publish(path, ordered_pieces(blocks, end - first, self._record_bytes, pool=pool),
-                                    parts_kept=True, release=pool.give)
-                yield self._written(name, end - first, size, sha)
+        spilled: list[tuple[bytes | int, SpilledRecords]] = []  # references only, while they are
+        for placement, recs in groups:
+            if not isinstance(recs, SpilledRecords):
+                groups = itertools.chain([(placement, recs)], groups)
+                break
+            spilled.append(shard_members(placement, recs))
+        else:
+            places = shard_places([p for p, _ in spilled], [len(r) for _, r in spilled], perm, first)
+            blocks = list(zip(places, (r for _, r in spilled), strict=True))
+            written = self._sink.publish_gathered(path, blocks, end - first, self._record_bytes)
+            if written is not None:
+                yield self._written(name, end - first, *written)
                 return
         with OrderedSpool(end - first, (end - first) * self._record_bytes) as spool, RecordReader() as reader:
             for placement, recs in itertools.chain(spilled, groups):

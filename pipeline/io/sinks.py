@@ -2,12 +2,12 @@
 
 A step that makes record blocks hands each to its sink and emits what the sink gives back: the
 block itself (`KEEP`: the runner's shuffle carries the bytes), or a reference to the same bytes in
-a file (`SpilledRecords`, pipeline/io/spill.py) that the shard writer reads back. Which sink a job
+a file (`SpilledRecords`, pipeline/io/record_files.py) that the shard writer reads back. Which sink a job
 uses is decided where it runs, never by the steps:
 
 - `KEEP`: Dataflow, Flink and Spark, whose shuffles are made for bulk data.
-- `SpillSink`: DirectRunner (one machine; its shuffle goes through the driver): each DoFn appends
-  to a local spill file of its own (pipeline/io/spill.py); also the chunks dedup's join would move.
+- `SpillSink` (pipeline/beam/direct/spill.py): DirectRunner (one machine; its shuffle goes through
+  the driver): each DoFn appends to a local spill file of its own; also the chunks dedup's join moves.
 - `StoreSink`: Beam's DaskRunner, whose tasks hold their outputs in memory as lists: each block is
   one file in a hidden folder of the output directory (local, a shared mount or s3://), named by
   its source, so that a task run again writes the same file with the same bytes; the tasks' outputs
@@ -25,7 +25,7 @@ import numpy as np
 from pipeline.format.framing import FramedRecords
 from pipeline.io.inputs import Chunk
 from pipeline.io.publish import publish, temp_name
-from pipeline.io.spill import SpilledChunk, SpilledRecords, SpillWriter, likely_cached, spill_chunk, spillable
+from pipeline.io.record_files import SpilledChunk, SpilledRecords
 
 
 class RecordSink:
@@ -43,48 +43,18 @@ class RecordSink:
         """The sink of one part of the job (a --per_subset branch): its names never meet another part's."""
         return self
 
-    def gatherable(self) -> bool:
-        """Whether a shard writer may gather its records straight from the files (`ordered_pieces`)."""
-        return False
+    def publish_gathered(self, path: str, blocks: list, count: int, record_bytes: int) -> tuple[int, str] | None:
+        """A shard of `count` records published straight from this sink's files, in place order: (bytes, sha256).
+
+        `blocks`: (places, SpilledRecords) pairs. None where this sink cannot (the writer spools instead).
+        """
+        return None
 
     def close(self) -> None:
         """Close what this copy of the sink opened (a DoFn's teardown)."""
 
 
 KEEP = RecordSink()
-
-
-class SpillSink(RecordSink):
-    """Blocks and chunks appended to a spill file of this copy's own in a local directory (one machine)."""
-
-    def __init__(self, spill_dir: str):
-        self.spill_dir = spill_dir
-        self._writer: SpillWriter | None = None
-
-    def __getstate__(self):
-        return {"spill_dir": self.spill_dir, "_writer": None}
-
-    def _spill(self) -> SpillWriter:
-        if self._writer is None:
-            self._writer = SpillWriter(self.spill_dir)
-        return self._writer
-
-    def put(self, block: FramedRecords, name: str) -> SpilledRecords:
-        """A reference to the block, appended to this copy's spill file."""
-        return self._spill().write(block)
-
-    def put_chunk(self, chunk: Chunk) -> Chunk | SpilledChunk:
-        """A reference to the chunk's lines in the spill file; a chunk with a columnar row goes on as it is."""
-        return spill_chunk(self._spill(), chunk) if spillable(chunk) else chunk
-
-    def gatherable(self) -> bool:
-        """While the spill files are on a local disk and likely in the page cache."""
-        return likely_cached(self.spill_dir)
-
-    def close(self) -> None:
-        """Close this copy's spill file (its references stay valid until the job ends)."""
-        if self._writer is not None:
-            self._writer.close()
 
 
 class StoreSink(RecordSink):

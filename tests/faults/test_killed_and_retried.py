@@ -27,7 +27,7 @@ from sample_corpus import write_sample_corpus
 from pipeline.beam import chunk_documents, tfrecord
 from pipeline.cli import run
 from pipeline.format import manifest as manifest_lib
-from pipeline.io import outputs, spill
+from pipeline.io import outputs, record_files
 from pipeline.io.lock import LOCK_NAME
 
 REPO = Path(__file__).resolve().parents[2]
@@ -184,7 +184,7 @@ def _record_groups(monkeypatch) -> dict:
         # between shards goes to each whole with the indices of the shard's records): what the
         # writer reads.
         members = [tfrecord.shard_members(placement, recs)[1] for placement, recs in element[1]]
-        groups["GroupByShard"].append(sum(len(spill.load(recs).data) for recs in members))
+        groups["GroupByShard"].append(sum(len(record_files.load(recs).data) for recs in members))
         return write_shard(self, element, plan)
 
     def tails(self, element):
