@@ -8,6 +8,7 @@ the workers unpickle the job, elements cross processes, a shuffle is Dask's, a w
 SIGKILL loses what it held (Dask runs those tasks again elsewhere), and a scheduler can go away.
 """
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -18,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+import apache_beam as beam
 import pytest
 import zstandard
 from corpus_helpers import edit_word, output_digests, pile_line, run_free, write_lines
@@ -25,6 +27,13 @@ from dask_cluster import REPO, cluster_env, dask_cluster
 from s3_server import loopback_s3
 from sample_corpus import write_sample_corpus
 
+from pipeline.beam import dask_run
+from pipeline.beam.direct.runner import fn_api_runner
+from pipeline.beam.execution import Workspace, plan_execution
+from pipeline.beam.graph import DASK
+from pipeline.beam.job import build_pipeline, output_format
+from pipeline.beam.options import pipeline_options
+from pipeline.beam.preflight import prepare
 from pipeline.cli import run
 
 pytestmark = pytest.mark.slow
@@ -110,18 +119,38 @@ def _local_argv(corpus: Path, model: str, out: Path, *extra: str) -> list[str]:
 
 def test_same_bytes_on_a_local_directory_per_subset_and_decontaminated(corpus, tiny_model, cluster, tmp_path):
     """A local cluster reads and writes this machine's files: --per_subset and --decontaminate, as DirectRunner."""
-    evals = tmp_path / "evals.jsonl"
-    first = zstandard.ZstdDecompressor().decompress((corpus / "train" / "01.jsonl.zst").read_bytes(),
-                                                    max_output_size=1 << 30).splitlines()
-    doc = next(json.loads(line) for line in first if json.loads(line)["meta"]["pile_set_name"] == "Github")
-    evals.write_text(json.dumps({"text": doc["text"][:400]}) + "\n")
-    extra = ["--per_subset", "--decontaminate", str(evals), "--subsets", "Pile-CC,Github"]
+    extra = ["--per_subset", "--decontaminate", str(_eval_file(corpus, tmp_path)), "--subsets", "Pile-CC,Github"]
     run.main(_local_argv(corpus, tiny_model, tmp_path / "direct", *extra) + DIRECT)
     run.main(_local_argv(corpus, tiny_model, tmp_path / "dask", *extra)
              + ["--runner", "DaskRunner", "--dask_client_address", cluster.address])
     expected = output_digests(tmp_path / "direct")
     assert any("github/" in name and "removed/" in name for name in expected), sorted(expected)
     assert output_digests(tmp_path / "dask") == expected
+
+
+def test_the_graph_dask_runs_writes_direct_runners_bytes_on_direct_runner_too(corpus, tiny_model, tmp_path):
+    """The same graph without a cluster: tasks that read their own work items, outputs carried in the element,
+    joins for side inputs, record blocks through files of the output directory; DirectRunner runs it."""
+    extra = ["--dedup", "near", "--decontaminate", str(_eval_file(corpus, tmp_path))]
+    run.main(_local_argv(corpus, tiny_model, tmp_path / "direct", *extra) + DIRECT)
+    config, beam_args = run.parse_args(_local_argv(corpus, tiny_model, tmp_path / "graph", *extra) + DIRECT)
+    options = pipeline_options(beam_args)
+    job = prepare(config, options)
+    job = dataclasses.replace(job, execution=plan_execution("DaskRunner", 2, list(job.input_files)))
+    output_format(config).prepare(config)
+    with dask_run.store(job) as sink, beam.Pipeline(runner=fn_api_runner(options), options=options) as p:
+        build_pipeline(p, job, Workspace(sink, runtime=DASK))
+    assert output_digests(tmp_path / "graph") == output_digests(tmp_path / "direct")
+
+
+def _eval_file(corpus: Path, folder: Path) -> Path:
+    """An eval set holding the start of a Github document of the corpus (decontamination removes it)."""
+    evals = folder / "evals.jsonl"
+    first = zstandard.ZstdDecompressor().decompress((corpus / "train" / "01.jsonl.zst").read_bytes(),
+                                                    max_output_size=1 << 30).splitlines()
+    doc = next(json.loads(line) for line in first if json.loads(line)["meta"]["pile_set_name"] == "Github")
+    evals.write_text(json.dumps({"text": doc["text"][:400]}) + "\n")
+    return evals
 
 
 # -- faults ------------------------------------------------------------------------------------------

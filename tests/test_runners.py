@@ -36,7 +36,7 @@ from corpus_helpers import file_digest, run_free
 from sample_corpus import write_sample_corpus
 
 from pipeline.beam import options as beam_options
-from pipeline.beam.direct.runner import fn_api_runner
+from pipeline.beam.direct.runner import NO_TIMED_FLUSH_MS, fn_api_runner
 from pipeline.beam.job import build_pipeline
 from pipeline.beam.preflight import prepare
 from pipeline.cli import run
@@ -370,7 +370,7 @@ def test_worker_threads_never_send_half_an_element(caplog):
     runner = fn_api_runner(options)
     environment = runner._default_environment  # noqa: SLF001 -- what the runner was handed, checked
     assert isinstance(environment, EmbeddedPythonGrpcEnvironment)
-    assert environment.data_buffer_time_limit_ms == beam_options.NO_TIMED_FLUSH_MS
+    assert environment.data_buffer_time_limit_ms == NO_TIMED_FLUSH_MS
     with beam.Pipeline(runner=runner, options=options) as p:
         counted = (p | beam.Create(range(4)) | "Spread" >> beam.Reshuffle()
                    | beam.FlatMap(lambda i: [(i * 1000 + k, _SlowToPickle(k)) for k in range(300)])
