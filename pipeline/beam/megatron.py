@@ -35,7 +35,7 @@ import tempfile
 import apache_beam as beam
 import numpy as np
 
-from pipeline.beam.chunk_documents import COUNTS, DEAD_LETTERS, ChunkDocumentsFn, WriteDeadLetters
+from pipeline.beam.chunk_documents import COUNTS, DEAD_LETTERS, ChunkDocumentsFn, WriteDeadLetters, emitted
 from pipeline.beam.execution import Workspace
 from pipeline.beam.graph import gather, join_each, multi_output
 from pipeline.beam.manifest import shared_entries, tokenizer_json
@@ -102,7 +102,7 @@ class TokenizeDocumentsFn(ChunkDocumentsFn):
                 block = FramedRecords(stream.labels.astype(self._dtype).tobytes(), np.cumsum(nbytes))
                 source = (group, copy, chunk.file_index, chunk.chunk_index)
                 self._tokens.inc(len(stream.labels))
-                yield source, self._emit(block, source)
+                yield source, emitted(self._sink, block, source)
                 counts.setdefault(group, []).append((fmt.source_key(*source[1:]), len(nbytes),
                                                      int(nbytes.sum()) + fmt.INDEX_BYTES_PER_DOCUMENT * len(nbytes)))
         if counts:

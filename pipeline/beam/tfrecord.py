@@ -42,8 +42,8 @@ from pipeline.beam.chunk_documents import (
     COUNTS,
     DEAD_LETTERS,
     ChunkDocumentsFn,
-    EmitsRecords,
     WriteDeadLetters,
+    emitted,
 )
 from pipeline.beam.execution import Workspace
 from pipeline.beam.graph import gather, join_each, multi_output, outputs_of
@@ -96,9 +96,9 @@ def _spans_out(source: tuple, count: int, spans: np.ndarray, labels: int):
     return beam.pvalue.TaggedOutput(PROVENANCE, (source, count, provenance.split_spans(spans, labels)[0]))
 
 
-def _records_out(fn: EmitsRecords, source: tuple, block: FramedRecords, stream: packing.Piece, labels: int):
-    """A block of packed records: the main output, its COUNTS and (with --provenance) its PROVENANCE."""
-    yield source, fn._emit(block, source)
+def _records_out(sink: RecordSink, source: tuple, block: FramedRecords, stream: packing.Piece, labels: int):
+    """A block of packed records: the main output (through `sink`), its COUNTS, (with --provenance) its PROVENANCE."""
+    yield source, emitted(sink, block, source)
     yield beam.pvalue.TaggedOutput(COUNTS, (source, len(block)))
     if stream.spans is not None:
         yield _spans_out(source, len(block), stream.spans, labels)
@@ -144,7 +144,7 @@ class ProcessChunkFn(ChunkDocumentsFn):
                 self._records.inc(len(tokens))
                 block = serialize_records(tokens, starts, dtype=self._dtype,
                                           document_boundaries=cfg.document_boundaries)
-                yield from _records_out(self, source, block, stream, len(tokens) * cfg.seq_len)
+                yield from _records_out(self._sink, source, block, stream, len(tokens) * cfg.seq_len)
             if len(remainder):
                 yield beam.pvalue.TaggedOutput(TAILS, ((copy, chunk.file_index), (chunk.chunk_index, remainder)))
 
@@ -170,7 +170,7 @@ class ProcessChunkFn(ChunkDocumentsFn):
             return
         self._records.inc(len(packed))
         block = framing.serialize_packed(packed.tokens, packed.segment_ids, packed.positions, dtype=self._dtype)
-        yield source, self._emit(block, source)
+        yield source, emitted(self._sink, block, source)
         yield beam.pvalue.TaggedOutput(COUNTS, (source, len(block)))
         if packed.spans is not None:
             yield _spans_out(source, len(packed), packed.spans, len(packed) * cfg.seq_len)
@@ -179,11 +179,11 @@ class ProcessChunkFn(ChunkDocumentsFn):
             "documents_cut": packed.documents_cut, "padded_records": 0}})
 
 
-class _PacksTails(EmitsRecords):
-    """A DoFn that joins the tails of earlier packing, in order, and packs them."""
+class _PacksTails(beam.DoFn):
+    """A DoFn that joins the tails of earlier packing, in order, and packs them; its blocks through `sink`."""
 
     def __init__(self, config: PipelineConfig, special: SpecialIds, sink: RecordSink | None = None):
-        super().__init__(sink)
+        self._sink = sink or KEEP
         self._config = config
         self._special = special
         self._dtype = records.token_dtype_for(special.vocab_size)
@@ -193,6 +193,9 @@ class _PacksTails(EmitsRecords):
         pieces = [piece for _, piece in sorted(tails, key=lambda t: t[0])]
         stream = packing.concat_pieces(pieces, self._special.separator_id)
         return (stream, *packing.pack(stream, self._config.seq_len))
+
+    def teardown(self):
+        self._sink.close()
 
 
 class PackTailsFn(_PacksTails):
@@ -205,7 +208,8 @@ class PackTailsFn(_PacksTails):
             counter("records_from_tails").inc(len(tokens))
             block = serialize_records(tokens, starts, dtype=self._dtype,
                                       document_boundaries=self._config.document_boundaries)
-            yield from _records_out(self, (1, copy, file_index, 0), block, stream, len(tokens) * self._config.seq_len)
+            yield from _records_out(self._sink, (1, copy, file_index, 0), block, stream,
+                                    len(tokens) * self._config.seq_len)
         if len(remainder):
             yield beam.pvalue.TaggedOutput(TAILS, (None, ((copy, file_index), remainder)))
         yield beam.pvalue.TaggedOutput(STATS, {"packing": {"records_from_tails": len(tokens)}})
@@ -235,7 +239,7 @@ class PackFinalFn(_PacksTails):
         if len(out):
             # The padded record holds the remainder's labels.
             labels = len(stream) if stats.get("padded_records") else len(tokens) * cfg.seq_len
-            yield from _records_out(self, (2, 0, 0, 0), out, stream, labels)
+            yield from _records_out(self._sink, (2, 0, 0, 0), out, stream, labels)
         yield beam.pvalue.TaggedOutput(STATS, {"packing": stats})
 
 
