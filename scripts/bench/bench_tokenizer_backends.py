@@ -59,7 +59,7 @@ def stage_costs(path: str, model: str, backends: list[str], seq_len: int = 2048,
     from pipeline.core import documents, packing
     from pipeline.format import framing, records
     from pipeline.io import inputs
-    from pipeline.tokenize.engines import Encoder
+    from pipeline.tokenize.encoder import Encoder
 
     cost: dict = {}
 
@@ -142,7 +142,7 @@ def main(argv=None) -> str:
     pattern = os.path.join(corpus, "train", "*.jsonl.zst")
     print(f"corpus {pattern} ({time.perf_counter() - started:.0f} s)", flush=True)
     model = args.model
-    from pipeline.tokenize.model_facts import ModelFacts
+    from pipeline.tokenize.kinds.sp_facts import ModelFacts
 
     with open(model, "rb") as f:
         facts = ModelFacts.from_proto(f.read())

@@ -1,10 +1,11 @@
-"""What every kind of tokenizer file offers the pipeline: `Tokenizer`, and the errors of loading one.
+"""What every kind of tokenizer file offers the pipeline: `Tokenizer`, `CutRules`, the errors of loading one.
 
 A `Tokenizer` is loaded from the user's files only (nothing is ever downloaded). Its `encode` is the
 reference: the owning library's own encode of each text, with special-token strings in the text
 encoded as text (never as control ids), no BOS/EOS. Its ids fit below `vocab_size`; its special ids
 (`bos_id`, `eos_id`, `pad_id`, `unk_id`, -1 when absent) come from the tokenizer's own files, and
-`special_sources` says which file named each.
+`special_sources` says which file named each; `special_ids` applies the job's boundary policy.
+A kind's `CutRules` say where its very long texts may be cut (pipeline/tokenize/pieces.py).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import itertools
+from collections.abc import Hashable
 
 import numpy as np
 
@@ -60,6 +62,13 @@ class SpecialIds:
         return self.pad_id if self.pad_id >= 0 else self.separator_id
 
 
+# Where each kind's own special ids are looked for (the error when one the job needs is missing).
+_LOOKED_FOR = {
+    HUGGINGFACE: "{role}_token in tokenizer_config.json / special_tokens_map.json, the post-processor's template",
+    TIKTOKEN: "{role}_token in the ranks file's JSON or the built-in encoding",
+}
+
+
 class Tokenizer(abc.ABC):
     """A loaded tokenizer of one kind. Subclasses set the attributes in their constructor."""
 
@@ -91,9 +100,37 @@ class Tokenizer(abc.ABC):
         """The bytes of every token the model can produce from text, or None when unknown."""
         return None
 
+    def byte_pieces(self) -> np.ndarray:
+        """Per id, whether it stands for one byte the vocabulary does not cover (a byte-fallback piece)."""
+        return np.zeros(self.vocab_size, dtype=bool)
+
     def piece_cut_problems(self) -> list[str]:
-        """Why this tokenizer's structure does not allow cutting long texts (pipeline/tokenize/bpe_pieces.py)."""
+        """Why this tokenizer's structure does not allow cutting long texts (kinds/byte_level.py's rules)."""
         return ["no rule for cutting this kind of tokenizer"]
+
+    def special_ids(self, *, add_bos: bool, add_eos: bool, bos_id: int | None = None, eos_id: int | None = None,
+                    pad_id: int | None = None) -> SpecialIds:
+        """The document-boundary policy applied to this tokenizer's ids.
+
+        Overrides (flags) win over the tokenizer's own ids; a policy that needs an id the tokenizer lacks,
+        or an id outside the vocabulary, is a ValueError naming the flag and where the ids were looked for.
+        """
+        if not (add_bos or add_eos):
+            raise ValueError("Documents need a boundary token: with neither EOS nor BOS, packed documents would run "
+                             "into each other. Keep the default EOS or pass --add_bos.")
+        chosen = {}
+        for role, wanted, value in (("bos", add_bos, bos_id), ("eos", add_eos, eos_id), ("pad", False, pad_id)):
+            own = getattr(self, f"{role}_id")
+            chosen[role] = own if value is None else value
+            flag = f"--{role}_id"
+            if value is not None and not 0 <= value < self.vocab_size:
+                raise ValueError(f"{flag}={value} is outside the vocabulary of {self.path} (size {self.vocab_size})")
+            if wanted and chosen[role] < 0:
+                looked = _LOOKED_FOR.get(self.kind, "its files").format(role=role)
+                raise ValueError(f"The tokenizer {self.path} ({self.kind}) has no {role.upper()} id (looked for "
+                                 f"{looked}) and the pipeline is asked to add {role.upper()}: pass {flag} N (an id "
+                                 f"below {self.vocab_size}) or turn {role.upper()} off.")
+        return SpecialIds(self.vocab_size, chosen["bos"], chosen["eos"], chosen["pad"], self.unk_id, add_bos, add_eos)
 
     def encode_one(self, text: str) -> list[int]:
         """The reference ids of one text."""
@@ -117,32 +154,29 @@ class Tokenizer(abc.ABC):
         }
 
 
-def special_ids(tokenizer: Tokenizer, *, add_bos: bool, add_eos: bool, bos_id: int | None = None,
-                eos_id: int | None = None, pad_id: int | None = None):
-    """The document-boundary policy applied to a tokenizer of any kind: a `SpecialIds`.
+class CutRules(abc.ABC):
+    """Where a kind's very long texts may be cut: pieces encoded alone must give the whole text's ids.
 
-    Overrides (flags) win over the tokenizer's own ids; a policy that needs an id the tokenizer lacks,
-    or an id outside the vocabulary, is a ValueError naming the flag and where the ids were looked for.
+    Two kinds of cut, each allowed and self-tested on its own (pipeline/tokenize/pieces.py): after a
+    newline ("newlines") and at a space ("spaces"). A piece that starts after a newline cut is
+    encoded after `context` (its left context in the text), whose tokens are then dropped.
     """
-    if not (add_bos or add_eos):
-        raise ValueError("Documents need a boundary token: with neither EOS nor BOS, packed documents would run "
-                         "into each other. Keep the default EOS or pass --add_bos.")
-    looked = {
-        SENTENCEPIECE: "the .model",
-        HUGGINGFACE: "{role}_token in tokenizer_config.json / special_tokens_map.json, the post-processor's template",
-        TIKTOKEN: "{role}_token in the ranks file's JSON or the built-in encoding",
-    }[tokenizer.kind]
-    chosen = {}
-    for role, wanted, value in (("bos", add_bos, bos_id), ("eos", add_eos, eos_id), ("pad", False, pad_id)):
-        own = getattr(tokenizer, f"{role}_id")
-        chosen[role] = own if value is None else value
-        flag = f"--{role}_id"
-        if value is not None and not 0 <= value < tokenizer.vocab_size:
-            raise ValueError(f"{flag}={value} is outside the vocabulary of {tokenizer.path} "
-                             f"(size {tokenizer.vocab_size})")
-        if wanted and chosen[role] < 0:
-            raise ValueError(f"The tokenizer {tokenizer.path} ({tokenizer.kind}) has no {role.upper()} id (looked for "
-                             f"{looked.format(role=role)}) and the pipeline is asked to add {role.upper()}: pass "
-                             f"{flag} N (an id below {tokenizer.vocab_size}) or turn {role.upper()} off.")
-    return SpecialIds(tokenizer.vocab_size, chosen["bos"], chosen["eos"], chosen["pad"], tokenizer.unk_id,
-                      add_bos, add_eos)
+
+    context: str = ""
+    self_test_texts: tuple[str, ...] = ()  # cut at every candidate place, each must keep its whole-text ids
+
+    @abc.abstractmethod
+    def allowed(self, tokenizer: Tokenizer) -> tuple[bool, bool, list[str]]:
+        """(newline cuts, space cuts, why not) from the tokenizer's structure and vocabulary."""
+
+    @abc.abstractmethod
+    def cut_points(self, text: str, piece_chars: int, *, newlines: bool, spaces: bool) -> list:
+        """Where to cut `text` into pieces of about `piece_chars`, in this kind's form."""
+
+    @abc.abstractmethod
+    def pieces(self, text: str, cuts: list) -> list[tuple[str, bool]]:
+        """(piece, whether it is encoded after `context`) of `text` cut at `cuts`."""
+
+    @abc.abstractmethod
+    def identity(self, tokenizer: Tokenizer) -> Hashable:
+        """What decides whether cuts keep the ids, besides the engine (two equal identities: the same answer)."""
