@@ -90,7 +90,7 @@ class TokenizerModel:
 
     @property
     def kind(self) -> str:
-        """The kind of the file (kinds/base.py KINDS)."""
+        """The kind of the file (its row in kinds/registry.py)."""
         return self.tokenizer.kind
 
     @property

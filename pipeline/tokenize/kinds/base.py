@@ -20,7 +20,6 @@ import numpy as np
 SENTENCEPIECE = "sentencepiece"
 HUGGINGFACE = "huggingface"
 TIKTOKEN = "tiktoken"
-KINDS = (SENTENCEPIECE, HUGGINGFACE, TIKTOKEN)
 
 
 class TokenizerFileError(ValueError):
@@ -72,7 +71,7 @@ _LOOKED_FOR = {
 class Tokenizer(abc.ABC):
     """A loaded tokenizer of one kind. Subclasses set the attributes in their constructor."""
 
-    kind: str  # one of KINDS
+    kind: str  # its row in kinds/registry.py's KINDS
     path: str  # the location it was loaded from, as shown (a URL with credentials redacted)
     sha256: str  # of the main file: the .model, tokenizer.json or the ranks file
     files: dict  # every file read: name -> sha256 (companions included)
