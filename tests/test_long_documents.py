@@ -20,7 +20,8 @@ from sample_corpus import compose_lines
 from pipeline.tokenize import engines
 from pipeline.tokenize.encoder import Encoder
 from pipeline.tokenize.engines import BackendUnavailable, SentencePieceEngine
-from pipeline.tokenize.kinds.sp_model import CUT_RULES, SELF_TEST_TEXTS, SentencePieceTokenizer
+from pipeline.tokenize.kinds.base import SELF_TEST_TEXTS
+from pipeline.tokenize.kinds.sp_model import CUT_RULES, SentencePieceTokenizer
 from pipeline.tokenize.pieces import PieceEncoder, check_cuts
 
 SAMPLE_MODEL = "tokenizers/sample/sample.model"

@@ -153,6 +153,21 @@ class Tokenizer(abc.ABC):
         }
 
 
+# Texts a kind's cuts are self-tested on, cut at every candidate place (short: it runs on every worker).
+SELF_TEST_TEXTS = (
+    "first line\nsecond line\n\nthird after a blank line\n",
+    "\nleading newline\n  indented\n\tTabbed\n    four spaces\n",
+    "windows\r\nline ends\r\n\r\nand trailing spaces   \n   \nend",
+    "digits 12345\n67890 and 3.14159\n2718 281828",
+    "▁literal▁marks\n▁after\n▁▁a newline and a b c d e f",
+    "unicode café naïve\n数据 中文没有空格\n한국어 텍스트\nemoji 🙂🙃\n\u2028sep\u2029para",
+    "specials <s> </s> <unk> <pad>\n<s>at the start\n</s>",
+    "combining e\u0301\n\u0301 after newline\nzero\u200bwidth\n\u200djoiner",
+    "x\ny\nz\n\n\n\n" + "ab cd " * 20 + "\n" + "word " * 30,
+    "code:\n    def f(x):\n        return x + 1\n\n    if a and b:\n        pass\n",
+)
+
+
 class CutRules(abc.ABC):
     """Where a kind's very long texts may be cut: pieces encoded alone must give the whole text's ids.
 
@@ -162,7 +177,7 @@ class CutRules(abc.ABC):
     """
 
     context: str = ""
-    self_test_texts: tuple[str, ...] = ()  # cut at every candidate place, each must keep its whole-text ids
+    self_test_texts: tuple[str, ...] = SELF_TEST_TEXTS  # each, cut anywhere, must keep its whole-text ids
 
     @abc.abstractmethod
     def allowed(self, tokenizer: Tokenizer) -> tuple[bool, bool, list[str]]:

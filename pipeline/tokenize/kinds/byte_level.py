@@ -33,14 +33,13 @@ from __future__ import annotations
 import json
 import re
 
-from pipeline.tokenize.kinds.base import CutRules, Tokenizer
-from pipeline.tokenize.kinds.sp_model import SELF_TEST_TEXTS
+from pipeline.tokenize.kinds.base import SELF_TEST_TEXTS, CutRules, Tokenizer
 
 _NEWLINE_CUT = re.compile(r"(?<=\S\n)(?=[A-Za-z0-9])")
 _SPACE_CUT = re.compile(r"(?<=[A-Za-z0-9])(?= [A-Za-z0-9])")
 _CROSSES = {"newlines": re.compile(rb"\n[A-Za-z0-9]"), "spaces": re.compile(rb"[A-Za-z0-9] ")}
 
-# Beside SentencePiece's: where byte-level expressions differ (whitespace before a newline, punctuation
+# Beside every kind's: where byte-level expressions differ (whitespace before a newline, punctuation
 # glued to newlines, contractions, digit groups, case splits, letters that change when lowercased).
 BPE_SELF_TEST_TEXTS = (
     *SELF_TEST_TEXTS,

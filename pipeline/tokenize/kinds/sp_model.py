@@ -181,21 +181,6 @@ def adopt(items: dict) -> None:
     _CONVERTED.adopt(items["converted"])
 
 
-# Texts the self-test cuts at every newline and every safe space (short: it runs on every worker).
-SELF_TEST_TEXTS = (
-    "first line\nsecond line\n\nthird after a blank line\n",
-    "\nleading newline\n  indented\n\tTabbed\n    four spaces\n",
-    "windows\r\nline ends\r\n\r\nand trailing spaces   \n   \nend",
-    "digits 12345\n67890 and 3.14159\n2718 281828",
-    "▁literal▁marks\n▁after\n▁▁a newline and a b c d e f",
-    "unicode café naïve\n数据 中文没有空格\n한국어 텍스트\nemoji 🙂🙃\n\u2028sep\u2029para",
-    "specials <s> </s> <unk> <pad>\n<s>at the start\n</s>",
-    "combining e\u0301\n\u0301 after newline\nzero\u200bwidth\n\u200djoiner",
-    "x\ny\nz\n\n\n\n" + "ab cd " * 20 + "\n" + "word " * 30,
-    "code:\n    def f(x):\n        return x + 1\n\n    if a and b:\n        pass\n",
-)
-
-
 class SentencePieceCuts(CutRules):
     """Newline cuts (the next piece encoded after the newline) and space cuts (the space dropped): the module's rules.
 
@@ -204,7 +189,6 @@ class SentencePieceCuts(CutRules):
     """
 
     context = NEWLINE
-    self_test_texts = SELF_TEST_TEXTS
 
     def allowed(self, tokenizer: SentencePieceTokenizer) -> tuple[bool, bool, list[str]]:
         """The vocabulary and normalizer rules of the module docstring."""
