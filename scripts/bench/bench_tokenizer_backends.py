@@ -118,7 +118,8 @@ def run_pipeline(pattern: str, model: str, backend: str, workers: int, out: str)
         manifest = json.load(f)
     return {"wall": wall, "cpu": _cpu_children() - cpu, "load": load, "manifest": manifest, "processing": processing,
             "tokens": sum(s.get("tokens_with_epochs", 0) for s in manifest["subsets"].values()),
-            "shards": [(s["path"], s["sha256"]) for s in manifest["shards"]],
+            # Each run writes into a directory of its own (run-<id>/): the shards compare by name and bytes.
+            "shards": [(s["path"].split("/")[-1], s["sha256"]) for s in manifest["shards"]],
             "backend": manifest["tokenizer"]["backend"], "cmd": " ".join(cmd[1:])}
 
 
