@@ -50,6 +50,7 @@ tensorflow-io, ``memory://``) are read through fsspec by byte range into a local
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 
@@ -58,6 +59,7 @@ import tensorflow as tf
 
 from pipeline.format import records
 from pipeline.format.mixture import is_mixture, load_mixture
+from pipeline.reader.doc_dataset import store_dataset
 from pipeline.reader.graph import PIECE_FIELDS, finish, no_autograph, parse_spec, window_pipeline
 from pipeline.reader.mixture_dataset import mixture_dataset, mixture_state  # noqa: F401 (re-exported)
 from pipeline.reader.plan import (
@@ -76,6 +78,7 @@ from pipeline.reader.shards import (
     load_source,
     locate_records,
 )
+from pipeline.reader.store import is_store
 
 log = logging.getLogger(__name__)
 
@@ -102,13 +105,18 @@ def make_dataset(
     cache_dir: str | None = None,
     num_steps: int | None = None,
     state: dict | None = None,
+    seq_len: int | None = None,
+    packing: str | None = None,
+    pack_window: int | None = None,
+    schedule=None,
 ) -> tf.data.Dataset:
     """Batches for one data-parallel rank (or one tf.distribute input pipeline), driven by `manifest.json`.
 
     Args:
         manifest: the pipeline's output directory or its manifest.json (local path or fsspec URL);
             or a mixture of outputs: a `mixture.json`, a `Mixture`, or a list of (name, output,
-            weight) (pipeline/format/mixture.py, pipeline/reader/mixture.py).
+            weight) (pipeline/format/mixture.py, pipeline/reader/mixture.py); or a document store
+            (an output of `--output_format megatron`, on a filesystem path), packed when read.
         batch_size: per-rank batch size B (per replica with `input_context`); or give
             `global_batch_size` instead. The global batch B * dp_size fixes the order.
         global_batch_size: records per global step, over all ranks; each rank gets its slice.
@@ -136,11 +144,17 @@ def make_dataset(
         read_buffer_bytes: largest read per request.
         cache_dir: where byte ranges of shards on filesystems TensorFlow cannot open are copied
             (default: the system temporary directory).
-        num_steps: a mixture only (it has no epoch of its own): global steps to produce from the
-            start step; None repeats forever. `num_epochs` must then be left at 1 or None.
-        state: a mixture only: the dict `mixture_state(...)` returned for the step to resume at
-            (it replaces start_step); without it a mixture starts at `start_step`, its blend
-            recomputed from step 0 (a few seconds per million samples).
+        num_steps: a mixture or a store: global steps to produce from the start step; None
+            repeats forever. `num_epochs` must then be left at 1 or None (the epochs repeat).
+        state: a mixture or a store: the dict `mixture_state(...)` / `store_state(...)` returned
+            for the step to resume at (it replaces start_step); without it the order is walked
+            from step 0 to `start_step` (a mixture's blend, a store's document lengths: seconds
+            per million samples).
+        seq_len: a store only: labels per sequence (the first segment's, with a schedule).
+        packing: a store only: "concat" (default) or "best_fit" (pipeline/reader/doc_stream.py).
+        pack_window: a store only, best_fit: documents per packing window (default 1024).
+        schedule: a store only: changes of seq_len and/or global batch size from a step on,
+            ``[{"step": k, "seq_len": L, "global_batch_size": G}, ...]`` (pipeline/reader/doc_plan.py).
 
     Returns:
         A `tf.data.Dataset` of dicts: "inputs", "labels" int32 [B, L]; "loss_mask" float32 [B, L]
@@ -161,11 +175,22 @@ def make_dataset(
                            shuffle_buffer=shuffle_buffer, num_parallel_reads=num_parallel_reads, verify=verify,
                            features=features, keras=keras, read_buffer_bytes=read_buffer_bytes,
                            cache_dir=cache_dir, num_steps=num_steps, state=state)
+    store_options = {"seq_len": seq_len, "packing": packing, "pack_window": pack_window, "schedule": schedule}
     if is_mixture(manifest):
         if epoch or num_epochs not in (1, None):
             raise ValueError("a mixture has no epoch of its own (each source has its own): pass num_steps "
                              "and start_step (or state), not epoch or num_epochs")
-        return mixture_dataset(load_mixture(manifest), request)
+        return mixture_dataset(load_mixture(manifest), request, **store_options)
+    if is_store(manifest):
+        if num_steps is not None and num_epochs not in (1, None):
+            raise ValueError("num_steps with num_epochs: pass one of them (with num_steps the epochs repeat)")
+        if num_steps is not None:
+            request = dataclasses.replace(request, num_epochs=None)
+        return store_dataset(manifest, request, **store_options)
+    given = [k for k, v in store_options.items() if v is not None]
+    if given:
+        raise ValueError(f"{', '.join(given)}: for document stores (--output_format megatron); a TFRecord output "
+                         "is packed already")
     if num_steps is not None or state is not None:
         raise ValueError("num_steps and state are for mixtures; one output counts num_epochs and start_step")
     return _output_dataset(manifest, request)

@@ -195,14 +195,19 @@ def window_pipeline(pieces, urls_list, cache_source, gather, spec, widths, tf_dt
     return ds
 
 
+UNKNOWN = -1  # `finish`'s total for a dataset whose number of steps is known only at its end
+
+
 def finish(ds, rank_batch, element_batch, keras, total, sharded) -> tf.data.Dataset:
-    """Replica batches, the Keras form, the cardinality (`total` steps, None: infinite), options."""
+    """Replica batches, the Keras form, the cardinality (`total` steps, None: infinite, UNKNOWN), options."""
     per_step = rank_batch // element_batch
     if per_step > 1:  # tf.distribute: the pipeline's slice, cut into its replicas' batches
         ds = _rebatch(ds, element_batch)
     if keras:
         ds = ds.map(keras_form, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    if total is not None:
+    if total == UNKNOWN:
+        pass
+    elif total is not None:
         ds = ds.apply(tf.data.experimental.assert_cardinality(total * per_step))
     else:
         ds = ds.apply(tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))

@@ -58,8 +58,11 @@ def mixture_state(mixture, global_batch_size: int, step: int, *, seed: int | Non
     return order.state(step)
 
 
-def mixture_dataset(mixture: Mixture, request: ReadRequest) -> tf.data.Dataset:
+def mixture_dataset(mixture: Mixture, request: ReadRequest, **store_options) -> tf.data.Dataset:
     """make_dataset for a mixture: the same graph, fed window by window from the mixture's order."""
+    given = [k for k, v in store_options.items() if v is not None]
+    if given:
+        raise ValueError(f"{', '.join(given)}: for document stores; this mixture's sources are TFRecord outputs")
     r = request
     rank_batch, dp_rank, dp_size, seed, state = r.rank_batch, r.dp_rank, r.dp_size, r.seed, r.state
     num_steps, start_step = r.num_steps, r.start_step

@@ -1,0 +1,141 @@
+"""The PyTorch reader's entry point: a document store packed at read time, as a `torch.utils.data` dataset.
+
+Importable with only torch, NumPy and fsspec (no TensorFlow, no Beam)::
+
+    from torch.utils.data import DataLoader            # or torchdata's StatefulDataLoader
+    from pipeline.pytorch import StoreDataset
+
+    ds = StoreDataset("/efs/pile-megatron", global_batch_size=256, seq_len=2048, dp_rank=rank, dp_size=world,
+                      seed=1234, packing="concat")                 # checks the store before step 0
+    loader = DataLoader(ds, batch_size=None, num_workers=2)       # each element is this rank's batch
+    for batch in loader:   # {"inputs", "labels": int64 [256 / world, 2048], "loss_mask": float32, ...}
+        ...
+    saved = ds.state_dict()                 # a small dict, saved beside the checkpoint (num_workers=0), or
+    saved = loader.state_dict()             # with StatefulDataLoader: every worker's position
+
+Global step k holds the same sequences as `tfdata.make_dataset(store, ...)` gives with the same
+arguments, for any number of ranks: both iterate `pipeline.reader.doc_reader.StoreReader`.
+
+**State.** `state_dict()` is the order's state at the next step this dataset (or this DataLoader
+worker) yields: the step, the stream's cursor and the schedule (pipeline/reader/doc_plan.py).
+`load_state_dict(state)` continues from it, also a state saved on another number of ranks, and
+`StoreDataset(..., state=saved)` starts there. This is the protocol torchdata's
+`StatefulDataLoader` uses: it saves each worker's `state_dict()` with the loader's and calls
+`load_state_dict` in each worker before iterating again.
+
+**Workers.** With a DataLoader of K workers, worker w yields the rank's steps start + w, start + w +
+K, ...: the DataLoader takes one element from each worker in turn, so the rank sees its steps in
+order, and each worker reads only its batches. Every worker follows the whole order (document
+lengths only: a few bytes per document).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from pipeline.reader.doc_reader import DEFAULT_PACK_WINDOW, StoreReader, StoreSettings, store_state
+from pipeline.reader.errors import ShardIntegrityError
+
+__all__ = ["ShardIntegrityError", "StoreDataset", "store_state"]
+
+
+def _tensors(arrays: dict) -> dict:
+    # Token ids as int64 (what torch's embedding and cross-entropy take), masks as float32.
+    return {k: torch.from_numpy(v if k == "loss_mask" else v.astype(np.int64)) for k, v in arrays.items()}
+
+
+class StoreDataset(IterableDataset):
+    """One rank's batches of a document store, packed when read (module docstring).
+
+    Args:
+        store: the store: an output directory of `--output_format megatron`, or its manifest.json.
+        global_batch_size: sequences per global step, over all ranks (the first segment's).
+        seq_len: labels per sequence (the first segment's).
+        dp_rank: this rank's data-parallel index.
+        dp_size: number of data-parallel ranks.
+        seed: base seed of the order; required when shuffling.
+        shuffle: False reads the store's order.
+        packing: "concat" or "best_fit".
+        epoch: the run's first epoch.
+        start_step: the first global step to yield (without a state).
+        num_epochs: epochs to read (None: forever).
+        num_steps: global steps to yield from the start (None: until the epochs end).
+        shuffle_buffer: sequences per window (None: ~8 MiB of token ids).
+        pack_window: best_fit: documents per packing window.
+        schedule: changes of seq_len / global batch size from a step on (as make_dataset's).
+        state: a state from `state_dict()` or `store_state()` to continue from.
+        verify: also check every .bin's sha256 before step 0.
+        features: optional features besides inputs/labels/loss_mask ("segment_ids", "positions";
+            None: both).
+    """
+
+    def __init__(self, store, *, global_batch_size: int, seq_len: int, dp_rank: int = 0, dp_size: int = 1,
+                 seed: int | None = None, shuffle: bool = True, packing: str = "concat", epoch: int = 0,
+                 start_step: int = 0, num_epochs: int | None = None, num_steps: int | None = None,
+                 shuffle_buffer: int | None = None, pack_window: int = DEFAULT_PACK_WINDOW, schedule=None,
+                 state: dict | None = None, verify: bool = False, features=None):
+        settings = StoreSettings(
+            global_batch_size=int(global_batch_size), seq_len=int(seq_len), packing=packing, seed=seed,
+            shuffle=shuffle, epoch=epoch, start_step=start_step, num_epochs=num_epochs, num_steps=num_steps,
+            shuffle_buffer=shuffle_buffer, pack_window=pack_window, schedule=tuple(schedule or ()), state=state,
+            verify=verify, features=None if features is None else tuple(features))
+        self._location = store
+        self._ranks = (int(dp_rank), int(dp_size))
+        self._reader = StoreReader(store, settings, *self._ranks)
+        self._next = self._reader.start
+        self._own = False  # whether _next is this copy's own position (a worker's, once restored or iterated)
+        self._ended = False  # the run's last step was yielded (a finite number of epochs)
+
+    # DataLoader workers get a copy: the settings travel, the store is opened (not checked) again.
+    def __getstate__(self):
+        return {"location": self._location, "ranks": self._ranks, "settings": self._reader.settings,
+                "next": self._next, "stop": self._reader.stop, "own": self._own, "ended": self._ended}
+
+    def __setstate__(self, state):
+        self._location, self._ranks = state["location"], state["ranks"]
+        self._reader = StoreReader(self._location, state["settings"], *self._ranks, check=False)
+        self._reader.stop = state["stop"]
+        if state["next"] != self._reader.start:
+            self._reader.resume(self._reader.state(state["next"]))
+        self._next, self._own, self._ended = state["next"], state["own"], state["ended"]
+
+    def __iter__(self):
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        reader = self._reader
+        if self._ended:
+            return
+        # This worker's steps: the dataset's position + worker, then every `workers`-th; a worker whose
+        # own position was restored goes on from it.
+        first = self._next if self._own else self._next + worker
+        if first != reader.start:
+            reader.resume(reader.state(first))
+        self._next, self._own = first, True
+        for window, from_step, seqs in reader.plans():
+            mine = [s for s in range(len(seqs)) if from_step + s >= first and (from_step + s - first) % workers == 0]
+            if not mine:
+                continue
+            whole = reader.fill(window, seqs) if workers == 1 else None  # a worker fills its batches only
+            for s in mine:
+                batch = whole if whole is not None else reader.fill(window, seqs[s : s + 1])
+                i = s if whole is not None else 0
+                self._next = from_step + s + workers
+                yield _tensors({k: v[i] for k, v in batch.items()})
+        self._ended = True
+
+    def state_dict(self) -> dict:
+        """The order's state at the next step this dataset (or DataLoader worker) yields (module docstring)."""
+        if self._ended:
+            return {"order": None, "next": self._next, "ended": True}
+        return {"order": self._reader.state(self._next), "next": self._next}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from a `state_dict()` (or a `store_state()`), saved on this or another number of ranks."""
+        if state.get("ended"):
+            self._next, self._own, self._ended = int(state["next"]), True, True
+            return
+        order = state["order"] if "next" in state else state
+        self._reader.resume(order)
+        self._next, self._own, self._ended = self._reader.start, True, False

@@ -1,0 +1,72 @@
+"""make_dataset for a document store: read-time packing (pipeline/reader/doc_reader.py) as a tf.data dataset.
+
+The graph: a generator of the rank's windows (the order, computed in Python once per window; each
+window's plan kept aside under a key) -> a parallel, deterministic map that fills each window's
+batches from the store in NumPy (`num_parallel_reads` windows in flight, in order) -> one element
+per batch, a slice of its window's arrays -> the same finish as the TFRecord readers (replica
+batches for tf.distribute, the Keras form, the options). The batches are `StoreReader`'s, so the
+PyTorch reader (pipeline/pytorch.py) gives the same ones.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+
+import numpy as np
+import tensorflow as tf
+
+from pipeline.reader.doc_reader import StoreReader, StoreSettings
+from pipeline.reader.graph import UNKNOWN, finish, no_autograph
+from pipeline.reader.request import ReadRequest
+
+_KEYS = itertools.count()
+
+
+def store_dataset(location, request: ReadRequest, *, seq_len: int | None, packing: str | None,
+                  pack_window: int | None, schedule) -> tf.data.Dataset:
+    """make_dataset for a document store (see make_dataset's arguments)."""
+    if seq_len is None:
+        raise ValueError(f"{location}: a document store is packed when read: pass seq_len (and packing: concat "
+                         "or best_fit)")
+    r = request
+    if schedule and r.from_context:
+        raise ValueError("a schedule with input_context: pass dp_rank/dp_size instead (each replica's batch would "
+                         "change with the global batch)")
+    settings = StoreSettings(
+        global_batch_size=r.global_batch, seq_len=int(seq_len), packing=packing or "concat", seed=r.seed,
+        shuffle=r.shuffle, epoch=r.epoch, start_step=r.start_step, num_epochs=r.num_epochs, num_steps=r.num_steps,
+        shuffle_buffer=r.shuffle_buffer, **({"pack_window": pack_window} if pack_window else {}),
+        schedule=tuple(schedule or ()), state=r.state, verify=r.verify, features=r.features)
+    reader = StoreReader(location, settings, r.dp_rank, r.dp_size)
+    names = ("inputs", "labels", "loss_mask", *reader.features)
+    dtypes = {name: tf.float32 if name == "loss_mask" else tf.int32 for name in names}
+    segments = reader.order.segments
+    batch = r.rank_batch if len({s.global_batch for s in segments}) == 1 else None
+    length = seq_len if len({s.seq_len for s in segments}) == 1 else None
+    plans: dict[int, tuple] = {}
+    lock = threading.Lock()
+
+    def windows():
+        for window, _, seqs in reader.plans():
+            key = next(_KEYS)
+            with lock:
+                plans[key] = (window, seqs)
+            yield key
+
+    def fill(key: np.ndarray) -> list[np.ndarray]:
+        with lock:
+            window, seqs = plans.pop(int(key))
+        arrays = reader.fill(window, seqs)
+        return [arrays[name] for name in names]
+
+    @no_autograph
+    def window_arrays(key):
+        out = tf.numpy_function(fill, [key], [dtypes[n] for n in names], stateful=True)
+        return {name: tf.ensure_shape(t, [None, batch, length]) for name, t in zip(names, out, strict=True)}
+
+    ds = tf.data.Dataset.from_generator(windows, output_signature=tf.TensorSpec([], tf.int64))
+    ds = ds.map(window_arrays, num_parallel_calls=r.num_parallel_reads, deterministic=True)
+    ds = ds.flat_map(tf.data.Dataset.from_tensor_slices)
+    total = r.num_steps if r.num_steps is not None else (None if r.num_epochs is None else UNKNOWN)
+    return finish(ds, r.rank_batch, r.element_batch, r.keras, total, r.sharded)
