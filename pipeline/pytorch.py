@@ -35,10 +35,12 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from pipeline.reader.doc_reader import DEFAULT_PACK_WINDOW, StoreReader, StoreSettings, store_state
+from pipeline.format.mixture import Mixture, is_mixture, load_mixture
+from pipeline.reader.doc_mixture import open_reader, store_state
+from pipeline.reader.doc_reader import DEFAULT_PACK_WINDOW, StoreSettings
 from pipeline.reader.errors import ShardIntegrityError
 
-__all__ = ["ShardIntegrityError", "StoreDataset", "store_state"]
+__all__ = ["Mixture", "ShardIntegrityError", "StoreDataset", "store_state"]
 
 
 def _tensors(arrays: dict) -> dict:
@@ -50,7 +52,9 @@ class StoreDataset(IterableDataset):
     """One rank's batches of a document store, packed when read (module docstring).
 
     Args:
-        store: the store: an output directory of `--output_format megatron`, or its manifest.json.
+        store: the store: an output directory of `--output_format megatron`, or its manifest.json;
+            or a mixture of stores (a mixture.json, a `Mixture`, a list of (name, store, weight):
+            pipeline/reader/doc_mixture.py).
         global_batch_size: sequences per global step, over all ranks (the first segment's).
         seq_len: labels per sequence (the first segment's).
         dp_rank: this rank's data-parallel index.
@@ -81,9 +85,9 @@ class StoreDataset(IterableDataset):
             shuffle=shuffle, epoch=epoch, start_step=start_step, num_epochs=num_epochs, num_steps=num_steps,
             shuffle_buffer=shuffle_buffer, pack_window=pack_window, schedule=tuple(schedule or ()), state=state,
             verify=verify, features=None if features is None else tuple(features))
-        self._location = store
+        self._location = load_mixture(store) if is_mixture(store) else store
         self._ranks = (int(dp_rank), int(dp_size))
-        self._reader = StoreReader(store, settings, *self._ranks)
+        self._reader = open_reader(self._location, settings, *self._ranks)
         self._next = self._reader.start
         self._own = False  # whether _next is this copy's own position (a worker's, once restored or iterated)
         self._ended = False  # the run's last step was yielded (a finite number of epochs)
@@ -95,7 +99,7 @@ class StoreDataset(IterableDataset):
 
     def __setstate__(self, state):
         self._location, self._ranks = state["location"], state["ranks"]
-        self._reader = StoreReader(self._location, state["settings"], *self._ranks, check=False)
+        self._reader = open_reader(self._location, state["settings"], *self._ranks, check=False)
         self._reader.stop = state["stop"]
         if state["next"] != self._reader.start:
             self._reader.resume(self._reader.state(state["next"]))

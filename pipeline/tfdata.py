@@ -15,8 +15,8 @@ from pipeline.reader.dataset import (
     mixture_state,
     steps_per_epoch,
 )
+from pipeline.reader.doc_mixture import store_state
 from pipeline.reader.doc_plan import STORE_ORDER, StoreStateError
-from pipeline.reader.doc_reader import store_state
 from pipeline.reader.integrity import ShardIntegrityError, integrity_error, shard_errors
 from pipeline.reader.mixture import MIXTURE_ORDER, MixtureOrder, open_order
 from pipeline.reader.plan import (

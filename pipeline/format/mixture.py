@@ -16,7 +16,8 @@ source (0 takes nothing from it from that step on), or gives a preset. The same 
     Mixture.of([("Pile-CC", "out/pile-cc", 0.6), ("ArXiv", "out/arxiv", 0.4)])
 
 Every source must come from the same tokenizer (model sha256), seq_len and token dtype; anything
-wrong is one `MixtureError` naming the file(s).
+wrong is one `MixtureError` naming the file(s). The sources are all TFRecord outputs, or all document
+stores (`--output_format megatron` outputs, packed when read; pipeline/reader/doc_mixture.py).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import posixpath
 import fsspec
 
 from pipeline.core.subsets import PILE_PAPER_EPOCHS
-from pipeline.format.manifest import ManifestError, load_manifest, manifest_path
+from pipeline.format.manifest import FORMAT_MEGATRON, ManifestError, load_manifest, manifest_path
 
 FORMAT = "pile-mixture"
 FORMAT_VERSION = 1
@@ -97,6 +98,8 @@ def _default_name(manifest: dict, file: str) -> str:
 def preset_weight(preset: str, manifest: dict, file: str) -> float:
     """A source's weight under a preset: its label tokens, or its subsets' tokens x the paper's epochs."""
     if preset == "tokens":
+        if manifest.get("format") == FORMAT_MEGATRON:  # a store: its documents' tokens
+            return float(manifest["totals"]["tokens"])
         return float(manifest["totals"]["label_tokens"])
     if preset == "pile_paper":
         subsets = manifest.get("subsets") or {}
@@ -111,6 +114,16 @@ def _number(value, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0 or value == float("inf"):
         raise MixtureError(f"{what}: weight {value!r} must be a finite number >= 0")
     return value
+
+
+def _load_source(file: str) -> dict:
+    """A source's manifest: a TFRecord output's, or a document store's (a Megatron output)."""
+    try:
+        return load_manifest(file)
+    except ManifestError as e:
+        if repr(FORMAT_MEGATRON) not in str(e):
+            raise
+    return load_manifest(file, FORMAT_MEGATRON, 1)
 
 
 def _parse(spec: dict, base: str | None, where: str) -> Mixture:
@@ -135,15 +148,17 @@ def _parse(spec: dict, base: str | None, where: str) -> Mixture:
             raise MixtureError(f"{where}: source {i}: unknown keys {extra}")
         file = _manifest_file(e["manifest"], base)
         try:
-            manifest = load_manifest(file)
+            manifest = _load_source(file)
         except ManifestError as err:
             raise MixtureError(f"{where}: source {i}: {err}") from err
         loaded.append((e, file, manifest))
     first_entry, first_file, first = loaded[0]
     for _, file, m in loaded[1:]:
-        for what, get in (("tokenizer model sha256", lambda m: (m.get("tokenizer") or {}).get("model_sha256")),
+        for what, get in (("kind (TFRecord output or document store)", lambda m: m.get("format")),
+                          ("tokenizer model sha256", lambda m: (m.get("tokenizer") or {}).get("sha256")),
                           ("seq_len", lambda m: m.get("seq_len")),
-                          ("token dtype", lambda m: ((m.get("features") or {}).get("tokens") or {}).get("dtype"))):
+                          ("token dtype", lambda m: ((m.get("features") or {}).get("tokens") or {}).get("dtype")
+                           or (m.get("megatron") or {}).get("dtype"))):
             if get(m) != get(first):
                 raise MixtureError(f"{where}: {first_file} and {file} differ in {what} ({get(first)!r} vs "
                                    f"{get(m)!r}): a mixture reads outputs of one tokenizer and seq_len")

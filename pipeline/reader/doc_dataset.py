@@ -16,7 +16,9 @@ import threading
 import numpy as np
 import tensorflow as tf
 
-from pipeline.reader.doc_reader import StoreReader, StoreSettings
+from pipeline.format.mixture import Mixture
+from pipeline.reader.doc_mixture import open_reader
+from pipeline.reader.doc_reader import StoreSettings
 from pipeline.reader.graph import UNKNOWN, finish, no_autograph
 from pipeline.reader.request import ReadRequest
 
@@ -25,9 +27,10 @@ _KEYS = itertools.count()
 
 def store_dataset(location, request: ReadRequest, *, seq_len: int | None, packing: str | None,
                   pack_window: int | None, schedule) -> tf.data.Dataset:
-    """make_dataset for a document store (see make_dataset's arguments)."""
+    """make_dataset for a document store, or a `Mixture` of stores (see make_dataset's arguments)."""
     if seq_len is None:
-        raise ValueError(f"{location}: a document store is packed when read: pass seq_len (and packing: concat "
+        where = getattr(location, "description", location)
+        raise ValueError(f"{where}: a document store is packed when read: pass seq_len (and packing: concat "
                          "or best_fit)")
     r = request
     if schedule and r.from_context:
@@ -38,12 +41,12 @@ def store_dataset(location, request: ReadRequest, *, seq_len: int | None, packin
         shuffle=r.shuffle, epoch=r.epoch, start_step=r.start_step, num_epochs=r.num_epochs, num_steps=r.num_steps,
         shuffle_buffer=r.shuffle_buffer, **({"pack_window": pack_window} if pack_window else {}),
         schedule=tuple(schedule or ()), state=r.state, verify=r.verify, features=r.features)
-    reader = StoreReader(location, settings, r.dp_rank, r.dp_size)
+    reader = open_reader(location, settings, r.dp_rank, r.dp_size)
     names = ("inputs", "labels", "loss_mask", *reader.features)
     dtypes = {name: tf.float32 if name == "loss_mask" else tf.int32 for name in names}
-    segments = reader.order.segments
-    batch = r.rank_batch if len({s.global_batch for s in segments}) == 1 else None
-    length = seq_len if len({s.seq_len for s in segments}) == 1 else None
+    segments = getattr(reader.order, "segments", ())  # a mixture's are fixed
+    batch = r.rank_batch if len({s.global_batch for s in segments}) <= 1 else None
+    length = seq_len if len({s.seq_len for s in segments}) <= 1 else None
     plans: dict[int, tuple] = {}
     lock = threading.Lock()
 
@@ -68,5 +71,6 @@ def store_dataset(location, request: ReadRequest, *, seq_len: int | None, packin
     ds = tf.data.Dataset.from_generator(windows, output_signature=tf.TensorSpec([], tf.int64))
     ds = ds.map(window_arrays, num_parallel_calls=r.num_parallel_reads, deterministic=True)
     ds = ds.flat_map(tf.data.Dataset.from_tensor_slices)
-    total = r.num_steps if r.num_steps is not None else (None if r.num_epochs is None else UNKNOWN)
+    finite = r.num_epochs is not None and not isinstance(location, Mixture)  # a mixture has no epoch of its own
+    total = r.num_steps if r.num_steps is not None else (UNKNOWN if finite else None)
     return finish(ds, r.rank_batch, r.element_batch, r.keras, total, r.sharded)

@@ -181,19 +181,3 @@ class StoreReader:
     def state(self, step: int) -> dict:
         """The order's state after `step` global steps (save it beside the checkpoint of step k)."""
         return self.order.state(step)
-
-
-def store_state(store, global_batch_size: int, seq_len: int, step: int, *, state: dict | None = None,
-                **settings) -> dict:
-    """The order's state after `step` global steps, computed without reading tokens (document lengths only).
-
-    Pass the run's settings (seed, packing, schedule, ...: `StoreSettings`'s fields); `state`: one
-    saved at an earlier step, to walk from there rather than from step 0. Save the result beside the
-    checkpoint of step k; resume with `state=` on any number of ranks.
-    """
-    schedule = tuple(settings.pop("schedule", None) or ())
-    reader = StoreReader(store, StoreSettings(global_batch_size=global_batch_size, seq_len=seq_len, state=state,
-                                              schedule=schedule, **settings), check=False)
-    if step < reader.start:
-        raise ValueError(f"step {step} is before the given state's step {reader.start}")
-    return reader.state(step)

@@ -16,6 +16,8 @@ import tensorflow as tf
 
 from pipeline.format import records
 from pipeline.format.mixture import Mixture
+from pipeline.reader.doc_dataset import store_dataset
+from pipeline.reader.doc_mixture import is_store_mixture
 from pipeline.reader.graph import ENDS_WINDOW, PIECE_FIELDS, finish, no_autograph, parse_spec, window_pipeline
 from pipeline.reader.mixture import MixtureOrder, open_order
 from pipeline.reader.plan import default_window
@@ -60,6 +62,8 @@ def mixture_state(mixture, global_batch_size: int, step: int, *, seed: int | Non
 
 def mixture_dataset(mixture: Mixture, request: ReadRequest, **store_options) -> tf.data.Dataset:
     """make_dataset for a mixture: the same graph, fed window by window from the mixture's order."""
+    if is_store_mixture(mixture):  # document stores, packed when read
+        return store_dataset(mixture, request, **store_options)
     given = [k for k, v in store_options.items() if v is not None]
     if given:
         raise ValueError(f"{', '.join(given)}: for document stores; this mixture's sources are TFRecord outputs")
