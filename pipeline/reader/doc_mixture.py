@@ -278,3 +278,20 @@ def store_state(store, global_batch_size: int, seq_len: int, step: int, *, state
     if step < reader.start:
         raise ValueError(f"step {step} is before the given state's step {reader.start}")
     return reader.state(step)
+
+
+def step_layouts(reader, step: int) -> list[tuple[int, int, read_packing.Layout]]:
+    """The sequences of global step `step` of a reader's order: (position, source, its one-sequence layout).
+
+    The source is 0 for a single store. The answer holds for any number of ranks.
+    """
+    if isinstance(reader, MixtureStoreReader):
+        for window in reader.order.windows(step):
+            g = reader.settings.global_batch_size
+            at = (step - window.first) * g + np.arange(g)
+            src, idx = window.source[at], window.index[at]
+            return [(p, int(d), window.layouts[d].select([i])) for p, (d, i) in enumerate(
+                zip(src.tolist(), idx.tolist(), strict=True))]
+        raise ValueError(f"step {step} is past the end of the run")
+    window, sequences = reader.order.batch(step)
+    return [(p, 0, window.layout.select([i])) for p, i in enumerate(sequences.tolist())]
