@@ -155,7 +155,8 @@ def _parse(spec: dict, base: str | None, where: str) -> Mixture:
     first_entry, first_file, first = loaded[0]
     for _, file, m in loaded[1:]:
         for what, get in (("kind (TFRecord output or document store)", lambda m: m.get("format")),
-                          ("tokenizer model sha256", lambda m: (m.get("tokenizer") or {}).get("sha256")),
+                          ("tokenizer model sha256", lambda m: (m.get("tokenizer") or {}).get("sha256")
+                           or (m.get("tokenizer") or {}).get("model_sha256")),
                           ("seq_len", lambda m: m.get("seq_len")),
                           ("token dtype", lambda m: ((m.get("features") or {}).get("tokens") or {}).get("dtype")
                            or (m.get("megatron") or {}).get("dtype"))):
