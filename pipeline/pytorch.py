@@ -35,6 +35,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from pipeline.core.read_packing import loss_mask
 from pipeline.format.mixture import Mixture, is_mixture, load_mixture
 from pipeline.reader.doc_mixture import open_reader, store_state
 from pipeline.reader.doc_reader import DEFAULT_PACK_WINDOW, StoreSettings
@@ -43,9 +44,19 @@ from pipeline.reader.errors import ShardIntegrityError
 __all__ = ["Mixture", "ShardIntegrityError", "StoreDataset", "store_state"]
 
 
-def _tensors(arrays: dict) -> dict:
-    # Token ids as int64 (what torch's embedding and cross-entropy take), masks as float32.
-    return {k: torch.from_numpy(v if k == "loss_mask" else v.astype(np.int64)) for k, v in arrays.items()}
+def _tensors(raw: dict, features: tuple[str, ...]) -> dict:
+    """One batch of filled sequences (the reader's `fill_raw`) as tensors.
+
+    Token ids int64 (what torch's embedding and cross-entropy take: widened in the one copy that
+    cuts inputs and labels), the loss mask float32, segment ids and positions int64.
+    """
+    tokens = raw["tokens"]
+    out = {"inputs": torch.from_numpy(tokens[:, :-1].astype(np.int64)),
+           "labels": torch.from_numpy(tokens[:, 1:].astype(np.int64)),
+           "loss_mask": torch.from_numpy(loss_mask(raw["used"], tokens.shape[-1] - 1))}
+    for name in features:
+        out[name] = torch.from_numpy(raw[name].astype(np.int64))
+    return out
 
 
 class StoreDataset(IterableDataset):
@@ -121,12 +132,12 @@ class StoreDataset(IterableDataset):
             mine = [s for s in range(len(seqs)) if from_step + s >= first and (from_step + s - first) % workers == 0]
             if not mine:
                 continue
-            whole = reader.fill(window, seqs) if workers == 1 else None  # a worker fills its batches only
+            whole = reader.fill_raw(window, seqs) if workers == 1 else None  # a worker fills its batches only
             for s in mine:
-                batch = whole if whole is not None else reader.fill(window, seqs[s : s + 1])
+                batch = whole if whole is not None else reader.fill_raw(window, seqs[s : s + 1])
                 i = s if whole is not None else 0
                 self._next = from_step + s + workers
-                yield _tensors({k: v[i] for k, v in batch.items()})
+                yield _tensors({k: v[i] for k, v in batch.items()}, reader.features)
         self._ended = True
 
     def state_dict(self) -> dict:

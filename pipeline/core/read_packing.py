@@ -48,9 +48,11 @@ import dataclasses
 
 import numpy as np
 
+from pipeline.core import packing
 from pipeline.core.best_fit import assign_sequences
 
 SEPARATOR = -1  # ctx_doc of a sequence whose context is the separator token
+_ROW_LABELS = 48  # mean labels per row from which segment ids are set a row at a time
 
 
 def _ranges(starts, lengths) -> np.ndarray:
@@ -144,6 +146,62 @@ def concat_layouts(parts: list[Layout]) -> Layout:
                   cat("doc"), cat("key"), cat("start"), cat("length"))
 
 
+@dataclasses.dataclass
+class ConcatRun:
+    """`count` sequences of a concat stream, described by its documents: rows are made only for those selected.
+
+    docs, keys, label_starts, lengths: the stream's documents covering labels [first_label - 1,
+    first_label + count * seq_len) (the label before, for the first context), in order, each
+    starting where the previous one ends. end: the stream's end (labels from there on are padding),
+    or None. A rank selects its sequences only: the rows of the others are never made.
+    """
+
+    seq_len: int
+    count: int
+    first_label: int
+    end: int | None
+    docs: np.ndarray
+    keys: np.ndarray
+    label_starts: np.ndarray
+    lengths: np.ndarray
+
+    def __len__(self) -> int:
+        return self.count
+
+    def real(self) -> int:
+        """Sequences holding at least one label."""
+        if self.end is None:
+            return self.count
+        return max(0, min(self.count, -(-(int(self.end) - self.first_label) // self.seq_len)))
+
+    def select(self, sequences) -> Layout:
+        """The given sequences, in the given order, as a `Layout`."""
+        seqs = _int64(sequences)
+        n, k = self.seq_len, len(seqs)
+        s, e = self.label_starts, self.label_starts + self.lengths
+        lo = self.first_label + seqs * n
+        hi = lo + n if self.end is None else np.minimum(lo + n, int(self.end))
+        live = hi > lo
+        j0 = np.searchsorted(s, lo, side="right") - 1
+        j1 = np.searchsorted(s, np.maximum(hi, lo + 1) - 1, side="right") - 1
+        per = np.where(live, j1 - j0 + 1, 0)
+        owner = np.repeat(np.arange(k, dtype=np.int64), per)
+        d = _ranges(j0, per)
+        r_lo = np.maximum(s[d], lo[owner])
+        r_hi = np.minimum(e[d], hi[owner])
+        c = lo - 1  # each sequence's context: the label before it (the separator before label 0)
+        inside = (c >= 0) & (hi > lo)
+        j = np.searchsorted(s, c[inside], side="right") - 1
+        if len(j) and (int(j.min()) < 0 or np.any(c[inside] >= e[j])) or (len(d) and int(d.min()) < 0):
+            raise ValueError("concat run: the documents do not cover the labels of a sequence and the one before")
+        ctx_doc = np.full(k, SEPARATOR, np.int64)
+        ctx_tok = np.zeros(k, np.int64)
+        ctx_doc[inside] = self.docs[j]
+        ctx_tok[inside] = c[inside] - s[j]
+        return Layout(n, k, ctx_doc, ctx_tok, owner, r_lo - lo[owner], self.docs[d], self.keys[d], r_lo - s[d],
+                      r_hi - r_lo)
+
+
 def concat_layout(docs, keys, label_starts, lengths, first_label: int, count: int, seq_len: int,
                   end: int | None = None) -> Layout:
     """Labels [first_label, first_label + count * seq_len) of a stream of documents, as `count` sequences.
@@ -163,37 +221,42 @@ def concat_layout(docs, keys, label_starts, lengths, first_label: int, count: in
     Returns:
         The layout.
     """
-    docs, keys, s, ln = _int64(docs), _int64(keys), _int64(label_starts), _int64(lengths)
-    a = int(first_label)
-    stop = a + count * seq_len if end is None else min(a + count * seq_len, int(end))
-    e = s + ln
-    # Rows: each document's part inside [a, stop), cut at the sequences' boundaries.
-    lo = np.maximum(s, a)
-    hi = np.minimum(e, stop)
-    live = hi > lo
-    d_idx = np.flatnonzero(live)
-    first_seq = (lo[live] - a) // seq_len
-    last_seq = (hi[live] - 1 - a) // seq_len
-    per = last_seq - first_seq + 1
-    owner = np.repeat(d_idx, per)
-    seqs = _ranges(first_seq, per)
-    seq_lo = a + seqs * seq_len
-    r_lo = np.maximum(s[owner], seq_lo)
-    r_hi = np.minimum(e[owner], seq_lo + seq_len)
-    r_hi = np.minimum(r_hi, stop)
-    layout_rows = (seqs, r_lo - seq_lo, docs[owner], keys[owner], r_lo - s[owner], r_hi - r_lo)
-    # Contexts: label a + i * seq_len - 1 of each sequence (the separator before label 0; a sequence
-    # starting at or past the end is padding, its context the separator too).
-    c = a + np.arange(count, dtype=np.int64) * seq_len - 1
-    inside = (c >= 0) & (c < stop)
-    j = np.searchsorted(s, c[inside], side="right") - 1
-    if len(j) and (int(j.min()) < 0 or np.any(c[inside] >= e[j])):
-        raise ValueError("concat_layout: the documents do not cover the label before a sequence")
-    ctx_doc = np.full(count, SEPARATOR, np.int64)
-    ctx_tok = np.zeros(count, np.int64)
-    ctx_doc[inside] = docs[j]
-    ctx_tok[inside] = c[inside] - s[j]
-    return Layout(seq_len, count, ctx_doc, ctx_tok, *(np.asarray(x, np.int64) for x in layout_rows))
+    run = ConcatRun(seq_len, count, int(first_label), end, _int64(docs), _int64(keys), _int64(label_starts),
+                    _int64(lengths))
+    return run.select(np.arange(count))
+
+
+class Stacked:
+    """Layouts (or concat runs) one after the other, their sequences numbered across them; selected lazily."""
+
+    def __init__(self, parts: list):
+        self.parts = [p for p in parts if p.count]
+        self.seq_len = parts[0].seq_len if parts else 0
+        self.bounds = np.cumsum([0] + [p.count for p in self.parts]).astype(np.int64)
+        self.count = int(self.bounds[-1])
+
+    def __len__(self) -> int:
+        return self.count
+
+    def real(self) -> int:
+        """Sequences holding at least one label."""
+        return sum(p.real() for p in self.parts)
+
+    def select(self, sequences) -> Layout:
+        """The given sequences, in the given order, as a `Layout`."""
+        seqs = _int64(sequences)
+        part = np.searchsorted(self.bounds, seqs, side="right") - 1
+        chosen, where = [], []
+        for i in np.unique(part).tolist():
+            at = np.flatnonzero(part == i)
+            chosen.append(self.parts[i].select(seqs[at] - self.bounds[i]))
+            where.append(at)
+        if not chosen:
+            return empty_layout(self.seq_len)
+        joined = concat_layouts(chosen)
+        order = np.empty(len(seqs), np.int64)
+        order[np.concatenate(where)] = np.arange(len(seqs))
+        return joined.select(order) if len(chosen) > 1 else joined
 
 
 def best_fit_layout(docs, keys, starts, lengths, seq_len: int) -> Layout:
@@ -250,7 +313,14 @@ def leftover(layout: Layout, consumed: int) -> tuple[np.ndarray, np.ndarray, np.
     return doc[heads], key[heads], start[heads], np.bincount(group, length).astype(np.int64)
 
 
-def fill(layout: Layout, read_into, *, separator: int, pad: int, features: bool = True) -> dict[str, np.ndarray]:
+def loss_mask(used, seq_len: int) -> np.ndarray:
+    """float32 [..., seq_len]: 1 on the label positions a sequence fills (`used`), 0 on padding."""
+    used = np.asarray(used)
+    return (np.arange(seq_len) < used[..., None]).astype(np.float32)
+
+
+def fill(layout: Layout, read_into, *, separator: int, pad: int, dtype=np.int32,
+         features: bool = True) -> dict[str, np.ndarray]:
     """The layout's token arrays.
 
     Args:
@@ -259,17 +329,21 @@ def fill(layout: Layout, read_into, *, separator: int, pad: int, features: bool 
             starts[i] + lengths[i]) of document docs[i] into buffer[offsets[i]:] (the caller's I/O).
         separator: the context of a sequence that starts a stream or a document.
         pad: the token of padding positions.
+        dtype: the tokens' (the store's: the reads go straight into the array).
         features: also return segment ids and positions.
 
     Returns:
-        {"tokens": int32 [n, seq_len + 1], "loss_mask": float32 [n, seq_len] (0 on padding),
-        "segment_ids", "positions": int32 [n, seq_len]} (the last two with `features`).
+        {"tokens": dtype [n, seq_len + 1], "used": int64 [n] (label positions filled: `loss_mask`),
+        "segment_ids", "positions": `packing.segment_dtype(seq_len)` [n, seq_len] (0 on padding;
+        with `features`)}.
     """
     n, seq_len = layout.count, layout.seq_len
     used = layout.used()
     bounds = layout.row_bounds()
-    # The buffer holds, per sequence, its context then its labels: [ctx, labels...], back to back.
-    base = np.cumsum(1 + used) - (1 + used)
+    # Reads go straight into the tokens array: sequence i's context at [i, 0], its labels after it.
+    padded = not n or int(used.min()) < seq_len
+    tokens = np.full((n, seq_len + 1), pad, dtype) if padded else np.empty((n, seq_len + 1), dtype)
+    base = np.arange(n, dtype=np.int64) * (seq_len + 1)
     ctx_reads = layout.ctx_doc >= 0
     first = bounds[:-1]
     has_rows = bounds[1:] > first
@@ -289,21 +363,42 @@ def fill(layout: Layout, read_into, *, separator: int, pad: int, features: bool 
     docs = np.concatenate([layout.doc, layout.ctx_doc[alone]])
     starts = np.concatenate([r_start, layout.ctx_tok[alone]])
     lengths = np.concatenate([r_len, np.ones(int(alone.sum()), np.int64)])
-    buffer = np.empty(int(used.sum()) + n, np.int32)
-    buffer[base[~ctx_reads]] = separator
+    flat = tokens.reshape(-1)
+    flat[base[~ctx_reads]] = separator
     if len(offsets):
         order = np.argsort(offsets, kind="stable")
-        read_into(buffer, offsets[order], docs[order], starts[order], lengths[order])
-    tokens = np.full((n, seq_len + 1), pad, np.int32)
-    real = np.arange(seq_len + 1)[None, :] < (1 + used)[:, None]
-    tokens[real] = buffer
-    labels_real = real[:, 1:]
-    out = {"tokens": tokens, "loss_mask": labels_real.astype(np.float32)}
+        read_into(flat, offsets[order], docs[order], starts[order], lengths[order])
+    out = {"tokens": tokens, "used": used}
     if features:
-        seg = np.zeros((n, seq_len), np.int32)
-        pos = np.zeros((n, seq_len), np.int32)
-        seg[labels_real] = np.repeat(layout.segment_ids(), layout.length)
-        row_first = np.cumsum(layout.length) - layout.length
-        pos[labels_real] = np.arange(int(layout.length.sum()), dtype=np.int64) - np.repeat(row_first, layout.length)
-        out["segment_ids"], out["positions"] = seg, pos
+        out["segment_ids"], out["positions"] = _segments(layout, used, padded)
     return out
+
+
+def _segments(layout: Layout, used: np.ndarray, padded: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Segment ids and positions of a layout's label positions (0 on padding), in `packing.segment_dtype`."""
+    n, seq_len = layout.count, layout.seq_len
+    kind = packing.segment_dtype(seq_len)
+    rows = len(layout.seq)
+    if rows * _ROW_LABELS <= n * seq_len:  # long rows: a slice each costs less than passes over every label
+        seg = np.zeros((n, seq_len), kind)
+        pos = np.zeros((n, seq_len), kind)
+        ramp = np.arange(seq_len, dtype=kind)
+        ids = layout.segment_ids().tolist()
+        for s, p, k, g in zip(layout.seq.tolist(), layout.pos.tolist(), layout.length.tolist(), ids, strict=True):
+            seg[s, p : p + k] = g
+            pos[s, p : p + k] = ramp[:k]
+        return seg, pos
+    # Each row starts a segment: a running count of starts is the segment id, the distance to the
+    # last start the position (as pipeline/core/packing.segment_features).
+    begins = np.zeros((n, seq_len), bool)
+    begins[layout.seq, layout.pos] = True
+    seg = np.cumsum(begins, axis=1, dtype=kind)
+    index = np.arange(seq_len, dtype=kind)
+    pos = np.where(begins, index, kind.type(0))
+    np.maximum.accumulate(pos, axis=1, out=pos)
+    np.subtract(index, pos, out=pos)
+    if padded:
+        pads = np.arange(seq_len)[None, :] >= used[:, None]
+        seg[pads] = 0
+        pos[pads] = 0
+    return seg, pos

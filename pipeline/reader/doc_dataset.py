@@ -42,11 +42,13 @@ def store_dataset(location, request: ReadRequest, *, seq_len: int | None, packin
         shuffle_buffer=r.shuffle_buffer, **({"pack_window": pack_window} if pack_window else {}),
         schedule=tuple(schedule or ()), state=r.state, verify=r.verify, features=r.features)
     reader = open_reader(location, settings, r.dp_rank, r.dp_size)
-    names = ("inputs", "labels", "loss_mask", *reader.features)
-    dtypes = {name: tf.float32 if name == "loss_mask" else tf.int32 for name in names}
+    raw_names = ("tokens", "used", *reader.features)
+    token_dtype = tf.as_dtype(reader.token_dtype.newbyteorder("="))
     segments = getattr(reader.order, "segments", ())  # a mixture's are fixed
     batch = r.rank_batch if len({s.global_batch for s in segments}) <= 1 else None
     length = seq_len if len({s.seq_len for s in segments}) <= 1 else None
+    seg_dtype = tf.uint16 if max([seq_len] + [s.seq_len for s in segments]) <= 65535 else tf.int32
+    dtypes = {"tokens": token_dtype, "used": tf.int64, "segment_ids": seg_dtype, "positions": seg_dtype}
     plans: dict[int, tuple] = {}
     lock = threading.Lock()
 
@@ -60,13 +62,22 @@ def store_dataset(location, request: ReadRequest, *, seq_len: int | None, packin
     def fill(key: np.ndarray) -> list[np.ndarray]:
         with lock:
             window, seqs = plans.pop(int(key))
-        arrays = reader.fill(window, seqs)
-        return [arrays[name] for name in names]
+        raw = reader.fill_raw(window, seqs)
+        return [raw[name].astype(dtypes[name].as_numpy_dtype, copy=False) for name in raw_names]
 
     @no_autograph
     def window_arrays(key):
-        out = tf.numpy_function(fill, [key], [dtypes[n] for n in names], stateful=True)
-        return {name: tf.ensure_shape(t, [None, batch, length]) for name, t in zip(names, out, strict=True)}
+        # The store's tokens widened, inputs and labels cut, the loss mask made here, in TensorFlow's threads.
+        raw = dict(zip(raw_names, tf.numpy_function(fill, [key], [dtypes[n] for n in raw_names], stateful=True),
+                       strict=True))
+        tokens = tf.cast(tf.ensure_shape(raw["tokens"], [None, batch, None if length is None else length + 1]),
+                         tf.int32)
+        used = tf.ensure_shape(raw["used"], [None, batch])
+        out = {"inputs": tokens[..., :-1], "labels": tokens[..., 1:],
+               "loss_mask": tf.cast(tf.sequence_mask(used, tf.shape(tokens)[-1] - 1), tf.float32)}
+        for name in reader.features:
+            out[name] = tf.cast(tf.ensure_shape(raw[name], [None, batch, length]), tf.int32)
+        return out
 
     ds = tf.data.Dataset.from_generator(windows, output_signature=tf.TensorSpec([], tf.int64))
     ds = ds.map(window_arrays, num_parallel_calls=r.num_parallel_reads, deterministic=True)

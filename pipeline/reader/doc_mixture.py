@@ -28,7 +28,7 @@ import numpy as np
 from pipeline.core import read_packing
 from pipeline.core.hashing import fold64, stable_hash
 from pipeline.format.mixture import Mixture, MixtureError, is_mixture, load_mixture
-from pipeline.reader.doc_reader import StoreReader, StoreSettings, arrays_of, stream_opener
+from pipeline.reader.doc_reader import StoreReader, StoreSettings, arrays_of, chunks, reshaped, stream_opener
 from pipeline.reader.mixture import MixtureOrder
 from pipeline.reader.plan import default_window
 from pipeline.reader.request import OPTIONAL_FEATURES, select_features
@@ -153,7 +153,7 @@ class StoreMixtureOrder:
                     parts[d].append(streams[d].take(n, seq_len))
                     index[sel] = taken[d] + samples[sel] - first
                     taken[d] += n
-            layouts = [read_packing.concat_layouts(p) if p else read_packing.empty_layout(seq_len) for p in parts]
+            layouts = [read_packing.Stacked(p or [read_packing.empty_layout(seq_len)]) for p in parts]
             self._remember(w + 1, [s.cursor() for s in streams])
             if w >= first_w:
                 yield MixtureWindow(w * per, per, src, index, layouts)
@@ -190,6 +190,7 @@ class MixtureStoreReader:
             raise ValueError(f"global batch {g} is not split by dp_size {dp_size} (dp_rank {dp_rank})")
         self.mixture, self.settings = mixture, settings
         self.stores = [DocStore(s) for s in sources]
+        self.token_dtype = sources[0].dtype
         self.features = select_features(settings.features, OPTIONAL_FEATURES, "a document store")
         self.dp_rank, self.dp_size = dp_rank, dp_size
         self.order = StoreMixtureOrder(mixture, self.stores, settings, settings.state)
@@ -217,27 +218,31 @@ class MixtureStoreReader:
             if last <= first:
                 return
             steps = np.arange(first - window.first, last - window.first, dtype=np.int64)[:, None]
-            yield window, first, steps * g + self.dp_rank * b + np.arange(b, dtype=np.int64)[None, :]
+            positions = steps * g + self.dp_rank * b + np.arange(b, dtype=np.int64)[None, :]
+            yield from chunks(window, first, positions, self.settings.seq_len)
             if self.stop is not None and last >= self.stop:
                 return
 
-    def fill(self, window: MixtureWindow, positions: np.ndarray) -> dict:
-        """The batches of these positions of a window: arrays of shape positions.shape + (L,)."""
+    def fill_raw(self, window: MixtureWindow, positions: np.ndarray) -> dict:
+        """These positions of a window filled, each from its source's store: shaped positions.shape + (...)."""
         flat = positions.reshape(-1)
         src, idx = window.source[flat], window.index[flat]
         out = None
         for d in np.unique(src).tolist():
             sel = np.flatnonzero(src == d)
             store = self.stores[d]
-            filled = read_packing.fill(window.layouts[d].select(idx[sel]), store.read_into,
-                                       separator=store.source.separator_id, pad=store.source.pad_id,
-                                       features=bool(self.features))
-            arrays = arrays_of(filled, self.features)
+            raw = read_packing.fill(window.layouts[d].select(idx[sel]), store.read_into,
+                                    separator=store.source.separator_id, pad=store.source.pad_id,
+                                    dtype=store.source.dtype, features=bool(self.features))
             if out is None:
-                out = {k: np.empty((len(flat), *v.shape[1:]), v.dtype) for k, v in arrays.items()}
-            for k, v in arrays.items():
+                out = {k: np.empty((len(flat), *v.shape[1:]), v.dtype) for k, v in raw.items()}
+            for k, v in raw.items():
                 out[k][sel] = v
-        return {k: v.reshape(*positions.shape, -1) for k, v in out.items()}
+        return reshaped(out, positions.shape)
+
+    def fill(self, window: MixtureWindow, positions: np.ndarray) -> dict:
+        """The batches of these positions of a window (`arrays_of`): arrays of shape positions.shape + (L,)."""
+        return arrays_of(self.fill_raw(window, positions), self.features)
 
     def __iter__(self):
         """Every batch of the rank, in order (dicts of NumPy arrays)."""

@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 
 PACKINGS = ("concat", "best_fit")
 DEFAULT_PACK_WINDOW = 1024  # documents per best-fit packing window (the job's --packing_window is in items)
+CHUNK_LABELS = 1 << 20  # labels of a rank filled at once (~16 MiB of int32 arrays): latency and memory per fill
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,14 +100,26 @@ def open_order(store: DocStore, settings: StoreSettings) -> StoreOrder:
                       token_bytes=store.itemsize, state=settings.state)
 
 
-def arrays_of(filled: dict, features: tuple[str, ...]) -> dict:
-    """A filled layout's arrays as a reader's batch (inputs, labels, loss_mask, the features asked for)."""
-    tokens = filled["tokens"]
-    out = {"inputs": np.ascontiguousarray(tokens[..., :-1]), "labels": np.ascontiguousarray(tokens[..., 1:]),
-           "loss_mask": filled["loss_mask"]}
+def chunks(window, first: int, rows: np.ndarray, seq_len: int):
+    """(window, first step, rows) in pieces of about CHUNK_LABELS labels (whole steps)."""
+    per = max(1, CHUNK_LABELS // max(1, rows.shape[1] * seq_len))
+    for i in range(0, len(rows), per):
+        yield window, first + i, rows[i : i + per]
+
+
+def arrays_of(raw: dict, features: tuple[str, ...]) -> dict:
+    """Filled sequences (`fill_raw`'s) as a reader's batch: int32 inputs/labels and features, float32 loss mask."""
+    tokens = raw["tokens"]
+    out = {"inputs": tokens[..., :-1].astype(np.int32), "labels": tokens[..., 1:].astype(np.int32),
+           "loss_mask": read_packing.loss_mask(raw["used"], tokens.shape[-1] - 1)}
     for name in features:
-        out[name] = filled[name]
+        out[name] = raw[name].astype(np.int32)
     return out
+
+
+def reshaped(raw: dict, shape: tuple[int, ...]) -> dict:
+    """Filled arrays of n sequences as `shape` (n = its product) of them."""
+    return {k: v.reshape(*shape, *v.shape[1:]) for k, v in raw.items()}
 
 
 class StoreReader:
@@ -124,6 +137,7 @@ class StoreReader:
         if check:  # before step 0 (a copy in a DataLoader worker, checked by its parent, skips it)
             check_store(source, settings.verify)
         self.store = DocStore(source)
+        self.token_dtype = source.dtype
         self.settings = settings
         self.features = select_features(settings.features, OPTIONAL_FEATURES, "a document store")
         self.order = open_order(self.store, settings)
@@ -152,24 +166,35 @@ class StoreReader:
         self.stop = stop
 
     def plans(self):
-        """(window, the rank's sequences int64 [k, B] of its steps from the start on), window after window."""
+        """(window, first step, the rank's sequences int64 [k, B] of steps first..), a few steps at a time.
+
+        A window's steps come in chunks of about CHUNK_LABELS labels of the rank: what one fill
+        makes (the first batch waits for one chunk, not for the whole window).
+        """
         for window in self.order.windows(self.start):
             first = max(window.first, self.start)
             last = window.first + window.steps if self.stop is None else min(window.first + window.steps, self.stop)
             if last <= first:
                 return
             seqs = window.rank_sequences(self.dp_rank, self.dp_size, first)[: last - first]
-            yield window, first, seqs
+            yield from chunks(window, first, seqs, window.segment.seq_len)
             if self.stop is not None and last >= self.stop:
                 return
 
-    def fill(self, window: Window, seqs: np.ndarray) -> dict:
-        """The batches of these sequences of a window: arrays of shape seqs.shape + (L,)."""
+    def fill_raw(self, window: Window, seqs: np.ndarray) -> dict:
+        """These sequences of a window filled: `read_packing.fill`'s arrays, shaped seqs.shape + (...).
+
+        The tokens stay in the store's dtype (the readers widen them where they copy them anyway).
+        """
         layout = window.layout.select(seqs.reshape(-1))
-        filled = read_packing.fill(layout, self.store.read_into, separator=self.store.source.separator_id,
-                                   pad=self.store.source.pad_id, features=bool(self.features))
-        out = arrays_of(filled, self.features)
-        return {k: v.reshape(*seqs.shape, -1) for k, v in out.items()}
+        source = self.store.source
+        raw = read_packing.fill(layout, self.store.read_into, separator=source.separator_id, pad=source.pad_id,
+                                dtype=source.dtype, features=bool(self.features))
+        return reshaped(raw, seqs.shape)
+
+    def fill(self, window: Window, seqs: np.ndarray) -> dict:
+        """The batches of these sequences of a window (`arrays_of`): arrays of shape seqs.shape + (L,)."""
+        return arrays_of(self.fill_raw(window, seqs), self.features)
 
     def __iter__(self):
         """Every batch of the rank, in order (dicts of NumPy arrays)."""

@@ -125,11 +125,12 @@ class ConcatStream(_Stream):
         docs, pos, lengths, epochs = (np.concatenate([p[i] for p in parts]) for i in range(4))
         return docs, pos, lengths, epochs, pos
 
-    def take(self, count: int, seq_len: int) -> read_packing.Layout:
+    def take(self, count: int, seq_len: int) -> read_packing.ConcatRun:
         """The next `count` sequences of `seq_len` labels (padding after the stream's end)."""
         a = self.label
         if self._ended(self.epoch):
-            return read_packing.empty_layout(seq_len, count)
+            z = np.zeros(0, np.int64)
+            return read_packing.ConcatRun(seq_len, count, a, a, z, z, z, z)
         need = count * seq_len
         docs, keys, lengths, epochs, positions = self._walk(self.epoch, self.position, self.offset + need)
         starts = a - self.offset + np.cumsum(lengths) - lengths
@@ -144,8 +145,8 @@ class ConcatStream(_Stream):
             positions = np.concatenate([[p], positions])
         stream_end = int(starts[-1] + lengths[-1]) if len(starts) else a
         ended = stream_end <= a + need  # the walk stopped at the stream's end
-        layout = read_packing.concat_layout(docs, keys, starts, lengths, a, count, seq_len,
-                                            end=stream_end if ended else None)
+        layout = read_packing.ConcatRun(seq_len, count, a, stream_end if ended else None, docs, keys, starts,
+                                        lengths)
         nxt = min(a + need, stream_end)
         if nxt >= stream_end and ended:
             self.label, self.epoch, self.position, self.offset = nxt, int(self.end_epoch), 0, 0
@@ -203,7 +204,7 @@ class BestFitStream(_Stream):
             self.epoch, self.window = self.epoch + 1, 0
         self.chain, self._current = [], None
 
-    def take(self, count: int, seq_len: int) -> read_packing.Layout:
+    def take(self, count: int, seq_len: int) -> read_packing.Stacked:
         """The next `count` sequences of `seq_len` labels (padding after the stream's end)."""
         parts = []
         while count and not self._ended(self.epoch):
@@ -216,11 +217,24 @@ class BestFitStream(_Stream):
                 self.chain.append([seq_len, 0])
             taken = self.chain[-1][1]
             m = min(count, self._current.count - taken)
-            parts.append(self._current.select(np.arange(taken, taken + m)))
+            parts.append(_Slice(self._current, taken, m))
             self.chain[-1][1] += m
             count -= m
             if self.chain[-1][1] == self._current.count:
                 self._next_window()
         if count:
             parts.append(read_packing.empty_layout(seq_len, count))
-        return read_packing.concat_layouts(parts) if parts else read_packing.empty_layout(seq_len, 0)
+        return read_packing.Stacked(parts or [read_packing.empty_layout(seq_len, 0)])
+
+
+class _Slice:
+    """Sequences [first, first + count) of a layout, selected lazily (a rank takes its own only)."""
+
+    def __init__(self, layout: read_packing.Layout, first: int, count: int):
+        self.layout, self.first, self.count, self.seq_len = layout, first, count, layout.seq_len
+
+    def real(self) -> int:
+        return self.count
+
+    def select(self, sequences) -> read_packing.Layout:
+        return self.layout.select(np.asarray(sequences, np.int64) + self.first)

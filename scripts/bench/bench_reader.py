@@ -300,21 +300,28 @@ def store_main(args) -> dict:
             paths = {
                 "pre-packed": lambda out=out, g=g, w=w: tfdata.make_dataset(
                     out, global_batch_size=g, dp_rank=0, dp_size=w, seed=1, num_epochs=None),
+                # The same features as the pre-packed output's (concat: written without boundaries).
                 "read-time": lambda n=n, g=g, w=w, packing=packing: tfdata.make_dataset(
                     store, global_batch_size=g, dp_rank=0, dp_size=w, seed=1, seq_len=n, packing=packing,
-                    num_epochs=None),
+                    num_epochs=None, features=None if packing == "best_fit" else ()),
             }
             rates: dict[str, list[float]] = {k: [] for k in paths}
+            cpu: dict[str, list[float]] = {k: [] for k in paths}
             batches = max(50, args.max_batches * 2048 // n)
             for _ in range(args.repeats):
                 for name, make in paths.items():
+                    c = time.process_time()
                     t, sec = drain(make(), batches)
                     rates[name].append(t / sec)
+                    cpu[name].append((time.process_time() - c) / t * 1e9)  # CPU-us per 1k tokens
             row = {k: statistics.median(v) for k, v in rates.items()}
-            row.update(packing=packing, seq_len=n, ranks=w, ratio=row["read-time"] / row["pre-packed"])
+            row.update({f"{k}_cpu": statistics.median(v) for k, v in cpu.items()})
+            row.update(packing=packing, seq_len=n, ranks=w, ratio=row["read-time"] / row["pre-packed"],
+                       cpu_ratio=row["pre-packed_cpu"] / row["read-time_cpu"])
             table.append(row)
-            print(f"{packing:8s} seq_len {n:5d} W={w}: pre-packed {row['pre-packed'] / 1e6:6.1f} M tokens/s, "
-                  f"read-time {row['read-time'] / 1e6:6.1f} M tokens/s = {row['ratio']:.2f}x   runs: "
+            print(f"{packing:8s} seq_len {n:5d} W={w}: pre-packed {row['pre-packed'] / 1e6:6.1f} M tokens/s "
+                  f"({row['pre-packed_cpu']:.1f} CPU-us/1k), read-time {row['read-time'] / 1e6:6.1f} M tokens/s "
+                  f"({row['read-time_cpu']:.1f}) = {row['ratio']:.2f}x ({row['cpu_ratio']:.2f}x in CPU)   runs: "
                   + " | ".join(f"{k} " + ", ".join(f"{x / 1e6:.1f}" for x in v) for k, v in rates.items()))
 
     def torch_rate(batches: int) -> float:
@@ -326,7 +333,7 @@ def store_main(args) -> dict:
                 break
         return tokens / (time.perf_counter() - start)
 
-    torch_rates, tf_rates = [], []
+    torch_rates, tf_rates = [], []  # the same batches, segment ids and positions included
     for _ in range(args.repeats):
         t, sec = drain(tfdata.make_dataset(store, global_batch_size=args.batch_size, seed=1, seq_len=lens[0],
                                            num_epochs=None), args.max_batches)
