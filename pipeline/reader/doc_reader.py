@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 PACKINGS = ("concat", "best_fit")
 DEFAULT_PACK_WINDOW = 1024  # documents per best-fit packing window (the job's --packing_window is in items)
-CHUNK_LABELS = 1 << 20  # labels of a rank filled at once (~16 MiB of int32 arrays): latency and memory per fill
+CHUNK_LABELS = 1 << 18  # labels of a rank filled at once (~1 MiB of tokens): what the first batch waits for
 
 
 @dataclasses.dataclass(frozen=True)

@@ -316,17 +316,30 @@ class DocStore:
                                 & (offsets[1:] == offsets[:-1] + lengths[:-1])])
         heads = np.flatnonzero(~joins)
         totals = np.add.reduceat(lengths, heads) if len(heads) else heads
-        dtype = self.source.dtype
-        same = buffer.dtype == dtype
-        staging = None if same else np.empty(int(totals.max(initial=0)), dtype)
-        for h, n in zip(heads.tolist(), totals.tolist(), strict=True):
-            s, o = int(shard[h]), int(offsets[h])
-            target = buffer[o : o + n] if same else staging[:n]
-            got = os.preadv(fds[s], [memoryview(target).cast("B")], int(at[h]))
-            if got != n * self.itemsize:
+        if buffer.dtype != self.source.dtype:  # read in the store's dtype, then converted
+            staging = np.empty(len(buffer), self.source.dtype)
+            self.read_into(staging, offsets, docs, starts, lengths)
+            used = np.zeros(len(buffer), bool)
+            used[_spans(offsets, lengths)] = True
+            buffer[used] = staging[used]
+            return
+        # One pread per run, straight into the buffer (a short document costs a system call, so the
+        # loop holds only what each call needs).
+        view = memoryview(buffer).cast("B")
+        size = self.itemsize
+        byte_at = (offsets[heads] * size).tolist()
+        byte_n = (totals * size).tolist()
+        for fd_index, b, n, where in zip(shard[heads].tolist(), byte_at, byte_n, at[heads].tolist(), strict=True):
+            got = os.preadv(fds[fd_index], [view[b : b + n]], where)
+            if got != n:
                 raise ShardIntegrityError(
-                    self.source.prefixes[s] + ".bin",
-                    f"read {got // self.itemsize} tokens where its index promises {n} at byte {int(at[h])} "
+                    self.source.prefixes[fd_index] + ".bin",
+                    f"read {got // size} tokens where its index promises {n // size} at byte {where} "
                     "(the file was cut, replaced or removed since the start)")
-            if not same:
-                buffer[o : o + n] = target
+
+
+def _spans(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Every index of the ranges [starts[i], starts[i] + lengths[i])."""
+    total = int(lengths.sum())
+    firsts = np.cumsum(lengths) - lengths
+    return np.repeat(starts - firsts, lengths) + np.arange(total, dtype=np.int64)
