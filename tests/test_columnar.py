@@ -160,3 +160,12 @@ def test_train_tokenizer_samples_parquet_and_refuses_a_missing_column(corpus, tm
     assert train_tokenizer.cli(["--input", str(corpus / "one.parquet"), "--text_key", "content", "--default_subset",
                                 "Pile-CC", "--model_prefix", str(tmp_path / "n"), *FAST_BEAM]) == 2
     assert "--text_key content" in caplog.text and "its columns: id, body, source, source.name" in caplog.text
+
+
+@pytest.mark.slow
+def test_id_key_moves_no_chunk_boundary(corpus, tiny_model, tmp_path):
+    """The id column is read for the records, but chunks are sized without it: the same shards."""
+    small = ["--chunk_mb", "0.002"]
+    plain, _ = _run(tmp_path, "plain", [str(corpus / "groups.parquet")], tiny_model, *small)
+    with_ids, manifest = _run(tmp_path, "ids", [str(corpus / "groups.parquet")], tiny_model, *small, "--id_key", "id")
+    assert _shards(with_ids) == _shards(plain) and manifest["config"]["id_key"] == "id"

@@ -145,6 +145,7 @@ def prepare(config: PipelineConfig, options: PipelineOptions, model: TokenizerMo
     # after the job.
     check_layout(config.schema, [f for f in input_files if not columnar.is_columnar(f)], config.max_line_bytes)
     check_columns(input_files, config)
+    config.check_stages_ready()
     eval_files = expand_eval_files(config)
     if model is None or model.path != config.tokenizer_model or model.tiktoken_name != config.tiktoken_encoding:
         model = load_model(config)

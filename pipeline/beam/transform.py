@@ -18,13 +18,14 @@ Either way the output is written in `config.output_dir` as by the command, the m
 What the transform cannot do inside someone else's pipeline is hold the output directory's lock
 for the run: `pile-pipeline run` (pipeline/beam/launch.py) takes it; a pipeline of your own must
 not run two writers into one directory. The directory is checked and prepared (a previous output
-refused unless `overwrite`) when the transform is applied to documents.
+refused unless `overwrite`) when the transform is applied, its refusals naming the config's fields.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 
 import apache_beam as beam
 import orjson
@@ -67,11 +68,13 @@ class TokenShards(beam.PTransform):
     def expand(self, pvalue):
         if isinstance(pvalue, beam.pvalue.PBegin):
             job = self._job or prepare(self._config, self._options)
+            if self._job is None:
+                _prepare_output(job.config)
             chunks, read_stats = read_chunks(pvalue.pipeline, job, self._workspace)
         else:
             job = self._job or _documents_job(self._config, self._options)
             if self._job is None:
-                output_format(job.config).prepare(job.config)
+                _prepare_output(job.config)
             read = (
                 pvalue
                 | "DocumentLines" >> beam.Map(_keyed_line, self._buckets)
@@ -85,9 +88,24 @@ class TokenShards(beam.PTransform):
         return output_format(job.config).build(pvalue.pipeline, job, chunks, read_stats, self._workspace)
 
 
+# The output directory's refusals name the command's flags; here they are the config's fields.
+_FIELDS = re.compile(r"--(overwrite|output_dir)\b")
+
+
+def _prepare_output(config: PipelineConfig) -> None:
+    """Check and prepare the output directory as the command does, a refusal naming TokenShards' arguments."""
+    try:
+        output_format(config).prepare(config)
+    except FileExistsError as e:
+        named = _FIELDS.sub(lambda m: "PipelineConfig(overwrite=True)" if m.group(1) == "overwrite" else "output_dir",
+                            str(e))
+        raise FileExistsError(f"TokenShards: {named}") from None
+
+
 def _documents_job(config: PipelineConfig, options: PipelineOptions) -> Job:
     """The Job of documents given as a PCollection: the checks of `prepare` that apply without input files."""
     refuse_credentials([("--output_dir", config.output_dir), ("--tokenizer_model", config.tokenizer_model)])
+    config.check_stages_ready()
     model = load_model(config)
     execution = plan_execution(options.view_as(StandardOptions).runner or "DirectRunner",
                                options.view_as(DirectOptions).direct_num_workers, [], "yes",

@@ -12,6 +12,7 @@ import platform
 import sys
 
 from pipeline.beam.lean_import import one_command_per_process
+from pipeline.core.extras import guarded
 from pipeline.core.versions import created_by
 
 COMMANDS = {
@@ -47,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"pile-pipeline: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
         return 2
-    return importlib.import_module(COMMANDS[name][0]).cli(rest)
+    module = COMMANDS[name][0]
+    return guarded(lambda args: importlib.import_module(module).cli(args), rest, f"pile-pipeline {name}")
 
 
 def exiting(status: int) -> int:

@@ -6,7 +6,7 @@ source.name`), so validation, dead letters and the documents are exactly those o
 written as JSON lines (pipeline/core/documents.py). A value JSON cannot hold (bytes, a date) rides in
 `Line.row` and is a dead letter naming its type. Line numbers are 1-based row numbers of the file.
 
-Only the columns on the two paths are read, one row group (Parquet) or record batch (Arrow) at a
+Only the columns on the two paths (and --id_key's) are read, one row group (Parquet) or record batch (Arrow) at a
 time, never a whole file. Each Parquet row group is a work item (`RowGroup`) that any worker reads
 on its own; its chunks are numbered `group * GROUP_CHUNKS + k`, so the chunks, and the output, are
 the same however the groups are spread. An Arrow file (IPC file or stream format, as
@@ -120,7 +120,8 @@ def check_columns(path: str, schema: Schema) -> None:
                           f"(its columns: {columns_of(arrow)})")
     if schema.default_subset is None and not _resolve(arrow, schema.subset_path):
         raise ColumnError(f"--subset_key {schema.subset_key}: {redact_url(path)} has no such column "
-                          f"(its columns: {columns_of(arrow)}); --default_subset names the subset of every row")
+                          f"(its columns: {columns_of(arrow)}); pass --default_subset other to put every row in "
+                          "one subset (any NAME)")
 
 
 def read_units(path: str) -> list[RowGroup | None]:
@@ -154,18 +155,29 @@ def _nest(row: dict, path: tuple[str, ...], value) -> None:
     row[path[-1]] = value
 
 
-def _lines(table: pa.Table, schema: Schema, first_row: int) -> Iterator[Line]:
+def _lines(table: pa.Table, schema: Schema, first_row: int) -> Iterator[tuple[Line, int]]:
+    """(Line, its size for chunking) of each row.
+
+    The size is the row's without its --id_key value, so that the id never moves a chunk's boundary
+    (the chunks, and so the shards, are those of the same job without it).
+    """
     texts = _leaf(table, schema.text_path)
     subsets = _leaf(table, schema.subset_path)
+    ids = _leaf(table, schema.id_path) if schema.id_path else None
     for i in range(table.num_rows):
         row: dict = {}
         _nest(row, schema.text_path, None if texts is None else texts[i])
         if subsets is not None:
             _nest(row, schema.subset_path, subsets[i])
+        size = None
+        if ids is not None and ids[i] is not None:
+            size = len(orjson.dumps(row, default=repr))
+            _nest(row, schema.id_path, ids[i])
         try:
-            yield Line(first_row + i + 1, first_row + i, orjson.dumps(row))
+            line = Line(first_row + i + 1, first_row + i, orjson.dumps(row))
         except TypeError:  # a value JSON cannot hold: validated from the row itself
-            yield Line(first_row + i + 1, first_row + i, orjson.dumps(row, default=repr), row=row)
+            line = Line(first_row + i + 1, first_row + i, orjson.dumps(row, default=repr), row=row)
+        yield line, len(line.data) if size is None else size
 
 
 def _chunks(tables: Iterator[tuple[int, int, pa.Table, int]], path: str, file_index: int, chunk_bytes: int,
@@ -174,9 +186,9 @@ def _chunks(tables: Iterator[tuple[int, int, pa.Table, int]], path: str, file_in
     for group, first_row, table, stored in tables:
         lines: list[Line] = []
         size = k = 0
-        for line in _lines(table, schema, first_row):
+        for line, line_size in _lines(table, schema, first_row):
             lines.append(line)
-            size += len(line.data) + 1
+            size += line_size + 1
             if size >= chunk_bytes or len(lines) >= MAX_CHUNK_LINES:
                 yield Chunk(file_index, group * GROUP_CHUNKS + k, path, tuple(lines))
                 k += 1
@@ -190,7 +202,8 @@ def _chunks(tables: Iterator[tuple[int, int, pa.Table, int]], path: str, file_in
 
 
 def _columns(schema: Schema, arrow: pa.Schema) -> list[str]:
-    return sorted({p[0] for p in (schema.text_path, schema.subset_path) if arrow.get_field_index(p[0]) >= 0})
+    paths = (schema.text_path, schema.subset_path) + ((schema.id_path,) if schema.id_path else ())
+    return sorted({p[0] for p in paths if arrow.get_field_index(p[0]) >= 0})
 
 
 def iter_unit_chunks(path: str, file_index: int, unit: RowGroup | None, chunk_bytes: int,

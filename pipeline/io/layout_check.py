@@ -65,22 +65,49 @@ def _sample(path: str, schema: Schema, max_line_bytes: int) -> str | None:
         return (f"--text_key {schema.text_key!r}: no text there in the first {len(objects)} line(s) of {shown}; "
                 f"their keys: {', '.join(keys[:MAX_KEYS_SHOWN]) or 'none'} (a dotted path reaches a nested one: "
                 "--text_key doc.body)")
-    if any(r in _SUBSET for r in reasons):
+    return _subset_problem(objects, schema, f"the first {len(objects)} line(s) of {shown}")
+
+
+ONE_SUBSET = "--default_subset other"  # the one flag that runs lines without a subset name: all in subset "other"
+
+
+def _subset_problem(objects: list[dict], schema: Schema, where: str) -> str:
+    """Why no sampled line has a subset name where --subset_key says, and the flag that fixes it."""
+    states = [_subset_at(o, schema.subset_path) for o in objects]
+    names = sorted({value for state, value in states if state == "name"})
+    flag = f"--subset_key {schema.subset_key!r}"
+    if any(state == "wrong type" for state, _ in states) and not names:
         keys = _keys(objects, schema.subset_path)
-        return (f"--subset_key {schema.subset_key!r}: no subset name there in the first {len(objects)} line(s) of "
-                f"{shown}; their keys: {', '.join(keys[:MAX_KEYS_SHOWN]) or 'none'}. Pass the key of the name "
-                "(--subset_key source.name), or --default_subset NAME for lines without one")
-    seen = sorted({_subset_value(o, schema) for o in objects} - {None})
-    return (f"--subset_names pile: the first {len(objects)} line(s) of {shown} name no subset of the Pile "
-            f"({', '.join(map(repr, seen[:MAX_KEYS_SHOWN]))} at --subset_key {schema.subset_key!r}); pass "
-            "--subset_names any for another corpus")
+        return (f"{flag}: no subset name there in {where}; their keys: {', '.join(keys[:MAX_KEYS_SHOWN]) or 'none'}. "
+                "Pass the key of the name (--subset_key source.name), or --default_subset NAME for lines without one")
+    if names:  # names there, none accepted: another corpus's names
+        shown = f"{', '.join(map(repr, names[:MAX_KEYS_SHOWN]))} at {flag}"
+        if any(state in ("absent", "null") for state, _ in states):
+            return (f"--subset_names pile: {where} name no subset of the Pile ({shown}) and some name none: pass "
+                    f"{ONE_SUBSET} (any NAME) for the lines without one, which accepts any name too")
+        return (f"--subset_names pile: {where} name no subset of the Pile ({shown}); pass --subset_names any for "
+                "another corpus")
+    if all(state == "absent" for state, _ in states):
+        keys = ", ".join(_keys(objects, schema.subset_path)[:MAX_KEYS_SHOWN]) or "none"
+        return (f"{flag}: {where} have no subset name there (their keys: {keys}); "
+                f"pass {ONE_SUBSET} to put them all in one subset (any NAME), or --subset_key KEY where each "
+                "line names its subset")
+    return (f"{flag} holds null or an empty name in {where}: pass {ONE_SUBSET} to put such lines in one "
+            "subset (any NAME)")
 
 
-def _subset_value(obj: dict, schema: Schema):
+def _subset_at(obj: dict, path: tuple[str, ...]) -> tuple[str, str | None]:
+    """('absent' | 'null' | 'wrong type' | 'name', the name) of the value at `path` in `obj`."""
     value = obj
-    for key in schema.subset_path:
-        value = value.get(key) if isinstance(value, dict) else None
-    return value if isinstance(value, str) else None
+    for depth, key in enumerate(path):
+        if not isinstance(value, dict):
+            return "wrong type", None
+        if key not in value:
+            return "absent", None
+        value = value[key]
+        if value is None or (depth == len(path) - 1 and value == ""):
+            return "null", None
+    return ("name", value) if isinstance(value, str) else ("wrong type", None)
 
 
 def check_layout(schema: Schema, input_files: list[str], max_line_bytes: int) -> None:
