@@ -324,25 +324,29 @@ def store_main(args) -> dict:
                   f"({row['read-time_cpu']:.1f}) = {row['ratio']:.2f}x ({row['cpu_ratio']:.2f}x in CPU)   runs: "
                   + " | ".join(f"{k} " + ", ".join(f"{x / 1e6:.1f}" for x in v) for k, v in rates.items()))
 
-    def torch_rate(batches: int) -> float:
+    def torch_rate(batches: int, workers: int) -> float:
+        from torch.utils.data import DataLoader
+
         ds = StoreDataset(store, global_batch_size=args.batch_size, seq_len=lens[0], seed=1)
         start, tokens = time.perf_counter(), 0
-        for i, b in enumerate(ds):
+        for i, b in enumerate(DataLoader(ds, batch_size=None, num_workers=workers)):
             tokens += b["labels"].numel()
             if i + 1 == batches:
                 break
         return tokens / (time.perf_counter() - start)
 
-    torch_rates, tf_rates = [], []  # the same batches, segment ids and positions included
+    # The same batches, segment ids and positions included; PyTorch in the process and with 2 workers.
+    rates: dict[str, list[float]] = {"tf.data": [], "PyTorch": [], "PyTorch, 2 workers": []}
     for _ in range(args.repeats):
         t, sec = drain(tfdata.make_dataset(store, global_batch_size=args.batch_size, seed=1, seq_len=lens[0],
                                            num_epochs=None), args.max_batches)
-        tf_rates.append(t / sec)
-        torch_rates.append(torch_rate(args.max_batches))
-    summary: dict = {"table": table, "torch": statistics.median(torch_rates), "tfdata": statistics.median(tf_rates)}
-    print(f"concat seq_len {lens[0]}, W=1: PyTorch {summary['torch'] / 1e6:.1f} M tokens/s, tf.data "
-          f"{summary['tfdata'] / 1e6:.1f} M tokens/s = {summary['torch'] / summary['tfdata']:.2f}x   runs: "
-          + ", ".join(f"{x / 1e6:.1f}" for x in torch_rates) + " | " + ", ".join(f"{x / 1e6:.1f}" for x in tf_rates))
+        rates["tf.data"].append(t / sec)
+        rates["PyTorch"].append(torch_rate(args.max_batches, 0))
+        rates["PyTorch, 2 workers"].append(torch_rate(args.max_batches, 2))
+    summary: dict = {"table": table, **{k: statistics.median(v) for k, v in rates.items()}}
+    print(f"concat seq_len {lens[0]}, W=1: " + ", ".join(
+        f"{k} {summary[k] / 1e6:.1f} M tokens/s ({summary[k] / summary['tf.data']:.2f}x)" for k in rates)
+        + "   runs: " + " | ".join(", ".join(f"{x / 1e6:.1f}" for x in v) for v in rates.values()))
 
     big_inputs = _short_documents(os.path.join(args.workdir, f"short{args.big_documents}", "docs.jsonl.zst"),
                                   args.big_documents)
