@@ -23,6 +23,9 @@ worker) yields: the step, the stream's cursor and the schedule (pipeline/reader/
 `StatefulDataLoader` uses: it saves each worker's `state_dict()` with the loader's and calls
 `load_state_dict` in each worker before iterating again.
 
+**Threads.** Without DataLoader workers, `read_ahead` threads fill the next chunks of steps while
+the current ones are consumed (the reads and copies release the GIL); the order is unchanged.
+
 **Workers.** With a DataLoader of K workers, worker w yields the rank's steps start + w, start + w +
 K, ...: the DataLoader takes one element from each worker in turn, so the rank sees its steps in
 order, and each worker reads only its batches. Every worker follows the whole order (document
@@ -30,6 +33,9 @@ lengths only: a few bytes per document).
 """
 
 from __future__ import annotations
+
+import collections
+import concurrent.futures
 
 import numpy as np
 import torch
@@ -84,18 +90,20 @@ class StoreDataset(IterableDataset):
         verify: also check every .bin's sha256 before step 0.
         features: optional features besides inputs/labels/loss_mask ("segment_ids", "positions";
             None: both).
+        read_ahead: chunks of steps filled ahead by threads, without DataLoader workers (order unchanged).
     """
 
     def __init__(self, store, *, global_batch_size: int, seq_len: int, dp_rank: int = 0, dp_size: int = 1,
                  seed: int | None = None, shuffle: bool = True, packing: str = "concat", epoch: int = 0,
                  start_step: int = 0, num_epochs: int | None = None, num_steps: int | None = None,
                  shuffle_buffer: int | None = None, pack_window: int = DEFAULT_PACK_WINDOW, schedule=None,
-                 state: dict | None = None, verify: bool = False, features=None):
+                 state: dict | None = None, verify: bool = False, features=None, read_ahead: int = 2):
         settings = StoreSettings(
             global_batch_size=int(global_batch_size), seq_len=int(seq_len), packing=packing, seed=seed,
             shuffle=shuffle, epoch=epoch, start_step=start_step, num_epochs=num_epochs, num_steps=num_steps,
             shuffle_buffer=shuffle_buffer, pack_window=pack_window, schedule=tuple(schedule or ()), state=state,
             verify=verify, features=None if features is None else tuple(features))
+        self._threads = max(1, int(read_ahead))
         self._location = load_mixture(store) if is_mixture(store) else store
         self._ranks = (int(dp_rank), int(dp_size))
         self._reader = open_reader(self._location, settings, *self._ranks)
@@ -106,10 +114,11 @@ class StoreDataset(IterableDataset):
     # DataLoader workers get a copy: the settings travel, the store is opened (not checked) again.
     def __getstate__(self):
         return {"location": self._location, "ranks": self._ranks, "settings": self._reader.settings,
+                "threads": self._threads,
                 "next": self._next, "stop": self._reader.stop, "own": self._own, "ended": self._ended}
 
     def __setstate__(self, state):
-        self._location, self._ranks = state["location"], state["ranks"]
+        self._location, self._ranks, self._threads = state["location"], state["ranks"], state["threads"]
         self._reader = open_reader(self._location, state["settings"], *self._ranks, check=False)
         self._reader.stop = state["stop"]
         if state["next"] != self._reader.start:
@@ -128,17 +137,41 @@ class StoreDataset(IterableDataset):
         if first != reader.start:
             reader.resume(reader.state(first))
         self._next, self._own = first, True
-        for window, from_step, seqs in reader.plans():
-            mine = [s for s in range(len(seqs)) if from_step + s >= first and (from_step + s - first) % workers == 0]
-            if not mine:
-                continue
-            whole = reader.fill_raw(window, seqs) if workers == 1 else None  # a worker fills its batches only
-            for s in mine:
-                batch = whole if whole is not None else reader.fill_raw(window, seqs[s : s + 1])
-                i = s if whole is not None else 0
-                self._next = from_step + s + workers
-                yield _tensors({k: v[i] for k, v in batch.items()}, reader.features)
+        if workers == 1:
+            yield from self._read_ahead(reader)
+            self._ended = True
+            return
+        for window, from_step, seqs in reader.plans():  # a worker fills its own batches only
+            for s in range(len(seqs)):
+                if from_step + s >= first and (from_step + s - first) % workers == 0:
+                    batch = reader.fill_raw(window, seqs[s : s + 1])
+                    self._next = from_step + s + workers
+                    yield _tensors({k: v[0] for k, v in batch.items()}, reader.features)
         self._ended = True
+
+    def _read_ahead(self, reader):
+        """The rank's batches, in order, the next chunks filled by threads meanwhile.
+
+        The reads and copies release the GIL, as tf.data's parallel fills do; each batch is made a
+        tensor here, as it is yielded.
+        """
+        pending: collections.deque = collections.deque()
+        with concurrent.futures.ThreadPoolExecutor(self._threads) as pool:
+            plans = reader.plans()
+            while True:
+                while len(pending) < self._threads + 1:
+                    plan = next(plans, None)
+                    if plan is None:
+                        break
+                    window, from_step, seqs = plan
+                    pending.append((from_step, len(seqs), pool.submit(reader.fill_raw, window, seqs)))
+                if not pending:
+                    return
+                from_step, steps, future = pending.popleft()
+                chunk = future.result()
+                for s in range(steps):
+                    self._next = from_step + s + 1
+                    yield _tensors({k: v[s] for k, v in chunk.items()}, reader.features)
 
     def state_dict(self) -> dict:
         """The order's state at the next step this dataset (or DataLoader worker) yields (module docstring)."""
