@@ -1,11 +1,12 @@
 """make_dataset for a document store: read-time packing (pipeline/reader/doc_reader.py) as a tf.data dataset.
 
-The graph: a generator of the rank's windows (the order, computed in Python once per window; each
-window's plan kept aside under a key) -> a parallel, deterministic map that fills each window's
-batches from the store in NumPy (`num_parallel_reads` windows in flight, in order) -> one element
-per batch, a slice of its window's arrays -> the same finish as the TFRecord readers (replica
-batches for tf.distribute, the Keras form, the options). The batches are `StoreReader`'s, so the
-PyTorch reader (pipeline/pytorch.py) gives the same ones.
+The graph: a generator of the rank's chunks of steps (the order, computed in Python once per
+window; each chunk's plan kept aside under a key) -> a parallel, deterministic map that fills each
+chunk from the store in NumPy (`num_parallel_reads` chunks in flight, in order), in the store's
+dtype -> in TensorFlow: tokens widened to int32, inputs and labels cut, the loss mask made -> one
+element per batch, a slice of its chunk's arrays -> the same finish as the TFRecord readers
+(replica batches for tf.distribute, the Keras form, the options). The batches are `StoreReader`'s,
+so the PyTorch reader (pipeline/pytorch.py) gives the same ones.
 """
 
 from __future__ import annotations
