@@ -28,13 +28,14 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import hashlib
+import json
 import os
 import posixpath
 
 import numpy as np
 
 from pipeline.format import megatron as fmt
-from pipeline.format.manifest import ManifestError, manifest_path
+from pipeline.format.manifest import MAX_MANIFEST_BYTES, ManifestError, manifest_path
 from pipeline.reader.errors import ShardIntegrityError
 
 _CHECK_THREADS = 8
@@ -92,10 +93,10 @@ def is_store(location) -> bool:
         return False
     try:
         with open(path, "rb") as f:
-            head = f.read(1 << 16)
-    except OSError:
-        return False
-    return fmt.FORMAT.encode() in head and b'"format"' in head
+            manifest = json.loads(f.read(MAX_MANIFEST_BYTES + 1))
+    except (OSError, ValueError, RecursionError):
+        return False  # not a store; the TFRecord reader says what is wrong with it
+    return isinstance(manifest, dict) and manifest.get("format") == fmt.FORMAT
 
 
 def load_store(location) -> StoreSource:
