@@ -45,17 +45,16 @@ tests/test_dedup_beam.py measures it.
 
 from __future__ import annotations
 
-import json
 import pickle
 import typing
 from collections.abc import Callable
 
 import apache_beam as beam
-import fsspec
 import numpy as np
 from apache_beam.transforms.window import GlobalWindows
 
 from pipeline.core import dedup, minhash, ngrams
+from pipeline.io.eval_sets import eval_ngrams
 
 KEPT, REMOVED, COUNTS = "kept", "removed", "counts"
 _SIGS, _SHINGLES, _CLUSTER, _EXACT = "sigs", "shingles", "cluster", "exact"
@@ -101,33 +100,6 @@ def _from_order(element):
 
 
 # -- decontamination ---------------------------------------------------------------------------------
-
-
-def eval_ngrams(path: str, text_key: str, n: int) -> np.ndarray:
-    """Distinct hashes of the n-grams (lower-cased words) of every eval text in a JSON-lines file (.gz/.zst too).
-
-    A .txt file (.txt.gz, .txt.zst) is one eval text, the whole file.
-    """
-    parts = []
-    if ".txt" in path.rsplit("/", 1)[-1]:
-        with fsspec.open(path, "rt", compression="infer", encoding="utf-8") as f:
-            tokens, _ = ngrams.word_spans(f.read())
-        grams = ngrams.ngram_hashes(ngrams.word_hashes(tokens), n) if len(tokens) >= n else np.empty(0, np.uint64)
-        return np.unique(grams.astype(np.uint64))
-    with fsspec.open(path, "rt", compression="infer", encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                text = json.loads(line)[text_key]
-            except (ValueError, KeyError, TypeError) as bad:
-                raise ValueError(f"{path} line {number}: not a JSON object with a string {text_key!r}: {bad}") from None
-            if not isinstance(text, str):
-                raise ValueError(f"{path} line {number}: {text_key!r} is not a string")
-            tokens, _ = ngrams.word_spans(text)
-            if len(tokens) >= n:
-                parts.append(np.unique(ngrams.ngram_hashes(ngrams.word_hashes(tokens), n)))
-    return np.unique(np.concatenate(parts)) if parts else np.empty(0, np.uint64)
 
 
 class _EvalNgramsFn(beam.CombineFn):

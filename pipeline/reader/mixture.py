@@ -137,12 +137,25 @@ class MixtureOrder:
         if changed:
             raise MixtureError(f"sources {changed} hold other records than when the state was saved")
 
-        def per_name(values):
-            got = dict(zip(old, (int(v) for v in values), strict=True))
+        def per_name(key):
+            values = state[key]
+            if (not isinstance(values, list) or len(values) != len(old)
+                    or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values)):
+                raise MixtureError(f"the state's counts ({key}: {values!r}) are not a count >= 0 per source "
+                                   f"{old}: the state is damaged")
+            got = dict(zip(old, values, strict=True))
             return np.array([got.get(n, 0) for n in self.names], np.int64)
 
-        at_window = per_name(state["counts_at_window"])
-        segment = per_name(state["segment_counts"]) if self.steps[seg] < w * self.window_steps else at_window
+        at_window = per_name("counts_at_window")
+        segment_start = int(self.steps[seg])
+        segment = per_name("segment_counts") if segment_start < w * self.window_steps else at_window
+        # Every sample before the window is some source's, and so is every one before its segment.
+        if (int(at_window.sum()) != w * self.window_steps * self.global_batch
+                or (segment is not at_window and (int(segment.sum()) != segment_start * self.global_batch
+                                                  or (segment > at_window).any()))):
+            raise MixtureError(f"the state's counts do not add up (counts_at_window {at_window.tolist()}, "
+                               f"segment_counts {segment.tolist()} at window {w} of {self.window_steps} steps of "
+                               f"{self.global_batch}): the state is damaged")
         self._known = {w: (at_window, segment)}
         self.start_step = step
 
@@ -163,7 +176,7 @@ class MixtureOrder:
                 f"(part of its window of {self.window_steps} steps): keep the run's schedule steps before step "
                 f"{stop}{' and at it' if stop < end else ''}, and re-weight from step {stop} on")
 
-    def _parts(self, w: int) -> list[tuple[int, int]]:
+    def parts(self, w: int) -> list[tuple[int, int]]:
         """The parts of window w: (first row, end row) pairs, split at the schedule steps inside it."""
         start = w * self.window_steps
         cuts = [int(s) - start for s in self.steps if start < s < start + self.window_steps]
@@ -225,7 +238,7 @@ class MixtureOrder:
         # segment holding the window's start, from `segment` (the counts when that segment began).
         out = []
         counts = counts.copy()
-        for r0, r1 in self._parts(w):
+        for r0, r1 in self.parts(w):
             start = w * self.window_steps + r0
             i = segment_of(self.steps, start)
             if r0:
@@ -254,7 +267,7 @@ class MixtureOrder:
         # Dealing order: part by part, column by column, then within each column in a seeded order
         # of the part's steps (`within` [rows, G]).
         flat_rows, flat_cols = [], []
-        for r0, r1 in self._parts(w):
+        for r0, r1 in self.parts(w):
             if self.shuffle:
                 within = r0 + np.argsort(keys[r0:r1], axis=0, kind="stable")
             else:
@@ -336,7 +349,7 @@ class MixtureOrder:
         reads, gather = [], np.empty(src.shape, np.int64)
         offset = 0
         in_part = np.zeros(src.shape, bool)
-        for r0, r1 in self._parts(w):
+        for r0, r1 in self.parts(w):
             in_part[:] = False
             in_part[r0:r1] = True
             for d in np.unique(src[r0:r1]).tolist():

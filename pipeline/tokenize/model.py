@@ -126,10 +126,13 @@ class TokenizerModel:
             raise ValueError(str(e)) from None  # the line names the file already
 
     def special_ids(self, *, add_bos: bool, add_eos: bool, bos_id: int | None = None,
-                    eos_id: int | None = None, pad_id: int | None = None) -> SpecialIds:
-        """The tokenizer's special ids with the BOS/EOS policy applied (flags win over its own ids)."""
+                    eos_id: int | None = None, pad_id: int | None = None, allow_text: bool = False) -> SpecialIds:
+        """The tokenizer's special ids with the BOS/EOS policy applied (flags win over its own ids).
+
+        A --bos_id/--eos_id that is an ordinary token of the tokenizer is refused unless `allow_text`.
+        """
         return self.tokenizer.special_ids(add_bos=add_bos, add_eos=add_eos, bos_id=bos_id, eos_id=eos_id,
-                                          pad_id=pad_id)
+                                          pad_id=pad_id, allow_text=allow_text)
 
     def facts(self) -> dict | None:
         """The tokenizer's description for the manifest (its kind's `manifest_facts`; None for SentencePiece)."""

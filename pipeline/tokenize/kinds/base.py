@@ -30,6 +30,23 @@ class UnknownTokenizerKind(TokenizerFileError):
     """A file that is none of the kinds the pipeline takes."""
 
 
+MAX_TOKEN_ID = 2**31 - 1  # the records and every engine hold ids as int32
+
+
+def check_ids_fit(path: str, ids: dict) -> None:
+    """Refuse a tokenizer with an id past int32 or below 0 (`ids`: token -> id), naming the file and the token."""
+    ids = {token: i for token, i in ids.items() if isinstance(i, int)}
+    if not ids:
+        return
+    token, worst = max(ids.items(), key=lambda kv: kv[1])
+    if worst > MAX_TOKEN_ID:
+        raise TokenizerFileError(f"{path}: token {token!r} has id {worst:,}, past the largest id the records hold "
+                                 f"(int32: {MAX_TOKEN_ID:,})")
+    token, least = min(ids.items(), key=lambda kv: kv[1])
+    if least < 0:
+        raise TokenizerFileError(f"{path}: token {token!r} has a negative id ({least})")
+
+
 def flatten(lists: list) -> tuple[np.ndarray, np.ndarray]:
     """(ids, offsets) of a list of id lists: one flat int32 array, text i at ids[offsets[i]:offsets[i + 1]]."""
     offsets = np.zeros(len(lists) + 1, np.int64)
@@ -108,11 +125,12 @@ class Tokenizer(abc.ABC):
         return ["no rule for cutting this kind of tokenizer"]
 
     def special_ids(self, *, add_bos: bool, add_eos: bool, bos_id: int | None = None, eos_id: int | None = None,
-                    pad_id: int | None = None) -> SpecialIds:
+                    pad_id: int | None = None, allow_text: bool = False) -> SpecialIds:
         """The document-boundary policy applied to this tokenizer's ids.
 
         Overrides (flags) win over the tokenizer's own ids; a policy that needs an id the tokenizer lacks,
-        or an id outside the vocabulary, is a ValueError naming the flag and where the ids were looked for.
+        an id outside the vocabulary, or (without `allow_text`) a boundary id that is an ordinary token
+        is a ValueError naming the flag and where the ids were looked for.
         """
         if not (add_bos or add_eos):
             raise ValueError("Documents need a boundary token: with neither EOS nor BOS, packed documents would run "
@@ -128,8 +146,34 @@ class Tokenizer(abc.ABC):
                 looked = _LOOKED_FOR.get(self.kind, "its files").format(role=role)
                 raise ValueError(f"The tokenizer {self.path} ({self.kind}) has no {role.upper()} id (looked for "
                                  f"{looked}) and the pipeline is asked to add {role.upper()}: pass {flag} N (an id "
-                                 f"below {self.vocab_size}) or turn {role.upper()} off.")
+                                 f"below {self.vocab_size}; an ordinary token's with --allow_text_eos) or turn "
+                                 f"{role.upper()} off.")
+        if not allow_text:
+            self.refuse_text_boundaries(add_bos=add_bos, add_eos=add_eos, bos_id=bos_id, eos_id=eos_id)
         return SpecialIds(self.vocab_size, chosen["bos"], chosen["eos"], chosen["pad"], self.unk_id, add_bos, add_eos)
+
+    def refuse_text_boundaries(self, *, add_bos: bool, add_eos: bool, bos_id: int | None,
+                               eos_id: int | None) -> None:
+        """Refuse a --bos_id/--eos_id of an added boundary that names an ordinary token of the vocabulary.
+
+        Text produces ordinary tokens, so such a boundary would be indistinguishable from text. The
+        tokenizer's own id for the role and its special/control tokens (`special_tokens`) are boundaries.
+        """
+        own = {"bos": self.bos_id, "eos": self.eos_id}
+        for role, value in (("bos", bos_id if add_bos else None), ("eos", eos_id if add_eos else None)):
+            if value is None or value == own[role] or value in self.special_tokens.values():
+                continue
+            try:
+                token = self.shown_token(value)
+            except Exception:  # noqa: BLE001 -- the message only: any library's failure to show a token
+                token = "?"
+            raise ValueError(f"--{role}_id {value}: {token!r} is an ordinary token of {self.path}, which text "
+                             f"produces too: its {role.upper()} would be indistinguishable from text. Name a special "
+                             f"(control) token, or pass --allow_text_eos to use it anyway")
+
+    def shown_token(self, token_id: int) -> str:
+        """One token as an error message shows it."""
+        return self.decode([token_id])
 
     def encode_one(self, text: str) -> list[int]:
         """The reference ids of one text."""

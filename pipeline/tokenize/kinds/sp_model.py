@@ -75,7 +75,7 @@ def special_ids_of(vocab: int, model_bos: int, model_eos: int, pad_id: int, unk_
         if wanted and value < 0:
             raise ValueError(
                 f"The tokenizer model has no {name} id and the pipeline is asked to add {name}: pass "
-                f"{flag} N (an id below {vocab}) or turn {name} off."
+                f"{flag} N (an id below {vocab}; an ordinary token's with --allow_text_eos) or turn {name} off."
             )
         if wanted and value >= vocab:
             raise ValueError(f"{flag}={value} is outside the vocabulary (size {vocab})")
@@ -137,15 +137,25 @@ class SentencePieceTokenizer(Tokenizer):
         return np.array(self._sp.is_byte(list(range(self.vocab_size))), dtype=bool)
 
     def special_ids(self, *, add_bos: bool, add_eos: bool, bos_id: int | None = None, eos_id: int | None = None,
-                    pad_id: int | None = None) -> SpecialIds:
-        """The model's special ids with the BOS/EOS policy applied (flags win over the model's own ids)."""
+                    pad_id: int | None = None, allow_text: bool = False) -> SpecialIds:
+        """The model's special ids with the BOS/EOS policy applied (flags win over the model's own ids).
+
+        A --bos_id/--eos_id that is an ordinary piece of the model (not a control one) is refused unless
+        `allow_text`.
+        """
         special = special_ids_of(self.vocab_size, self.bos_id, self.eos_id, self.pad_id, self.unk_id,
                                  add_bos=add_bos, add_eos=add_eos, bos_id=bos_id, eos_id=eos_id)
+        if not allow_text:
+            self.refuse_text_boundaries(add_bos=add_bos, add_eos=add_eos, bos_id=bos_id, eos_id=eos_id)
         if pad_id is None:
             return special
         if not 0 <= pad_id < self.vocab_size:
             raise ValueError(f"--pad_id={pad_id} is outside the vocabulary (size {self.vocab_size})")
         return dataclasses.replace(special, pad_id=pad_id)
+
+    def shown_token(self, token_id: int) -> str:
+        """The piece of an id, as the model spells it ("▁the", "<0x0A>")."""
+        return self._sp.id_to_piece(token_id)
 
 
 def engine_problems(backend: str, tokenizer: SentencePieceTokenizer) -> list[str]:
