@@ -4,7 +4,8 @@ Adding a kind (docs/development.md, "How to add a tokenizer kind") is adding its
 `WRITERS`: the kind's file is detected from its bytes; every engine of its row gives the
 reference's ids (special-token strings as text) on the self-check's adversarial strings and real
 text, alone and with long texts cut in pieces; the self-check picks or falls back with a reason;
-the workers' encoder pickles small and loads what the driver checked.
+an ordinary token as a boundary is refused unless allowed (--allow_text_eos); the workers' encoder
+pickles small and loads what the driver checked.
 """
 
 import os
@@ -70,6 +71,9 @@ def test_a_kind_keeps_the_contract(kind, tmp_path, tiny_model, bpe):
     assert choice.parity["result"] in ("passed", "fallback") and choice.name in row.backends
     assert choice.parity["result"] == "passed" or choice.parity["reason"]
     model = TokenizerModel.load(path)
+    ordinary = tok.encode_one("hello")[0]  # text produces it: a boundary only with --allow_text_eos
+    with pytest.raises(ValueError, match=f"--eos_id {ordinary}: .* is an ordinary token .*--allow_text_eos"):
+        model.special_ids(add_bos=False, add_eos=True, eos_id=ordinary)
     # Id 0 as EOS whatever the kind (an ordinary token of some: allowed here, refused by default).
     spec = model.spec(choice, model.special_ids(add_bos=False, add_eos=True, eos_id=0, allow_text=True))
     encoder = spec.encoder(verify=True, threads=1)
