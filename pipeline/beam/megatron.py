@@ -54,7 +54,7 @@ from pipeline.format.framing import FramedRecords
 from pipeline.io.outputs import LATEST_NAME, commit_output, latest_run, run_path
 from pipeline.io.publish import publish
 from pipeline.io.spill import SpilledRecords, load
-from pipeline.tokenize.model import SpecialIds, WorkerTokenizer
+from pipeline.tokenize.model import TokenizerSpec
 
 LOG = logging.getLogger(__name__)
 NO_TOKENS = "no_tokens"  # filter reason: text that encodes to no ids (preprocess_data.py writes nothing for it)
@@ -74,11 +74,10 @@ def _sizes(block: FramedRecords | SpilledRecords) -> np.ndarray:
 class TokenizeDocumentsFn(ChunkDocumentsFn):
     """Chunk -> the kept documents' tokens, one block per (group, epoch copy); see the module docstring."""
 
-    def __init__(self, config: PipelineConfig, special: SpecialIds, backend: str = "sentencepiece",
-                 encode_threads: int | None = None, spill_dir: str | None = None, progress: Reporter | None = None,
-                 tokenizer: WorkerTokenizer | None = None, encode_batch_bytes: int = 0):
-        super().__init__(config, special, fmt.token_dtype(special.vocab_size), backend, encode_threads, spill_dir,
-                         progress, tokenizer, encode_batch_bytes)
+    def __init__(self, config: PipelineConfig, tokenizer: TokenizerSpec, encode_threads: int | None = None,
+                 spill_dir: str | None = None, progress: Reporter | None = None, encode_batch_bytes: int = 0):
+        super().__init__(config, tokenizer, fmt.token_dtype(tokenizer.special.vocab_size), encode_threads, spill_dir,
+                         progress, encode_batch_bytes)
 
     def _chunk_out(self, chunk, docs, dead_letters):
         cfg, special = self._config, self._special
@@ -229,10 +228,10 @@ def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) 
     """
     cfg, spill_dir = job.config, workspace.spill_dir
     tokenizer, progress = tokenizer_json(job), reporter(job, workspace)
-    dtype = fmt.token_dtype(job.special.vocab_size)
+    dtype = fmt.token_dtype(job.tokenizer.special.vocab_size)
     docs = chunks | "TokenizeDocuments" >> beam.ParDo(
-        TokenizeDocumentsFn(cfg, job.special, job.backend.name, job.execution.encode_threads, spill_dir, progress,
-                            tokenizer=job.worker_tokenizer, encode_batch_bytes=job.execution.encode_batch_bytes)
+        TokenizeDocumentsFn(cfg, job.tokenizer, job.execution.encode_threads, spill_dir, progress,
+                            encode_batch_bytes=job.execution.encode_batch_bytes)
     ).with_outputs(DEAD_LETTERS, STATS, COUNTS, REMOVED, PROVENANCE, main="documents")
     layout = (
         docs[COUNTS]
