@@ -301,17 +301,15 @@ def test_filesystem_of_a_path_is_its_longest_mount_point():
 
 def test_the_shards_are_the_same_bytes_gathered_from_the_spill_or_through_the_spool(tmp_path, tiny_model,
                                                                                      monkeypatch):
-    from pipeline.beam import tfrecord
-
     used = []
-    real = tfrecord.ordered_pieces
-    monkeypatch.setattr(tfrecord, "ordered_pieces", lambda *a, **k: used.append(1) or real(*a, **k))
+    real = spill.ordered_pieces
+    monkeypatch.setattr(spill, "ordered_pieces", lambda *a, **k: used.append(1) or real(*a, **k))
     path = write_lines(str(tmp_path / "in" / "00.jsonl.zst"),
                        [pile_line(f"document {i} " * (10 + i % 30)) for i in range(200)])
     shas = {}
     for cached in (True, False):
         used.clear()
-        monkeypatch.setattr(tfrecord, "likely_cached", lambda spill_dir, cached=cached: cached)
+        monkeypatch.setattr(spill, "likely_cached", lambda spill_dir, cached=cached: cached)
         manifest = run.main(["--input", path, "--output_dir", str(tmp_path / f"out-{cached}"), "--tokenizer_model",
                              tiny_model, "--seq_len", "32", "--shard_size_mb", "0.05", *FAST_BEAM])
         assert manifest["totals"]["records"] > 0 and len(manifest["shards"]) > 1

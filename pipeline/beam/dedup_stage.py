@@ -7,7 +7,7 @@ Element shapes:
   removed record                         -> ((file_index, chunk), record), CoGroupByKey with
   Chunk keyed by (file_index, chunk)     -> (Chunk, {line: record}[, {line: Verdict}]): what the formats tokenize
     (with a spill directory, DirectRunner: a SpilledChunk, the chunk's lines written once to a local
-    spill file as it is read, so that the join moves references, not the text: pipeline/io/spill.py)
+    spill file as it is read, so that the join moves references, not the text: pipeline/beam/direct/spill.py)
 DocumentsOfFn applies the document policy (pipeline/stages/policy.py) with its stages, so dedup sees
 the text the stages left and never a document they removed; the stages run only there, and their
 verdicts travel with the chunk. The formats' tokenizing stage (pipeline/beam/chunk_documents.py)

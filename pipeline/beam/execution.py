@@ -55,7 +55,7 @@ class Execution:
     share: files may be shared between workers in stripes (`share_files`), else each is read whole;
     encode_threads: threads per tokenizer batch (None: the library's default, all cores);
     encode_batch_bytes: decompressed bytes of chunks tokenized in one call (0: a chunk per call);
-    spill: records cross the shuffle as local files (all workers on this machine, pipeline/io/spill.py);
+    spill: records cross the shuffle as local files (all workers on this machine, pipeline/beam/direct/spill.py);
     input_bytes: the inputs' stored size, the 100% of progress;
     tasks: each of `workers` tasks reads its work items itself and tokenizes what it reads, one chunk
     at a time (Beam's DaskRunner, whose tasks hold their outputs in memory).

@@ -16,12 +16,14 @@ Element shapes:
   Chunk                          -> TokenizeDocumentsFn -> (source, Documents)
                                                           + counts {group: [k, 3] (source key, documents, bytes)}
                                                           + dead letters ((file, chunk), dict) + stats
+                                                          + with --provenance: (key, documents, spans)
+  (file, [(key, documents, spans)]) -> WriteProvenanceFn -> provenance file info dict (pipeline/format/provenance.py)
   (source, Documents) + layout   -> AssignShardsFn      -> ((group, slot), (first, Documents)) + (group, slot)
   ((group, slot), [(first, Documents)]) + names -> WriteShardFn -> shard info dict
 source = (group, copy, file_index, chunk_index); group: the subset's name with --per_subset, else "".
 Documents: the documents' token bytes back to back, one element for many documents: a
-FramedRecords (pipeline/format/framing.py: any byte strings back to back) or, with a spill
-directory, a SpilledRecords reference to the same bytes (pipeline/io/spill.py).
+FramedRecords (pipeline/format/framing.py: any byte strings back to back) or, through a sink that
+stores them, a SpilledRecords reference to the same bytes (pipeline/io/record_files.py).
 first: the group-wide index of the block's first document. slot: where in the group's byte stream
 a document starts, // shard bytes; `names` gives the slots that hold documents dense shard names.
 """
@@ -43,16 +45,18 @@ from pipeline.beam.preflight import Job
 from pipeline.beam.progress import Reporter
 from pipeline.beam.read import STATS, chunk_stage, counter, reporter
 from pipeline.beam.removed import REMOVED, removed_files
+from pipeline.beam.tfrecord import PROVENANCE, WriteProvenanceFn
 from pipeline.config.job import PipelineConfig
-from pipeline.core import packing
+from pipeline.core import packing, provenance
 from pipeline.core.stats import merge_stats, sorted_dict
 from pipeline.format import megatron as fmt
+from pipeline.format import provenance as provenance_files
 from pipeline.format.framing import FramedRecords
 from pipeline.io.outputs import LATEST_NAME, commit_output, latest_run, run_path
 from pipeline.io.publish import publish
 from pipeline.io.record_files import SpilledRecords, load
 from pipeline.io.sinks import RecordSink
-from pipeline.tokenize.model import SpecialIds, WorkerTokenizer
+from pipeline.tokenize.model import TokenizerSpec
 
 LOG = logging.getLogger(__name__)
 NO_TOKENS = "no_tokens"  # filter reason: text that encodes to no ids (preprocess_data.py writes nothing for it)
@@ -72,11 +76,10 @@ def _sizes(block: FramedRecords | SpilledRecords) -> np.ndarray:
 class TokenizeDocumentsFn(ChunkDocumentsFn):
     """Chunk -> the kept documents' tokens, one block per (group, epoch copy); see the module docstring."""
 
-    def __init__(self, config: PipelineConfig, special: SpecialIds, backend: str = "sentencepiece",
-                 encode_threads: int | None = None, sink: RecordSink | None = None, progress: Reporter | None = None,
-                 tokenizer: WorkerTokenizer | None = None, encode_batch_bytes: int = 0):
-        super().__init__(config, special, fmt.token_dtype(special.vocab_size), backend, encode_threads, sink,
-                         progress, tokenizer, encode_batch_bytes)
+    def __init__(self, config: PipelineConfig, tokenizer: TokenizerSpec, encode_threads: int | None = None,
+                 sink: RecordSink | None = None, progress: Reporter | None = None, encode_batch_bytes: int = 0):
+        super().__init__(config, tokenizer, fmt.token_dtype(tokenizer.special.vocab_size), encode_threads, sink,
+                         progress, encode_batch_bytes)
 
     def _chunk_out(self, chunk, docs, dead_letters):
         cfg, special = self._config, self._special
@@ -103,6 +106,11 @@ class TokenizeDocumentsFn(ChunkDocumentsFn):
                 source = (group, copy, chunk.file_index, chunk.chunk_index)
                 self._tokens.inc(len(stream.labels))
                 yield source, emitted(self._sink, block, source)
+                if cfg.provenance:  # each document's input line (pipeline/format/provenance.py)
+                    numbers = np.array([line.number for line in docs.lines], np.int64)[chosen]
+                    spans = provenance.document_spans(chunk.file_index, numbers, docs.sizes[chosen])
+                    key = (provenance_files.group_key(group), copy, chunk.file_index, chunk.chunk_index)
+                    yield beam.pvalue.TaggedOutput(PROVENANCE, (key, len(nbytes), spans))
                 counts.setdefault(group, []).append((fmt.source_key(*source[1:]), len(nbytes),
                                                      int(nbytes.sum()) + fmt.INDEX_BYTES_PER_DOCUMENT * len(nbytes)))
         if counts:
@@ -185,7 +193,7 @@ def recorded_config(config: PipelineConfig) -> dict:
 
 
 def build_manifest(config: PipelineConfig, tokenizer: dict, dtype: np.dtype, shards: list[dict], stats: dict,
-                   dead_letters: list[dict], run_id: str) -> dict:
+                   dead_letters: list[dict], run_id: str, provenance: list[dict] | None = None) -> dict:
     """The manifest of a Megatron output (pure, so tests can check it without Beam)."""
     shards = sorted(shards, key=lambda s: s["path"])
     manifest = shared_entries(config, run_id, stats, dead_letters)
@@ -207,6 +215,8 @@ def build_manifest(config: PipelineConfig, tokenizer: dict, dtype: np.dtype, sha
         "shards": shards,
         "config": recorded_config(config),
     })
+    if config.provenance:  # only then, so that the default output stays the same bytes
+        manifest["provenance"] = {"files": sorted(provenance or [], key=lambda f: f["path"])}
     # Relative prefixes: usable from the output directory; `pile-pipeline data-path` gives full ones.
     manifest["megatron"]["data_path"] = fmt.data_path(fmt.blend(manifest))
     return sorted_dict(manifest)
@@ -220,12 +230,12 @@ def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) 
     """
     cfg, sink, runtime = job.config, workspace.sink, workspace.runtime
     tokenizer, progress = tokenizer_json(job), reporter(job, workspace)
-    dtype = fmt.token_dtype(job.special.vocab_size)
+    dtype = fmt.token_dtype(job.tokenizer.special.vocab_size)
     docs = chunk_stage(
         chunks, "TokenizeDocuments",
-        TokenizeDocumentsFn(cfg, job.special, job.backend.name, job.execution.encode_threads, sink, progress,
-                            tokenizer=job.worker_tokenizer, encode_batch_bytes=job.execution.encode_batch_bytes),
-        DEAD_LETTERS, STATS, COUNTS, REMOVED, main="documents", runtime=runtime)
+        TokenizeDocumentsFn(cfg, job.tokenizer, job.execution.encode_threads, sink, progress,
+                            encode_batch_bytes=job.execution.encode_batch_bytes),
+        DEAD_LETTERS, STATS, COUNTS, REMOVED, PROVENANCE, main="documents", runtime=runtime)
     layout = (
         docs[COUNTS]
         | "CollectCounts" >> beam.combiners.ToList()
@@ -263,9 +273,17 @@ def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) 
         | "AllStats" >> beam.Flatten()
         | "SumStats" >> beam.CombineGlobally(merge_stats)
     )
+    written = {"shards": shards, "stats": stats, "dead_letters": dead}
+    if cfg.provenance:  # one file per input file: (file_index, [(key, documents, spans)])
+        written["provenance"] = (
+            docs[PROVENANCE]
+            | "KeyProvenanceByFile" >> beam.Map(lambda block: (block[0][2], block))
+            | "GroupProvenance" >> beam.GroupByKey()
+            | "WriteProvenance" >> beam.ParDo(WriteProvenanceFn(cfg, job.run_id))
+        )
     # The manifest is written last, once every shard has been written.
-    return (gather("Written", shards=shards, stats=stats, dead_letters=dead)
-            | "WriteManifest" >> beam.Map(_write_manifest, cfg, tokenizer, dtype, job.run_id))
+    return gather("Written", **written) | "WriteManifest" >> beam.Map(_write_manifest, cfg, tokenizer, dtype,
+                                                                      job.run_id)
 
 
 def _source_offsets(layout: fmt.Layout):
@@ -299,7 +317,8 @@ class AssignJoinedFn(beam.DoFn):
 
 def _write_manifest(written: dict, config, tokenizer, dtype, run_id) -> str:
     (stats,) = written["stats"]
-    manifest = build_manifest(config, tokenizer, dtype, written["shards"], stats, written["dead_letters"], run_id)
+    manifest = build_manifest(config, tokenizer, dtype, written["shards"], stats, written["dead_letters"], run_id,
+                              written.get("provenance", []))
     path = commit_output(config.output_dir, manifest, config.max_dead_letter_fraction)
     LOG.info("wrote %s: %d .bin/.idx pairs, %d documents", path, len(manifest["shards"]),
              manifest["totals"]["documents"])

@@ -266,7 +266,7 @@ def work_items(job: Job, files: list[tuple[int, str]], frames_of: dict,
     """
     sizes = file_sizes([path for _, path in files])
     indexed = {i for i, _ in files if frames_of[i] != [None]}
-    read_share = READ_SHARE.get(job.backend.name, READ_SHARE_FAST)
+    read_share = READ_SHARE.get(job.tokenizer.backend.name, READ_SHARE_FAST)
     # Only a JSON-lines file is read in stripes (every n-th chunk): an Arrow file is read whole, by one worker.
     whole = [j for j, (i, path) in enumerate(files) if i not in indexed and not columnar.is_columnar(path)]
     stripes = dict.fromkeys(range(len(files)), 1)

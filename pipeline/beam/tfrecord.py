@@ -18,8 +18,8 @@ or with one shard the global index of the block's first record (the writer permu
 With --provenance, the three packing DoFns also emit (source_id, records, spans) on PROVENANCE: where
 the labels of that block of records come from (pipeline/core/provenance.py).
 Records: a block of TFRecord-framed records, one element for many records: a FramedRecords
-(pipeline/format/framing.py) or, with a spill directory (one machine), a SpilledRecords reference to
-the same bytes in a local file (pipeline/io/spill.py). Reading and the chunks' documents are every
+(pipeline/format/framing.py) or, through a sink that stores them, a SpilledRecords reference to the
+same bytes in a file (pipeline/io/record_files.py). Reading and the chunks' documents are every
 format's (pipeline/beam/read.py, pipeline/beam/chunk_documents.py).
 """
 
@@ -69,7 +69,8 @@ from pipeline.io.record_files import RecordReader, SpilledRecords
 from pipeline.io.sinks import KEEP, RecordSink
 from pipeline.io.spool import OrderedSpool
 from pipeline.io.urls import redact_url
-from pipeline.tokenize.model import SpecialIds, WorkerTokenizer
+from pipeline.tokenize.kinds.base import SpecialIds
+from pipeline.tokenize.model import TokenizerSpec
 
 LOG = logging.getLogger(__name__)
 TAILS = "tails"
@@ -78,7 +79,7 @@ PROVENANCE = "provenance"  # (source_id, number of records, spans), with --prove
 
 def token_dtype(job: Job) -> np.dtype:
     """Token dtype of the records."""
-    return records.token_dtype_for(job.special.vocab_size)
+    return records.token_dtype_for(job.tokenizer.special.vocab_size)
 
 
 def record_bytes(job: Job) -> int:
@@ -107,11 +108,10 @@ def _records_out(sink: RecordSink, source: tuple, block: FramedRecords, stream: 
 class ProcessChunkFn(ChunkDocumentsFn):
     """Chunk -> validated, tokenized, packed and serialized records of each epoch copy."""
 
-    def __init__(self, config: PipelineConfig, special: SpecialIds, backend: str = "sentencepiece",
-                 encode_threads: int | None = None, sink: RecordSink | None = None, progress: Reporter | None = None,
-                 tokenizer: WorkerTokenizer | None = None, encode_batch_bytes: int = 0):
-        super().__init__(config, special, records.token_dtype_for(special.vocab_size), backend, encode_threads,
-                         sink, progress, tokenizer, encode_batch_bytes)
+    def __init__(self, config: PipelineConfig, tokenizer: TokenizerSpec, encode_threads: int | None = None,
+                 sink: RecordSink | None = None, progress: Reporter | None = None, encode_batch_bytes: int = 0):
+        super().__init__(config, tokenizer, records.token_dtype_for(tokenizer.special.vocab_size), encode_threads,
+                         sink, progress, encode_batch_bytes)
         self._records = counter("records_from_chunks")
 
     def setup(self):
@@ -290,7 +290,7 @@ class AssignShardsFn(beam.DoFn):
     The placement (`shard_places`) is the global index of the block's first record when the whole
     block goes to one shard (always, with one shard): the writer then computes every position of the
     shard in one call, and what crosses the shuffle does not grow with the records (a spilled
-    block's reference pickles as four numbers too: pipeline/io/spill.py). A spilled block split
+    block's reference pickles as four numbers too: pipeline/io/record_files.py). A spilled block split
     between shards goes to each whole, placed as (its first record's global index, the indices in
     the block of the shard's records as uint32 bytes), and each writer takes its records from it;
     records that cross the shuffle themselves are split here, placed by their permuted positions
@@ -511,8 +511,7 @@ def build_output(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Work
     cfg, sink, runtime = job.config, workspace.sink, workspace.runtime
     processed = chunk_stage(
         chunks, "TokenizeAndPack",
-        ProcessChunkFn(cfg, job.special, job.backend.name, job.execution.encode_threads, sink,
-                       reporter(job, workspace), tokenizer=job.worker_tokenizer,
+        ProcessChunkFn(cfg, job.tokenizer, job.execution.encode_threads, sink, reporter(job, workspace),
                        encode_batch_bytes=job.execution.encode_batch_bytes),
         TAILS, DEAD_LETTERS, STATS, COUNTS, PROVENANCE, REMOVED, main="records", runtime=runtime)
     if packs_best_fit(cfg):  # every chunk packed whole: no tails to join
@@ -520,11 +519,11 @@ def build_output(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Work
     else:
         file_tails = multi_output(
             processed[TAILS] | "GroupTailsByFile" >> beam.GroupByKey(),  # ((copy, file), [(chunk, Piece)])
-            "PackTails", PackTailsFn(cfg, job.special, sink), TAILS, STATS, COUNTS, PROVENANCE,
+            "PackTails", PackTailsFn(cfg, job.tokenizer.special, sink), TAILS, STATS, COUNTS, PROVENANCE,
             main="records", runtime=runtime)
         final = multi_output(
             file_tails[TAILS] | "GroupLastTails" >> beam.GroupByKey(),  # (None, [((copy, file), Piece)]): one group
-            "PackFinal", PackFinalFn(cfg, job.special, sink), STATS, COUNTS, PROVENANCE, main="records",
+            "PackFinal", PackFinalFn(cfg, job.tokenizer.special, sink), STATS, COUNTS, PROVENANCE, main="records",
             runtime=runtime)
         stages = [processed, file_tails, final]
     all_records = tuple(stage.records for stage in stages) | "AllRecords" >> beam.Flatten()

@@ -55,7 +55,7 @@ def _tree(proc: psutil.Process) -> list[psutil.Process]:
 
 
 class Sampler:
-    """Peak RssAnon (KiB) of processes, sampled every 0.2 s: the command's tree, and each worker (a nanny's children)."""
+    """Peak RssAnon (KiB), sampled every 0.2 s: the command's tree, and each worker (a nanny's children)."""
 
     def __init__(self, command: psutil.Process, nannies: list[psutil.Process]):
         self.command, self.nannies = command, nannies

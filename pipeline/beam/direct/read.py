@@ -66,7 +66,7 @@ class WorkItems:
         execution = job.execution
         units, costs = work_items(job, files, frames_of, self.board)
         if self.board and execution.workers > 1:
-            batch = execution.encode_batch_bytes if job.backend.name in BATCHED else 0
+            batch = execution.encode_batch_bytes if job.tokenizer.backend.name in BATCHED else 0
             by_slot = on_queue(units, costs, execution.workers, self.board, batch)
         else:
             # The stripes of a file go to different workers (each reads the whole file for its share).

@@ -143,7 +143,7 @@ def direct_run(job, options: PipelineOptions, beam_args: list[str], translate_on
     execution = job.execution
     direct = options.view_as(DirectOptions)
     if not running_mode_given(beam_args):
-        direct.direct_running_mode = running_mode(execution.workers, job.backend.name)
+        direct.direct_running_mode = running_mode(execution.workers, job.tokenizer.backend.name)
         LOG.info("execution: %d DirectRunner worker %s", execution.workers, "threads in this process"
                  if direct.direct_running_mode == "multi_threading" else "processes")
     threads = direct.direct_running_mode in ("multi_threading", "in_memory")
