@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pipeline.beam.direct import spill
-from pipeline.beam.tfrecord import WriteShardFn
+from pipeline.beam.tfrecord_shards import WriteShardFn
 from pipeline.config.job import PipelineConfig
 from pipeline.core.shuffle import Permutation, ShardPlan
 from pipeline.core.sources import SourceOffsets, source_key
@@ -70,7 +70,7 @@ def test_records_come_out_in_permuted_order_from_blocks_in_memory_or_in_spill_fi
 @pytest.mark.parametrize("spilled", [False, True])
 def test_one_shard_placed_by_its_blocks_first_indices_is_the_same_shard(tmp_path, spilled):
     """With one shard, AssignShards sends each block's first global index, not its positions: same bytes."""
-    from pipeline.beam.tfrecord import AssignShardsFn
+    from pipeline.beam.tfrecord_shards import AssignShardsFn
 
     n, seed, sizes = 57, 0, [10, 0, 25, 22]  # records per source, in source order
     plan = ShardPlan(n, 1)
@@ -106,7 +106,7 @@ def test_several_shards_from_blocks_assigned_in_batches_are_the_permuted_records
     holds ~40 records in memory): a spilled block split between shards goes to each whole with the
     indices of its records there, a block in memory is split into records placed by their positions;
     every shard holds exactly its records, in order."""
-    from pipeline.beam import tfrecord
+    from pipeline.beam import tfrecord_shards
 
     n, seed, sizes = 157, 3, [30, 0, 45, 22, 60]
     plan = ShardPlan(n, 4)
@@ -115,10 +115,11 @@ def test_several_shards_from_blocks_assigned_in_batches_are_the_permuted_records
     os.makedirs(tmp_path / "spill")
     writer = spill.SpillWriter(str(tmp_path / "spill"))
     held_bytes = 40 * len(frame(_payload(0)))
-    monkeypatch.setattr(tfrecord.AssignShardsFn, "ASSIGN_BATCH_RECORDS", 40 if limit == "records" else 1 << 30)
-    monkeypatch.setattr(tfrecord.AssignShardsFn, "ASSIGN_BATCH_BYTES", held_bytes if limit == "bytes" else 1 << 30)
+    assign_fn = tfrecord_shards.AssignShardsFn
+    monkeypatch.setattr(assign_fn, "ASSIGN_BATCH_RECORDS", 40 if limit == "records" else 1 << 30)
+    monkeypatch.setattr(assign_fn, "ASSIGN_BATCH_BYTES", held_bytes if limit == "bytes" else 1 << 30)
     monkeypatch.setattr(spill, "likely_cached", lambda spill_dir: cached)
-    assign = tfrecord.AssignShardsFn(seed)
+    assign = tfrecord_shards.AssignShardsFn(seed)
     assign.start_bundle()
     elements = []
     for source, count in zip(sources, sizes, strict=True):

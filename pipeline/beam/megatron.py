@@ -45,7 +45,8 @@ from pipeline.beam.preflight import Job
 from pipeline.beam.progress import Reporter
 from pipeline.beam.read import STATS, chunk_stage, counter, reporter
 from pipeline.beam.removed import REMOVED, removed_files
-from pipeline.beam.tfrecord import PROVENANCE, WriteProvenanceFn
+from pipeline.beam.tfrecord import WriteProvenanceFn
+from pipeline.beam.tfrecord_pack import PROVENANCE
 from pipeline.config.job import PipelineConfig
 from pipeline.core import packing, provenance
 from pipeline.core.stats import merge_stats, sorted_dict

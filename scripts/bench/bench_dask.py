@@ -184,10 +184,12 @@ def main() -> None:
         inputs[args.scale] = os.path.join(scaled[args.scale], "train", "*.jsonl.zst")
     print(description, flush=True)
     rows = []
-    plans = [(1, "direct", 0, 0)] + [(1, "dask", w, t) for w in map(int, args.workers.split(","))
-                                     for t in map(int, args.threads.split(","))]
+    workers, threads = [int(w) for w in args.workers.split(",")], [int(t) for t in args.threads.split(",")]
+    # The first thread count's rows first, then the scaled input's, then the other thread counts'.
+    plans = [(1, "direct", 0, 0)] + [(1, "dask", w, threads[0]) for w in workers]
     if args.scale > 1:
         plans += [(args.scale, "direct", 0, 0), (args.scale, "dask", 2, 1)]
+    plans += [(1, "dask", w, t) for t in threads[1:] for w in workers]
     reference = None
     for scale, runner, workers, threads in plans:
         out = work / "out" / f"x{scale}-{runner}-{workers}x{threads}"
