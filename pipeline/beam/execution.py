@@ -27,19 +27,18 @@ from pipeline.io.sinks import KEEP, RecordSink
 from pipeline.io.urls import name_part
 
 LOG = logging.getLogger(__name__)
-# Reading a byte of a .zst file (decompress, split lines) against everything done with it, measured
-# on real text (scripts/bench/bench_pipeline.py's corpus, one core): 90 MB are read in 0.16 s, tokenized,
-# packed and written in ~20 s with SentencePiece and ~3.5 s with gigatoken. Every worker sharing a
-# file reads all of it, so this is what a stripe costs beyond its share.
+# Reading a byte of a .zst file (decompress, split lines) against everything done with it: a small
+# share, smaller with SentencePiece than with the fast engines (scripts/bench/bench_pipeline.py's
+# per-stage table). Every worker sharing a file reads all of it, so this is what a stripe costs
+# beyond its share.
 READ_SHARE = {"sentencepiece": 0.01}
 READ_SHARE_FAST = 0.05  # the fast backends
 BALANCED = 1.02  # a plan within 2% of a perfect split is not improved further
 # Decompressed bytes of chunks a DirectRunner worker tokenizes in one call, with an engine that gains
 # from it (pipeline/tokenize/engines.py BATCHED). gigatoken starts every call with an empty word
-# cache: one call per 32 MB costs ~15-20% less CPU per token than one per 4 MB chunk (real text,
-# pile22 shape); calls of 64 MB save a little more CPU in the tokenizer and lose it to the kernel
-# mapping their buffers. Distributed runners tokenize a chunk per call: an SDK process runs up to
-# 12 worker threads, each of which would hold a batch.
+# cache, so fewer, larger calls cost less CPU per token; beyond this size the kernel's mapping of
+# the larger buffers takes back what the tokenizer saves (docs/benchmarks.md). Distributed runners
+# tokenize a chunk per call: an SDK process runs up to 12 worker threads, each of which would hold a batch.
 ENCODE_BATCH_BYTES = 32 << 20
 # Text of a compressed input against its stored size, a guess for sizing groups of queued work items
 # (`queue_groups`) only: a wrong one costs speed, never a byte. zstd and gzip give 2-4.5x on text.

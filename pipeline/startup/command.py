@@ -51,7 +51,7 @@ def graph_built() -> None:
 def exiting() -> None:
     """The process is about to exit: the objects alive now are left out of the interpreter's last collection.
 
-    The interpreter's shutdown collects garbage over every object again; after a Beam job (~2,300
-    modules loaded) that is ~0.35 s of every command. Only for the last step of a process.
+    The interpreter's shutdown collects garbage over every object again; after a Beam job (thousands
+    of modules loaded) that walk is a noticeable part of a short command. Only for the last step of a process.
     """
     gc.freeze()

@@ -1,8 +1,8 @@
 """Importing Beam for a job that runs in this process, without the cloud connectors it never uses.
 
 `import apache_beam` imports, wherever they are installed, Beam's BigQuery, Pub/Sub and Dataflow
-clients, its GCS and S3 file systems and its pandas type hints: ~0.7 s of its 1.3 s (measured on
-2 cores), on one core while the other waits. A job on DirectRunner uses none of them: our
+clients, its GCS and S3 file systems and its pandas type hints: about half of its import time,
+on one core while the others wait. A job on DirectRunner uses none of them: our
 inputs and outputs go through fsspec (pipeline/io/files.py), never Beam's FileSystems, and no
 transform of ours is a Beam connector. Beam imports each of these under `try/except ImportError`
 (an install without the `gcp`/`aws` extras works that way), so for the length of the import their

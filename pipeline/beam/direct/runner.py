@@ -24,9 +24,8 @@ from pipeline.io.sinks import KEEP, RecordSink
 LOG = logging.getLogger("pipeline")
 
 # A worker's time spent holding the GIL (reading, JSON, validation, packing, framing: Python) against
-# its whole time, the tokenizers releasing it; measured on the same corpus, one core
-# (scripts/bench/bench_pipeline.py's per-stage table): 0.76 of 20.6 CPU-s with SentencePiece, of 3.35 with
-# gigatoken.
+# its whole time, the tokenizers releasing it (scripts/bench/bench_pipeline.py's per-stage table):
+# small beside SentencePiece, a quarter of a fast engine's.
 # Every tokenizer engine releases the GIL (`tokenizers`' reference runs its per-text encode through
 # `encode_batch`, which does; `Tokenizer.encode` itself would not).
 GIL_SHARE = {"sentencepiece": 0.04}
@@ -94,11 +93,10 @@ def running_mode_given(beam_args: list[str]) -> bool:
 def running_mode(workers: int, backend: str) -> str:
     """DirectRunner's workers as threads of the driver while the GIL is not what limits them, else processes.
 
-    Threads start in milliseconds and hand elements over in memory; each worker process imports Beam
-    and our modules and unpickles the job (~1.5-2.5 s before it reads a byte, more on a busy machine)
-    and every element crosses a socket. The tokenizer engines release
-    the GIL, so threads tokenize in parallel; the Python around them does not: with a fast tokenizer
-    on many cores, processes win.
+    Threads start at once and hand elements over in memory; each worker process imports Beam and our
+    modules and unpickles the job before it reads a byte, and every element crosses a socket. The
+    tokenizer engines release the GIL, so threads tokenize in parallel; the Python around them does
+    not: with a fast tokenizer on many cores, processes win.
     """
     share = GIL_SHARE.get(backend, GIL_SHARE_FAST)
     return "multi_threading" if workers * share <= THREADS_UP_TO else "multi_processing"
@@ -114,7 +112,7 @@ def warms_dedup_kernels(config: PipelineConfig, options: PipelineOptions, beam_a
     """Whether the driver should load dedup's compiled kernels itself: --dedup in DirectRunner's worker threads.
 
     The threads sign in this process, and their first signature would otherwise wait for numba's
-    import and kernels (~0.7 s, both threads) at the start of the read stage.
+    import and kernels, in both threads, at the start of the read stage.
     """
     if config.dedup not in ("exact", "near") or options.view_as(StandardOptions).runner != "DirectRunner":
         return False
