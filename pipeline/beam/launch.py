@@ -32,7 +32,7 @@ from pipeline.io.signals import caught_signal
 from pipeline.io.sinks import KEEP
 from pipeline.io.urls import redact_url
 from pipeline.startup.command import graph_built
-from pipeline.tokenize.early_check import EarlyChoice
+from pipeline.startup.early_check import EarlyChoice
 from pipeline.tokenize.model import TokenizerModel
 
 LOG = logging.getLogger("pipeline")

@@ -36,7 +36,7 @@ from pipeline.io.layout_check import check_layout
 from pipeline.io.outputs import new_run_id
 from pipeline.io.snapshot import take_snapshots
 from pipeline.io.urls import redact_url, refuse_credentials
-from pipeline.tokenize.early_check import EarlyChoice
+from pipeline.startup.early_check import EarlyChoice
 from pipeline.tokenize.kinds.base import SpecialIds, TokenizerFileError
 from pipeline.tokenize.kinds.registry import KINDS
 from pipeline.tokenize.model import TokenizerModel, TokenizerSpec

@@ -38,7 +38,7 @@ from pipeline.io.scratch import private_temp_dir
 from pipeline.io.signals import Interrupted, caught_signal, interruptible
 from pipeline.io.urls import is_local_url, refuse_credentials
 from pipeline.startup.command import tuned_job
-from pipeline.tokenize.early_check import EarlyChoice
+from pipeline.startup.early_check import EarlyChoice
 from pipeline.tokenize.kinds.registry import KINDS
 from pipeline.tokenize.model import TokenizerModel
 

@@ -1,12 +1,15 @@
 """The one way in to a command's start-up tricks: what a process that runs one command may do to start faster.
 
 Each trick saves tenths of a second of a command on one machine and changes no byte of its output;
-none is part of the job's API (`run_job` and the job's graph never see them):
+none is part of the job's graph, and only the early check's result reaches `run_job`:
 
 - gc_policy: the cyclic garbage collector paused while Beam is imported and the graph is built;
 - malloc_policy: glibc's malloc keeping freed memory for the next batch;
 - lean_import: Beam imported without the cloud connectors a DirectRunner job never uses;
-- native_stderr: TensorFlow's start-up notices kept off a command's output (`show`).
+- native_stderr: TensorFlow's start-up notices kept off a command's output (`show`);
+- early_check: the tokenizer's self-check started in a forked process before Beam is imported
+  (pipeline/cli/run.py starts it; the one trick the job sees, as `run_job(early=...)`, whose result
+  the driver takes only for exactly what it settled on).
 
 They apply only in a process an entry point marked with `one_command_per_process()` (the console
 script, `python -m pipeline.run`): a program or test that calls `pipeline.cli.run.main` itself keeps
