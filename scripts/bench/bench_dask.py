@@ -175,6 +175,7 @@ def main() -> None:
     p.add_argument("--backend", default="auto")
     p.add_argument("--memory_limit", default="4GB", help="each worker's --memory-limit")
     p.add_argument("--workdir", default="/tmp/bench_dask")
+    p.add_argument("--skip", default="", help="runs left out, by their log's name (e.g. x4-direct-0x0)")
     args = p.parse_args()
     work = Path(args.workdir)
     dirs, scaled, _, model, description = corpus(str(work), args.mb, [args.files], "base",
@@ -192,6 +193,8 @@ def main() -> None:
     plans += [(1, "dask", w, t) for t in threads[1:] for w in workers]
     reference = None
     for scale, runner, workers, threads in plans:
+        if f"x{scale}-{runner}-{workers}x{threads}" in args.skip.split(","):
+            continue
         out = work / "out" / f"x{scale}-{runner}-{workers}x{threads}"
         log = work / "logs" / f"x{scale}-{runner}-{workers}x{threads}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
