@@ -156,9 +156,9 @@ def test_exact_copy_of_a_near_copy_keeps_its_exact_twin(tmp_path, monkeypatch, b
 @pytest.mark.parametrize("partitions", [1, 7])
 def test_any_number_of_bucket_partitions_gives_the_same_records(planted, in_memory, tmp_path, monkeypatch, partitions):
     # a partition's pairs flushed mid-bundle too
-    from pipeline.beam import dedup as dedup_module
+    from pipeline.beam import dedup_near
 
-    monkeypatch.setattr(dedup_module._BucketPairsFn, "BATCH_DOCS", 3)
+    monkeypatch.setattr(dedup_near._BucketPairsFn, "BATCH_DOCS", 3)
     docs, _ = planted
     assert run_dedup(docs, tmp_path, partitions=partitions)[3] == in_memory[3]
 
