@@ -9,7 +9,6 @@ import sentencepiece as spm
 from corpus_helpers import FAST_BEAM, pile_line, run_free, write_lines
 from test_backends import FAST, _fuzz, _train, _WrongOnDigits
 
-from pipeline.beam import execution, preflight, read
 from pipeline.cli import run
 from pipeline.config.job import PipelineConfig
 from pipeline.tokenize import engines, self_check
@@ -79,6 +78,8 @@ def test_shards_are_byte_identical_across_backends(backend, corpus, tiny_model, 
 def test_small_files_taken_in_groups_by_two_threads_give_the_same_shards(backend, tiny_model, tmp_path,
                                                                          monkeypatch):
     """Many small files on two worker threads: queued in groups tokenized in shared calls, same bytes."""
+    from pipeline.beam import execution, read
+
     texts = [t for t in _texts() if t.strip()]
     for f in range(24):
         write_lines(str(tmp_path / "in" / f"{f:02d}.jsonl.zst"), [pile_line(t) for t in texts[f::24]])
@@ -119,6 +120,8 @@ def test_auto_with_an_unsupported_model_runs_on_sentencepiece(corpus, tmp_path):
 @pytest.fixture
 def wrong_backend(monkeypatch):
     """A "kitoken" that gets documents with "123" wrong, chosen without a self-check."""
+    from pipeline.beam import preflight
+
     monkeypatch.setitem(engines._ENGINES, "kitoken", _WrongOnDigits)
     monkeypatch.setattr(engines, "model_problems", lambda backend, facts: [])
     monkeypatch.setattr(self_check, "model_problems", lambda backend, facts: [])

@@ -14,12 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import sentencepiece as spm
-import tensorflow as tf
 import zstandard
 from corpus_helpers import FAST_BEAM, output_digests, run_free
 from sample_corpus import write_sample_corpus
 
-from pipeline import tfdata
 from pipeline.cli import provenance as provenance_cli
 from pipeline.cli import run
 from pipeline.format import records
@@ -62,6 +60,8 @@ def best_fit_run(corpus, tiny_model, tmp_path_factory):
 
 def _shard_records(out: Path, manifest: dict) -> list[dict]:
     """Every record of every shard, in shard order: tokens, segment ids, positions (numpy)."""
+    import tensorflow as tf
+
     dtype = np.dtype(manifest["features"][records.TOKENS]["dtype"]).newbyteorder("<")
     rows = []
     for shard in manifest["shards"]:
@@ -137,6 +137,8 @@ def test_every_token_is_a_label_exactly_once_and_no_fitting_document_is_cut(best
 
 
 def test_padding_counted_is_the_loss_masks_zeros(best_fit_run):
+    from pipeline import tfdata
+
     _, out, manifest, _ = best_fit_run
     padding = manifest["packing"]["padding_labels"]
     assert padding > 0
@@ -156,6 +158,8 @@ def test_padding_counted_is_the_loss_masks_zeros(best_fit_run):
 
 
 def test_reader_batches_carry_document_boundaries(best_fit_run):
+    from pipeline import tfdata
+
     _, out, manifest, _ = best_fit_run
     ds = tfdata.make_dataset(str(out), batch_size=4, shuffle=False)
     batch = next(iter(ds.as_numpy_iterator()))
@@ -225,6 +229,8 @@ def test_concat_manifest_records_no_packing_options(corpus, tiny_model, tmp_path
 
 
 def test_provenance_command_names_the_documents_of_a_shuffled_step(best_fit_run, tiny_model, capsys):
+    from pipeline import tfdata
+
     _, out, manifest, _ = best_fit_run
     step, batch = 3, 4
     assert provenance_cli.cli([str(out), "--step", str(step), "--global_batch_size", str(batch), "--seed", "5"]) == 0

@@ -18,8 +18,6 @@ from corpus_helpers import (
     write_lines,
 )
 
-from pipeline.beam.launch import warms_dedup_kernels
-from pipeline.beam.options import pipeline_options
 from pipeline.cli import run
 
 TWO_WORKERS = ["--runner", "DirectRunner", "--direct_running_mode", "multi_processing", "--direct_num_workers", "2"]
@@ -160,6 +158,9 @@ def test_same_bytes_on_two_workers_and_the_portable_runner(near_run):
 
 
 def test_the_driver_loads_the_dedup_kernels_only_for_its_own_worker_threads(corpus, tiny_model, tmp_path):
+    from pipeline.beam.launch import warms_dedup_kernels
+    from pipeline.beam.options import pipeline_options
+
     root, _ = corpus
 
     def warms(*more):

@@ -16,7 +16,6 @@ from kind_fixtures import ENDOFTEXT, train_byte_level_bpe, write_hf_directory, w
 from pipeline.cli import run, show
 from pipeline.format import manifest as manifest_lib
 from pipeline.format import megatron as fmt
-from pipeline.reader.dataset import make_dataset
 from pipeline.tokenize.kinds.detect import load_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -57,11 +56,15 @@ def megatron_documents(out: Path) -> list[tuple[int, ...]]:
 
 def reader_records(out: Path) -> np.ndarray:
     """Every record's inputs, through the tf.data reader."""
+    from pipeline.reader.dataset import make_dataset
+
     return np.concatenate([b["inputs"].numpy() for b in make_dataset(str(out), 16, shuffle=False)])
 
 
 @pytest.mark.parametrize("name", ["hf_dir", "hf_bare", "tiktoken", "llama3"])
 def test_every_kind_end_to_end_in_both_formats(name, kinds, tmp_path):
+    from pipeline.reader.dataset import make_dataset
+
     model, extra = kinds[name]
     tok = load_tokenizer(model, tiktoken_name="llama3" if name == "llama3" else None)
     eos = 0 if name == "hf_bare" else tok.eos_id
@@ -166,6 +169,7 @@ def test_fast_engine_shards_are_byte_identical(name, backends, kinds, tmp_path):
 @pytest.mark.parametrize("name", ["hf_dir", "llama3"])
 def test_provenance_of_a_step_retokenized_with_the_kind_is_the_steps_tokens(name, kinds, tmp_path):
     from pipeline.cli import provenance
+    from pipeline.reader.dataset import make_dataset
 
     model, extra = kinds[name]
     tok = load_tokenizer(model, tiktoken_name="llama3" if name == "llama3" else None)

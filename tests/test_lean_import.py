@@ -7,8 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.beam.lean_import import CONNECTORS, runs_in_process
-
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -24,6 +22,8 @@ REPO = Path(__file__).resolve().parents[1]
     (["--runner"], False),
 ])
 def test_runs_in_process(flags, expected):
+    from pipeline.beam.lean_import import runs_in_process
+
     assert runs_in_process(flags) is expected
 
 
@@ -77,6 +77,8 @@ def test_other_runners_get_beam_whole():
 
 
 def test_a_connector_beam_needs_after_all_means_beam_whole():
+    from pipeline.beam.lean_import import CONNECTORS
+
     # apache_beam.coders is imported unconditionally: left out, Beam's import fails, and Beam is
     # then imported again with nothing left out.
     state = _after_import([], connectors=("apache_beam.coders", *CONNECTORS))

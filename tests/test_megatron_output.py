@@ -18,7 +18,6 @@ import sys
 import time
 from pathlib import Path
 
-import apache_beam as beam
 import numpy as np
 import pytest
 import sentencepiece as spm
@@ -27,9 +26,6 @@ from corpus_helpers import FAST_BEAM, output_digests, pile_line, run_free, write
 from s3_server import loopback_s3
 from sample_corpus import write_sample_corpus
 
-from pipeline.beam import megatron as beam_megatron
-from pipeline.beam.job import build_pipeline
-from pipeline.beam.preflight import prepare
 from pipeline.cli import data_path as data_path_cli
 from pipeline.cli import run
 from pipeline.core.options import UsageError
@@ -300,7 +296,11 @@ def test_dataflow_dry_run_translates_the_megatron_job(corpus, tiny_model, monkey
     """Translated for Dataflow offline, as tests/test_runners.py does for the TFRecord job."""
     import socket
 
+    import apache_beam as beam
+
+    from pipeline.beam.job import build_pipeline
     from pipeline.beam.options import pipeline_options
+    from pipeline.beam.preflight import prepare
 
     def refuse(*args, **kwargs):
         raise AssertionError("network access attempted")
@@ -330,6 +330,8 @@ def test_dataflow_dry_run_translates_the_megatron_job(corpus, tiny_model, monkey
 
 def test_a_retried_shard_write_gives_the_same_files(tmp_path, tiny_model):
     """Dataflow may run a DoFn twice on the same element: both attempts publish the same bytes."""
+    from pipeline.beam import megatron as beam_megatron
+
     config, _ = run.parse_args(["--input", "x", "--output_dir", str(tmp_path), "--tokenizer_model", tiny_model,
                                 "--output_format", "megatron"])
     from pipeline.format.framing import FramedRecords

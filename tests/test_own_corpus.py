@@ -23,7 +23,6 @@ from sample_corpus import write_notes_corpus, write_sample_corpus
 
 from pipeline.cli import run
 from pipeline.format.summary import format_summary, subset_rows
-from pipeline.tfdata import make_dataset
 
 REPO = Path(__file__).resolve().parents[1]
 NOTES = REPO / "sample_data" / "notes"
@@ -119,6 +118,8 @@ def test_per_subset_statistics_selection_and_epochs_work_for_any_names(notes_run
 
 
 def test_the_reader_yields_every_token_of_every_kept_document_once_per_epoch(notes_run, tiny_model):
+    from pipeline.tfdata import make_dataset
+
     out, manifest, _, files = notes_run
     _, kept = _expected(files)
     sp = spm.SentencePieceProcessor(model_file=tiny_model)

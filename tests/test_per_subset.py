@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 from corpus_helpers import FAST_BEAM, output_digests, pile_line, write_lines
 
-from pipeline import tfdata
 from pipeline.cli import run, show
 from pipeline.core.options import UsageError
 from pipeline.format.manifest import load_manifest
@@ -55,6 +54,8 @@ def test_each_subset_is_the_output_of_its_own_run(per_subset_out, corpus, tiny_m
 
 
 def test_the_mixture_weighs_label_tokens_by_epochs_and_the_reader_takes_it(per_subset_out):
+    from pipeline import tfdata
+
     out, _ = per_subset_out
     written = json.loads((out / "mixture.json").read_text())
     assert [s["name"] for s in written["sources"]] == ["Pile-CC", "ArXiv", "Gutenberg (PG-19)"]  # selection order

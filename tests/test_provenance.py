@@ -12,7 +12,6 @@ import pytest
 import sentencepiece as spm
 from corpus_helpers import FAST_BEAM, run_free
 
-from pipeline import tfdata
 from pipeline.cli import main as cli_main
 from pipeline.cli import provenance as command
 from pipeline.cli import run
@@ -56,6 +55,8 @@ def written(tmp_path_factory):
 
 def _reader_step(out, step: int, dp_size: int) -> dict:
     """Global batch `step` as the reader gives it, put together from `dp_size` ranks."""
+    from pipeline import tfdata
+
     parts = []
     for rank in range(dp_size):
         ds = tfdata.make_dataset(str(out), global_batch_size=GLOBAL, dp_rank=rank, dp_size=dp_size, seed=SEED,
@@ -77,6 +78,8 @@ def test_the_shards_are_the_same_bytes_with_or_without_provenance(written):
 
 @pytest.mark.parametrize("step,dp_size", [(0, 1), (5, 2), (11, 4), (30, 2)])
 def test_the_documents_of_step_k_retokenized_are_the_steps_tokens(written, step, dp_size):
+    from pipeline import tfdata
+
     out, manifest, _ = written
     sp = spm.SentencePieceProcessor(model_file=MODEL)
     bos, eos = manifest["tokenizer"]["bos_id"], manifest["tokenizer"]["eos_id"]

@@ -24,7 +24,6 @@ import pytest
 from corpus_helpers import run_free
 from sample_corpus import write_sample_corpus
 
-from pipeline.beam import chunk_documents, tfrecord
 from pipeline.cli import run
 from pipeline.format import manifest as manifest_lib
 from pipeline.io import outputs, spill
@@ -171,6 +170,8 @@ def test_files_are_renamed_complete_within_their_directory(corpus, tiny_model, t
 
 def _record_groups(monkeypatch) -> dict:
     """Wrap the DoFns right after each GroupByKey to record the bytes of every group they get."""
+    from pipeline.beam import chunk_documents, tfrecord
+
     groups = {"GroupByShard": [], "GroupTailsByFile": [], "GroupLastTails": [], "WriteDeadLetters/GroupByPart": []}
 
     def piece_bytes(piece):
@@ -232,6 +233,8 @@ def test_no_group_carries_more_than_one_shard(corpus, tiny_model, tmp_path, monk
 
 def test_dead_letters_of_a_garbage_file_do_not_form_a_hot_key(tiny_model, tmp_path, monkeypatch):
     from corpus_helpers import pile_line, write_lines
+
+    from pipeline.beam import chunk_documents
 
     groups = _record_groups(monkeypatch)
     monkeypatch.setattr(chunk_documents, "DEAD_LETTER_SPAN", 4)

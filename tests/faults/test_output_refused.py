@@ -14,7 +14,6 @@ import pytest
 from corpus_helpers import pile_line, write_lines
 from fault_helpers import IN_MEMORY, MODEL, command, problem_lines
 
-from pipeline import tfdata
 from pipeline.cli import run
 from pipeline.format.manifest import ManifestError
 
@@ -30,6 +29,8 @@ def _dead_letters(out) -> list[dict]:
 
 
 def _refused(out) -> None:
+    from pipeline import tfdata
+
     assert not (out / "manifest.json").exists()
     with pytest.raises(ManifestError, match="No manifest"):
         tfdata.make_dataset(str(out), batch_size=1, shuffle=False)

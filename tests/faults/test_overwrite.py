@@ -13,7 +13,6 @@ import fsspec
 import pytest
 from fault_helpers import IN_MEMORY, MODEL, command, problem_lines, small_corpus
 
-from pipeline.beam import launch
 from pipeline.cli import run
 from pipeline.io import outputs
 
@@ -82,6 +81,8 @@ def test_overwrite_removes_exactly_the_listed_and_our_temporary_files(where, bac
 
 
 def test_a_file_the_background_removal_cannot_remove_is_reported_and_the_rest_go(tmp_path, monkeypatch, caplog):
+    from pipeline.beam import launch
+
     fs, root = fsspec.filesystem("file"), str(tmp_path / "out")
     populate(fs, root, LISTED + OURS_UNLISTED)
     stuck = os.path.join(root, LISTED[0])
