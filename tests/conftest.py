@@ -9,6 +9,7 @@ import pytest
 import sentencepiece as spm
 from corpus_helpers import FAST_BEAM  # noqa: F401  (re-exported for tests)
 from sample_corpus import compose_lines
+from tiers import pytest_runtest_makereport, pytest_runtest_setup  # noqa: F401  (the tiers' check)
 
 
 @pytest.fixture(scope="session")

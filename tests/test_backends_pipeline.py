@@ -53,6 +53,7 @@ def sentencepiece_run(corpus, tiny_model, tmp_path_factory):
     return out, _run(corpus, out, tiny_model, "--tokenizer_backend", "sentencepiece")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", [*FAST, "auto"])
 def test_shards_are_byte_identical_across_backends(backend, corpus, tiny_model, sentencepiece_run, tmp_path):
     sp_out, sp_manifest = sentencepiece_run
@@ -74,6 +75,7 @@ def test_shards_are_byte_identical_across_backends(backend, corpus, tiny_model, 
                                                    "version": spm.__version__}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", FAST[:1])  # gigatoken: the engine that takes batched calls
 def test_small_files_taken_in_groups_by_two_threads_give_the_same_shards(backend, tiny_model, tmp_path,
                                                                          monkeypatch):
@@ -99,6 +101,7 @@ def test_small_files_taken_in_groups_by_two_threads_give_the_same_shards(backend
         assert (tmp_path / "fast" / shard["path"]).read_bytes() == (tmp_path / "sp" / sp_shard["path"]).read_bytes()
 
 
+@pytest.mark.slow
 def test_auto_without_fast_backends_runs_on_sentencepiece(corpus, tiny_model, sentencepiece_run, tmp_path,
                                                           monkeypatch):
     for name in ("gigatoken", "kitoken", "awkward"):
@@ -110,6 +113,7 @@ def test_auto_without_fast_backends_runs_on_sentencepiece(corpus, tiny_model, se
     assert run_free(manifest["shards"]) == run_free(sentencepiece_run[1]["shards"])
 
 
+@pytest.mark.slow
 def test_auto_with_an_unsupported_model_runs_on_sentencepiece(corpus, tmp_path):
     model = _train(tmp_path / "nfkc", normalization_rule_name="nmt_nfkc")
     manifest = _run(corpus, tmp_path / "out", model, "--tokenizer_backend", "auto")
@@ -129,6 +133,7 @@ def wrong_backend(monkeypatch):
                         lambda *args, **kwargs: self_check.BackendChoice("kitoken", "test", {"result": "passed"}))
 
 
+@pytest.mark.slow
 def test_verification_dead_letters_mismatches_and_counts_add_up(wrong_backend, tiny_model, tmp_path):
     texts = [f"document {i} " + ("with 123" if i % 5 == 0 else "without digits") for i in range(40)]
     path = write_lines(str(tmp_path / "in" / "00.jsonl.zst"), [pile_line(t) for t in texts])
@@ -148,12 +153,14 @@ def test_verification_dead_letters_mismatches_and_counts_add_up(wrong_backend, t
     assert manifest["config"]["verify_tokenizer"] == "dead_letter"
 
 
+@pytest.mark.slow
 def test_verification_can_fail_the_job(wrong_backend, tiny_model, tmp_path):
     path = write_lines(str(tmp_path / "in" / "00.jsonl.zst"), [pile_line("fine"), pile_line("bad 123")])
     with pytest.raises(Exception, match="line 2: kitoken ids differ"):
         _run(path, tmp_path / "out", tiny_model, "--tokenizer_backend", "kitoken", "--verify_tokenizer", "fail")
 
 
+@pytest.mark.slow
 def test_without_verification_the_wrong_ids_go_through(wrong_backend, tiny_model, tmp_path):
     """What the verification mode is for: the self-check samples; only verification sees every document."""
     path = write_lines(str(tmp_path / "in" / "00.jsonl.zst"), [pile_line("fine"), pile_line("bad 123")])

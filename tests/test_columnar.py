@@ -19,6 +19,8 @@ from s3_server import loopback_s3
 
 from pipeline.cli import run
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[1]
 NOTES = REPO / "sample_data" / "notes" / "part-00.jsonl"
 FLAGS = ["--text_key", "body", "--subset_key", "source.name", "--subset_names", "any", "--default_subset",

@@ -141,6 +141,7 @@ def _peak(fn):
         tracemalloc.stop()
 
 
+@pytest.mark.slow
 def test_reducers_hold_one_element_whatever_the_group():
     """A bucket, a star or a cluster of 1,000,000 copies: each reducer's memory stays under 64 KiB."""
     n = 1_000_000

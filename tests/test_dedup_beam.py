@@ -64,6 +64,7 @@ def in_memory(planted, tmp_path_factory):
     return run_dedup(docs, tmp_path_factory.mktemp("in_memory"))
 
 
+@pytest.mark.slow
 def test_duplicates_removed_survivors_by_input_order(planted, in_memory):
     docs, expected = planted
     kept, removed, _, _ = in_memory
@@ -77,6 +78,7 @@ def test_duplicates_removed_survivors_by_input_order(planted, in_memory):
         assert rec["similarity"] == 1.0 or rec["reason"] == "duplicate_near"
 
 
+@pytest.mark.slow
 def test_removed_only_gives_the_same_removed_records(planted, in_memory, tmp_path):
     docs, _ = planted
     with beam.Pipeline(options=PipelineOptions(IN_MEMORY)) as p:
@@ -88,6 +90,7 @@ def test_removed_only_gives_the_same_removed_records(planted, in_memory, tmp_pat
     assert lines == in_memory[3][1]
 
 
+@pytest.mark.slow
 def test_counts_add_up(planted, in_memory):
     docs, _ = planted
     kept, removed, counts, _ = in_memory
@@ -99,6 +102,7 @@ def test_counts_add_up(planted, in_memory):
         assert c["kept"] + sum(c["removed"].values()) == c["documents"]
 
 
+@pytest.mark.slow
 def test_only_exact_or_only_near(planted, tmp_path):
     docs, expected = planted
     _, removed, _, _ = run_dedup(docs, tmp_path / "exact", near=False)
@@ -119,6 +123,7 @@ def test_same_output_on_two_workers_and_the_portable_runner(planted, in_memory, 
     assert portable == one
 
 
+@pytest.mark.slow
 def test_true_jaccard_check_keeps_loose_candidates(tmp_path):
     rng = np.random.default_rng(3)
     a = random_words(rng, 400)
@@ -132,6 +137,7 @@ def test_true_jaccard_check_keeps_loose_candidates(tmp_path):
     assert set(removed) == {(0, 3)} and removed[(0, 3)]["twin_line"] == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch_docs", [2, 2048])
 def test_exact_copy_of_a_near_copy_keeps_its_exact_twin(tmp_path, monkeypatch, batch_docs):
     # exact and near share one group: the records are those of exact dedup, then near dedup on its
@@ -153,6 +159,7 @@ def test_exact_copy_of_a_near_copy_keeps_its_exact_twin(tmp_path, monkeypatch, b
         assert sum(c["kept"] + sum(c["removed"].values()) for c in counts.values()) == len(docs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("partitions", [1, 7])
 def test_any_number_of_bucket_partitions_gives_the_same_records(planted, in_memory, tmp_path, monkeypatch, partitions):
     # a partition's pairs flushed mid-bundle too
@@ -194,6 +201,7 @@ def _decontamination_case(tmp_path):
     return docs, evals, x, y
 
 
+@pytest.mark.slow
 def test_decontamination_removes_exactly_the_planted_overlaps(tmp_path):
     docs, evals, x, y = _decontamination_case(tmp_path)
     kept, removed, counts, _ = run_dedup(docs, tmp_path / "out", eval_files=[str(evals)], eval_text_key="question")
@@ -204,6 +212,7 @@ def test_decontamination_removes_exactly_the_planted_overlaps(tmp_path):
     assert counts["S"]["removed"] == {"contaminated": 2} and counts["S"]["kept"] == 3
 
 
+@pytest.mark.slow
 def test_decontamination_cut_keeps_the_rest(tmp_path):
     docs, evals, x, _ = _decontamination_case(tmp_path)
     kept, removed, counts, _ = run_dedup(docs, tmp_path / "out", eval_files=[str(evals)], eval_text_key="question",
@@ -214,6 +223,7 @@ def test_decontamination_cut_keeps_the_rest(tmp_path):
     assert counts["S"]["cut"] == 2 and counts["S"]["kept"] == 5
 
 
+@pytest.mark.slow
 def test_eval_files_must_be_json_objects_with_the_key(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "a b c"}\n{"other": 1}\n')

@@ -56,6 +56,7 @@ def _records_in_shard_order(out: Path, manifest: dict) -> list[dict]:
     return got
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra", [[], ["--document_boundaries"]], ids=["plain", "boundaries"])
 def test_tfds_loads_the_output_with_its_own_reader(corpus, tiny_model, tmp_path, extra):
     import tensorflow_datasets as tfds
@@ -97,6 +98,7 @@ def test_tfds_metadata_is_a_function_of_the_manifest_and_refuses_unnamed_shards(
         tfds_meta.metadata(manifest)
 
 
+@pytest.mark.slow
 def test_overwrite_removes_tfds_metadata_even_without_a_manifest(corpus, tiny_model, tmp_path):
     import tensorflow_datasets as tfds
 
@@ -108,6 +110,7 @@ def test_overwrite_removes_tfds_metadata_even_without_a_manifest(corpus, tiny_mo
     assert tfds.builder_from_directory(str(out)).info.splits["train"].num_examples == manifest["totals"]["records"]
 
 
+@pytest.mark.slow
 def test_megatron_data_path_names_the_latest_link_and_a_rerun_moves_it(corpus, tiny_model, tmp_path):
     out = tmp_path / "meg"
     first = _run(corpus, out, tiny_model, "--output_format", "megatron")
@@ -133,6 +136,7 @@ def test_megatron_data_path_names_the_latest_link_and_a_rerun_moves_it(corpus, t
     assert os.readlink(out / LATEST_NAME) == f"run-{third['run_id']}"
 
 
+@pytest.mark.slow
 def test_version_and_megatron_habits():
     result = subprocess.run([sys.executable, "-m", "pipeline.cli.main", "--version"], cwd=REPO,
                             capture_output=True, text=True, check=True)

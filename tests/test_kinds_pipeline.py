@@ -61,6 +61,7 @@ def reader_records(out: Path) -> np.ndarray:
     return np.concatenate([b["inputs"].numpy() for b in make_dataset(str(out), 16, shuffle=False)])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["hf_dir", "hf_bare", "tiktoken", "llama3"])
 def test_every_kind_end_to_end_in_both_formats(name, kinds, tmp_path):
     from pipeline.reader.dataset import make_dataset
@@ -105,6 +106,7 @@ def test_every_kind_end_to_end_in_both_formats(name, kinds, tmp_path):
     assert tok.decode(piece)[3:20] in shown  # the sequence `show` read, decoded with this kind
 
 
+@pytest.mark.slow
 def test_special_strings_in_text_stay_text(kinds, tmp_path):
     texts = [f"before {ENDOFTEXT} after", f"{ENDOFTEXT}", "plain words here"]
     src = write_lines(str(tmp_path / "in.jsonl"), [pile_line(t) for t in texts], compression="none")
@@ -149,6 +151,7 @@ def _has_gigatoken() -> bool:
     return True
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,backends", [("hf_dir", ("auto", "gigatoken", "tokenizers_batch")),
                                            ("tiktoken", ("auto", "tiktoken_batch"))])
 def test_fast_engine_shards_are_byte_identical(name, backends, kinds, tmp_path):
@@ -166,6 +169,7 @@ def test_fast_engine_shards_are_byte_identical(name, backends, kinds, tmp_path):
         assert shards(tmp_path / "ref") == shards(tmp_path / backend) != {}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["hf_dir", "llama3"])
 def test_provenance_of_a_step_retokenized_with_the_kind_is_the_steps_tokens(name, kinds, tmp_path):
     from pipeline.cli import provenance
@@ -189,6 +193,7 @@ def test_provenance_of_a_step_retokenized_with_the_kind_is_the_steps_tokens(name
     assert f"{records[0].pieces[0].file}:{records[0].pieces[0].line}" in provenance.format_step(records)
 
 
+@pytest.mark.slow
 def test_the_manifest_gives_the_trainers_a_128k_vocabulary(kinds, tmp_path):
     model, extra = kinds["llama3"]
     _run(tmp_path / "o", model, "--output_format", "tfrecord", *extra)

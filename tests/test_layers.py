@@ -106,6 +106,7 @@ def test_commands_never_import_each_other():
 BLOCKED = ("apache_beam", "sentencepiece", "zstandard", "matplotlib", "google_crc32c")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", ["pipeline.tfdata", "pipeline.format.manifest", "pipeline.reader.dataset"])
 def test_the_reader_imports_without_beam_sentencepiece_or_zstandard(entry):
     code = (

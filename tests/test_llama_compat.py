@@ -99,6 +99,7 @@ def _label_tokens(output_dir: str, manifest: dict) -> np.ndarray:
     return np.concatenate(labels).astype(np.int64)
 
 
+@pytest.mark.slow
 def test_the_manifest_records_the_ids_and_the_records_use_them(llama_like, tmp_path):
     rng = random.Random(9)
     lines = compose_lines(rng, 60)

@@ -17,6 +17,8 @@ from pipeline.cli import main as cli_main
 from pipeline.cli import provenance as command
 from pipeline.core.subsets import PILE_PAPER_EPOCHS
 
+pytestmark = pytest.mark.slow
+
 MIXED = ["Wikipedia (en)", "Github", "ArXiv"]
 WINDOW = 32
 

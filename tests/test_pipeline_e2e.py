@@ -16,6 +16,8 @@ from pipeline.core.shuffle import Permutation
 from pipeline.core.subsets import PILE_SUBSETS
 from pipeline.format.manifest import load_manifest
 
+pytestmark = pytest.mark.slow
+
 SEQ = 64
 
 

@@ -112,6 +112,7 @@ SLOW_WORKERS = """
 """
 
 
+@pytest.mark.slow
 def test_a_long_run_prints_a_percent_and_an_eta(tmp_path):
     """A multi-process DirectRunner job slowed to > 20 s prints progress lines from its workers' counts."""
     # sitecustomize runs in every Python process: the driver and each DirectRunner worker process.

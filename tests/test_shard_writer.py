@@ -251,6 +251,7 @@ def _peak_while_writing(out, shard_mb: int) -> tuple[int, dict, str]:
     return peak, info, _expected_sha(0, num_records)
 
 
+@pytest.mark.slow
 def test_writer_memory_does_not_grow_with_the_shard(tmp_path):
     """Peak Python memory while writing shards of 8 MB and 512 MB: one element + one spool bucket.
 
@@ -286,6 +287,7 @@ def test_source_offsets_follow_the_tuple_order_of_sources():
         SourceOffsets.from_counts([((0, 0, 0, 0), 1), ((0, 0, 0, 0), 2)])
 
 
+@pytest.mark.slow
 def test_concatenated_shards_are_the_same_bytes_whatever_the_shard_size(tmp_path, tiny_model):
     """Shard i holds permuted positions [bounds[i], bounds[i+1]) in order: the size only moves the cuts."""
     from corpus_helpers import FAST_BEAM

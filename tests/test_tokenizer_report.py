@@ -91,6 +91,7 @@ def test_model_labels():
         report.model_labels(["a/x.model", "b/y.model"], ["one"])
 
 
+@pytest.mark.slow
 def test_report_command_writes_table_json_and_png(models, tmp_path, capsys):
     from pipeline.cli import tokenizer_report as report_cli
 

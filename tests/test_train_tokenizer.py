@@ -207,6 +207,7 @@ def sample_dir(corpus, tmp_path_factory):
     return str(work)
 
 
+@pytest.mark.slow
 def test_sample_accounts_for_every_line(corpus, sample_dir):
     stats = tsample.load_sample_stats(sample_dir)
     assert stats["dead_letters"] == EXPECTED_DEAD
@@ -222,6 +223,7 @@ def test_sample_accounts_for_every_line(corpus, sample_dir):
     assert stats["sha256"] == sha256(os.path.join(sample_dir, tsample.SAMPLE_FILE))
 
 
+@pytest.mark.slow
 def test_sample_meets_each_subsets_budget(sample_dir):
     stats = tsample.load_sample_stats(sample_dir)
     longest = 20000 * 4  # --max_doc_chars, in bytes at most
@@ -235,6 +237,7 @@ def test_sample_meets_each_subsets_budget(sample_dir):
     assert max(len(d["text"]) for d in read_sample(sample_dir)) <= 20000
 
 
+@pytest.mark.slow
 def test_sample_is_the_same_on_other_runners_and_chunkings(corpus, sample_dir, tmp_path):
     from pipeline.cli import train_tokenizer as train_cli
 
@@ -249,6 +252,7 @@ def test_sample_is_the_same_on_other_runners_and_chunkings(corpus, sample_dir, t
     assert tsample.load_sample_stats(str(tmp_path / "seeded"))["sha256"] != first["sha256"]
 
 
+@pytest.mark.slow
 def test_sample_order_is_the_key_order(corpus, sample_dir):
     docs = read_sample(sample_dir)
     assert {d["subset"] for d in docs} == set(PILE_SUBSETS)
@@ -269,6 +273,7 @@ def test_sample_order_is_the_key_order(corpus, sample_dir):
     assert all(n > 0 for n in per_file)
 
 
+@pytest.mark.slow
 def test_natural_and_explicit_weights(corpus, tmp_path):
     from pipeline.cli import train_tokenizer as train_cli
 
@@ -283,6 +288,7 @@ def test_natural_and_explicit_weights(corpus, tmp_path):
     assert "target_bytes" not in stats["subsets"]["Github"]
 
 
+@pytest.mark.slow
 def test_a_changed_sample_is_refused(sample_dir, tmp_path):
     copy = tmp_path / "copy"
     copy.mkdir()
@@ -314,6 +320,7 @@ def trained(sample_dir, tmp_path_factory):
     return str(out / "tiny"), card
 
 
+@pytest.mark.slow
 def test_training_writes_model_vocab_and_card(trained, sample_dir):
     prefix, card = trained
     with open(prefix + ".card.json", encoding="utf-8") as f:
@@ -336,6 +343,7 @@ def test_training_writes_model_vocab_and_card(trained, sample_dir):
     assert sp.encode("12345", out_type=str)[-5:] == ["1", "2", "3", "4", "5"]  # split digits
 
 
+@pytest.mark.slow
 def test_training_is_deterministic_and_refuses_to_overwrite(trained, sample_dir):
     from pipeline.cli import train_tokenizer as train_cli
 
@@ -348,6 +356,7 @@ def test_training_is_deterministic_and_refuses_to_overwrite(trained, sample_dir)
     assert {ext: sha256(prefix + ext) for ext in (".model", ".vocab", ".card.json")} == before
 
 
+@pytest.mark.slow
 def test_one_command_equals_sample_then_train(corpus, trained, tmp_path):
     from pipeline.cli import train_tokenizer as train_cli
 
@@ -360,6 +369,7 @@ def test_one_command_equals_sample_then_train(corpus, trained, tmp_path):
     assert not any(name.startswith("tokenizer-sample-") for name in os.listdir(tmp_path))
 
 
+@pytest.mark.slow
 def test_a_vocab_too_large_for_the_sample_says_so(tmp_path):
     from pipeline.cli import train_tokenizer as train_cli
 
@@ -369,6 +379,7 @@ def test_a_vocab_too_large_for_the_sample_says_so(tmp_path):
                  "--vocab_size", "5000", *FAST_BEAM])
 
 
+@pytest.mark.slow
 def test_the_trained_model_drives_the_pipeline(trained, corpus, tmp_path):
     prefix, card = trained
     manifest = run.main([
@@ -382,6 +393,7 @@ def test_the_trained_model_drives_the_pipeline(trained, corpus, tmp_path):
     assert manifest["dead_letters"]["by_reason"] == EXPECTED_DEAD
 
 
+@pytest.mark.slow
 def test_only_bad_lines_give_a_clear_error(tmp_path):
     from pipeline.cli import train_tokenizer as train_cli
 
@@ -392,6 +404,7 @@ def test_only_bad_lines_give_a_clear_error(tmp_path):
     assert not os.path.exists(tmp_path / "m.model")
 
 
+@pytest.mark.slow
 def test_a_corrupt_file_fails_unless_skipped(tmp_path):
     from pipeline.cli import train_tokenizer as train_cli
 

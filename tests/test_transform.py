@@ -3,6 +3,7 @@
 import json
 
 import apache_beam as beam
+import pytest
 import sentencepiece as spm
 from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -10,6 +11,8 @@ from pipeline.beam.transform import TokenShards
 from pipeline.config.job import PipelineConfig
 from pipeline.format.manifest import load_manifest
 from pipeline.tfdata import make_dataset
+
+pytestmark = pytest.mark.slow
 
 DOCS = [{"text": f"document number {i} " * (i % 7 + 1), "meta": {"pile_set_name": "Pile-CC" if i % 2 else "Github"}}
         for i in range(40)]

@@ -85,6 +85,7 @@ def clean(corpus, tiny_model, tmp_path_factory) -> dict:
     return _files(out)
 
 
+@pytest.mark.slow
 def test_sigkill_midway_then_rerun_gives_the_clean_output(corpus, tiny_model, tmp_path, clean):
     from pipeline import tfdata
 
@@ -129,6 +130,7 @@ def test_sigkill_midway_then_rerun_gives_the_clean_output(corpus, tiny_model, tm
     assert _comparable(again) == _comparable(clean)
 
 
+@pytest.mark.slow
 def test_files_are_renamed_complete_within_their_directory(corpus, tiny_model, tmp_path, monkeypatch, clean):
     """EFS/NFS semantics: temp file in the final directory (same filesystem), complete, then renamed
     (the manifest: hard-linked, which fails rather than replace a file)."""
@@ -207,6 +209,7 @@ def _record_groups(monkeypatch) -> dict:
     return groups
 
 
+@pytest.mark.slow
 def test_no_group_carries_more_than_one_shard(corpus, tiny_model, tmp_path, monkeypatch):
     """The bound of every GroupByKey, measured on a run with many chunks, files, epochs and shards.
 
@@ -231,6 +234,7 @@ def test_no_group_carries_more_than_one_shard(corpus, tiny_model, tmp_path, monk
     assert groups["GroupLastTails"][0] <= copies * files * SEQ * token_bytes
 
 
+@pytest.mark.slow
 def test_dead_letters_of_a_garbage_file_do_not_form_a_hot_key(tiny_model, tmp_path, monkeypatch):
     from corpus_helpers import pile_line, write_lines
 

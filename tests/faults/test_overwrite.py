@@ -64,6 +64,7 @@ def listing(fs, root: str) -> list[str]:
     return sorted(posixpath.relpath(p, root) for p in fs.find(root))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("background", [False, True])
 def test_overwrite_removes_exactly_the_listed_and_our_temporary_files(where, background):
     url, fs, root = where
@@ -102,6 +103,7 @@ def test_a_file_the_background_removal_cannot_remove_is_reported_and_the_rest_go
     assert warning.startswith("--overwrite: 1 file(s) of the previous output in ") and LISTED[0] in warning
 
 
+@pytest.mark.slow
 def test_the_command_replaces_an_output_and_leaves_nothing_of_the_old_one(tmp_path):
     out = tmp_path / "out"
     inputs = small_corpus(tmp_path / "in", files=1, docs=40)
@@ -114,6 +116,7 @@ def test_the_command_replaces_an_output_and_leaves_nothing_of_the_old_one(tmp_pa
     assert [s["sha256"] for s in second["shards"]] == [s["sha256"] for s in first["shards"]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("foreign", NOT_OURS)
 def test_overwrite_refuses_anything_else_and_then_removes_nothing(where, foreign):
     url, fs, root = where
@@ -125,6 +128,7 @@ def test_overwrite_refuses_anything_else_and_then_removes_nothing(where, foreign
     assert listing(fs, root) == before
 
 
+@pytest.mark.slow
 def test_everything_unknown_is_listed_at_once(where):
     url, fs, root = where
     populate(fs, root, LISTED + NOT_OURS)
@@ -175,6 +179,7 @@ def _refused_and_kept(url, fs, root, why):
     assert listing(fs, root) == before
 
 
+@pytest.mark.slow
 def test_a_foreign_manifest_naming_a_users_file_removes_nothing(where):
     """An unrelated `manifest.json` beside a user's file: neither is ours, both stay."""
     url, fs, root = where
@@ -185,6 +190,7 @@ def test_a_foreign_manifest_naming_a_users_file_removes_nothing(where):
     _refused_and_kept(url, fs, root, "no format marker of ours")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ["shards", "dead_letters", "provenance"])
 @pytest.mark.parametrize("stranger", ["thesis.tex", f"run-{COMMITTED}/thesis.tex",
                                       f"run-{KILLED}/train-00000-of-00005.tfrecord", f"run-{COMMITTED}/../thesis.tex"])
@@ -199,6 +205,7 @@ def test_a_manifest_of_ours_listing_a_file_not_its_runs_own_removes_nothing(wher
     _refused_and_kept(url, fs, root, "it lists files that are not its run's own")
 
 
+@pytest.mark.slow
 def test_the_command_refuses_one_line_and_keeps_the_previous_output(tmp_path):
     out = tmp_path / "out"
     inputs = small_corpus(tmp_path / "in", files=1, docs=40)
