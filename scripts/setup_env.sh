@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create (or refresh) the project's virtual environment at .venv with every extra (the pipeline, the
 # reader, cloud I/O, the fast tokenizer backends, the report) and the test tools, at the versions of
-# constraints.txt. EXTRAS=pipeline,reader installs only those extras (what scripts/quickstart.sh
+# constraints.txt. EXTRAS=pipeline,reader,tokenizers installs only those extras (what scripts/quickstart.sh
 # needs); a later run without it adds the rest. Idempotent; needs only Python 3.11 and PyPI.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

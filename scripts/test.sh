@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Set up .venv (and the Horovod training environment .venv-hvd, the Megatron one .venv-megatron), lint,
+# Set up .venv (and the Horovod training environment .venv-hvd, the Megatron one .venv-megatron, the
+# datatrove one .venv-datatrove), lint,
 # test the other Pythons (scripts/test_pythons.sh), and run the test suite: everything on TF 2.21 in
 # .venv, then the model and trainer tests again on TF 2.15 in .venv-hvd; tests/test_megatron_compat.py
-# reads our Megatron output in .venv-megatron.
+# reads our Megatron output in .venv-megatron; tests/test_quality_filters.py runs datatrove's filters in
+# .venv-datatrove beside ours.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
 bash scripts/setup_env.sh
 bash scripts/setup_horovod_env.sh
 bash scripts/setup_megatron_env.sh
+bash scripts/setup_datatrove_env.sh
 export TF_CPP_MIN_LOG_LEVEL=2
 # Parity tests of the fast tokenizer backends must run, not skip, wherever the suite runs.
 export PILE_REQUIRE_FAST_BACKENDS=1

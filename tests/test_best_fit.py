@@ -9,6 +9,8 @@ import os
 
 import numpy as np
 import pytest
+from manifest_shape import assert_job_shaped
+from synthetic_output import tokenizer_entry
 
 from pipeline.core import best_fit, packing, provenance
 from pipeline.format import framing, records
@@ -389,15 +391,16 @@ def _write_best_fit_output(out_dir, seq_len=16, window=4, shards=2, docs=None, f
         "format": manifest_lib.FORMAT, "format_version": manifest_lib.FORMAT_VERSION,
         "created_by": "tests/test_best_fit.py", "split": "train", "seq_len": seq_len,
         "features": features or records.feature_spec(seq_len, records.UINT16, False, records.BEST_FIT),
-        "tokenizer": {"vocab_size": 65536, "bos_id": 1, "eos_id": EOS, "pad_id": PAD},
+        "tokenizer": tokenizer_entry(vocab_size=65536, eos_id=EOS, pad_id=PAD),
         "shards": listed,
         "totals": {"records": len(out), "label_tokens": len(out) * seq_len - out.padding,
-                   "bytes": sum(s["bytes"] for s in listed)},
+                   "bytes": sum(s["bytes"] for s in listed), "documents_kept": len(docs), "lines": len(docs)},
         "packing": {"mode": records.BEST_FIT, "window": window, "records_from_chunks": len(out),
                     "records_from_tails": 0, "padding_labels": out.padding, "documents_cut": out.documents_cut},
         "shuffle": {"num_shards": shards},
     }
-    outputs.write_manifest(out_dir, manifest)
+    # `features` given: a manifest damaged on purpose (the reader must refuse it); else the job's shape.
+    outputs.write_manifest(out_dir, manifest if features else assert_job_shaped(manifest))
     return out
 
 

@@ -7,6 +7,8 @@ import os
 import numpy as np
 import pytest
 from kind_fixtures import real_documents, train_byte_level_bpe, write_llama3_shaped_ranks
+from manifest_shape import assert_job_shaped
+from synthetic_output import tokenizer_entry
 
 from pipeline.format import framing, megatron, records
 from pipeline.format import manifest as manifest_lib
@@ -59,14 +61,17 @@ def _write_output(out, tok, tokens, count):
     manifest = {
         "format": manifest_lib.FORMAT, "format_version": manifest_lib.FORMAT_VERSION, "created_by": "tests",
         "split": "train", "seq_len": SEQ_LEN, "features": records.feature_spec(SEQ_LEN, dtype, False),
-        "tokenizer": {**tok.to_json(), "add_bos": False, "add_eos": True},
+        "tokenizer": tokenizer_entry(tok.sha256, vocab_size=tok.vocab_size, bos_id=tok.bos_id, eos_id=tok.eos_id,
+                                     pad_id=tok.pad_id, unk_id=tok.unk_id),
         "shards": [{"path": name, "records": count, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}],
-        "totals": {"records": count, "label_tokens": count * SEQ_LEN, "bytes": len(data)},
+        "totals": {"records": count, "label_tokens": count * SEQ_LEN, "bytes": len(data), "documents_kept": count,
+                   "lines": count},
         "subsets": {}, "packing": {"remainder_policy": "drop", "records_from_chunks": count, "records_from_tails": 0,
                                    "padding_labels": 0},
-        "shuffle": {"num_shards": 1}, "dead_letters": None, "inputs": [], "config": {"seq_len": SEQ_LEN},
+        "shuffle": {"num_shards": 1}, "dead_letters": {"by_reason": {}, "records": 0, "files": []}, "inputs": [],
+        "config": {"seq_len": SEQ_LEN},
     }
-    outputs.write_manifest(out, manifest)
+    outputs.write_manifest(out, assert_job_shaped(manifest))
     return manifest
 
 

@@ -104,20 +104,33 @@ def test_row_groups_split_over_two_workers_give_the_same_bytes(corpus, tiny_mode
     assert _shards(out) == _shards(one)
 
 
-def test_null_and_non_string_texts_are_dead_letters_with_row_numbers(tmp_path, tiny_model):
-    table = pa.table({"body": pa.array(["a good note " * 5, None, "another note " * 5], pa.string()),
-                      "source": pa.array([{"name": "a"}, {"name": "b"}, None])})
-    pq.write_table(table, tmp_path / "nulls.parquet")
-    pq.write_table(pa.table({"body": pa.array([1, 2], pa.int64())}), tmp_path / "ints.parquet")
-    pq.write_table(pa.table({"body": pa.array([b"x"], pa.binary())}), tmp_path / "bytes.parquet")
-    out, manifest = _run(tmp_path, "out", [str(tmp_path / "*.parquet")], tiny_model, "--max_dead_letter_fraction", "1")
-    assert manifest["dead_letters"]["by_reason"] == {"text_not_string": 4}
+def test_null_texts_are_dead_letters_with_row_numbers(tmp_path, tiny_model):
+    """Row numbers count on across row groups: row 18 is in the second group of 10."""
+    bodies = ["a good note " * 5, None, "another note " * 5] + [f"note {i} " * 5 for i in range(3, 23)]
+    bodies[17] = None
+    table = pa.table({"body": pa.array(bodies, pa.string()),
+                      "source": pa.array([{"name": "a"}, {"name": "b"}] + [None] * 21)})
+    pq.write_table(table, tmp_path / "nulls.parquet", row_group_size=10)
+    out, manifest = _run(tmp_path, "out", [str(tmp_path / "nulls.parquet")], tiny_model,
+                         "--max_dead_letter_fraction", "1")
+    assert manifest["dead_letters"]["by_reason"] == {"text_not_string": 2}
     letters = [json.loads(line) for p in sorted(out.glob("run-*/dead_letters/*.jsonl"))
                for line in p.read_text().splitlines()]
-    where = sorted((Path(d["file"]).name, d["line"]) for d in letters)
-    assert where == [("bytes.parquet", 1), ("ints.parquet", 1), ("ints.parquet", 2), ("nulls.parquet", 2)]
-    assert {d["detail"] for d in letters} == {"`body` is null", "`body` is int", "`body` is bytes"}
-    assert manifest["subsets"]["other"]["kept"] == 1 and manifest["subsets"]["a"]["kept"] == 1
+    assert sorted((Path(d["file"]).name, d["line"], d["offset"]) for d in letters) == [
+        ("nulls.parquet", 2, 1), ("nulls.parquet", 18, 17)]
+    assert {d["detail"] for d in letters} == {"`body` is null"}
+    assert manifest["subsets"]["other"]["kept"] == 20 and manifest["subsets"]["a"]["kept"] == 1
+
+
+@pytest.mark.parametrize("array, holds", [(pa.array([1, 2], pa.int64()), "a number"),
+                                          (pa.array([b"x"], pa.binary()), "bytes")])
+def test_a_text_column_of_another_type_is_refused_before_the_job(tmp_path, tiny_model, array, holds):
+    pq.write_table(pa.table({"body": array}), tmp_path / "other.parquet")
+    proc = _command("--input", str(tmp_path / "other.parquet"), "--output_dir", str(tmp_path / "out"),
+                    "--tokenizer_model", tiny_model, *FLAGS, *FAST_BEAM)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert f"--text_key 'body': in the first {len(array)} row(s) of {tmp_path / 'other.parquet'} it holds {holds}" \
+        in proc.stderr
 
 
 def _command(*argv, env=None):
@@ -164,3 +177,12 @@ def test_train_tokenizer_samples_parquet_and_refuses_a_missing_column(corpus, tm
     assert train_tokenizer.cli(["--input", str(corpus / "one.parquet"), "--text_key", "content", "--default_subset",
                                 "Pile-CC", "--model_prefix", str(tmp_path / "n"), *FAST_BEAM]) == 2
     assert "--text_key content" in caplog.text and "its columns: id, body, source, source.name" in caplog.text
+
+
+@pytest.mark.slow
+def test_id_key_moves_no_chunk_boundary(corpus, tiny_model, tmp_path):
+    """The id column is read for the records, but chunks are sized without it: the same shards."""
+    small = ["--chunk_mb", "0.002"]
+    plain, _ = _run(tmp_path, "plain", [str(corpus / "groups.parquet")], tiny_model, *small)
+    with_ids, manifest = _run(tmp_path, "ids", [str(corpus / "groups.parquet")], tiny_model, *small, "--id_key", "id")
+    assert _shards(with_ids) == _shards(plain) and manifest["config"]["id_key"] == "id"

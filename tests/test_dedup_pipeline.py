@@ -232,6 +232,19 @@ def test_megatron_per_subset_with_dedup(corpus, tiny_model, tmp_path):
 
 
 @pytest.mark.slow
+def test_tfrecord_per_subset_with_dedup_lists_each_subset_s_removals_in_its_own_output(corpus, tiny_model, tmp_path):
+    root, _ = corpus
+    out = tmp_path / "out"
+    run.main(_argv(root, out, tiny_model, "--per_subset", "--subsets", "Pile-CC,Github", "--dedup", "exact")
+             + FAST_BEAM)
+    pile_cc = json.loads((out / "Pile_CC" / "manifest.json").read_text())
+    github = json.loads((out / "Github" / "manifest.json").read_text())
+    assert pile_cc["removed"]["records"] == 0 and pile_cc["removed"]["files"] == []
+    assert set(_removed(out / "Github", github)) == set(EXACT)
+    assert github["removed"]["by_reason"] == {"duplicate_exact": len(EXACT)}
+
+
+@pytest.mark.slow
 def test_provenance_with_dedup_names_no_removed_line(corpus, tiny_model, tmp_path):
     root, texts = corpus
     out = tmp_path / "out"

@@ -319,8 +319,8 @@ def test_mixture_json_presets_and_validation(outputs, tmp_path):
     assert [s.weight for s in load_mixture(absolute).sources] == [
         float(sum(SIZES[n]) * SEQ_LEN) for n in SIZES]
     other = str(root / "other")
-    write_output(other, [10], seq_len=SEQ_LEN, model_sha256="1" * 64)
-    with pytest.raises(MixtureError, match=rf"{paths['big']}.*and {other}.*tokenizer model sha256"):
+    write_output(other, [10], seq_len=SEQ_LEN, tokenizer_sha256="1" * 64)
+    with pytest.raises(MixtureError, match=rf"{paths['big']}.*and {other}.*tokenizer sha256"):
         tfdata.Mixture.of([("big", paths["big"], 1), ("other", other, 1)])
     longer = str(root / "longer")
     write_output(longer, [10], seq_len=16)

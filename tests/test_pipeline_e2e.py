@@ -244,7 +244,9 @@ def test_model_without_eos_gives_a_clear_error(tmp_path, no_eos_model):
     path = write_lines(str(tmp_path / "in" / "00.jsonl.zst"), [pile_line("hello")])
     with pytest.raises(ValueError, match="no EOS id.*--eos_id"):
         _run([path], tmp_path / "out", no_eos_model)
-    m = _run([path], tmp_path / "out2", no_eos_model, "--eos_id", "3")
+    with pytest.raises(ValueError, match="--eos_id 3: .* is an ordinary token .*--allow_text_eos"):
+        _run([path], tmp_path / "out2", no_eos_model, "--eos_id", "3")
+    m = _run([path], tmp_path / "out2", no_eos_model, "--eos_id", "3", "--allow_text_eos")
     assert m["tokenizer"]["eos_id"] == 3
 
 

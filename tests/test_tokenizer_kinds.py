@@ -355,7 +355,7 @@ def test_the_boundary_policy_takes_the_tokenizers_ids_or_the_flags(kinds, bpe, t
     assert special_ids(tik, add_bos=False, add_eos=True).eos_id == tik.vocab_size - 1
     with pytest.raises(ValueError, match="no BOS id .*ranks file's JSON.*--bos_id N"):
         special_ids(tik, add_bos=True, add_eos=True)
-    assert special_ids(tik, add_bos=True, add_eos=True, bos_id=5).bos_id == 5
+    assert special_ids(tik, add_bos=True, add_eos=True, bos_id=5, allow_text=True).bos_id == 5
     bare = load_tokenizer(str(write_hf_directory(bpe, tmp_path / "bare", config=False)))
     with pytest.raises(ValueError, match="no EOS id .*tokenizer_config.json.*--eos_id N"):
         special_ids(bare, add_bos=False, add_eos=True)

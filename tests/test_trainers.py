@@ -16,6 +16,8 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
+from manifest_shape import assert_job_shaped
+from synthetic_output import tokenizer_entry
 
 from pipeline import tfdata
 from pipeline.format import manifest as manifest_lib
@@ -75,10 +77,12 @@ def write_shards(out_dir, n_records: int, n_shards: int, seed: int, split: str) 
     manifest = {
         "format": manifest_lib.FORMAT, "format_version": manifest_lib.FORMAT_VERSION, "split": split,
         "seq_len": SEQ, "features": records.feature_spec(SEQ, dtype, True),
-        "tokenizer": {"vocab_size": V, "bos_id": 1, "eos_id": 2, "pad_id": 0, "unk_id": 3},
-        "shards": shards, "totals": {"records": n_records},
+        "tokenizer": tokenizer_entry(vocab_size=V),
+        "shards": shards, "totals": {"records": n_records, "label_tokens": n_records * SEQ - 6,
+                                     "bytes": sum(s["bytes"] for s in shards), "documents_kept": n_records,
+                                     "lines": n_records},
     }
-    outputs.write_manifest(str(out_dir), manifest)
+    outputs.write_manifest(str(out_dir), assert_job_shaped(manifest))
     return manifest
 
 

@@ -51,3 +51,31 @@ def test_the_same_documents_in_another_order_give_the_same_shards(tmp_path, tiny
     two, _ = _run(tmp_path, "two", DOCS[::-1], tiny_model)
     shards = [{p.name: p.read_bytes() for p in out.rglob("*.tfrecord")} for out in (one, two)]
     assert shards[0] and shards[0] == shards[1]
+
+
+@pytest.mark.slow
+def test_dedup_over_a_pcollection_tells_documents_of_different_buckets_apart(tmp_path, tiny_model):
+    # Every bucket numbers its own documents; two documents of different buckets must never share
+    # the (file, line) that dedup keys them by, or one's removal lands on the other.
+    unique = [{"text": f"unique text {i} " * 3 + "x" * i, "meta": {"pile_set_name": "Github"}} for i in range(60)]
+    docs = unique + unique[:30]  # 30 exact copies
+    config = PipelineConfig(inputs=("my-documents",), output_dir=str(tmp_path / "dd"), tokenizer_model=tiny_model,
+                            seq_len=32, dedup="exact")
+    options = PipelineOptions(["--runner", "DirectRunner", "--direct_num_workers", "1",
+                               "--direct_running_mode", "in_memory"])
+    with beam.Pipeline(options=options) as p:
+        _ = p | beam.Create(docs) | TokenShards(config, options, buckets=4)
+    manifest = load_manifest(str(tmp_path / "dd"))
+    github = manifest["subsets"]["Github"]
+    assert github["documents"] == 90 and github["kept"] == 60 and sum(github["removed"].values()) == 30
+    removed = [json.loads(line) for path in (tmp_path / "dd").rglob("removed/*") for line in path.open()]
+    assert len({(r["file_index"], r["line"]) for r in removed}) == 30
+
+
+def test_a_bucket_that_would_take_the_next_buckets_chunk_numbers_is_refused():
+    from pipeline.beam.transform import BUCKET_CHUNKS, TooManyChunks, _BucketChunksFn
+
+    items = [(i.to_bytes(4, "big"), b'{"text": "a"}', None) for i in range(BUCKET_CHUNKS + 1)]
+    chunks = _BucketChunksFn(1, "docs").process((2, items))  # one line per chunk
+    with pytest.raises(TooManyChunks, match="buckets=N"):
+        list(chunks)

@@ -1,16 +1,19 @@
 """Chunk -> validated, selected, tokenized documents, and the dead letters: what every output format does first.
 
 Element shapes:
-  Chunk                                  -> ChunkDocumentsFn (a format's subclass) -> the format's blocks
+  Chunk (with dedup: (Chunk, {line: removed record}[, {line: Verdict}]))
+                                         -> ChunkDocumentsFn (a format's subclass) -> the format's blocks
                                             + dead letters ((file, span, own), (chunk, lines))
+                                            + removal and cut records on REMOVED (pipeline/beam/removed.py)
                                             + stats dict on STATS + counts on COUNTS
   ((file, span, own), [(chunk, lines)])  -> WriteDeadLettersFn -> dead-letter file info dicts
 A format's DoFn (pipeline/beam/tfrecord.py `ProcessChunkFn`, pipeline/beam/megatron.py
 `TokenizeDocumentsFn`) subclasses ChunkDocumentsFn and writes each chunk's documents its own way
 (`_chunk_out`); its record blocks go out as they are or through a spill file (`EmitsRecords`,
-pipeline/io/spill.py). Chunks are validated as they come and may be tokenized several at a time
-(`encode_batch_bytes`, pipeline/beam/execution.py), each written as if alone: the outputs do not
-depend on the batches.
+pipeline/io/spill.py). What is kept is the document policy's (pipeline/stages/policy.py: validation,
+subset selection, the configured stages, dedup's verdicts). Chunks are validated as they come and
+may be tokenized several at a time (`encode_batch_bytes`, pipeline/beam/execution.py), each written
+as if alone: the outputs do not depend on the batches.
 """
 
 from __future__ import annotations
@@ -25,14 +28,16 @@ from apache_beam.transforms.window import GlobalWindows
 
 from pipeline.beam.progress import Reporter
 from pipeline.beam.read import STATS, counter
+from pipeline.beam.removed import REMOVED, removed_part
 from pipeline.config.job import PipelineConfig
-from pipeline.core import dedup, documents
+from pipeline.core import documents
 from pipeline.core.epochs import copies_of
 from pipeline.format.framing import FramedRecords
 from pipeline.io import inputs, outputs
 from pipeline.io.publish import publish
 from pipeline.io.spill import SpillWriter, load_chunk
 from pipeline.io.urls import redact_url
+from pipeline.stages import policy
 from pipeline.tokenize.engines import BATCHED, TokenizerMismatch
 from pipeline.tokenize.model import SpecialIds, WorkerTokenizer
 
@@ -79,6 +84,7 @@ class ChunkDocuments:
     counts: dict  # per subset: documents, kept, filtered (by reason), text_bytes; then tokens
     dead: dict  # dead letters by reason
     file_stats: dict  # validation's counts (documents.file_stats())
+    labels: list | None = None  # the stages' labels of each document ({"language": "en"} or None), if any
 
     def unkeep(self, i: int) -> dict:
         """Leave out document i, counted as kept so far; returns its subset's counts."""
@@ -101,13 +107,16 @@ class _Validated:
     dead: dict
     file_stats: dict
     dead_letters: list[dict]
+    records: list[dict]  # removed/ records: the chunk's removals and cuts
+    labels: list | None  # the stages' labels of each kept document, when any has some
 
 
 class ChunkDocumentsFn(EmitsRecords):
     """A chunk's lines -> kept documents, tokenized: what both output formats do before writing.
 
-    Validation and its dead letters, subset selection, the tokenizer, epoch copies, the subsets'
-    counts. ProcessChunkFn packs the documents into records; the Megatron job's TokenizeDocumentsFn
+    The document policy (validation and its dead letters, subset selection, the configured stages,
+    dedup's verdicts) and its removed/ records, the tokenizer, epoch copies, the subsets' counts.
+    ProcessChunkFn packs the documents into records; the Megatron job's TokenizeDocumentsFn
     (pipeline/beam/megatron.py) writes them one per sequence. Their dead letters are the same records.
     With `encode_batch_bytes` and an engine that gains from larger calls (engines.BATCHED) the
     chunks wait for their batch until it holds that many bytes or the bundle finishes (at most that
@@ -125,8 +134,11 @@ class ChunkDocumentsFn(EmitsRecords):
         # `tokenizer`: the checked tokenizer of any kind (Job.worker_tokenizer); else the SentencePiece model.
         self._encoder = (tokenizer or WorkerTokenizer(config.tokenizer_model)).encoder(
             backend, verify=config.verify_tokenizer != "off", threads=encode_threads)
-        self._selected = config.selection()
+        self._policy = config.document_policy()
         self._schema = config.schema
+        self._lists_removed = config.lists_removed
+        # With dedup the stages ran in its input (pipeline/beam/dedup_stage.py): their verdicts are replayed here.
+        self._runs_stages = not config.dedup_enabled
         self._progress = progress or Reporter()
         self._docs = counter("documents_kept")
         self._tokens = counter("tokens")
@@ -134,8 +146,10 @@ class ChunkDocumentsFn(EmitsRecords):
         self._filtered = counter("documents_filtered")
 
     def setup(self):
-        # Heavy state loads once per worker, from the model's path.
+        # Heavy state loads once per worker, from the model's path (and the stages', when they run here).
         self._encoder.load()
+        if self._runs_stages:
+            self._policy.setup()
 
     def teardown(self):
         self._progress.close()
@@ -144,7 +158,7 @@ class ChunkDocumentsFn(EmitsRecords):
     def _dead_letter(self, chunk: inputs.Chunk, line: documents.Line, reason: str, detail: str, dead: dict) -> dict:
         dead[reason] = dead.get(reason, 0) + 1
         self._dead.inc()
-        return {
+        record = {
             "file": redact_url(chunk.path),
             "file_index": chunk.file_index,
             "line": line.number,
@@ -153,6 +167,10 @@ class ChunkDocumentsFn(EmitsRecords):
             "detail": detail[:200],
             "prefix": documents.line_prefix(line),
         }
+        ident = documents.line_id(line, self._schema) if self._schema.id_key else None
+        if ident is not None:
+            record["id"] = ident
+        return record
 
     @staticmethod
     def _dead_letters_out(chunk: inputs.Chunk, dead_letters: list[dict]):
@@ -171,8 +189,8 @@ class ChunkDocumentsFn(EmitsRecords):
         items (`Chunk.tokenize_now`), goes at once with those waiting: a taken group is then done when
         its reading ends, and no worker holds chunks while the others finish.
         """
-        chunk, removed = with_removed(element)
-        self._batch.append(self._validated(chunk, removed))
+        chunk, removed, verdicts = with_removed(element)
+        self._batch.append(self._validated(chunk, removed, verdicts))
         self._batch_bytes += chunk.num_bytes
         if chunk.tokenize_now or self._batch_bytes >= self._batch_limit:
             yield from self._flush()
@@ -198,60 +216,53 @@ class ChunkDocumentsFn(EmitsRecords):
             own = (ids[offsets[first]:offsets[last]], offsets[first:last + 1] - offsets[first],
                    [(i - first, detail) for i, detail in mismatches if first <= i < last])
             docs, dead_letters = self._documents(pending, *own)
+            docs.labels = pending.labels
             yield from self._chunk_out(pending.chunk, docs, dead_letters)
+            if pending.records:
+                yield beam.pvalue.TaggedOutput(REMOVED, removed_part(pending.chunk, pending.records))
             first = last
 
     def _chunk_out(self, chunk: inputs.Chunk, docs: ChunkDocuments, dead_letters: list[dict]):
         """A chunk's outputs from its tokenized documents (the format's)."""
         raise NotImplementedError
 
-    def _validated(self, chunk: inputs.Chunk, removed: dict | None = None) -> _Validated:
-        """The chunk's lines validated: the texts to tokenize, their lines and subsets, the dead letters.
+    def _validated(self, chunk: inputs.Chunk, removed: dict | None = None, verdicts: dict | None = None) -> _Validated:
+        """The chunk's lines through the document policy: texts to tokenize, their lines and subsets, dead letters.
 
-        `removed`: with --dedup / --decontaminate, the chunk's removed documents' records by line
-        (pipeline/beam/dedup_stage.py): left out, counted per subset by reason with their tokens;
-        a `contaminated_cut` one is kept with its cut text.
+        `removed`, `verdicts`: with --dedup / --decontaminate, the chunk's removed documents' records
+        and the stages' verdicts by line (pipeline/beam/dedup_stage.py). A removed document is
+        counted per subset by reason with its tokens; a cut one is kept with its cut text.
         """
-        cfg = self._config
-        max_line_bytes, schema, selected = cfg.max_line_bytes, self._schema, self._selected
         subsets: dict = {}
         dead: dict[str, int] = {}
         file_stats = documents.file_stats()
-        dead_letters, texts, kept_subsets, kept_lines = [], [], [], []
+        dead_letters, texts, kept_subsets, kept_lines, labels, records = [], [], [], [], [], []
         removed_texts, removed_of = [], []  # (subset counts, reason) of each removed text
-        for line in chunk.lines:
-            try:
-                doc = documents.validate(line, max_line_bytes, schema, file_stats)
-            except documents.BadRecord as bad:
-                dead_letters.append(self._dead_letter(chunk, line, bad.reason, bad.detail, dead))
+        for outcome in self._policy.decide(chunk, file_stats, removed, verdicts):
+            line = outcome.line
+            if outcome.bad is not None:
+                dead_letters.append(self._dead_letter(chunk, line, outcome.bad.reason, outcome.bad.detail, dead))
                 continue
-            text, subset = doc.text, doc.subset
-            s = subsets.setdefault(subset, {"documents": 0, "kept": 0, "filtered": {}, "text_bytes": 0})
-            s["documents"] += 1
-            reason = documents.filter_reason(text, subset, selected)
-            if reason:
-                s["filtered"][reason] = s["filtered"].get(reason, 0) + 1
+            s = subsets.setdefault(outcome.subset, {"documents": 0, "kept": 0, "filtered": {}, "text_bytes": 0})
+            policy.count(s, outcome)
+            records.extend(outcome.records)
+            if outcome.counts_as == policy.REMOVED:
+                removed_texts.append(outcome.text)
+                removed_of.append((s, outcome.reason))
+                continue
+            if outcome.reason is not None:
                 self._filtered.inc()
                 continue
-            record = removed.get(line.number) if removed else None
-            if record is not None and record["reason"] == dedup.CUT:
-                s["cut"] = s.get("cut", 0) + 1
-                text = dedup.cut_text(text, record["spans"])
-            elif record is not None:
-                s.setdefault("removed", {})
-                s["removed"][record["reason"]] = s["removed"].get(record["reason"], 0) + 1
-                removed_texts.append(text)
-                removed_of.append((s, record["reason"]))
-                continue
-            s["kept"] += 1
             s["text_bytes"] += len(line.data)
-            texts.append(text)
-            kept_subsets.append(subset)
+            texts.append(outcome.text)
+            kept_subsets.append(outcome.subset)
             kept_lines.append(line)
+            labels.append(outcome.labels)
 
-        if removed is not None:
+        if self._lists_removed:
             self._count_removed_tokens(subsets, removed_texts, removed_of)
-        return _Validated(chunk, texts, kept_lines, kept_subsets, subsets, dead, file_stats, dead_letters)
+        return _Validated(chunk, texts, kept_lines, kept_subsets, subsets, dead, file_stats, dead_letters, records,
+                          labels if any(labels) else None)
 
     def _documents(self, pending: _Validated, ids: np.ndarray, offsets: np.ndarray,
                    mismatches: list[tuple[int, str]]) -> tuple[ChunkDocuments, list[dict]]:
@@ -290,6 +301,8 @@ class ChunkDocumentsFn(EmitsRecords):
                 s = docs.counts[subset]
                 s["tokens"] = s.get("tokens", 0) + size
                 s["tokens_with_epochs"] = s.get("tokens_with_epochs", 0) + count * size
+        if docs.labels is not None:
+            _count_labels(docs)
         self._docs.inc(int(written.sum()))
         self._progress.add(done=chunk.input_bytes, docs=int(written.sum()), tokens=int(docs.sizes[written].sum()))
         return beam.pvalue.TaggedOutput(STATS, {"subsets": docs.counts, "dead_letters": docs.dead,
@@ -298,10 +311,29 @@ class ChunkDocumentsFn(EmitsRecords):
 
 
 
-def with_removed(element) -> tuple[inputs.Chunk, dict | None]:
-    """A tokenizing stage's element: a Chunk, or with dedup (Chunk or SpilledChunk, {line: removed record})."""
-    chunk, removed = element if isinstance(element, tuple) else (element, None)
-    return load_chunk(chunk), removed
+def _count_labels(docs: ChunkDocuments) -> None:
+    """Per subset `labels[key][value]`: the documents written with that label and their tokens (one copy)."""
+    for subset, size, count, labels in zip(docs.subsets, docs.sizes.tolist(), docs.copies.tolist(), docs.labels,
+                                           strict=True):
+        if count < 0 or not labels:
+            continue
+        by_key = docs.counts[subset].setdefault("labels", {})
+        for key, value in labels.items():
+            entry = by_key.setdefault(key, {}).setdefault(str(value), {"documents": 0, "tokens": 0})
+            entry["documents"] += 1
+            entry["tokens"] += size
+
+
+def with_removed(element) -> tuple[inputs.Chunk, dict | None, dict | None]:
+    """A tokenizing stage's element -> (chunk, removed records by line, the stages' verdicts by line).
+
+    A Chunk; or with dedup (Chunk or SpilledChunk, {line: removed record}), and with stages too
+    ({line: Verdict}) as well.
+    """
+    if not isinstance(element, tuple):
+        return load_chunk(element), None, None
+    chunk, removed, *verdicts = element
+    return load_chunk(chunk), removed, verdicts[0] if verdicts else None
 
 
 def dead_letter_part(chunk: inputs.Chunk, items: list[dict]):

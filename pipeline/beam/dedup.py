@@ -50,11 +50,12 @@ from collections.abc import Callable
 import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindows
 
-from pipeline.beam.dedup_decontaminate import DecontaminateFn, EvalNgramsFn, eval_ngrams
+from pipeline.beam.dedup_decontaminate import DecontaminateFn, EvalNgramsFn
 from pipeline.beam.dedup_near import near_dedup
 from pipeline.beam.dedup_records import COUNTS, KEPT, REMOVED, Records
 from pipeline.beam.dedup_sign import SHINGLES, SIGS, ExactFn, SignFn
 from pipeline.core import dedup, ngrams
+from pipeline.io.eval_sets import eval_ngrams
 
 
 def _to_order(element):

@@ -2,46 +2,17 @@
 
 The side input is bounded by `max_eval_ngrams` (8 bytes a hash plus 2 for the first eval file
 holding it); a document with any of them is removed as `contaminated`, or with `cut` kept without
-the overlapping spans (its `contaminated_cut` record lists them).
+the overlapping spans (its `contaminated_cut` record lists them). Each file's n-grams are read by
+`pipeline/io/eval_sets.py`'s `eval_ngrams`.
 """
 
 from __future__ import annotations
 
-import json
-
 import apache_beam as beam
-import fsspec
 import numpy as np
 
 from pipeline.beam.dedup_records import REMOVED, Records, counter
 from pipeline.core import dedup, ngrams
-
-
-def eval_ngrams(path: str, text_key: str, n: int) -> np.ndarray:
-    """Distinct hashes of the n-grams (lower-cased words) of every eval text in a JSON-lines file (.gz/.zst too).
-
-    A .txt file (.txt.gz, .txt.zst) is one eval text, the whole file.
-    """
-    parts = []
-    if ".txt" in path.rsplit("/", 1)[-1]:
-        with fsspec.open(path, "rt", compression="infer", encoding="utf-8") as f:
-            tokens, _ = ngrams.word_spans(f.read())
-        grams = ngrams.ngram_hashes(ngrams.word_hashes(tokens), n) if len(tokens) >= n else np.empty(0, np.uint64)
-        return np.unique(grams.astype(np.uint64))
-    with fsspec.open(path, "rt", compression="infer", encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                text = json.loads(line)[text_key]
-            except (ValueError, KeyError, TypeError) as bad:
-                raise ValueError(f"{path} line {number}: not a JSON object with a string {text_key!r}: {bad}") from None
-            if not isinstance(text, str):
-                raise ValueError(f"{path} line {number}: {text_key!r} is not a string")
-            tokens, _ = ngrams.word_spans(text)
-            if len(tokens) >= n:
-                parts.append(np.unique(ngrams.ngram_hashes(ngrams.word_hashes(tokens), n)))
-    return np.unique(np.concatenate(parts)) if parts else np.empty(0, np.uint64)
 
 
 class EvalNgramsFn(beam.CombineFn):

@@ -1,57 +1,63 @@
 """`--dedup` / `--decontaminate` in the job: the read chunks' documents through Dedup, removals joined back to chunks.
 
 Element shapes:
-  Chunk                                  -> DocumentsOfFn -> ((file_index, line), {"text", "subset", "chunk"})
+  Chunk                                  -> DocumentsOfFn -> ((file_index, line), {"text", "subset", "chunk"[, "id"]})
+                                            + with stages: ((file_index, chunk), {line: Verdict}) on VERDICTS
   documents                              -> Dedup (pipeline/beam/dedup.py) -> removed records
   removed record                         -> ((file_index, chunk), record), CoGroupByKey with
-  Chunk keyed by (file_index, chunk)     -> (Chunk, {line: record}): what the formats tokenize
+  Chunk keyed by (file_index, chunk)     -> (Chunk, {line: record}[, {line: Verdict}]): what the formats tokenize
     (with a spill directory, DirectRunner: a SpilledChunk, the chunk's lines written once to a local
     spill file as it is read, so that the join moves references, not the text: pipeline/io/spill.py)
-  removed record                         -> ((file_index, first chunk), record) -> WriteRemovedFn -> file info
-The formats' tokenizing stage (pipeline/beam/chunk_documents.py) skips the removed lines, counts them
-per subset by reason with their tokens, and tokenizes a `contaminated_cut` document's cut text. The
-removed/ files' infos reach the manifest through the job's stats (`{"removed_files": {path: info}}`).
-Dedup runs on the documents as read, so before epochs: an epoch copy is never a duplicate.
+DocumentsOfFn applies the document policy (pipeline/stages/policy.py) with its stages, so dedup sees
+the text the stages left and never a document they removed; the stages run only there, and their
+verdicts travel with the chunk. The formats' tokenizing stage (pipeline/beam/chunk_documents.py)
+replays them, skips the removed lines, counts them per subset by reason with their tokens,
+tokenizes a `contaminated_cut` document's cut text, and emits every record to the removed/ writer
+(pipeline/beam/removed.py). Dedup runs on the documents as read, so before epochs: an epoch copy is
+never a duplicate.
 """
 
 from __future__ import annotations
 
-import posixpath
-
 import apache_beam as beam
 
-from pipeline.beam.chunk_documents import DEAD_LETTER_SPAN
 from pipeline.beam.dedup import REMOVED, Dedup
 from pipeline.beam.execution import Workspace
 from pipeline.beam.preflight import Job
 from pipeline.config.job import PipelineConfig
-from pipeline.core import documents
-from pipeline.io import inputs, outputs
-from pipeline.io.publish import publish
+from pipeline.io import inputs
 from pipeline.io.spill import SpillWriter, spill_chunk, spillable
 from pipeline.io.urls import redact_url
 
-REMOVED_FILES = "removed_files"  # the stats key of the removed/ files' infos
+VERDICTS = "verdicts"  # DocumentsOfFn's output of the stages' verdicts per chunk
 
 
 class DocumentsOfFn(beam.DoFn):
-    """Chunk -> each valid, selected document: ((file_index, line), {"text", "subset", "chunk"})."""
+    """Chunk -> each document the policy keeps: ((file_index, line), {"text", "subset", "chunk"[, "id"]}).
+
+    With stages, also ((file_index, chunk), {line: Verdict}) on VERDICTS for every chunk (empty when
+    they changed nothing), for the tokenizing stage to replay.
+    """
 
     def __init__(self, config: PipelineConfig):
-        self._config = config
-        self._selected = config.selection()
+        self._policy = config.document_policy()
+
+    def setup(self):
+        self._policy.setup()  # the stages' heavy state, once per worker: they run here, not when tokenizing
 
     def process(self, chunk: inputs.Chunk):
-        cfg = self._config
-        stats = documents.file_stats()  # the tokenizing stage counts them; these are thrown away
-        for line in chunk.lines:
-            try:
-                doc = documents.validate(line, cfg.max_line_bytes, cfg.schema, stats)
-            except documents.BadRecord:
-                continue  # a dead letter of the tokenizing stage
-            if documents.filter_reason(doc.text, doc.subset, self._selected):
-                continue
-            yield (chunk.file_index, line.number), {"text": doc.text, "subset": doc.subset, "chunk": chunk.chunk_index}
+        # Dead letters and validation's counts are the tokenizing stage's: the file stats are thrown away.
+        verdicts = {}
+        for outcome in self._policy.decide(chunk):
+            if outcome.verdict is not None:
+                verdicts[outcome.line.number] = outcome.verdict
+            if outcome.kept:
+                doc = {"text": outcome.text, "subset": outcome.subset, "chunk": chunk.chunk_index}
+                if outcome.id is not None:
+                    doc["id"] = outcome.id  # copied into its removed record by Dedup
+                yield (chunk.file_index, outcome.line.number), doc
+        if self._policy.stages:
+            yield beam.pvalue.TaggedOutput(VERDICTS, ((chunk.file_index, chunk.chunk_index), verdicts))
 
 
 class SpillChunksFn(beam.DoFn):
@@ -83,23 +89,12 @@ def _key_chunk(chunk: inputs.Chunk):
 
 def _with_removed(element):
     _, parts = element
+    removed = {r["line"]: r for r in parts["removed"]}
     for chunk in parts["chunk"]:  # one chunk per key
-        yield chunk, {r["line"]: r for r in parts["removed"]}
-
-
-class WriteRemovedFn(beam.DoFn):
-    """((file_index, first chunk), [record]) -> info of one run-<id>/removed/ file, lines sorted by (file, line)."""
-
-    def __init__(self, config: PipelineConfig, run_id: str):
-        self._config = config
-        self._run_id = run_id
-
-    def process(self, element):
-        (file_index, first_chunk), records = element
-        lines = outputs.dead_letter_lines(list(records))
-        name = outputs.run_path(self._run_id, outputs.removed_name(self._config.split, file_index, first_chunk))
-        size, sha = publish(posixpath.join(self._config.output_dir, name), lines)
-        yield {REMOVED_FILES: {name: {"path": name, "records": len(lines), "bytes": size, "sha256": sha}}}
+        if "verdicts" in parts:  # one {line: Verdict} per chunk
+            yield chunk, removed, {line: v for verdicts in parts["verdicts"] for line, v in verdicts.items()}
+        else:
+            yield chunk, removed
 
 
 def bucket_partitions(input_bytes: int) -> int:
@@ -125,24 +120,20 @@ def dedup_transform(job: Job) -> Dedup:
 
 
 def apply_dedup(job: Job, chunks, read_stats, workspace: Workspace | None = None):
-    """(chunks, read stats) -> ((Chunk, {line: removed record}), read stats + the removed/ files' infos).
+    """(chunks, read stats) -> ((Chunk, {line: removed record}[, {line: Verdict}]), read stats).
 
     With the workspace's spill directory the Chunk is a SpilledChunk (the tokenizing stage loads it).
+    The removed records are written to removed/ by the tokenizing stage (pipeline/beam/removed.py).
     """
     cfg = job.config
-    removed = (chunks
-               | "DocumentsOf" >> beam.ParDo(DocumentsOfFn(cfg))
-               | "Dedup" >> dedup_transform(job))[REMOVED]
+    documents = chunks | "DocumentsOf" >> beam.ParDo(DocumentsOfFn(cfg)).with_outputs(VERDICTS, main="documents")
+    removed = (documents.documents | "Dedup" >> dedup_transform(job))[REMOVED]
     spill_dir = workspace.spill_dir if workspace is not None else None
     # ((file_index, chunk_index), Chunk or SpilledChunk)
     keyed = chunks | "KeyChunks" >> (beam.ParDo(SpillChunksFn(spill_dir)) if spill_dir else beam.Map(_key_chunk))
-    joined = ({"chunk": keyed,
-               "removed": removed | "KeyRemoved" >> beam.Map(lambda r: ((r["file_index"], r["chunk"]), r))}
-              | "JoinRemoved" >> beam.CoGroupByKey()
-              | "WithRemoved" >> beam.FlatMap(_with_removed))
-    files = (removed
-             | "KeyRemovedFiles" >> beam.Map(
-                 lambda r: ((r["file_index"], r["chunk"] - r["chunk"] % DEAD_LETTER_SPAN), r))
-             | "GroupRemoved" >> beam.GroupByKey()
-             | "WriteRemoved" >> beam.ParDo(WriteRemovedFn(cfg, job.run_id)))
-    return joined, (read_stats, files) | "WithRemovedFiles" >> beam.Flatten()
+    parts = {"chunk": keyed,
+             "removed": removed | "KeyRemoved" >> beam.Map(lambda r: ((r["file_index"], r["chunk"]), r))}
+    if cfg.stage_names():
+        parts["verdicts"] = documents[VERDICTS]
+    joined = parts | "JoinRemoved" >> beam.CoGroupByKey() | "WithRemoved" >> beam.FlatMap(_with_removed)
+    return joined, read_stats

@@ -17,7 +17,7 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 
 from pipeline.beam.execution import Workspace, running_mode
 from pipeline.beam.job import build_pipeline, output_format
-from pipeline.beam.logs import JobFailed, failure_line
+from pipeline.beam.logs import JobFailed, failure_line, quiet_job_error_tracebacks
 from pipeline.beam.options import direct_runner, pipeline_options, running_mode_given
 from pipeline.beam.preflight import Job, prepare, translated
 from pipeline.beam.progress import Monitor
@@ -127,9 +127,9 @@ def run(job: Job, options: PipelineOptions, beam_args: list[str], translate_only
         LOG.info("%d input files -> %s (runner %s, run %s)", len(job.input_files), redact_url(config.output_dir),
                  runner, job.run_id)
         start = time.monotonic()
-        with beam.Pipeline(runner=direct_runner(options), options=options) as p:
-            threads = runner == "DirectRunner" and options.view_as(DirectOptions).direct_running_mode in (
-                "multi_threading", "in_memory")
+        threads = runner == "DirectRunner" and options.view_as(DirectOptions).direct_running_mode in (
+            "multi_threading", "in_memory")
+        with quiet_job_error_tracebacks(), beam.Pipeline(runner=direct_runner(options), options=options) as p:
             build_pipeline(p, job, Workspace(spill_dir, monitor.address, job.run_id if threads else None))
             gc_policy.resume()  # the job's own objects are collected as usual
     except Exception as e:

@@ -5,18 +5,21 @@ the lines our code wrote (or errors) are kept, shortened to their message.
 
 A job that fails on one of our errors (a `JobError`: a damaged input, a full disk, an output
 refused) ends with that error's one line (`failure_line`), not with worker tracebacks: Beam's own
-reports of the failed bundle are left out, since the exception the job ends with repeats them (and
-any other failure still ends with its whole traceback).
+reports of the failed bundle, logged or printed by workers in this process, are left out, since the
+exception the job ends with repeats them (and any other failure still ends with its whole traceback).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import os
 import re
+import sys
 
 from pipeline.core.errors import JobError
+from pipeline.io.signals import caught_signal
 from pipeline.io.urls import redact_text
 
 # How a traceback's last line names an exception of ours: "pipeline.io.decompress.CorruptInputError: ..."
@@ -51,6 +54,45 @@ def failure_line(exc: BaseException) -> str | None:
         if _job_error_class(match.group(1), match.group(2)):
             return _WHILE_RUNNING.sub("", match.group(3)).strip()
     return None
+
+
+class _QuietJobErrors:
+    """sys.stderr, less the tracebacks Beam's workers print of a bundle that failed on one of our JobErrors.
+
+    Beam's SDK worker prints each failed bundle's traceback itself (`print(..., file=sys.stderr)`)
+    before the job fails with it; the job then ends with that error's one line (`failure_line`).
+    So do its bundles that fail as a signal stops the run (which ends with its own one line). Any
+    other traceback is printed as it is.
+    """
+
+    def __init__(self, stream):
+        self._stream = stream
+        self._dropped = False
+
+    def write(self, text: str) -> int:
+        dropped, self._dropped = self._dropped, False
+        if text.startswith("Traceback (most recent call last)") and (
+                caught_signal() is not None or failure_line(Exception(text)) is not None):
+            self._dropped = True
+            return len(text)
+        if dropped and text == "\n":  # print's line end after the traceback
+            return len(text)
+        return self._stream.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def quiet_job_error_tracebacks():
+    """While the job runs in this process, Beam's tracebacks of bundles that failed on a JobError are left out."""
+    stream = sys.stderr
+    sys.stderr = _QuietJobErrors(stream)
+    try:
+        yield
+    finally:
+        if caught_signal() is None:  # stopped by a signal, the worker threads may still print as they go
+            sys.stderr = stream
 
 
 class _NoBundleFailureReports(logging.Filter):

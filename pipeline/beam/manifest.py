@@ -6,6 +6,7 @@ add their own entries and totals to these.
 
 from __future__ import annotations
 
+from pipeline.beam.removed import REMOVED_FILES
 from pipeline.config.job import PipelineConfig
 from pipeline.core import documents
 from pipeline.core.stats import merge_into
@@ -23,7 +24,7 @@ def shared_entries(config: PipelineConfig, run_id: str, stats: dict, dead_letter
         s["epochs"] = config.epochs_of(name)
         s["selected"] = name in selection
     inputs = stats.get("inputs", {})
-    removed = stats.get("removed_files")
+    removed = stats.get(REMOVED_FILES)
     entries = {
         "created_by": created_by(),
         "run_id": run_id,
@@ -41,22 +42,29 @@ def shared_entries(config: PipelineConfig, run_id: str, stats: dict, dead_letter
         # Validation's per-file counts are there for every file, read or empty.
         "inputs": [merge_into(documents.file_stats(), inputs[k]) for k in sorted(inputs)],
     }
-    if config.dedup_enabled:  # only then, so that the default output keeps its manifest's bytes
+    if config.lists_removed:  # only then, so that the default output keeps its manifest's bytes
         entries["removed"] = removed_entry(subsets, removed or {})
     return entries
 
 
 def removed_entry(subsets: dict, files: dict) -> dict:
-    """The manifest's `removed`: documents and tokens removed by --dedup / --decontaminate by reason, their files."""
+    """The manifest's `removed`: documents and tokens removed by reason (a stage's or dedup's), cuts, the files.
+
+    A cut document is kept with a changed text and listed in removed/ (`contaminated_cut`, a stage's
+    `<name>_cut`): `cut` counts them, `cut_by_reason` each reason (a document cut twice, twice).
+    """
     by_reason: dict = {}
     tokens: dict = {}
+    cut_by_reason: dict = {}
     for s in subsets.values():
         merge_into(by_reason, s.get("removed", {}))
         merge_into(tokens, s.get("removed_tokens", {}))
+        merge_into(cut_by_reason, s.get("cut_by_reason", {}))
     return {
         "by_reason": by_reason,
         "tokens_by_reason": tokens,
         "cut": sum(s.get("cut", 0) for s in subsets.values()),
+        "cut_by_reason": cut_by_reason,
         "records": sum(f["records"] for f in files.values()),
         "files": [files[k] for k in sorted(files)],
     }

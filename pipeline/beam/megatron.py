@@ -41,6 +41,7 @@ from pipeline.beam.manifest import shared_entries, tokenizer_json
 from pipeline.beam.preflight import Job
 from pipeline.beam.progress import Reporter
 from pipeline.beam.read import STATS, counter, reporter
+from pipeline.beam.removed import REMOVED, removed_files
 from pipeline.config.job import PipelineConfig
 from pipeline.core import packing
 from pipeline.core.stats import merge_stats, sorted_dict
@@ -221,7 +222,7 @@ def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) 
     docs = chunks | "TokenizeDocuments" >> beam.ParDo(
         TokenizeDocumentsFn(cfg, job.special, job.backend.name, job.execution.encode_threads, spill_dir, progress,
                             tokenizer=job.worker_tokenizer, encode_batch_bytes=job.execution.encode_batch_bytes)
-    ).with_outputs(DEAD_LETTERS, STATS, COUNTS, main="documents")
+    ).with_outputs(DEAD_LETTERS, STATS, COUNTS, REMOVED, main="documents")
     layout = (
         docs[COUNTS]
         | "CollectCounts" >> beam.combiners.ToList()
@@ -243,7 +244,7 @@ def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) 
     )
     dead = docs[DEAD_LETTERS] | "WriteDeadLetters" >> WriteDeadLetters(cfg, job.run_id)
     stats = (
-        (read_stats, docs[STATS])
+        (read_stats, docs[STATS], *removed_files(cfg, job.run_id, docs))
         | "AllStats" >> beam.Flatten()
         | "SumStats" >> beam.CombineGlobally(merge_stats)
     )

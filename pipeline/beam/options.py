@@ -85,8 +85,9 @@ def direct_runner(options: PipelineOptions):
     would run on two different runners depending on the network. Ours always run on the FnApiRunner,
     with the pipeline options handed to its workers as DirectRunner hands them. Worker threads
     (`--direct_running_mode multi_threading`) run in the embedded gRPC environment Beam would give
-    them, without its timed flushes (NO_TIMED_FLUSH_MS); the options then say in_memory, the mode in
-    which the runner keeps the environment it is given.
+    them, without its timed flushes (NO_TIMED_FLUSH_MS); worker processes (`multi_processing`) run
+    Beam's SDK worker through pipeline/beam/sdk_worker.py. The options then say in_memory, the mode
+    in which the runner keeps the environment it is given.
     """
     if options.view_as(StandardOptions).runner != "DirectRunner":
         return None
@@ -94,11 +95,16 @@ def direct_runner(options: PipelineOptions):
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
     from apache_beam.runners.portability.fn_api_runner.fn_runner import ExtendedProvisionInfo
     from apache_beam.runners.portability.portable_runner import JobServiceHandle
-    from apache_beam.transforms.environments import EmbeddedPythonGrpcEnvironment
+    from apache_beam.transforms.environments import EmbeddedPythonGrpcEnvironment, SubprocessSDKEnvironment
+
+    from pipeline.beam.sdk_worker import COMMAND
 
     direct, environment = options.view_as(DirectOptions), None
-    if direct.direct_running_mode == "multi_threading":
-        environment = EmbeddedPythonGrpcEnvironment(data_buffer_time_limit_ms=NO_TIMED_FLUSH_MS)
+    if direct.direct_running_mode in ("multi_threading", "multi_processing"):
+        if direct.direct_running_mode == "multi_threading":
+            environment = EmbeddedPythonGrpcEnvironment(data_buffer_time_limit_ms=NO_TIMED_FLUSH_MS)
+        else:
+            environment = SubprocessSDKEnvironment.from_command_string(command_string=COMMAND)
         direct.direct_running_mode = "in_memory"
         runner_log = logging.getLogger("apache_beam.runners.portability.fn_api_runner.fn_runner")
         if not any(isinstance(f, _NoRunningModeAdvice) for f in runner_log.filters):

@@ -33,12 +33,13 @@ from pipeline.beam.preflight import Job
 from pipeline.config.job import PipelineConfig, per_subset_outputs
 from pipeline.format import manifest as manifest_lib
 from pipeline.format import mixture as mixture_lib
+from pipeline.format.summary import reader_lines
 from pipeline.io.outputs import OutputRejectedError, prepare_output_dir
 from pipeline.io.publish import TEMP_NAME, publish_text
 from pipeline.io.urls import redact_url
 
 LOG = logging.getLogger(__name__)
-MIXTURE_NAME = "mixture.json"
+MIXTURE_NAME = manifest_lib.MIXTURE_NAME
 LOCK_NAME = ".pile-pipeline.lock"  # pipeline/io/lock.py
 
 
@@ -141,5 +142,6 @@ def summary(config: PipelineConfig, seconds: float) -> tuple[dict, str]:
     with fsspec.open(path, "r", encoding="utf-8") as f:
         written = json.load(f)
     text = "\n".join([mixture_lib.format_mixture(mixture, outputs, redact_url(path)), f"{seconds:.1f} s; a subset's "
-                      f"summary: pile-pipeline show {redact_url(config.output_dir).rstrip('/')}/<subset>"])
+                      f"summary: pile-pipeline show {redact_url(config.output_dir).rstrip('/')}/<subset>",
+                      *reader_lines(redact_url(path))])
     return {**written, "outputs": outputs}, text

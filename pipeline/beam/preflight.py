@@ -27,6 +27,7 @@ from pipeline.config.job import PipelineConfig
 from pipeline.core.options import UsageError
 from pipeline.format.records import BEST_FIT, token_dtype_for
 from pipeline.io import columnar
+from pipeline.io.eval_sets import EvalSetError, check_eval_set
 from pipeline.io.files import NotAFileError
 from pipeline.io.inputs import InputError, expand_inputs
 from pipeline.io.layout_check import check_layout
@@ -141,10 +142,11 @@ def prepare(config: PipelineConfig, options: PipelineOptions, model: TokenizerMo
             raise
         LOG.warning("%s (a dry run only translates the job here; a real run stops on this)", e)
     input_files = expand_inputs(list(config.inputs))
-    # A wrong --text_key or layout is refused here, from each input's first lines or columns, not
-    # after the job.
-    check_layout(config.schema, [f for f in input_files if not columnar.is_columnar(f)], config.max_line_bytes)
+    # A wrong --text_key or layout is refused here, from each input's columns and first lines or
+    # rows, not after the job.
     check_columns(input_files, config)
+    check_layout(config.schema, input_files, config.max_line_bytes)
+    config.check_stages_ready()
     eval_files = expand_eval_files(config)
     if model is None or model.path != config.tokenizer_model or model.tiktoken_name != config.tiktoken_encoding:
         model = load_model(config)
@@ -179,7 +181,7 @@ def tokenizer_job(config: PipelineConfig, model: TokenizerModel, input_files: li
     config = resolved(config, model)
     try:
         special = model.special_ids(add_bos=config.add_bos, add_eos=config.add_eos, bos_id=config.bos_id,
-                                    eos_id=config.eos_id, pad_id=config.pad_id)
+                                    eos_id=config.eos_id, pad_id=config.pad_id, allow_text=config.allow_text_eos)
     except ValueError as e:
         raise UsageError(str(e)) from None
     check_segment_width(config, special)
@@ -196,11 +198,17 @@ def tokenizer_job(config: PipelineConfig, model: TokenizerModel, input_files: li
 
 
 def expand_eval_files(config: PipelineConfig) -> list[str]:
-    """--decontaminate's globs, expanded: a UsageError naming the flag if they match nothing."""
+    """--decontaminate's globs, expanded and each file read through: a UsageError naming the flag and file.
+
+    They match nothing, or a file has a malformed line or no n-gram (`check_eval_set`).
+    """
     if not config.decontaminate:
         return []
     refuse_credentials([("--decontaminate", u) for u in config.decontaminate])
     try:
-        return expand_inputs(list(config.decontaminate), check_types=False)
-    except InputError as e:
+        files = expand_inputs(list(config.decontaminate), check_types=False)
+        for path in files:
+            check_eval_set(path, config.decontam_text_key, config.decontam_ngram)
+    except (InputError, EvalSetError) as e:
         raise UsageError(f"--decontaminate: {e}") from None
+    return files

@@ -275,7 +275,8 @@ def _work_items(job: Job, files: list[tuple[int, str]], frames_of: dict,
     sizes = file_sizes([path for _, path in files])
     indexed = {i for i, _ in files if frames_of[i] != [None]}
     read_share = READ_SHARE.get(job.backend.name, READ_SHARE_FAST)
-    whole = [j for j, (i, _) in enumerate(files) if i not in indexed]
+    # Only a JSON-lines file is read in stripes (every n-th chunk): an Arrow file is read whole, by one worker.
+    whole = [j for j, (i, path) in enumerate(files) if i not in indexed and not columnar.is_columnar(path)]
     stripes = dict.fromkeys(range(len(files)), 1)
     workers = job.execution.workers
     if job.execution.share and board and workers > 1 and whole:

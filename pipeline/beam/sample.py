@@ -6,8 +6,9 @@
     [(stratum, docs)]  -> WriteSample   -> sample.jsonl (key order) + sample_stats.json
 
 The rules (keys, budgets, what is kept) are pipeline/tokenize/sample.py's, the options
-pipeline/config/tokenizer.py's; reading and validation are the pipeline's own (`ReadChunksFn`,
-`pipeline.core.documents`).
+pipeline/config/tokenizer.py's; reading is the pipeline's own (`ReadChunksFn`), and so is what a
+document must pass to be sampled: the document policy (pipeline/stages/policy.py: validation,
+subset selection, the configured stages, which run here on every document and may change its text).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from apache_beam.metrics import Metrics
 from pipeline.beam.options import direct_runner, pipeline_options
 from pipeline.beam.read import STATS, ReadChunksFn
 from pipeline.config.tokenizer import SampleConfig
-from pipeline.core import documents
 from pipeline.core.stats import merge_stats, sorted_dict
 from pipeline.io import columnar, inputs
 from pipeline.io.publish import publish, publish_text
@@ -47,27 +47,32 @@ def _counter(name: str):
 
 
 class KeyDocumentsFn(beam.DoFn):
-    """Chunk -> (stratum, SampleDoc) for each selected, non-empty document; the rest is counted."""
+    """Chunk -> (stratum, SampleDoc) for each document the policy keeps; the rest is counted.
+
+    A document a stage removes is counted per subset under `filtered` by the stage's name.
+    """
 
     def __init__(self, config: SampleConfig):
         self._config = config
-        self._selected = config.selected()
+        self._policy = config.document_policy()
         self._natural = config.is_natural
 
+    def setup(self):
+        self._policy.setup()  # the stages' heavy state, once per worker
+
     def process(self, chunk: inputs.Chunk):
-        """Parse, select, cut and key each document of a chunk."""
+        """Validate, select, apply the stages, cut and key each document of a chunk."""
         cfg = self._config
         subsets: dict = {}
         dead: dict[str, int] = {}
-        for line in chunk.lines:
-            try:
-                text, subset = documents.parse_line(line, cfg.max_line_bytes, cfg.schema)
-            except documents.BadRecord as bad:
-                dead[bad.reason] = dead.get(bad.reason, 0) + 1
+        for outcome in self._policy.decide(chunk):
+            line, text, subset = outcome.line, outcome.text, outcome.subset
+            if outcome.bad is not None:
+                dead[outcome.bad.reason] = dead.get(outcome.bad.reason, 0) + 1
                 continue
             s = subsets.setdefault(subset, {"documents": 0, "bytes": 0, "cut": 0, "filtered": {}})
             stratum = NATURAL_STRATUM if self._natural else subset
-            reason = documents.filter_reason(text, subset, self._selected)
+            reason = outcome.reason
             if reason:
                 s["filtered"][reason] = s["filtered"].get(reason, 0) + 1
                 continue
@@ -169,6 +174,7 @@ def draw_sample(config: SampleConfig, work_dir: str, beam_args: list[str]) -> di
     for path in input_files:  # a Parquet or Arrow input without the columns named: refused here
         if columnar.is_columnar(path):
             columnar.check_columns(path, config.schema)
+    config.check_stages_ready()
     options = pipeline_options(beam_args)
     LOG.info("sampling %.1f MB (%s weights) from %d input files", config.sample_bytes / 1e6, config.weights,
              len(input_files))

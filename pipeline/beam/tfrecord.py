@@ -50,6 +50,7 @@ from pipeline.beam.manifest import shared_entries, tokenizer_json
 from pipeline.beam.preflight import Job
 from pipeline.beam.progress import Reporter
 from pipeline.beam.read import STATS, counter, reporter
+from pipeline.beam.removed import REMOVED, removed_files
 from pipeline.config.job import PipelineConfig
 from pipeline.core import best_fit, packing, provenance
 from pipeline.core.shuffle import Permutation, ShardPlan
@@ -508,7 +509,7 @@ def build_output(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Work
                        reporter(job, workspace), tokenizer=job.worker_tokenizer,
                        encode_batch_bytes=job.execution.encode_batch_bytes)
     ).with_outputs(TAILS, DEAD_LETTERS, STATS, COUNTS,
-                   PROVENANCE, main="records")
+                   PROVENANCE, REMOVED, main="records")
     if packs_best_fit(cfg):  # every chunk packed whole: no tails to join
         stages = [processed]
     else:
@@ -533,7 +534,8 @@ def build_output(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Work
     # `all_records` would be one more pass of every record through the driver on DirectRunner. Never
     # empty (every work item read reports its file's stats), so no default value is needed.
     totals = (
-        (read_stats, *(stage[STATS] for stage in stages), *(stage[COUNTS] for stage in stages))
+        (read_stats, *(stage[STATS] for stage in stages), *(stage[COUNTS] for stage in stages),
+         *removed_files(cfg, job.run_id, processed))
         | "AllStats" >> beam.Flatten()
         | "SumStats" >> beam.CombineGlobally(TotalsFn()).without_defaults()
     )

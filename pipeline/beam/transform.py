@@ -11,20 +11,23 @@ Applied to a PCollection, its elements are the documents: dicts, or JSON lines a
 the config's layout (--text_key, --subset_key, ...), validated and dead-lettered as input lines
 are. A PCollection has no order, so the documents are put in one: each goes to one of `buckets`
 chunks by a hash of its bytes and is ordered within it by that hash; the same documents give the
-same shards in any order, on any runner. Their line numbers (dead letters, provenance) are places
-in that order, and the manifest's input is `config.inputs[0]`, a name for them.
+same shards in any order, on any runner. Their line numbers (dead letters, removed/, provenance) are
+places in that order: bucket b's documents are lines b * 2**28 + 1, b * 2**28 + 2, ..., so that no
+two documents share one (dedup tells documents apart by it); the manifest's input is
+`config.inputs[0]`, a name for them.
 
 Either way the output is written in `config.output_dir` as by the command, the manifest last.
 What the transform cannot do inside someone else's pipeline is hold the output directory's lock
 for the run: `pile-pipeline run` (pipeline/beam/launch.py) takes it; a pipeline of your own must
 not run two writers into one directory. The directory is checked and prepared (a previous output
-refused unless `overwrite`) when the transform is applied to documents.
+refused unless `overwrite`) when the transform is applied, its refusals naming the config's fields.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 
 import apache_beam as beam
 import orjson
@@ -37,10 +40,16 @@ from pipeline.beam.preflight import Job, expand_eval_files, load_model, prepare,
 from pipeline.beam.read import STATS, read_chunks
 from pipeline.config.job import PipelineConfig
 from pipeline.core.documents import Line
+from pipeline.core.errors import JobError
 from pipeline.io.inputs import MAX_CHUNK_LINES, Chunk
 from pipeline.io.urls import refuse_credentials
 
 BUCKET_CHUNKS = 1 << 12  # chunk numbers per bucket
+BUCKET_LINES = BUCKET_CHUNKS * MAX_CHUNK_LINES  # line numbers per bucket: every line of its chunks
+
+
+class TooManyChunks(JobError, ValueError):
+    """A bucket of documents given as a PCollection fills more chunk numbers than it owns."""
 
 
 class TokenShards(beam.PTransform):
@@ -67,11 +76,13 @@ class TokenShards(beam.PTransform):
     def expand(self, pvalue):
         if isinstance(pvalue, beam.pvalue.PBegin):
             job = self._job or prepare(self._config, self._options)
+            if self._job is None:
+                _prepare_output(job.config)
             chunks, read_stats = read_chunks(pvalue.pipeline, job, self._workspace)
         else:
             job = self._job or _documents_job(self._config, self._options)
             if self._job is None:
-                output_format(job.config).prepare(job.config)
+                _prepare_output(job.config)
             read = (
                 pvalue
                 | "DocumentLines" >> beam.Map(_keyed_line, self._buckets)
@@ -85,9 +96,24 @@ class TokenShards(beam.PTransform):
         return output_format(job.config).build(pvalue.pipeline, job, chunks, read_stats, self._workspace)
 
 
+# The output directory's refusals name the command's flags; here they are the config's fields.
+_FIELDS = re.compile(r"--(overwrite|output_dir)\b")
+
+
+def _prepare_output(config: PipelineConfig) -> None:
+    """Check and prepare the output directory as the command does, a refusal naming TokenShards' arguments."""
+    try:
+        output_format(config).prepare(config)
+    except FileExistsError as e:
+        named = _FIELDS.sub(lambda m: "PipelineConfig(overwrite=True)" if m.group(1) == "overwrite" else "output_dir",
+                            str(e))
+        raise FileExistsError(f"TokenShards: {named}") from None
+
+
 def _documents_job(config: PipelineConfig, options: PipelineOptions) -> Job:
     """The Job of documents given as a PCollection: the checks of `prepare` that apply without input files."""
     refuse_credentials([("--output_dir", config.output_dir), ("--tokenizer_model", config.tokenizer_model)])
+    config.check_stages_ready()
     model = load_model(config)
     execution = plan_execution(options.view_as(StandardOptions).runner or "DirectRunner",
                                options.view_as(DirectOptions).direct_num_workers, [], "yes",
@@ -125,16 +151,23 @@ class _BucketChunksFn(beam.DoFn):
 
     def process(self, element):
         bucket, items = element
+        first = bucket * BUCKET_LINES  # the line before the bucket's first
         lines, size, k, number, total = [], 0, 0, 0, 0
         for _, data, row in sorted(items, key=lambda item: (item[0], item[1])):
-            lines.append(Line(number + 1, number, data, row=row))
+            lines.append(Line(first + number + 1, first + number, data, row=row))
             number += 1
             size += len(data) + 1
             if size >= self._chunk_bytes or len(lines) >= MAX_CHUNK_LINES:
-                yield Chunk(0, bucket * BUCKET_CHUNKS + k, self._name, tuple(lines))
+                yield self._chunk(bucket, k, lines)
                 total, k, lines, size = total + size, k + 1, [], 0
         if lines:
-            yield Chunk(0, bucket * BUCKET_CHUNKS + k, self._name, tuple(lines))
+            yield self._chunk(bucket, k, lines)
             total, k = total + size, k + 1
         yield beam.pvalue.TaggedOutput(STATS, {"inputs": {"00000": {
             "path": self._name, "lines": number, "decompressed_bytes": total, "chunks": k}}})
+
+    def _chunk(self, bucket: int, k: int, lines: list[Line]) -> Chunk:
+        if k >= BUCKET_CHUNKS:  # its number would be the next bucket's first
+            raise TooManyChunks(f"TokenShards: a bucket of documents fills more than {BUCKET_CHUNKS} chunks "
+                                f"of --chunk_mb: pass TokenShards(..., buckets=N) with a larger N")
+        return Chunk(0, bucket * BUCKET_CHUNKS + k, self._name, tuple(lines))

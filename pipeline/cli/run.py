@@ -25,6 +25,7 @@ import sys
 from pipeline.beam.lean_import import import_beam
 from pipeline.beam.logs import JobFailed, configure_logging
 from pipeline.config.job import PipelineConfig
+from pipeline.config.stages import add_stage_options, stage_options_from
 from pipeline.core import gc_policy, malloc_policy
 from pipeline.core.options import ArgumentParser, command_parser, options_from, parse_command_line, parse_own_flags
 from pipeline.format.manifest import ManifestError
@@ -38,9 +39,11 @@ LOG = logging.getLogger("pipeline")
 
 
 def build_parser() -> ArgumentParser:
-    """Our flags, from PipelineConfig (Beam's are checked by `parse_command_line`)."""
-    return command_parser("pile-pipeline run", __doc__, PipelineConfig,
-                          config_help="TOML file with [pipeline] and [beam] tables (beam_configs/)")
+    """Our flags, from PipelineConfig and the stages' options (Beam's are checked by `parse_command_line`)."""
+    parser = command_parser("pile-pipeline run", __doc__, PipelineConfig,
+                            config_help="TOML file with [pipeline] and [beam] tables (beam_configs/)")
+    add_stage_options(parser)
+    return parser
 
 
 def parse_args(argv: list[str]) -> tuple[PipelineConfig, list[str]]:
@@ -48,7 +51,7 @@ def parse_args(argv: list[str]) -> tuple[PipelineConfig, list[str]]:
     from pipeline.beam.options import BEAM  # imports Beam (once `import_beam` has)
 
     namespace, beam_args = parse_command_line(build_parser(), argv, BEAM)
-    return options_from(PipelineConfig, namespace), beam_args
+    return options_from(PipelineConfig, namespace, stage_options=stage_options_from(namespace)), beam_args
 
 
 def own_flags(argv: list[str]) -> tuple | None:

@@ -19,12 +19,15 @@ import sys
 import fsspec
 import numpy as np
 
+from pipeline.core.extras import missing_extra
 from pipeline.core.native_stderr import quiet_native_notices
 from pipeline.core.options import ArgumentParser, UsageError, parse_bool
-from pipeline.format.manifest import ManifestError, load_manifest
+from pipeline.format import megatron
+from pipeline.format.manifest import MANIFEST_NAME, MIXTURE_NAME, ManifestError, OtherFormat, load_manifest
 from pipeline.format.mixture import format_mixture, is_mixture, load_mixture
 from pipeline.format.summary import format_summary
 from pipeline.io.files import sha256_of
+from pipeline.io.outputs import LATEST_NAME, latest_run
 from pipeline.io.urls import redact_url
 
 IDS_SHOWN = 64
@@ -88,9 +91,9 @@ def _mixture_file(path: str) -> str | None:
     """The mixture.json that `path` names, or that an output directory without a manifest holds (--per_subset)."""
     if is_mixture(path):
         return path
-    candidate = posixpath.join(path.rstrip("/"), "mixture.json")
+    candidate = posixpath.join(path.rstrip("/"), MIXTURE_NAME)
     fs, root = fsspec.core.url_to_fs(path)
-    if not fs.exists(posixpath.join(root, "manifest.json")) and fs.exists(posixpath.join(root, "mixture.json")):
+    if not fs.exists(posixpath.join(root, MANIFEST_NAME)) and fs.exists(posixpath.join(root, MIXTURE_NAME)):
         return candidate
     return None
 
@@ -104,7 +107,12 @@ def show(output_dir: str, tokenizer_model: str | None = None, batch_size: int = 
         mixture = load_mixture(mixture_file)
         manifests = {s.name: load_manifest(s.manifest) for s in mixture.sources}
         return format_mixture(mixture, manifests, redact_url(mixture_file))
-    manifest = load_manifest(output_dir)
+    try:
+        manifest = load_manifest(output_dir)
+    except OtherFormat as e:
+        if e.found != megatron.FORMAT:
+            raise
+        return _show_megatron(output_dir, tokenizer_model, chars, summary)
     model, note = choose_tokenizer(manifest, tokenizer_model)
     with quiet_native_notices():
         from pipeline.reader.dataset import make_dataset  # TensorFlow loads only here
@@ -113,16 +121,39 @@ def show(output_dir: str, tokenizer_model: str | None = None, batch_size: int = 
     lines = [format_summary(manifest), "", note] if summary else [note]
     inputs = batch["inputs"].numpy()
     lines.append("first batch: " + ", ".join(f"{k} {tuple(v.shape)} {v.dtype.name}" for k, v in batch.items()))
-    eos = manifest["tokenizer"]["eos_id"]
     ids = inputs[0].tolist()
-    count = f"{len(ids)} tokens, {int(np.sum(np.array(ids) == eos))} EOS"
-    if model is None:
-        lines.append(f"sequence 0 ({count}), first {IDS_SHOWN} ids: {ids[:IDS_SHOWN]}")
-        return "\n".join(lines)
-    text = _detokenized(ids, model, eos, manifest["tokenizer"].get("tiktoken_encoding"))
-    lines.append(f"sequence 0 detokenized ({count}):")
-    lines.append(text[:chars] + (" ..." if len(text) > chars else ""))
-    return "\n".join(lines)
+    count = f"{len(ids)} tokens, {int(np.sum(np.array(ids) == manifest['tokenizer']['eos_id']))} EOS"
+    return "\n".join(lines + _shown_ids(ids, model, manifest["tokenizer"], "sequence 0", count, chars))
+
+
+def _shown_ids(ids: list[int], model: str | None, tokenizer: dict, what: str, count: str, chars: int) -> list[str]:
+    """Lines showing `ids`: detokenized with `model`, or the first ids without one (or without its package)."""
+    text, lines = None, []
+    if model is not None:
+        try:
+            text = _detokenized(ids, model, tokenizer["eos_id"], tokenizer.get("tiktoken_encoding"))
+        except ImportError as e:
+            if not missing_extra(e):
+                raise
+            lines.append(f"not detokenized: {missing_extra(e)}")
+    if text is None:
+        return [*lines, f"{what} ({count}), first {IDS_SHOWN} ids: {ids[:IDS_SHOWN]}"]
+    return [f"{what} detokenized ({count}):", text[:chars] + (" ..." if len(text) > chars else "")]
+
+
+def _show_megatron(output_dir: str, tokenizer_model: str | None, chars: int, summary: bool) -> str:
+    """A Megatron output: its summary (with the --data-path line) and its first document, detokenized."""
+    manifest = megatron.load_manifest(output_dir)
+    model, note = choose_tokenizer(manifest, tokenizer_model)
+    link = LATEST_NAME if latest_run(output_dir) == manifest["run_id"] else None
+    lines = [megatron.format_summary(manifest, root=megatron.prefix_root(output_dir), link=link), ""] if summary else []
+    lines.append(note)
+    if not manifest["shards"]:
+        return "\n".join([*lines, "no documents"])
+    shard = manifest["shards"][0]
+    ids = megatron.read_document(output_dir, shard, 0).tolist()
+    what = f"document 0 of {posixpath.basename(shard['path'])}"
+    return "\n".join(lines + _shown_ids(ids, model, manifest["tokenizer"], what, f"{len(ids)} tokens", chars))
 
 
 def build_parser() -> ArgumentParser:

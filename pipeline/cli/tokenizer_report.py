@@ -21,6 +21,7 @@ from pipeline.beam.options import BEAM
 from pipeline.beam.sample import draw_sample
 from pipeline.config.inputs import DocumentLayout
 from pipeline.config.tokenizer import SampleConfig, TokenizerReportCommand
+from pipeline.core.extras import missing_extra
 from pipeline.core.options import ArgumentParser, UsageError, command_parser, options_from, parse_command_line
 from pipeline.core.subsets import ALL_NAMES, resolve_selection
 from pipeline.io.urls import redact_url
@@ -84,19 +85,30 @@ def main(argv: list[str] | None = None) -> dict:
           f"bad lines skipped: {sum(stats['dead_letters'].values())}")
     title = (f"{' vs '.join(labels)} on {stats['documents']} documents, {stats['bytes'] / 1e6:.1f} MB "
              f"(sample sha256 {stats['sha256'][:12]})")
-    plot(results, args.out, title)
-    print(f"chart: {args.out}")
     report = {
         "models": {label: {"path": redact_url(path), "sha256": sha}
                    for label, path, sha in zip(labels, args.tokenizer_model, digests, strict=True)},
         "sample": {k: stats[k] for k in ("sha256", "documents", "bytes", "config")},
         "results": results,
     }
-    if args.json:
+    if args.json:  # before the chart, which needs an extra package
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(report, f, indent=1, sort_keys=True)
         print(f"numbers: {args.json}")
+    try:
+        plot(results, args.out, title)
+    except ImportError as e:
+        line = missing_extra(e)
+        if line is None:
+            raise
+        kept = f"; the numbers are in {args.json}" if args.json else "; --json FILE keeps the numbers"
+        raise ChartNotWritten(f"chart {args.out} not written: {line}{kept}") from None
+    print(f"chart: {args.out}")
     return report
+
+
+class ChartNotWritten(ValueError):
+    """The measures are done (table printed, JSON written), but the chart's package is missing."""
 
 
 def cli(argv: list[str] | None = None) -> int:

@@ -20,7 +20,9 @@ import fsspec
 from pipeline.beam.logs import configure_logging
 from pipeline.beam.options import BEAM
 from pipeline.beam.sample import draw_sample
+from pipeline.config.stages import add_stage_options, stage_options_from
 from pipeline.config.tokenizer import SampleConfig, TrainerConfig, TrainTokenizerCommand
+from pipeline.core.extras import require
 from pipeline.core.options import ArgumentParser, UsageError, command_parser, parse_command_line, values_from
 from pipeline.core.subsets import PILE_SUBSETS
 from pipeline.core.tables import format_table
@@ -33,9 +35,11 @@ LOG = logging.getLogger("pipeline.train_tokenizer")
 
 
 def build_parser() -> ArgumentParser:
-    """The command's flags: where things go, the sample's, the trainer's."""
-    return command_parser("pile-pipeline train-tokenizer", __doc__, (TrainTokenizerCommand, "command"),
-                          (SampleConfig, "sample"), (TrainerConfig, "trainer (defaults: Llama-2's)"))
+    """The command's flags: where things go, the sample's, the trainer's, the sample's stages'."""
+    parser = command_parser("pile-pipeline train-tokenizer", __doc__, (TrainTokenizerCommand, "command"),
+                            (SampleConfig, "sample"), (TrainerConfig, "trainer (defaults: Llama-2's)"))
+    add_stage_options(parser)
+    return parser
 
 
 def parse_args(argv: list[str]) -> tuple[TrainTokenizerCommand, SampleConfig | None, TrainerConfig, list[str]]:
@@ -46,13 +50,17 @@ def parse_args(argv: list[str]) -> tuple[TrainTokenizerCommand, SampleConfig | N
         drawing = not command.from_sample
         if command.from_sample and ("inputs" in vars(namespace) or command.sample_only):
             raise UsageError("--from_sample trains from an existing sample: drop --input and --sample_only")
+        if command.from_sample and ("filters" in vars(namespace) or stage_options_from(namespace)):
+            raise UsageError("--from_sample trains from an existing sample, its stages applied when it was drawn: "
+                             "drop --filters and the stages' options")
         if not command.model_prefix and not command.sample_only:
             raise UsageError("missing required flag: --model_prefix (unless --sample_only)")
         if command.sample_only and not command.work_dir:
             raise UsageError("--sample_only needs --work_dir (where the sample is kept)")
         if drawing and "inputs" not in vars(namespace):
             raise UsageError("missing required flag: --input (or --from_sample WORK_DIR)")
-        sample = SampleConfig(**values_from(SampleConfig, namespace)) if drawing else None
+        sample = (SampleConfig(**values_from(SampleConfig, namespace), stage_options=stage_options_from(namespace))
+                  if drawing else None)
         seed = sample.seed if sample else int(vars(namespace).get("seed", 0))
         trainer = TrainerConfig(**values_from(TrainerConfig, namespace), seed=seed)
     except UsageError:
@@ -71,6 +79,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     """Draw the sample and train; returns the card (None with --sample_only)."""
     argv = sys.argv[1:] if argv is None else argv
     command, sample, trainer, beam_args = parse_args(argv)
+    if command.kind == "bpe":
+        require("tokenizers")  # before the sample is drawn
     if command.model_prefix:
         refuse_credentials([("--model_prefix", command.model_prefix)])
         wanted = (output_files(command.model_prefix) if command.kind == "bpe"

@@ -8,10 +8,13 @@ written elsewhere, on other machines or with other workers gives byte-identical 
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 
 from pipeline.config.inputs import SUBSET_NAME_CHOICES, DocumentLayout
+from pipeline.config.stages import StageChoice
 from pipeline.core import best_fit
+from pipeline.core.documents import Schema
 from pipeline.core.ngrams import NORMALIZATIONS
 from pipeline.core.options import option, recorded
 from pipeline.core.subsets import (
@@ -25,7 +28,8 @@ from pipeline.core.subsets import (
 )
 from pipeline.format.megatron import subset_slug
 from pipeline.io.inputs import ChunkSizes
-from pipeline.io.urls import redact_url
+from pipeline.io.urls import is_local_url, redact_url
+from pipeline.stages.policy import DocumentPolicy
 from pipeline.tokenize.engines import BACKENDS as SENTENCEPIECE_BACKENDS
 from pipeline.tokenize.kind_engines import FAST, REFERENCE
 
@@ -49,7 +53,7 @@ DEDUP_OPTIONS = ("dedup", "dedup_normalization", "minhash_ngram", "minhash_num_p
 
 
 @dataclasses.dataclass(frozen=True)
-class PipelineConfig(DocumentLayout, ChunkSizes):
+class PipelineConfig(DocumentLayout, StageChoice, ChunkSizes):
     """Everything that decides the output bytes (plus where things are and how the work spreads)."""
 
     inputs: tuple[str, ...] = option(
@@ -86,6 +90,9 @@ class PipelineConfig(DocumentLayout, ChunkSizes):
     add_eos: bool = option(True, help="EOS after every document (the model's id, or --eos_id)")
     bos_id: int | None = option(None, shown_default="the model's", help="BOS id instead of the model's")
     eos_id: int | None = option(None, shown_default="the model's", help="EOS id instead of the model's")
+    allow_text_eos: bool = option(False, recorded=False,
+                                  help="let --eos_id / --bos_id name an ordinary token, which text produces too (a "
+                                  "model without a special one); by default only special/control tokens are taken")
     pad_id: int | None = option(None, recorded=False, shown_default="the model's, else the separator",
                                 help="id of padded positions instead of the model's")
     remainder: str = option("pad", choices=REMAINDER_POLICIES,
@@ -171,8 +178,14 @@ class PipelineConfig(DocumentLayout, ChunkSizes):
                                 "(tokenized cut) instead of removing it")
     decontam_max_ngrams: int = option(
         50_000_000, help="--decontaminate: most distinct eval n-grams (10 bytes each, held by every worker)")
+    # Recorded only when given, so that a job without it keeps its manifest's bytes.
+    id_key: str | None = option(
+        None, metavar="KEY", shown_default="none",
+        help="the key (a dotted path) of each document's own id: its value (a string of at most 256 characters, or "
+        "an integer) is copied into the document's removed/ and dead-letter records as `id`")
 
     def __post_init__(self):
+        self.resolve_subset_names()
         if not self.inputs:
             raise ValueError("No --input given: pass one or more globs or URLs of .jsonl[.zst|.gz] files")
         if not self.output_dir.strip():
@@ -230,6 +243,7 @@ class PipelineConfig(DocumentLayout, ChunkSizes):
                              "document per sequence (Megatron's GPTDataset packs and can reset positions)")
 
         self._check_dedup()
+        self.check_stages()
 
     def _check_dedup(self):
         for name in ("minhash_ngram", "minhash_num_perm", "minhash_bands", "minhash_rows", "dedup_rounds",
@@ -243,6 +257,20 @@ class PipelineConfig(DocumentLayout, ChunkSizes):
             raise ValueError(f"--dedup_verify_jaccard must be in (0, 1], got {self.dedup_verify_jaccard}")
         if self.decontam_cut and not self.decontaminate:
             raise ValueError("--decontam_cut needs --decontaminate EVAL_FILES")
+
+    @property
+    def schema(self) -> Schema:
+        """Where each line keeps its text, subset name and id, and which names are accepted."""
+        return dataclasses.replace(DocumentLayout.schema.fget(self), id_key=self.id_key)
+
+    def document_policy(self) -> DocumentPolicy:
+        """Validation, subset selection and the configured stages, as every DoFn reading documents applies them."""
+        return DocumentPolicy(self.schema, self.max_line_bytes, self.selection(), self.configured_stages())
+
+    @property
+    def lists_removed(self) -> bool:
+        """Whether the job lists removed documents in removed/ (dedup, decontamination or a removing stage)."""
+        return self.dedup_enabled or self.document_policy().lists_removed
 
     @property
     def dedup_enabled(self) -> bool:
@@ -270,6 +298,7 @@ class PipelineConfig(DocumentLayout, ChunkSizes):
             for name in _BEST_FIT_ONLY:
                 del out[name]
         out["inputs"] = [redact_url(u) for u in self.inputs]  # a presigned URL's signature stays out
+        out["tokenizer_model"] = recorded_location(self.tokenizer_model)
         out["subsets"] = list(self.subsets)
         out["exclude_subsets"] = list(self.exclude_subsets)
         out["epochs"] = dict(self.epochs)
@@ -278,7 +307,17 @@ class PipelineConfig(DocumentLayout, ChunkSizes):
         else:
             for name in DEDUP_OPTIONS:
                 out.pop(name)
+        if self.id_key is None:
+            out.pop("id_key")
+        out.update(self.stages_json())
         return out
+
+
+def recorded_location(path: str) -> str:
+    """A location as the manifest records it: a local path absolute (`show` finds it from anywhere), a URL redacted."""
+    if "://" not in path and is_local_url(path) and path:
+        return os.path.abspath(os.path.expanduser(path))
+    return redact_url(path)
 
 
 def per_subset_outputs(config: PipelineConfig) -> tuple[tuple[str, str], ...]:

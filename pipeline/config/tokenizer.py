@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from pipeline.config.inputs import DocumentLayout
+from pipeline.config.stages import StageChoice
 from pipeline.core.options import option, recorded
 from pipeline.core.subsets import (
     ALL_NAMES,
@@ -20,6 +21,7 @@ from pipeline.core.subsets import (
     resolve_selection,
 )
 from pipeline.io.inputs import ChunkSizes
+from pipeline.stages.policy import DocumentPolicy
 from pipeline.tokenize.sample import NATURAL_STRATUM, parse_weights
 
 
@@ -33,8 +35,11 @@ def parse_megabytes(value) -> int:
 
 
 @dataclasses.dataclass(frozen=True)
-class SampleConfig(DocumentLayout, ChunkSizes):
+class SampleConfig(DocumentLayout, StageChoice, ChunkSizes):
     """What decides the sample's bytes; recorded in the card. Every field is a flag of the command.
+
+    The document stages (--filters, the stages' options) are the job's: a tokenizer is trained on
+    the documents the job with the same stages would keep.
 
     With --subset_names any and every name selected, the names are not known before the sample is
     drawn: --weights pile (the default) and natural draw one stratum, a NAME=W list draws those names.
@@ -60,6 +65,7 @@ class SampleConfig(DocumentLayout, ChunkSizes):
                                   help="fail on a damaged input file, or keep what was read before the damage")
 
     def __post_init__(self):
+        self.resolve_subset_names()
         if not self.inputs:
             raise ValueError("No --input given: pass one or more globs or URLs of .jsonl[.zst|.gz] files")
         if self.sample_bytes <= 0:
@@ -74,6 +80,7 @@ class SampleConfig(DocumentLayout, ChunkSizes):
         object.__setattr__(self, "subsets", subsets)
         object.__setattr__(self, "exclude_subsets", exclude)
         self.normalized_weights()  # validates --weights
+        self.check_stages()
 
     @property
     def every_name(self) -> bool:
@@ -118,7 +125,12 @@ class SampleConfig(DocumentLayout, ChunkSizes):
         out["subsets"] = list(self.subsets)
         if self.exclude_subsets:
             out["exclude_subsets"] = list(self.exclude_subsets)
+        out.update(self.stages_json())
         return out
+
+    def document_policy(self) -> DocumentPolicy:
+        """Validation, the sampled subsets and the configured stages (pipeline/stages/policy.py)."""
+        return DocumentPolicy(self.schema, self.max_line_bytes, self.selected(), self.configured_stages())
 
 
 

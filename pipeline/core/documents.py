@@ -16,8 +16,10 @@ Two rules about a line's shape, the same for every schema:
   else does not change what is read; the last value wins (as in Python's json) and the document
   reports it (`Document.duplicate_keys_elsewhere`) so that it is counted.
 
-A line that validates is a document; a document is then kept, or filtered with a reason
-(`filter_reason`): not among the selected subsets, or empty.
+A line that validates is a document; what is then kept is the document policy's to decide
+(pipeline/stages/policy.py). With `Schema.id_key`, a document carries the user's own id (a string
+of at most MAX_ID_CHARS characters or an integer found there; anything else is no id), which the
+job copies into its removed/ and dead-letter records.
 """
 
 from __future__ import annotations
@@ -42,8 +44,7 @@ _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 # Where a key can end: a quote, JSON whitespace, a colon (`_key_ends` drops escaped quotes).
 _KEY_END = re.compile(rb'"[ \t\r\n]*:')
 _BACKSLASH = 0x5C
-NOT_SELECTED = "subset_not_selected"
-EMPTY_TEXT = "empty_text"
+MAX_ID_CHARS = 256  # a longer --id_key value is no id: records stay small whatever a line holds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,19 +72,26 @@ class Schema:
     text_key, subset_key: dotted paths into the line's JSON object (`meta.pile_set_name`).
     default_subset: the subset of a line without one (missing, null or ""); None: a dead letter.
     any_names: accept any subset name; otherwise only the Pile's 22 (others: `subset_unknown`).
+    id_key: a dotted path to the document's own id (None: none is read).
     """
 
     text_key: str = "text"
     subset_key: str = "meta.pile_set_name"
     default_subset: str | None = None
     any_names: bool = False
+    id_key: str | None = None
 
     def __post_init__(self):
-        for flag, key in (("--text_key", self.text_key), ("--subset_key", self.subset_key)):
+        keys = (("--text_key", self.text_key), ("--subset_key", self.subset_key))
+        if self.id_key is not None:
+            keys += (("--id_key", self.id_key),)
+        for flag, key in keys:
             if not key or any(not part for part in key.split(".")):
                 raise ValueError(f"{flag} {key!r}: give a key, or a dotted path of keys (meta.pile_set_name)")
         if self.text_key == self.subset_key:
             raise ValueError(f"--text_key and --subset_key are both {self.text_key!r}")
+        if self.id_key in (self.text_key, self.subset_key):
+            raise ValueError(f"--id_key {self.id_key!r} is also --text_key or --subset_key: name the id's own key")
         if self.default_subset is not None:
             problem = subset_name_problem(self.default_subset, self.any_names)
             if problem:
@@ -99,17 +107,23 @@ class Schema:
         """The subset name's key path."""
         return tuple(self.subset_key.split("."))
 
+    @functools.cached_property
+    def id_path(self) -> tuple[str, ...]:
+        """The id's key path (empty without an id_key)."""
+        return tuple(self.id_key.split(".")) if self.id_key else ()
+
 
 PILE = Schema()
 
 
 @dataclasses.dataclass(frozen=True)
 class Document:
-    """A valid line: its text and subset, and whether a key was repeated off the paths we read."""
+    """A valid line: its text and subset, whether a key was repeated off the paths we read, its id."""
 
     text: str
     subset: str
     duplicate_keys_elsewhere: bool = False
+    id: str | int | None = None
 
 
 class BadRecord(ValueError):
@@ -221,6 +235,32 @@ def _subset(obj: dict, schema: Schema) -> str:
     return value
 
 
+def _id(obj, schema: Schema) -> str | int | None:
+    """The document's own id at `schema.id_path`: a short string or an integer, else None."""
+    value = obj
+    for key in schema.id_path:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    if isinstance(value, str):
+        return value if len(value) <= MAX_ID_CHARS and not _SURROGATE.search(value) else None
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) < 10**MAX_ID_CHARS:
+        return value
+    return None
+
+
+def line_id(line: Line, schema: Schema) -> str | int | None:
+    """The id of a line that did not validate, when it is a JSON object holding one (for its dead letter)."""
+    if not schema.id_path or line.oversized:
+        return None
+    if line.row is not None:
+        return _id(line.row, schema)
+    try:
+        return _id(orjson.loads(line.data[3:] if has_byte_order_mark(line) else line.data), schema)
+    except Exception:  # not JSON that orjson reads: no id
+        return None
+
+
 def parse_document(line: Line, max_line_bytes: int, schema: Schema = PILE) -> Document:
     """Validate one line; returns its Document or raises BadRecord (whatever the line holds)."""
     try:
@@ -260,7 +300,7 @@ def _parse(line: Line, max_line_bytes: int, schema: Schema) -> Document:
         raise BadRecord("not_an_object", f"JSON {_kind(obj)}, expected an object")
     text = _text(obj, schema, data)
     subset = _subset(obj, schema)
-    return Document(text, subset, repeated)
+    return Document(text, subset, repeated, _id(obj, schema) if schema.id_path else None)
 
 
 def _parse_row(row: dict, schema: Schema) -> Document:
@@ -268,7 +308,7 @@ def _parse_row(row: dict, schema: Schema) -> Document:
     text = _text(row, schema, None)
     if _SURROGATE.search(text):
         raise BadRecord("invalid_unicode", f"`{schema.text_key}` holds a lone surrogate")
-    return Document(text, _subset(row, schema), False)
+    return Document(text, _subset(row, schema), False, _id(row, schema) if schema.id_path else None)
 
 
 def _key_ends(data: bytes, limit: int) -> int:
@@ -315,7 +355,8 @@ def _parse_plain(data: bytes, schema: Schema) -> Document | None:
     if _key_ends(data, keys + 1) != keys:
         return None
     try:
-        return Document(_text(obj, schema, None), _subset(obj, schema), False)
+        return Document(_text(obj, schema, None), _subset(obj, schema), False,
+                        _id(obj, schema) if schema.id_path else None)
     except BadRecord:
         return None
 
@@ -355,14 +396,3 @@ def line_prefix(line: Line) -> str:
     """A short, printable start of a line for a dead-letter record."""
     return line.data[: PREFIX_CHARS * 4].decode("utf-8", errors="backslashreplace")[:PREFIX_CHARS]
 
-
-def filter_reason(text: str, subset: str, selected) -> str | None:
-    """Why a valid document is left out (NOT_SELECTED, EMPTY_TEXT), or None when it is kept.
-
-    `selected`: anything that answers `subset in selected` (a set, a `subsets.Selection`).
-    """
-    if subset not in selected:
-        return NOT_SELECTED
-    if not text or text.isspace():  # `not text.strip()` without copying a text that ends in whitespace
-        return EMPTY_TEXT
-    return None

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import math
 import re
 import sys
 from collections.abc import Callable, Iterable
@@ -158,6 +159,9 @@ def values_from(cls, namespace: argparse.Namespace) -> dict:
         except ValueError as e:
             message = str(e)
             raise UsageError(message if message.startswith(flag(field)) else f"{flag(field)}: {message}") from None
+        for number in value if opt.many and isinstance(value, list | tuple) else [value]:
+            if isinstance(number, float) and not math.isfinite(number):  # argparse's float() takes nan and inf
+                raise UsageError(f"{flag(field)} {number}: not a finite number")
         values[field.name] = tuple(value) if opt.many else value
     if missing:
         raise UsageError(f"missing required flag{'s' if len(missing) > 1 else ''}: {', '.join(missing)}")

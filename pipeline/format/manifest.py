@@ -30,6 +30,7 @@ import posixpath
 import fsspec
 
 MANIFEST_NAME = "manifest.json"
+MIXTURE_NAME = "mixture.json"  # what a --per_subset output holds instead (pipeline/format/mixture.py)
 FORMAT = "pile-token-shards"
 FORMAT_VERSION = 1
 FORMAT_MEGATRON = "pile-megatron-indexed"  # pipeline/format/megatron.py
@@ -38,6 +39,14 @@ MAX_MANIFEST_BYTES = 1 << 30  # the Pile's manifest is a few MB; anything near t
 
 class ManifestError(ValueError):
     """The manifest is missing, unreadable, or does not describe a usable output."""
+
+
+class OtherFormat(ManifestError):
+    """A manifest of another format than the caller reads (`found`: its format marker)."""
+
+    def __init__(self, message: str, found):
+        super().__init__(message)
+        self.found = found
 
 
 def manifest_path(output_dir: str) -> str:
@@ -60,6 +69,12 @@ def load_manifest(path_or_dir: str, fmt: str = FORMAT, version: int = FORMAT_VER
     # A cached listing (s3fs keeps one per directory) may predate the job's last write.
     fs.invalidate_cache(posixpath.dirname(fs_path))
     if not fs.exists(fs_path):
+        folder = posixpath.dirname(path)
+        if fs.exists(posixpath.join(posixpath.dirname(fs_path), MIXTURE_NAME)):
+            mixture = posixpath.join(folder, MIXTURE_NAME)
+            raise ManifestError(
+                f"{folder} is a --per_subset output: one output per subset, read together as a mixture; pass "
+                f"{mixture} (make_dataset(\"{mixture}\", ...)), or one subset's directory")
         raise ManifestError(
             f"No manifest at {path}: the output is incomplete (a job still running or one that "
             "failed) or this is not a pipeline output directory. Refusing to read it."
@@ -138,7 +153,12 @@ def validate_manifest(manifest, path: str, fmt: str = FORMAT, version: int = FOR
     if not isinstance(manifest, dict):
         raise ManifestError(f"{path}: a manifest is a JSON object, not {_kind(manifest)}")
     if manifest.get("format") != fmt:
-        raise ManifestError(f"{path}: format {manifest.get('format')!r}, expected {fmt!r}")
+        found = manifest.get("format")
+        if found == FORMAT_MEGATRON and fmt == FORMAT:
+            raise OtherFormat(f"{path}: a Megatron output (format {found!r}), which Megatron-LM and NeMo read "
+                              "(`pile-pipeline data-path` prints their --data-path); `pile-pipeline show` shows it",
+                              found)
+        raise OtherFormat(f"{path}: format {found!r}, expected {fmt!r}", found)
     if manifest.get("format_version") != version:
         raise ManifestError(
             f"{path}: format_version {manifest.get('format_version')!r}; this reader understands "

@@ -37,11 +37,12 @@ import re
 import struct
 from collections.abc import Iterator
 
+import fsspec
 import numpy as np
 
 from pipeline.core.tables import format_table
 from pipeline.format import manifest as manifest_lib
-from pipeline.format.summary import removed_line
+from pipeline.format.summary import has_removals, removed_documents, removed_line
 
 FORMAT = manifest_lib.FORMAT_MEGATRON  # the manifest's `format`: "pile-megatron-indexed"
 FORMAT_VERSION = 1
@@ -246,6 +247,33 @@ def load_manifest(path_or_dir: str) -> dict:
     return manifest
 
 
+def read_document(manifest_file: str, shard: dict, index: int = 0) -> np.ndarray:
+    """The token ids of document `index` of a shard its manifest lists (the .idx checked against the manifest).
+
+    `manifest_file`: the output directory or its manifest.json. Reads the .idx whole (20 bytes a document)
+    and the document's own bytes of the .bin.
+    """
+    idx_url, bin_url = (manifest_lib.shard_url(manifest_file, shard[part]) for part in ("idx", "bin"))
+    with fsspec.open(idx_url, "rb") as f:
+        data = f.read(shard["idx"]["bytes"] + 1)
+    digest = hashlib.sha256(data).hexdigest()
+    if len(data) != shard["idx"]["bytes"] or shard["idx"].get("sha256", digest) != digest:
+        raise BadIndex(f"{idx_url}: not the index its manifest lists (size or sha256 differs)")
+    index_ = read_index(data)
+    if index_.bin_bytes != shard["bin"]["bytes"]:
+        raise BadIndex(f"{idx_url}: its lengths need {index_.bin_bytes} bytes of .bin, the manifest lists "
+                       f"{shard['bin']['bytes']}")
+    if not 0 <= index < len(index_.lengths):
+        raise BadIndex(f"{idx_url}: no document {index} (it holds {len(index_.lengths)})")
+    start, count = int(index_.pointers[index]), int(index_.lengths[index])
+    with fsspec.open(bin_url, "rb") as f:
+        f.seek(start)
+        data = f.read(count * index_.dtype.itemsize)
+    if len(data) != count * index_.dtype.itemsize:
+        raise BadIndex(f"{bin_url}: shorter than its index says")
+    return np.frombuffer(data, index_.dtype).astype(np.int64)
+
+
 def _weight(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:.12g}"
 
@@ -305,10 +333,13 @@ def format_summary(manifest: dict, seconds: float | None = None, root: str | Non
 
     `link`: the name of a link to the run directory for the --data-path prefixes (see `via_link`).
     """
-    rows = [("subset", "docs", "kept", "filtered", "tokens", "tok x epochs", "text MB")]
-    total = [0] * 6
+    removing = has_removals(manifest)
+    rows = [("subset", "docs", "kept", "filtered", *(["removed"] if removing else []), "tokens", "tok x epochs",
+             "text MB")]
+    total = [0] * (len(rows[0]) - 1)
     for name, s in manifest["subsets"].items():
-        cells = [s.get("documents", 0), s.get("kept", 0), sum(s.get("filtered", {}).values()), s.get("tokens", 0),
+        cells = [s.get("documents", 0), s.get("kept", 0), sum(s.get("filtered", {}).values()),
+                 *([removed_documents(s)] if removing else []), s.get("tokens", 0),
                  s.get("tokens_with_epochs", 0), s.get("text_bytes", 0)]
         total = [a + b for a, b in zip(total, cells, strict=True)]
         rows.append((name, *map(str, cells[:-1]), f"{cells[-1] / 1e6:.2f}"))

@@ -15,8 +15,8 @@ source (0 takes nothing from it from that step on), or gives a preset. The same 
 
     Mixture.of([("Pile-CC", "out/pile-cc", 0.6), ("ArXiv", "out/arxiv", 0.4)])
 
-Every source must come from the same tokenizer (model sha256), seq_len and token dtype; anything
-wrong is one `MixtureError` naming the file(s).
+Every source must come from the same tokenizer (its sha256, vocab size and special ids), seq_len and
+token dtype; anything wrong is one `MixtureError` naming the file(s).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from pipeline.format.manifest import ManifestError, load_manifest, manifest_path
 FORMAT = "pile-mixture"
 FORMAT_VERSION = 1
 PRESETS = ("tokens", "pile_paper")
+MAX_MIXTURE_BYTES = 64 << 20  # a mixture lists outputs: anything near this is not one
 
 
 class MixtureError(ValueError):
@@ -113,6 +114,36 @@ def _number(value, what: str) -> float:
     return value
 
 
+def _tokenizer_field(key: str):
+    return lambda m: (m.get("tokenizer") or {}).get(key)
+
+
+# What every source must share, as the job's manifests record it (pipeline/beam/manifest.py `tokenizer_json`,
+# pipeline/format/records.py `feature_spec`): ids of one tokenizer, read as records of one shape.
+ALIKE = (
+    ("tokenizer sha256", _tokenizer_field("sha256")),
+    ("tokenizer vocab_size", _tokenizer_field("vocab_size")),
+    *((f"tokenizer {key}", _tokenizer_field(key)) for key in ("bos_id", "eos_id", "pad_id", "unk_id")),
+    ("seq_len", lambda m: m.get("seq_len")),
+    ("token dtype", lambda m: ((m.get("features") or {}).get("tokens") or {}).get("dtype")),
+)
+
+
+def _check_alike(loaded: list[tuple[dict, str, dict]], where: str) -> None:
+    """Refuse sources of different tokenizers, special ids, seq_len or token dtype (or one that does not say)."""
+    _, first_file, first = loaded[0]
+    for _, file, m in loaded:
+        sha = _tokenizer_field("sha256")(m)
+        if not isinstance(sha, str) or not sha:
+            raise MixtureError(f"{where}: {file} records no tokenizer sha256 (`tokenizer.sha256`): a mixture reads "
+                               "outputs of one tokenizer, and this one's cannot be told")
+    for _, file, m in loaded[1:]:
+        for what, get in ALIKE:
+            if get(m) != get(first):
+                raise MixtureError(f"{where}: {first_file} and {file} differ in {what} ({get(first)!r} vs "
+                                   f"{get(m)!r}): a mixture reads outputs of one tokenizer, seq_len and token dtype")
+
+
 def _parse(spec: dict, base: str | None, where: str) -> Mixture:
     if not isinstance(spec, dict) or spec.get("format") != FORMAT:
         raise MixtureError(f"{where}: not a mixture description (format {FORMAT!r} expected)")
@@ -133,25 +164,22 @@ def _parse(spec: dict, base: str | None, where: str) -> Mixture:
         extra = sorted(set(e) - {"name", "manifest", "weight"})
         if extra:
             raise MixtureError(f"{where}: source {i}: unknown keys {extra}")
+        if not isinstance(e["manifest"], str | os.PathLike) or not os.fspath(e["manifest"]).strip():
+            raise MixtureError(f"{where}: source {i}: `manifest` must be an output directory or its manifest.json "
+                               f"(a non-empty string), not {e['manifest']!r}")
+        if "name" in e and (not isinstance(e["name"], str) or not e["name"].strip()):
+            raise MixtureError(f"{where}: source {i}: the name must be a non-empty string, not {e['name']!r} "
+                               "(leave `name` out for the output's own)")
         file = _manifest_file(e["manifest"], base)
         try:
             manifest = load_manifest(file)
         except ManifestError as err:
             raise MixtureError(f"{where}: source {i}: {err}") from err
         loaded.append((e, file, manifest))
-    first_entry, first_file, first = loaded[0]
-    for _, file, m in loaded[1:]:
-        for what, get in (("tokenizer model sha256", lambda m: (m.get("tokenizer") or {}).get("model_sha256")),
-                          ("seq_len", lambda m: m.get("seq_len")),
-                          ("token dtype", lambda m: ((m.get("features") or {}).get("tokens") or {}).get("dtype"))):
-            if get(m) != get(first):
-                raise MixtureError(f"{where}: {first_file} and {file} differ in {what} ({get(first)!r} vs "
-                                   f"{get(m)!r}): a mixture reads outputs of one tokenizer and seq_len")
+    _check_alike(loaded, where)
     sources = []
     for e, file, m in loaded:
-        name = e.get("name") or _default_name(m, file)
-        if not isinstance(name, str) or not name.strip():
-            raise MixtureError(f"{where}: {file}: the source name must be a non-empty string")
+        name = e["name"] if "name" in e else _default_name(m, file)
         if preset is not None and "weight" in e:
             raise MixtureError(f"{where}: {name}: give a weight per source or the preset {preset!r}, not both")
         if preset is not None:
@@ -169,6 +197,8 @@ def _parse(spec: dict, base: str | None, where: str) -> Mixture:
         raise MixtureError(f"{where}: every weight is 0")
     manifests = {s.name: m for s, (_, _, m) in zip(sources, loaded, strict=True)}
     schedule = [(0, tuple(s.weight for s in sources))]
+    if not isinstance(spec.get("schedule", []), list):
+        raise MixtureError(f"{where}: `schedule` must be a list of {{\"step\": K, \"weights\": ...}}")
     for i, entry in enumerate(spec.get("schedule") or []):
         schedule.append(_schedule_entry(entry, i, sources, manifests, where))
     steps = [s for s, _ in schedule]
@@ -212,12 +242,12 @@ def load_mixture(spec) -> Mixture:
         return _parse(spec, base=None, where="<dict>")
     path = os.fspath(spec)
     try:
-        with fsspec.open(path, "r", encoding="utf-8") as f:
-            data = json.load(f)
+        with fsspec.open(path, "rb") as f:
+            data = json.loads(f.read(MAX_MIXTURE_BYTES + 1).decode("utf-8"))
     except FileNotFoundError as e:
         raise MixtureError(f"{path}: no such mixture file") from e
-    except json.JSONDecodeError as e:
-        raise MixtureError(f"{path} is not valid JSON: {e}") from e
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise MixtureError(f"{path} is not valid JSON: {str(e)[:200]}") from None
     return _parse(data, base=posixpath.dirname(path), where=path)
 
 

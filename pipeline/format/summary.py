@@ -1,7 +1,8 @@
 """The end-of-run summary, from the manifest (so it shows exactly what readers will see).
 
 Every number in it is a manifest field or a sum of them (tests/test_summary.py checks that they
-agree); only the rates divide by the run's wall time.
+agree); only the rates divide by the run's wall time. In the subset table a line's document is
+kept, filtered (a column per reason) or removed (every removal reason summed): docs is their sum.
 """
 
 from __future__ import annotations
@@ -32,14 +33,16 @@ def subset_rows(manifest: dict) -> list[tuple[str, ...]]:
     """The per-subset table, a header and a total row included (all cells are manifest counts)."""
     subsets = manifest["subsets"]
     columns = _filter_columns(subsets)
+    removing = has_removals(manifest)
     # best_fit's own counts (pipeline/core/best_fit.py), only for its outputs.
     packed = [("padding_labels", "padding"), ("documents_cut", "cut")] if _best_fit(manifest) else []
-    header = ("subset", "docs", "kept", *(title for _, title in columns), "tokens", "tok x epochs",
-              *(title for _, title in packed), "text MB")
+    header = ("subset", "docs", "kept", *(title for _, title in columns), *(["removed"] if removing else []),
+              "tokens", "tok x epochs", *(title for _, title in packed), "text MB")
     rows = [header]
     total = [0] * (len(header) - 1)
     for name, s in subsets.items():
         cells = [s.get("documents", 0), s.get("kept", 0), *(s.get("filtered", {}).get(r, 0) for r, _ in columns),
+                 *([removed_documents(s)] if removing else []),
                  s.get("tokens", 0), s.get("tokens_with_epochs", 0), *(s.get(key, 0) for key, _ in packed),
                  s.get("text_bytes", 0)]
         total = [a + b for a, b in zip(total, cells, strict=True)]
@@ -48,10 +51,25 @@ def subset_rows(manifest: dict) -> list[tuple[str, ...]]:
     return rows
 
 
+def has_removals(manifest: dict) -> bool:
+    """Whether a stage that removes documents ran (its counts: `removed` in the manifest and its subsets)."""
+    return "removed" in manifest or any("removed" in s for s in manifest["subsets"].values())
+
+
+def removed_documents(subset: dict) -> int:
+    """A subset's documents removed for any reason (dedup, decontamination, and any later stage's)."""
+    return sum(subset.get("removed", {}).values())
+
+
 def reader_snippet(output_dir: str) -> str:
-    """The lines that read an output in training code."""
+    """The lines that read an output (or a mixture.json) in training code."""
     return (f'from pipeline.tfdata import make_dataset\n'
             f'ds = make_dataset("{output_dir}", batch_size=8, dp_rank=0, dp_size=1, seed=0)')
+
+
+def reader_lines(output_dir: str) -> list[str]:
+    """The summary's last lines: how to read the output in training."""
+    return ["read it in training:", *(f"  {line}" for line in reader_snippet(output_dir).splitlines())]
 
 
 def format_summary(manifest: dict, seconds: float | None = None, output_dir: str | None = None) -> str:
@@ -81,6 +99,7 @@ def format_summary(manifest: dict, seconds: float | None = None, output_dir: str
         lines[-1] += f" in {where}/ ({len(dead['files'])} files)"
     if "removed" in manifest:
         lines.append(removed_line(manifest, output_dir))
+    lines += label_lines(manifest)
     layout = sum(dead["by_reason"].get(reason, 0) for reason in _LAYOUT_REASONS)
     hints = sorted({hint for reason, hint in _LAYOUT_REASONS.items() if dead["by_reason"].get(reason)})
     if hints and layout >= 0.01 * max(totals.get("lines", 0), 1):  # a pattern, not a stray broken line
@@ -89,8 +108,7 @@ def format_summary(manifest: dict, seconds: float | None = None, output_dir: str
     if unseen:
         lines.append(f"note: --subsets names found in no line: {', '.join(map(repr, unseen))}")
     if output_dir:
-        lines += [f"output: {output_dir} (manifest.json lists every shard)", "read it in training:"]
-        lines += [f"  {line}" for line in reader_snippet(output_dir).splitlines()]
+        lines += [f"output: {output_dir} (manifest.json lists every shard)", *reader_lines(output_dir)]
     return "\n".join(lines)
 
 
@@ -109,6 +127,20 @@ def _packing_line(manifest: dict) -> str:
     return (f"packing: {packing.get('records_from_tails', 0)} records from joined tails, remainder policy "
             f"{packing['remainder_policy']}: {packing.get('padding_labels', 0)} padding, "
             f"{packing.get('dropped_labels', 0)} dropped label tokens")
+
+
+def label_lines(manifest: dict) -> list[str]:
+    """One line per label a stage counted (the language stage's): documents and tokens written per value."""
+    totals: dict[str, dict[str, list[int]]] = {}
+    for s in manifest["subsets"].values():
+        for key, values in s.get("labels", {}).items():
+            for value, counts in values.items():
+                total = totals.setdefault(key, {}).setdefault(value, [0, 0])
+                total[0] += counts["documents"]
+                total[1] += counts["tokens"]
+    return [f"{key}: " + ", ".join(f"{value} {d:,} documents {t:,} tokens"
+                                   for value, (d, t) in sorted(values.items(), key=lambda kv: (-kv[1][1], kv[0])))
+            for key, values in sorted(totals.items())]
 
 
 def removed_line(manifest: dict, output_dir: str | None = None) -> str:

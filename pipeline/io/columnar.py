@@ -6,7 +6,7 @@ source.name`), so validation, dead letters and the documents are exactly those o
 written as JSON lines (pipeline/core/documents.py). A value JSON cannot hold (bytes, a date) rides in
 `Line.row` and is a dead letter naming its type. Line numbers are 1-based row numbers of the file.
 
-Only the columns on the two paths are read, one row group (Parquet) or record batch (Arrow) at a
+Only the columns on the two paths (and --id_key's) are read, one row group (Parquet) or record batch (Arrow) at a
 time, never a whole file. Each Parquet row group is a work item (`RowGroup`) that any worker reads
 on its own; its chunks are numbered `group * GROUP_CHUNKS + k`, so the chunks, and the output, are
 the same however the groups are spread. An Arrow file (IPC file or stream format, as
@@ -34,6 +34,7 @@ from pipeline.io.urls import redact_url
 PARQUET = (".parquet", ".pq")
 ARROW = (".arrow", ".feather", ".ipc")
 GROUP_CHUNKS = 1 << 12  # chunk numbers per row group: 16 GiB of text at 4 MiB chunks
+ArrowError = pa.ArrowException  # what pyarrow raises on a file it cannot read
 
 
 class ColumnError(ValueError):
@@ -120,7 +121,8 @@ def check_columns(path: str, schema: Schema) -> None:
                           f"(its columns: {columns_of(arrow)})")
     if schema.default_subset is None and not _resolve(arrow, schema.subset_path):
         raise ColumnError(f"--subset_key {schema.subset_key}: {redact_url(path)} has no such column "
-                          f"(its columns: {columns_of(arrow)}); --default_subset names the subset of every row")
+                          f"(its columns: {columns_of(arrow)}); pass --default_subset other to put every row in "
+                          "one subset (any NAME)")
 
 
 def read_units(path: str) -> list[RowGroup | None]:
@@ -154,18 +156,29 @@ def _nest(row: dict, path: tuple[str, ...], value) -> None:
     row[path[-1]] = value
 
 
-def _lines(table: pa.Table, schema: Schema, first_row: int) -> Iterator[Line]:
+def _lines(table: pa.Table, schema: Schema, first_row: int) -> Iterator[tuple[Line, int]]:
+    """(Line, its size for chunking) of each row.
+
+    The size is the row's without its --id_key value, so that the id never moves a chunk's boundary
+    (the chunks, and so the shards, are those of the same job without it).
+    """
     texts = _leaf(table, schema.text_path)
     subsets = _leaf(table, schema.subset_path)
+    ids = _leaf(table, schema.id_path) if schema.id_path else None
     for i in range(table.num_rows):
         row: dict = {}
         _nest(row, schema.text_path, None if texts is None else texts[i])
         if subsets is not None:
             _nest(row, schema.subset_path, subsets[i])
+        size = None
+        if ids is not None and ids[i] is not None:
+            size = len(orjson.dumps(row, default=repr))
+            _nest(row, schema.id_path, ids[i])
         try:
-            yield Line(first_row + i + 1, first_row + i, orjson.dumps(row))
+            line = Line(first_row + i + 1, first_row + i, orjson.dumps(row))
         except TypeError:  # a value JSON cannot hold: validated from the row itself
-            yield Line(first_row + i + 1, first_row + i, orjson.dumps(row, default=repr), row=row)
+            line = Line(first_row + i + 1, first_row + i, orjson.dumps(row, default=repr), row=row)
+        yield line, len(line.data) if size is None else size
 
 
 def _chunks(tables: Iterator[tuple[int, int, pa.Table, int]], path: str, file_index: int, chunk_bytes: int,
@@ -174,29 +187,31 @@ def _chunks(tables: Iterator[tuple[int, int, pa.Table, int]], path: str, file_in
     for group, first_row, table, stored in tables:
         lines: list[Line] = []
         size = k = 0
-        for line in _lines(table, schema, first_row):
+        last = table.num_rows - 1
+        for i, (line, line_size) in enumerate(_lines(table, schema, first_row)):
             lines.append(line)
-            size += len(line.data) + 1
-            if size >= chunk_bytes or len(lines) >= MAX_CHUNK_LINES:
-                yield Chunk(file_index, group * GROUP_CHUNKS + k, path, tuple(lines))
+            size += line_size + 1
+            if size >= chunk_bytes or len(lines) >= MAX_CHUNK_LINES or i == last:
+                if k == GROUP_CHUNKS:  # its number would be the next group's first
+                    raise CorruptInputError(f"{redact_url(path)}: row group {group} makes more than {GROUP_CHUNKS} "
+                                            "chunks (a larger --chunk_mb reads it)")
+                # The group's stored bytes (for progress) ride on its last chunk.
+                yield Chunk(file_index, group * GROUP_CHUNKS + k, path, tuple(lines), stored if i == last else 0)
                 k += 1
                 lines, size = [], 0
-        if lines:
-            yield Chunk(file_index, group * GROUP_CHUNKS + k, path, tuple(lines), stored)
-            k += 1
-        if k > GROUP_CHUNKS:
-            raise CorruptInputError(f"{redact_url(path)}: row group {group} makes more than {GROUP_CHUNKS} chunks "
-                                    "(a larger --chunk_mb reads it)")
 
 
 def _columns(schema: Schema, arrow: pa.Schema) -> list[str]:
-    return sorted({p[0] for p in (schema.text_path, schema.subset_path) if arrow.get_field_index(p[0]) >= 0})
+    paths = (schema.text_path, schema.subset_path) + ((schema.id_path,) if schema.id_path else ())
+    return sorted({p[0] for p in paths if arrow.get_field_index(p[0]) >= 0})
 
 
 def iter_unit_chunks(path: str, file_index: int, unit: RowGroup | None, chunk_bytes: int,
                      schema: Schema) -> Iterator[Chunk]:
     """The chunks of one work item: a Parquet row group, or a whole file (unit None)."""
     shown = redact_url(path)
+    if unit is not None and not isinstance(unit, RowGroup):  # a stripe: every worker would read every row
+        raise ValueError(f"{shown}: a columnar file is read by row group or whole, not in {type(unit).__name__}s")
     try:
         with _open(path) as f:
             if path.lower().endswith(PARQUET):

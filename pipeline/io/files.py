@@ -46,13 +46,19 @@ def check_regular_file(url: str) -> int | None:
 def read_bytes(url: str, max_bytes: int = MAX_READ_BYTES) -> bytes:
     """The whole content of a small regular file: a tokenizer model, a manifest, a lock.
 
-    Raises NotAFileError for anything but a regular file of at most `max_bytes`.
+    Raises NotAFileError for anything but a regular file of at most `max_bytes`, or one that cannot
+    be read (`/proc/self/mem` is a regular file that refuses reads); FileNotFoundError when there is none.
     """
     size = check_regular_file(url)
     if size is not None and size > max_bytes:
         raise NotAFileError(f"is {size:,} bytes, more than the {max_bytes:,} read whole")
-    with fsspec.open(url, "rb") as f:
-        data = f.read(max_bytes + 1)
+    try:
+        with fsspec.open(url, "rb") as f:
+            data = f.read(max_bytes + 1)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise NotAFileError(f"cannot be read ({e.strerror or e})") from None
     if len(data) > max_bytes:
         raise NotAFileError(f"holds more than the {max_bytes:,} bytes read whole")
     return data

@@ -98,6 +98,8 @@ def dataset_files(folder: str, read_text) -> list[str] | None:
     `read_text(name)`: the text of the folder's file `name`, or None when it has none.
     """
     state = read_text("state.json")
+    if state is None and read_text("dataset_dict.json") is not None:
+        raise InputError(dataset_dict_problem(folder, read_text("dataset_dict.json")))
     if state is None or read_text("dataset_info.json") is None:
         return None
     try:
@@ -107,6 +109,18 @@ def dataset_files(folder: str, read_text) -> list[str] | None:
     if not files or any(posixpath.basename(name) != name for name in files):
         raise InputError(f"{redact_url(folder)}: its state.json lists no data files")
     return [posixpath.join(folder, name) for name in files]
+
+
+def dataset_dict_problem(folder: str, text: str) -> str:
+    """The line for a `DatasetDict.save_to_disk` folder: one split's folder is an input, never all of them mixed."""
+    try:
+        splits = [str(split) for split in json.loads(text)["splits"]]
+    except (ValueError, TypeError, KeyError):
+        splits = []
+    shown = redact_url(folder).rstrip("/")
+    example = posixpath.join(shown, splits[0] if splits else "train")
+    return (f"{shown}: a datasets DatasetDict folder (splits: {', '.join(splits) or 'none listed'}); give one "
+            f"split's folder, e.g. --input {example}")
 
 
 def _read_local(folder: str):

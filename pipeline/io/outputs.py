@@ -29,8 +29,10 @@ directory (a Megatron output on a file system), renamed over the old one, so a p
 `OUT/latest/` names the latest complete output, whatever the run id.
 
 Replacing (`prepare_output_dir` with `--overwrite`, under the lock): exactly the files the previous
-manifest lists, our temporary names, and what runs that never wrote a manifest (killed or failed)
-left in their run directories are removed, the manifest first. Anything else is refused and listed,
+manifest lists, our temporary names, what runs that never wrote a manifest (killed or failed)
+left in their run directories, and what is derived from a manifest (the `latest` link when it points
+at a run directory; TFDS's metadata beside a run directory) are removed, the manifest first. Anything
+else (a `latest` of someone else's, say) is refused and listed,
 and then nothing is removed. On a local disk the files inside the old run and temporary directories
 may go in a thread of their own (`background=True`, a `Removal`) while the new run starts: readers
 refuse the old output from the moment its manifest is gone, and no new run's file is ever among them.
@@ -182,6 +184,17 @@ def own_listing(manifest) -> tuple[set[str], str]:
     return listed, run_id
 
 
+def _derived(url: str, rel: str, runs: bool) -> bool:
+    """Whether `rel` is a file ours derived from a manifest: the `latest` link to a run directory, TFDS's metadata.
+
+    A `latest` that is not our link (a file, a link elsewhere) and metadata beside no run of ours
+    are someone else's.
+    """
+    if rel == LATEST_NAME:
+        return latest_run(url) is not None
+    return rel in _DERIVED and runs
+
+
 def _plan_overwrite(url: str, files: list[str], entries: list[str]) -> tuple[list[str], list[str]]:
     """(files to remove, files or folders that are not ours) for --overwrite of the output at `url`."""
     listed: set[str] = set()
@@ -193,9 +206,10 @@ def _plan_overwrite(url: str, files: list[str], entries: list[str]) -> tuple[lis
         except (ValueError, OSError, KeyError, TypeError, AttributeError) as e:
             unknown.append(f"{MANIFEST_NAME} (unreadable or not ours, so what it lists is unknown: {str(e)[:120]})")
     remove = []
+    runs = any(RUN_DIR.match(entry) for entry in entries)
     for rel in files:
         run = _RUN_FILE.match(rel)
-        if rel in listed or rel in _DERIVED or _is_temp(rel) or (run and run.group(1) != committed):
+        if rel in listed or _is_temp(rel) or (run and run.group(1) != committed) or _derived(url, rel, runs):
             remove.append(rel)
         elif not (rel == MANIFEST_NAME and unknown):
             unknown.append(rel)

@@ -3,16 +3,20 @@
 `timeout`, systemd and Kubernetes stop a process with SIGTERM (then SIGKILL after a grace period);
 a terminal sends SIGINT. Inside `interruptible()` either one stops this process's descendants (the
 runner's worker processes, found through /proc) and then raises `Interrupted` in the main thread,
-so that every `finally` of the run (lock, spill files, temp dir) runs with nothing left writing.
-A second signal while that happens is ignored. SIGKILL cannot be caught: what a killed run leaves
-is cleared by the next run (pipeline/io/scratch.py) or `--overwrite` (pipeline/io/outputs.py).
+so that every `finally` of the run (lock, spill files, temp dir) runs with nothing left writing;
+the command then leaves without finalizing the interpreter (`leave_if_stopped`: worker threads in
+native code would abort the process). A second signal while that happens is ignored. SIGKILL
+cannot be caught: what a killed run leaves is cleared by the next run (pipeline/io/scratch.py) or
+`--overwrite` (pipeline/io/outputs.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -73,6 +77,24 @@ def stop_descendants(grace_s: float = GRACE_S) -> None:
 
 
 _caught: list[int] = []  # the signal that stopped this run, once one has
+
+
+def leave_if_stopped(status: int) -> None:
+    """Exit at once with `status` when a signal stopped this run, without finalizing the interpreter.
+
+    The runner's worker threads are daemon threads, and some are still inside a native call (a
+    tokenizer's encode releases the GIL). When the interpreter finalizes, such a thread is made to
+    exit as it takes the GIL back, by unwinding through C++ frames that do not allow it: the process
+    aborts (`terminate called without an active exception`, SIGABRT) after the run's cleanup. By
+    now everything the run made is removed; the log and output streams are flushed first.
+    """
+    if caught_signal() is None:
+        return
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed or broken stream: nothing more to say
+            stream.flush()
+    os._exit(status)
 
 
 def caught_signal() -> int | None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import urllib.parse
 from collections.abc import Iterable, Iterator
 
 import fsspec
@@ -39,7 +40,12 @@ _LOOSE_SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]+):/*")
 # X-Goog-Credential, GoogleAccessId), Azure SAS (sig), and any token, key, secret or password.
 _SECRET_PARAM = re.compile(r"(?i)(signature|credential|token|secret|passw|accessid|accesskey|^sig$|^key$|"
                            r"api[-_]?key|^code$|^auth)")
-_URL_IN_TEXT = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]+:/{1,3}[^\s'\"<>,;()\[\]]+")
+# A `;` is part of a URL (matrix or query parameters) unless another URL follows it.
+_URL_IN_TEXT = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]+:/{1,3}(?:[^\s'\"<>,;()\[\]]|;(?![a-zA-Z][a-zA-Z0-9+.-]+:/))+")
+# Where a URL's parameters are cut apart (the separators kept): a secret's value ends at the next one.
+_PARAM_SEP = re.compile(r"([&;#,?])")
+# A secret parameter that a URL's match in a text stopped short of (after a comma, say).
+_PARAM_IN_TEXT = re.compile(r"(?<=[?&;#,])([A-Za-z0-9_.%-]+)=(<removed>|[^\s&;#,'\"<>()\[\]]*)")
 _SCHEMES_WITH_HOSTS = frozenset({"http", "https", "ftp", "sftp", "ssh", "hdfs", "webhdfs"})
 # Object stores make an object visible only once its one PUT is complete and have no rename
 # (s3fs's mv is copy + delete).
@@ -79,16 +85,30 @@ def has_credentials(url: str) -> bool:
     return not host.match(first)
 
 
+def _is_secret(name: str) -> bool:
+    return bool(_SECRET_PARAM.search(urllib.parse.unquote(name)))
+
+
+def _redact_params(text: str) -> str:
+    """`text` with the value of every `name=value` whose name may be a secret replaced (pieces split by _PARAM_SEP)."""
+    pieces = _PARAM_SEP.split(text)
+    out = []
+    for piece in pieces:
+        name, eq, _ = piece.partition("=")
+        out.append(f"{name}=<removed>" if eq and _is_secret(name) else piece)
+    return "".join(out)
+
+
 def _redact_query(url: str) -> str:
-    """The URL with the value of every query parameter that may be a secret replaced (presigned URLs)."""
-    base, sep, query = url.partition("?")
-    if not sep:
+    """The URL with the value of every parameter that may be a secret replaced (presigned URLs).
+
+    Parameters follow the first `?`, `#` or `;` and are separated by any of `&;#,?`: the query of a
+    presigned URL, matrix parameters, a fragment (`#access_token=...`).
+    """
+    start = min((i for i in (url.find(c) for c in "?#;") if i >= 0), default=-1)
+    if start < 0:
         return url
-    params = [(name, value) for name, _, value in (p.partition("=") for p in query.split("&"))]
-    if not any(_SECRET_PARAM.search(name) for name, _ in params):
-        return url
-    return base + "?" + "&".join(f"{name}=<removed>" if _SECRET_PARAM.search(name) else f"{name}={value}"
-                                 for name, value in params)
+    return url[:start] + _redact_params(url[start:])
 
 
 def redact_url(path: str) -> str:
@@ -106,10 +126,16 @@ def redact_url(path: str) -> str:
 def redact_text(text: str) -> str:
     """`text` (an error message, a log line) with every URL in it redacted (`redact_url`)."""
     def one(match: re.Match) -> str:
-        url = match.group(0).rstrip(".:!?")  # the sentence's punctuation, not the URL's
+        url = match.group(0).rstrip(".:;!?")  # the sentence's punctuation, not the URL's
         return redact_url(url) + match.group(0)[len(url):]
 
-    return _URL_IN_TEXT.sub(one, text)
+    def param(match: re.Match) -> str:
+        if not _is_secret(match.group(1)):
+            return match.group(0)
+        value = match.group(2)
+        return f"{match.group(1)}=<removed>" + value[len(value.rstrip(".:!?")):]  # the sentence's punctuation
+
+    return _PARAM_IN_TEXT.sub(param, _URL_IN_TEXT.sub(one, text))
 
 
 def refuse_credentials(locations: Iterable[tuple[str, str]]) -> None:

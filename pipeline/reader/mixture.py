@@ -137,12 +137,25 @@ class MixtureOrder:
         if changed:
             raise MixtureError(f"sources {changed} hold other records than when the state was saved")
 
-        def per_name(values):
-            got = dict(zip(old, (int(v) for v in values), strict=True))
+        def per_name(key):
+            values = state[key]
+            if (not isinstance(values, list) or len(values) != len(old)
+                    or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values)):
+                raise MixtureError(f"the state's counts ({key}: {values!r}) are not a count >= 0 per source "
+                                   f"{old}: the state is damaged")
+            got = dict(zip(old, values, strict=True))
             return np.array([got.get(n, 0) for n in self.names], np.int64)
 
-        at_window = per_name(state["counts_at_window"])
-        segment = per_name(state["segment_counts"]) if self.steps[seg] < w * self.window_steps else at_window
+        at_window = per_name("counts_at_window")
+        segment_start = int(self.steps[seg])
+        segment = per_name("segment_counts") if segment_start < w * self.window_steps else at_window
+        # Every sample before the window is some source's, and so is every one before its segment.
+        if (int(at_window.sum()) != w * self.window_steps * self.global_batch
+                or (segment is not at_window and (int(segment.sum()) != segment_start * self.global_batch
+                                                  or (segment > at_window).any()))):
+            raise MixtureError(f"the state's counts do not add up (counts_at_window {at_window.tolist()}, "
+                               f"segment_counts {segment.tolist()} at window {w} of {self.window_steps} steps of "
+                               f"{self.global_batch}): the state is damaged")
         self._known = {w: (at_window, segment)}
         self.start_step = step
 

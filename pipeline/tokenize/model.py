@@ -27,6 +27,7 @@ from pipeline.tokenize.kinds.base import (  # noqa: F401 -- SpecialIds is this m
     SpecialIds,
     Tokenizer,
     TokenizerFileError,
+    refuse_text_boundaries,
 )
 from pipeline.tokenize.kinds.base import special_ids as kind_special_ids
 
@@ -75,7 +76,7 @@ def special_ids_of(vocab: int, model_bos: int, model_eos: int, pad_id: int, unk_
         if wanted and value < 0:
             raise ValueError(
                 f"The tokenizer model has no {name} id and the pipeline is asked to add {name}: pass "
-                f"{flag} N (an id below {vocab}) or turn {name} off."
+                f"{flag} N (an id below {vocab}; an ordinary token's with --allow_text_eos) or turn {name} off."
             )
         if wanted and value >= vocab:
             raise ValueError(f"{flag}={value} is outside the vocabulary (size {vocab})")
@@ -161,13 +162,23 @@ class TokenizerModel:
                    *KINDS[tokenizer.kind](tokenizer), tokenizer=tokenizer, tiktoken_name=tiktoken_name)
 
     def special_ids(self, *, add_bos: bool, add_eos: bool, bos_id: int | None = None,
-                    eos_id: int | None = None, pad_id: int | None = None) -> SpecialIds:
-        """The model's special ids with the BOS/EOS policy applied (flags win over the model's own ids)."""
+                    eos_id: int | None = None, pad_id: int | None = None, allow_text: bool = False) -> SpecialIds:
+        """The model's special ids with the BOS/EOS policy applied (flags win over the model's own ids).
+
+        A --bos_id/--eos_id that is an ordinary token of the model is refused unless `allow_text`.
+        """
         if self.kind != SENTENCEPIECE:
             return kind_special_ids(self.tokenizer, add_bos=add_bos, add_eos=add_eos, bos_id=bos_id, eos_id=eos_id,
-                                    pad_id=pad_id)
+                                    pad_id=pad_id, allow_text=allow_text)
         special = special_ids_of(self.vocab_size, self.bos_id, self.eos_id, self.pad_id, self.unk_id,
                                  add_bos=add_bos, add_eos=add_eos, bos_id=bos_id, eos_id=eos_id)
+        if not allow_text and (bos_id is not None or eos_id is not None):
+            sp = spm.SentencePieceProcessor()
+            sp.LoadFromSerializedProto(self.data)
+            control = {i for i in range(self.vocab_size) if sp.is_control(i)}
+            refuse_text_boundaries(redact_url(self.path), {"bos": bos_id if add_bos else None,
+                                                           "eos": eos_id if add_eos else None},
+                                   {"bos": self.bos_id, "eos": self.eos_id}, control, sp.id_to_piece)
         if pad_id is None:
             return special
         if not 0 <= pad_id < self.vocab_size:

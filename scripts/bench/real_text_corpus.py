@@ -1,7 +1,7 @@
 """Compose a corpus of real text in the Pile's line format from text on this machine, for benchmarks.
 
     python scripts/bench/real_text_corpus.py OUT_DIR [--max_mb 200] [--train_files 8] [--seed 0] [--model]
-        [--shape base|pile22|many_small]
+        [--shape base|pile22|many_small|kinds]
 
 Writes OUT_DIR/train/NN.jsonl.zst (one zstd frame each, as the Pile's files) and prints what it
 wrote; with --model, also OUT_DIR/real32k.model: a Llama-2-style 32k BPE SentencePiece model
@@ -38,6 +38,11 @@ Shapes (--shape; a plan tuned to one corpus shape is tuned to nothing):
               written as \\ud83d\\ude00-style surrogate-pair escapes, as the Pile's writer does), and two
               files of unequal size (48% and 52% of the bytes), their zstd frames without a content size
   many_small  the base documents in 64 files of log-normal sizes (the largest ~10x the median)
+  kinds       small documents (median ~1.5 KB, none over 60 KB) of six kinds of text, the subset
+              naming the kind (run the job with --subset_names any): prose (READMEs, docs), code,
+              manpages (troff sources), lists (changelogs: bulleted lines), subtitles (short lines:
+              the English messages of the .mo catalogs) and non-English (their translations and the
+              translated manual pages): the corpus the cleaning stages are compared on with datatrove
 """
 
 from __future__ import annotations
@@ -98,7 +103,17 @@ PILE22 = {
     "Enron Emails": ("Pile-CC", 0.02, 1_200, 1.0),
 }
 ASTRAL_SHARE = 0.1
-SHAPES = ("base", "pile22", "many_small")
+SHAPES = ("base", "pile22", "many_small", "kinds")
+# kind: (stream, share of documents, median characters, sigma of log size)
+KINDS = {
+    "prose": ("Pile-CC", 0.30, 1_500, 1.0),
+    "code": ("Github", 0.15, 1_500, 1.0),
+    "manpages": ("StackExchange", 0.10, 1_500, 0.8),
+    "lists": ("lists", 0.15, 1_200, 0.9),
+    "subtitles": ("subtitles", 0.15, 1_200, 0.8),
+    "non-English": ("EuroParl", 0.15, 1_500, 0.9),
+}
+KIND_MAX_CHARS = 60_000
 
 
 def _hashed(paths: list[str]) -> list[str]:
@@ -129,15 +144,19 @@ def read_text(path: str) -> str | None:
     return text if len(text) >= 200 and "\x00" not in text else None
 
 
-def catalog_text(path: str) -> str | None:
-    """The translated messages of a gettext .mo catalog, one a line (the header entry left out)."""
+def catalog_text(path: str, original: bool = False) -> str | None:
+    """The translated messages of a gettext .mo catalog, one a line (the header entry left out).
+
+    original=True: the catalog's original (English) messages instead.
+    """
     try:
         with open(path, "rb") as f:
             data = f.read(MAX_FILE_BYTES)
         order = {0x950412DE: "<", 0xDE120495: ">"}.get(struct.unpack("<I", data[:4])[0])
         if order is None:
             return None
-        _, count, _, table = struct.unpack(order + "4I", data[4:20])
+        _, count, originals, table = struct.unpack(order + "4I", data[4:20])
+        table = originals if original else table
         messages = []
         for i in range(count):
             length, offset = struct.unpack(order + "2I", data[table + 8 * i : table + 8 * i + 8])
@@ -188,6 +207,19 @@ def sources() -> dict[str, Iterator[str]]:
         "EuroParl": _interleave(_texts(catalogs, catalog_text), _texts(translated)),
         "Books3": books,
     }
+
+
+def kind_sources() -> dict[str, Iterator[str]]:
+    """The streams of the kinds shape: sources() plus bulleted changelogs and English catalog messages."""
+    streams = sources()
+    del streams["Books3"]
+    changelogs = _walk("/usr/share/doc", lambda p: os.path.basename(p).lower().startswith(("changelog", "news")))
+    domains: dict[str, str] = {}  # each catalog's English messages once, not once per language
+    for path in _walk("/usr/share/locale", lambda p: p.endswith(".mo")):
+        domains.setdefault(os.path.basename(path), path)
+    streams["lists"] = _texts(changelogs)
+    streams["subtitles"] = _texts(list(domains.values()), lambda p: catalog_text(p, original=True))
+    return streams
 
 
 class Stream:
@@ -241,8 +273,9 @@ def astral_lines() -> list[str]:
 def compose(max_bytes: int, seed: int = 0, shape: str = "base") -> list[bytes]:
     """The corpus' JSON lines (without newlines), about `max_bytes` in all, of the given shape (SHAPES)."""
     rng = np.random.default_rng(seed)
-    streams = {name: Stream(texts) for name, texts in sources().items()}
-    table = PILE22 if shape == "pile22" else {name: (name, *spec) for name, spec in SHARES.items()}
+    streams = {name: Stream(texts) for name, texts in (kind_sources() if shape == "kinds" else sources()).items()}
+    table = {"pile22": PILE22, "kinds": KINDS}.get(shape) or {name: (name, *spec) for name, spec in SHARES.items()}
+    max_chars = KIND_MAX_CHARS if shape == "kinds" else MAX_DOC_CHARS
     astral = astral_lines() if shape == "pile22" else []
     names = list(table)
     shares = np.array([table[n][1] for n in names])
@@ -251,7 +284,7 @@ def compose(max_bytes: int, seed: int = 0, shape: str = "base") -> list[bytes]:
     while size < max_bytes and streams:
         name = names[rng.choice(len(names), p=shares / shares.sum())]
         stream, _, median, sigma = table[name]
-        chars = int(min(MAX_DOC_CHARS, max(200, rng.lognormal(np.log(median), sigma))))
+        chars = int(min(max_chars, max(200, rng.lognormal(np.log(median), sigma))))
         if stream not in streams:
             continue
         text = streams[stream].take(chars)

@@ -1,7 +1,10 @@
 """Synthetic pipeline outputs for the reader's tests and benchmark: shards + manifest, the pipeline's format.
 
 Every record carries its global id in its first tokens, so a test can tell exactly which records a
-rank saw: `record_ids(batch)` decodes them back from a batch's "inputs".
+rank saw: `record_ids(batch)` decodes them back from a batch's "inputs". The manifest has the job's
+shape: every field it writes is one the job writes, of the same type, and its `tokenizer` holds every
+key the job's does (tests/test_manifest_shape.py checks both against the shape of the job's own
+manifests, so that a reader check of a field the job does not write cannot pass here).
 """
 
 from __future__ import annotations
@@ -40,6 +43,27 @@ def record_ids(inputs: np.ndarray, dtype: np.dtype = UINT16) -> np.ndarray:
     return inputs[:, 0]
 
 
+def tokenizer_entry(sha256: str = "0" * 64, *, vocab_size: int = VOCAB_SIZE, bos_id: int = 1, eos_id: int = 2,
+                    pad_id: int = PAD_ID, unk_id: int = 3, add_bos: bool = False, add_eos: bool = True,
+                    model: str = "synthetic.model") -> dict:
+    """The manifest's `tokenizer` with the keys the job writes (pipeline/beam/manifest.py `tokenizer_json`)."""
+    separator = eos_id if add_eos else bos_id
+    return {
+        "model": model,
+        "sha256": sha256,
+        "vocab_size": vocab_size,
+        "bos_id": bos_id,
+        "eos_id": eos_id,
+        "pad_id": pad_id,
+        "unk_id": unk_id,
+        "add_bos": add_bos,
+        "add_eos": add_eos,
+        "separator_id": separator,
+        "padding_id": pad_id if pad_id >= 0 else separator,
+        "backend": {"name": "sentencepiece", "version": "synthetic"},
+    }
+
+
 def write_output(
     out_dir: str,
     shard_records: list[int],
@@ -51,7 +75,8 @@ def write_output(
     padded_valid: int | None = None,
     split: str = "train",
     first_id: int = 0,
-    model_sha256: str = "0" * 64,
+    tokenizer_sha256: str = "0" * 64,
+    tokenizer: dict | None = None,
     subsets: dict | None = None,
 ) -> dict:
     """Write shards holding records 0..N-1 in order, and the manifest; returns the manifest.
@@ -66,7 +91,8 @@ def write_output(
         padded_valid: its valid label count (default seq_len // 2).
         split: the manifest's split.
         first_id: the first record's id (several outputs with distinct ids: a mixture's sources).
-        model_sha256: the tokenizer hash the manifest records.
+        tokenizer_sha256: the tokenizer hash the manifest records.
+        tokenizer: other fields of the manifest's `tokenizer` (special ids, vocab_size).
         subsets: the manifest's per-subset statistics.
     """
     dtype = np.dtype(dtype)
@@ -105,21 +131,14 @@ def write_output(
         "split": split,
         "seq_len": seq_len,
         "features": records.feature_spec(seq_len, dtype, document_boundaries),
-        "tokenizer": {
-            "model_sha256": model_sha256,
-            "vocab_size": VOCAB_SIZE,
-            "bos_id": 1,
-            "eos_id": 2,
-            "pad_id": PAD_ID,
-            "unk_id": 3,
-            "add_bos": False,
-            "add_eos": True,
-        },
+        "tokenizer": tokenizer_entry(tokenizer_sha256, **(tokenizer or {})),
         "shards": shards,
         "totals": {
             "records": next_id,
             "label_tokens": next_id * seq_len - padding,
             "bytes": total_bytes,
+            "documents_kept": next_id,
+            "lines": next_id,
         },
         "subsets": subsets or {},
         "packing": {
@@ -129,8 +148,8 @@ def write_output(
             "padding_labels": padding,
             **({"padded_records": 1} if padded_record is not None else {}),
         },
-        "shuffle": {"num_shards": len(shard_records)},
-        "dead_letters": None,
+        "shuffle": {"method": "synthetic: records in id order", "seed": 0, "num_shards": len(shard_records)},
+        "dead_letters": {"by_reason": {}, "records": 0, "files": []},
         "inputs": [],
         "config": {"seq_len": seq_len},
     }

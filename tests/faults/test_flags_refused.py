@@ -78,3 +78,47 @@ def test_a_negative_special_id_is_named_as_such(tmp_path, flag):
     """`--eos_id -3` said that the model has no EOS id (it has one)."""
     _, line = _run(tmp_path, flag, "-3", "--add_bos", "True")
     assert f"{flag} -3: a token id is >= 0" in line and "has no" not in line
+
+
+@pytest.mark.parametrize("flag", ["--max_line_mb", "--shard_size_mb", "--chunk_mb", "--max_dead_letter_fraction",
+                                  "--progress_every", "--dedup_verify_jaccard"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_a_float_flag_that_is_not_finite_is_named(flag, value):
+    """`--max_line_mb nan` said "cannot convert float NaN to integer", without the flag."""
+    from pipeline.cli import run
+    from pipeline.core.options import UsageError
+
+    with pytest.raises(UsageError, match=f"^{flag} {value}: not a finite number$"):
+        run.parse_args(["--input", "x", "--output_dir", "o", "--tokenizer_model", "m", f"{flag}={value}"])
+
+
+def test_a_non_finite_float_is_refused_by_the_command_naming_the_flag(tmp_path):
+    _, line = _run(tmp_path, "--max_line_mb", "nan")
+    assert "--max_line_mb nan: not a finite number" in line
+
+
+def test_a_tokenizer_model_that_refuses_reads_is_named(tmp_path):
+    """/proc/self/mem is a regular file that refuses reads: "[Errno 22] Invalid argument", without the flag."""
+    _, line = _run(tmp_path, "--tokenizer_model", "/proc/self/mem", timeout=60)
+    assert "--tokenizer_model '/proc/self/mem': cannot be read (Invalid argument)" in line
+
+
+@pytest.mark.parametrize("flag", ["--eos_id", "--bos_id"])
+def test_a_boundary_id_of_an_ordinary_token_needs_allow_text_eos(tmp_path, flag):
+    """`--eos_id` set to an ordinary merged token was accepted: EOS indistinguishable from text."""
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file=MODEL)
+    ordinary = next(i for i in range(sp.get_piece_size()) if not (sp.is_control(i) or sp.is_unknown(i)
+                                                                   or sp.is_byte(i)) and len(sp.id_to_piece(i)) > 2)
+    _, line = _run(tmp_path, flag, str(ordinary), "--add_bos", "True")
+    assert f"{flag} {ordinary}: {sp.id_to_piece(ordinary)!r} is an ordinary token of {MODEL}" in line
+    assert "--allow_text_eos" in line
+    control = next(i for i in range(sp.get_piece_size()) if sp.is_control(i))
+    from pipeline.tokenize.model import TokenizerModel
+
+    model = TokenizerModel.load(MODEL)
+    role = flag[2:5]
+    assert getattr(model.special_ids(add_bos=True, add_eos=True, **{f"{role}_id": control}), f"{role}_id") == control
+    assert getattr(model.special_ids(add_bos=True, add_eos=True, allow_text=True, **{f"{role}_id": ordinary}),
+                   f"{role}_id") == ordinary

@@ -221,3 +221,47 @@ def test_the_command_refuses_one_line_and_keeps_the_previous_output(tmp_path):
     assert "--overwrite refused" in line and "dead_letters/mine.jsonl" in line
     assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
     assert json.loads((out / "manifest.json").read_text()) == first
+
+
+@pytest.mark.parametrize("target", ["/etc", "../elsewhere", "run-not-a-run-id", None])
+def test_a_latest_that_is_not_our_link_is_refused(tmp_path, target):
+    """An output directory holding only a foreign `latest` symlink was silently replaced."""
+    out = tmp_path / "out"
+    out.mkdir()
+    if target is None:
+        (out / "latest").write_text("a file of the user's")
+    else:
+        (out / "latest").symlink_to(target)
+    with pytest.raises(FileExistsError, match="lists: latest\\. .*nothing was removed"):
+        outputs.prepare_output_dir(str(out), overwrite=True)
+    assert os.path.lexists(out / "latest")
+
+
+def test_tfds_metadata_beside_no_run_of_ours_is_refused(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "dataset_info.json").write_text("{}")  # a TFDS dataset of the user's, say
+    with pytest.raises(FileExistsError, match="lists: dataset_info.json"):
+        outputs.prepare_output_dir(str(out), overwrite=True)
+    assert (out / "dataset_info.json").exists()
+
+
+def test_our_latest_link_to_a_run_directory_is_removed(tmp_path):
+    out = tmp_path / "out"
+    (out / f"run-{KILLED}").mkdir(parents=True)
+    (out / f"run-{KILLED}" / "train-00000-of-00001.tfrecord").write_bytes(b"x")
+    (out / "latest").symlink_to(f"run-{KILLED}")
+    outputs.prepare_output_dir(str(out), overwrite=True)
+    assert not os.path.lexists(out / "latest") and not os.listdir(out)
+
+
+def test_the_command_refuses_a_foreign_latest_in_one_line(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "latest").symlink_to(str(tmp_path))
+    proc = command("--input", small_corpus(tmp_path / "in", files=1, docs=5), "--output_dir", str(out),
+                   "--tokenizer_model", MODEL, "--overwrite", *IN_MEMORY)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    (line,) = problem_lines(proc.stderr)
+    assert "--overwrite refused" in line and "latest" in line
+    assert os.path.islink(out / "latest")

@@ -100,3 +100,43 @@ def test_every_clouds_signature_parameters_are_removed(url, shown):
     assert redact_url(url) == shown
     assert redact_text(f"cannot read {url}: gone") == f"cannot read {shown}: gone"
     assert not has_credentials(url)
+
+
+SECRET = "0123456789abcdefSIGNATURE"
+
+
+@pytest.mark.parametrize("url, shown", [
+    # The secret after a `;` was shown: a URL in a message was cut at the `;`, and a query split on `&` only.
+    (f"https://h/k?response-content-type=text/x;X-Amz-Signature={SECRET}",
+     "https://h/k?response-content-type=text/x;X-Amz-Signature=<removed>"),
+    (f"https://h/k;X-Amz-Signature={SECRET}", "https://h/k;X-Amz-Signature=<removed>"),
+    (f"https://h/k?a=text/x,X-Amz-Signature={SECRET}", "https://h/k?a=text/x,X-Amz-Signature=<removed>"),
+    (f"https://h/k#access_token={SECRET}", "https://h/k#access_token=<removed>"),
+    (f"https://h/k?x=1#sig={SECRET}&y=2", "https://h/k?x=1#sig=<removed>&y=2"),
+    (f"https://h/k?x-amz-signature={SECRET}", "https://h/k?x-amz-signature=<removed>"),
+    (f"https://h/k?SIG={SECRET}", "https://h/k?SIG=<removed>"),
+    (f"https://h/k?X-Amz-%53ignature={SECRET}", "https://h/k?X-Amz-%53ignature=<removed>"),
+    (f"https://h/k?a=1?Signature={SECRET}", "https://h/k?a=1?Signature=<removed>"),
+])
+def test_secret_parameters_after_any_separator_are_removed(url, shown):
+    assert redact_url(url) == shown
+    for text in (f"cannot read {url}: gone", f"cannot read {url}; the job stops", f"({url})", f"'{url}'"):
+        assert SECRET not in redact_text(text), text
+    assert redact_text(f"cannot read {url}: gone") == f"cannot read {shown}: gone"
+
+
+def test_a_url_after_a_semicolon_is_still_a_url_of_its_own():
+    text = "s3://bucket/x;s3://AKIDX:SECRETX@bucket/y"
+    assert "SECRETX" not in redact_text(text) and "s3://bucket/x" in redact_text(text)
+
+
+def test_an_unreachable_url_with_a_signature_after_a_semicolon_is_named_without_it(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/b/x.jsonl.zst?response-content-type=text/x;X-Amz-Signature={SECRET}"
+    proc = command("--input", url, "--output_dir", str(tmp_path / "out"), "--tokenizer_model", MODEL)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    (line,) = problem_lines(proc.stderr)
+    assert "X-Amz-Signature=<removed>" in line
+    assert SECRET not in proc.stderr and "SIGNATURE" not in proc.stderr

@@ -29,6 +29,23 @@ class UnknownTokenizerKind(TokenizerFileError):
     """A file that is none of the kinds the pipeline takes."""
 
 
+MAX_TOKEN_ID = 2**31 - 1  # the records and every engine hold ids as int32
+
+
+def check_ids_fit(path: str, ids: dict) -> None:
+    """Refuse a tokenizer with an id past int32 or below 0 (`ids`: token -> id), naming the file and the token."""
+    ids = {token: i for token, i in ids.items() if isinstance(i, int)}
+    if not ids:
+        return
+    token, worst = max(ids.items(), key=lambda kv: kv[1])
+    if worst > MAX_TOKEN_ID:
+        raise TokenizerFileError(f"{path}: token {token!r} has id {worst:,}, past the largest id the records hold "
+                                 f"(int32: {MAX_TOKEN_ID:,})")
+    token, least = min(ids.items(), key=lambda kv: kv[1])
+    if least < 0:
+        raise TokenizerFileError(f"{path}: token {token!r} has a negative id ({least})")
+
+
 def flatten(lists: list) -> tuple[np.ndarray, np.ndarray]:
     """(ids, offsets) of a list of id lists: one flat int32 array, text i at ids[offsets[i]:offsets[i + 1]]."""
     offsets = np.zeros(len(lists) + 1, np.int64)
@@ -117,12 +134,33 @@ class Tokenizer(abc.ABC):
         }
 
 
+def refuse_text_boundaries(path: str, given: dict[str, int | None], own: dict[str, int], control: set[int],
+                           shown=str) -> None:
+    """Refuse a --bos_id/--eos_id (`given`: role -> the flag's id) naming an ordinary token of the vocabulary.
+
+    Text produces ordinary tokens, so such a boundary would be indistinguishable from text. The
+    tokenizer's own id for the role and its special/control tokens (`control`) are boundaries; `shown`
+    gives an id's token for the message.
+    """
+    for role, value in given.items():
+        if value is None or value == own.get(role) or value in control:
+            continue
+        try:
+            token = shown(value)
+        except Exception:  # noqa: BLE001 -- the message only: any library's failure to show a token
+            token = "?"
+        raise ValueError(f"--{role}_id {value}: {token!r} is an ordinary token of {path}, which text produces "
+                         f"too: its {role.upper()} would be indistinguishable from text. Name a special (control) "
+                         f"token, or pass --allow_text_eos to use it anyway")
+
+
 def special_ids(tokenizer: Tokenizer, *, add_bos: bool, add_eos: bool, bos_id: int | None = None,
-                eos_id: int | None = None, pad_id: int | None = None):
+                eos_id: int | None = None, pad_id: int | None = None, allow_text: bool = False):
     """The document-boundary policy applied to a tokenizer of any kind: a `SpecialIds`.
 
     Overrides (flags) win over the tokenizer's own ids; a policy that needs an id the tokenizer lacks,
-    or an id outside the vocabulary, is a ValueError naming the flag and where the ids were looked for.
+    an id outside the vocabulary, or (without `allow_text`) a boundary id that is an ordinary token
+    is a ValueError naming the flag and where the ids were looked for.
     """
     if not (add_bos or add_eos):
         raise ValueError("Documents need a boundary token: with neither EOS nor BOS, packed documents would run "
@@ -143,6 +181,11 @@ def special_ids(tokenizer: Tokenizer, *, add_bos: bool, add_eos: bool, bos_id: i
         if wanted and chosen[role] < 0:
             raise ValueError(f"The tokenizer {tokenizer.path} ({tokenizer.kind}) has no {role.upper()} id (looked for "
                              f"{looked.format(role=role)}) and the pipeline is asked to add {role.upper()}: pass "
-                             f"{flag} N (an id below {tokenizer.vocab_size}) or turn {role.upper()} off.")
+                             f"{flag} N (an id below {tokenizer.vocab_size}; an ordinary token's with "
+                             f"--allow_text_eos) or turn {role.upper()} off.")
+    if not allow_text:
+        refuse_text_boundaries(tokenizer.path, {"bos": bos_id if add_bos else None, "eos": eos_id if add_eos else None},
+                               {"bos": tokenizer.bos_id, "eos": tokenizer.eos_id},
+                               set(tokenizer.special_tokens.values()), lambda i: tokenizer.decode([i]))
     return SpecialIds(tokenizer.vocab_size, chosen["bos"], chosen["eos"], chosen["pad"], tokenizer.unk_id,
                       add_bos, add_eos)

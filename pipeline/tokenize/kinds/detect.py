@@ -18,6 +18,7 @@ import posixpath
 
 import fsspec
 
+from pipeline.io.files import NotAFileError, read_bytes
 from pipeline.io.urls import redact_url
 from pipeline.tokenize.kinds import hf_json, sp_model, tiktoken_bpe
 from pipeline.tokenize.kinds.base import (
@@ -34,12 +35,14 @@ _KNOWN = ("a SentencePiece .model, a Hugging Face tokenizer.json (or a directory
 
 
 def _read(url: str) -> bytes | None:
-    """A file's bytes, or None when it does not exist."""
+    """A file's bytes, or None when it does not exist; only a regular file of at most MAX_READ_BYTES is read."""
     fs, path = fsspec.core.url_to_fs(url)
     if not fs.exists(path) or fs.isdir(path):
         return None
-    with fs.open(path, "rb") as f:
-        return f.read()
+    try:
+        return read_bytes(url)
+    except NotAFileError as e:  # a FIFO would hang, /dev/zero fill memory
+        raise TokenizerFileError(f"{redact_url(url)}: {e}") from None
 
 
 def is_dir(url: str) -> bool:
@@ -48,7 +51,7 @@ def is_dir(url: str) -> bool:
     return fs.isdir(path)
 
 
-def _json(data: bytes):
+def _json(data: bytes, path: str):
     text = data.lstrip(b"\xef\xbb\xbf \t\r\n")
     if not text.startswith(b"{"):
         return None
@@ -56,11 +59,13 @@ def _json(data: bytes):
         return json.loads(text)
     except ValueError:
         return None
+    except RecursionError:
+        raise TokenizerFileError(f"{path}: JSON nested too deeply to be a tokenizer file") from None
 
 
 def kind_of(path: str, data: bytes) -> str:
     """The kind of a file's bytes; UnknownTokenizerKind (naming `path`) when none fits."""
-    spec = _json(data)
+    spec = _json(data, path)
     if spec is not None:
         if hf_json.looks_like(spec):
             return HUGGINGFACE
@@ -121,7 +126,7 @@ def load_tokenizer(path: str, *, tiktoken_name: str | None = None, expected_sha2
         spec_bytes = _read(tiktoken_bpe.spec_path(main))
         spec = None
         if spec_bytes is not None:
-            spec = _json(spec_bytes)
+            spec = _json(spec_bytes, tiktoken_bpe.spec_path(redact_url(main)))
             if not isinstance(spec, dict):
                 raise TokenizerFileError(f"{tiktoken_bpe.spec_path(redact_url(main))}: not a JSON object")
         tokenizer = tiktoken_bpe.TiktokenTokenizer(shown, data, name=tiktoken_name, spec=spec, spec_bytes=spec_bytes)

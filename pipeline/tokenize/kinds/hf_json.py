@@ -19,7 +19,7 @@ import re
 import numpy as np
 
 from pipeline.core import versions
-from pipeline.tokenize.kinds.base import HUGGINGFACE, Tokenizer, TokenizerFileError, flatten
+from pipeline.tokenize.kinds.base import HUGGINGFACE, Tokenizer, TokenizerFileError, check_ids_fit, flatten
 
 TOKENIZER_JSON = "tokenizer.json"
 CONFIG_JSON = "tokenizer_config.json"
@@ -111,15 +111,23 @@ class HuggingFaceTokenizer(Tokenizer):
         tok.no_padding()
         tok.encode_special_tokens = True
         vocab = tok.get_vocab(with_added_tokens=True)
+        check_ids_fit(path, vocab)
         self.vocab_size = max(vocab.values()) + 1
         added = self.spec.get("added_tokens") or []
+        declared = {t.get("content"): t.get("id") for t in added}
+        check_ids_fit(path, declared)
+        # `tokenizers` gives an added token the next free id, whatever the file says.
+        for token, token_id in declared.items():
+            if tok.token_to_id(token) != token_id:
+                raise TokenizerFileError(f"{path}: added token {token!r} has id {token_id} in the file, but "
+                                         f"{tok.token_to_id(token)} once `tokenizers` loads it")
         self.special_tokens = {t["content"]: t["id"] for t in added if t.get("special")}
         self._added_text = [t["content"] for t in added if not t.get("special")]
         self._configs = {}
         for name, raw in companions.items():
             try:
                 self._configs[name] = json.loads(raw)
-            except ValueError as e:
+            except (ValueError, RecursionError) as e:
                 raise TokenizerFileError(f"{path}: {name} is not valid JSON: {e}") from None
         self.special_sources = {}
         template = template_specials(self.spec.get("post_processor"))

@@ -24,7 +24,7 @@ import re
 import numpy as np
 
 from pipeline.core import versions
-from pipeline.tokenize.kinds.base import TIKTOKEN, Tokenizer, TokenizerFileError, flatten
+from pipeline.tokenize.kinds.base import TIKTOKEN, Tokenizer, TokenizerFileError, check_ids_fit, flatten
 
 ENDOFTEXT = "<|endoftext|>"
 R50K_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
@@ -141,8 +141,15 @@ class TiktokenTokenizer(Tokenizer):
         if spec_bytes is not None:
             self.files[spec_path(path).rsplit("/", 1)[-1]] = hashlib.sha256(spec_bytes).hexdigest()
         self.ranks = parse_ranks(path, data)
+        check_ids_fit(path, self.ranks)
+        missing = [b for b in range(256) if bytes([b]) not in self.ranks]
+        if missing:  # tiktoken builds every piece from its bytes: one without a rank stops its engine
+            shown = ", ".join(f"0x{b:02X}" for b in missing[:8]) + (", ..." if len(missing) > 8 else "")
+            raise TokenizerFileError(f"{path}: {len(missing)} single byte(s) have no rank ({shown}): text holding "
+                                     "them cannot be encoded (a byte-level ranks file ranks all 256)")
         self.spec = resolve_spec(path, self.ranks, name, spec)
         specials = self.spec["special_tokens"]
+        check_ids_fit(spec_path(path), specials)
         taken = set(self.ranks.values())
         clash = sorted(t for t, i in specials.items() if i in taken)
         if clash:

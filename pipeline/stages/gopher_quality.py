@@ -1,0 +1,140 @@
+"""gopher_quality: Gopher's quality rules (Rae et al. 2021, A1), as datatrove 0.10.1's `GopherQualityFilter`.
+
+The rules, in datatrove's order; the first that fails names the removal (its reason string):
+
+  words: spaCy blank-English tokens (`words.py`); "non-symbol words": those with a character
+  outside datatrove's punctuation set (`punctuation.py`)
+  gopher_short_doc / gopher_long_doc       non-symbol words < min_doc_words / > max_doc_words
+  gopher_below_avg_threshold / ..._above_  mean length of the non-symbol words outside [min, max]
+  gopher_too_many_hashes                   count("#") / words > max_symbol_word_ratio
+  gopher_too_many_ellipsis                 (count("...") + count("…")) / words > max_symbol_word_ratio
+  gopher_too_many_bullets                  lines (str.splitlines) starting, after lstrip, with "•" or "-" / lines
+                                           > max_bullet_lines_ratio
+  gopher_too_many_end_ellipsis             lines ending, after rstrip, with "..." or "…" / lines
+                                           > max_ellipsis_lines_ratio
+  gopher_below_alpha_threshold             words with an alphabetic character / words < max_non_alpha_words_ratio
+                                           (datatrove's name; it is a minimum)
+  gopher_enough_stop_words                 distinct stop words among the words (case-sensitive) < min_stop_words
+
+As in datatrove, a threshold of 0 turns its rule off. One difference, where datatrove cannot
+answer: a text without words (whitespace only) with min_doc_words off makes datatrove divide by
+zero; here it is removed as gopher_short_doc.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+from pipeline.core.options import option
+from pipeline.stages.base import Doc, DocumentStage, Remove
+from pipeline.stages.punctuation import PUNCTUATION_SET
+from pipeline.stages.words import check_spacy, thread_words
+
+STOP_WORDS = ("the", "be", "to", "of", "and", "that", "have", "with")
+
+
+def _words_list(value) -> tuple[str, ...]:
+    items = [value] if isinstance(value, str) else list(value)
+    words = tuple(w.strip() for item in items for w in str(item).split(",") if w.strip())
+    if not words:
+        raise ValueError("give at least one stop word (or --gopher_min_stop_words 0 to turn the rule off)")
+    return words
+
+
+@dataclasses.dataclass(frozen=True)
+class GopherQualityOptions:
+    """The thresholds of gopher_quality (datatrove's defaults; 0 turns a rule off)."""
+
+    gopher_min_doc_words: int = option(50, help="gopher_quality: fewest non-symbol words (gopher_short_doc)")
+    gopher_max_doc_words: int = option(100_000, help="gopher_quality: most non-symbol words (gopher_long_doc)")
+    gopher_min_avg_word_length: float = option(
+        3, help="gopher_quality: shortest mean length of the non-symbol words (gopher_below_avg_threshold)")
+    gopher_max_avg_word_length: float = option(
+        10, help="gopher_quality: longest mean length of the non-symbol words (gopher_above_avg_threshold)")
+    gopher_max_symbol_word_ratio: float = option(
+        0.1, help="gopher_quality: most '#', and most '...' or '…', per word (gopher_too_many_hashes, _ellipsis)")
+    gopher_max_bullet_lines_ratio: float = option(
+        0.9, help="gopher_quality: largest share of lines starting with a bullet '•' or '-' (gopher_too_many_bullets)")
+    gopher_max_ellipsis_lines_ratio: float = option(
+        0.3, help="gopher_quality: largest share of lines ending with '...' or '…' (gopher_too_many_end_ellipsis)")
+    gopher_max_non_alpha_words_ratio: float = option(
+        0.8, help="gopher_quality: smallest share of words with a letter (gopher_below_alpha_threshold; "
+        "datatrove's name)")
+    gopher_min_stop_words: int = option(
+        2, help="gopher_quality: fewest distinct stop words present, case-sensitive (gopher_enough_stop_words)")
+    gopher_stop_words: tuple = option(STOP_WORDS, parse=_words_list, metavar="WORD,WORD",
+                                      help="gopher_quality: the stop words")
+
+
+class _WordFacts(dict):
+    """word -> whether it is a non-symbol word, computed once per word (bounded: emptied when full)."""
+
+    def __init__(self, fact):
+        super().__init__()
+        self._fact = fact
+
+    def __missing__(self, word: str) -> bool:
+        if len(self) >= 200_000:
+            self.clear()
+        value = self[word] = self._fact(word)
+        return value
+
+
+_NON_SYMBOL = _WordFacts(lambda w: not PUNCTUATION_SET.issuperset(w))
+_HAS_ALPHA = _WordFacts(lambda w: w.isalpha() or any(map(str.isalpha, w)))
+
+
+def gopher_quality_rule(text: str, words: list[str], opts: GopherQualityOptions) -> str | None:
+    """The first rule the text fails (datatrove's reason string), or None when it passes them all."""
+    n_words = len(words)
+    non_symbol = list(map(_NON_SYMBOL.__getitem__, words))
+    n_non_symbol = sum(non_symbol)
+    if opts.gopher_min_doc_words and n_non_symbol < opts.gopher_min_doc_words:
+        return "gopher_short_doc"
+    if opts.gopher_max_doc_words and n_non_symbol > opts.gopher_max_doc_words:
+        return "gopher_long_doc"
+    if n_words == 0:
+        return "gopher_short_doc"
+    if n_non_symbol:  # numpy's mean of no values is nan, which passes both bounds
+        # an exact float sum of integers, then one rounding: numpy's mean to the last bit
+        mean = sum(itertools.compress(map(len, words), non_symbol)) / n_non_symbol
+        if opts.gopher_min_avg_word_length and mean < opts.gopher_min_avg_word_length:
+            return "gopher_below_avg_threshold"
+        if opts.gopher_max_avg_word_length and mean > opts.gopher_max_avg_word_length:
+            return "gopher_above_avg_threshold"
+    ratio = opts.gopher_max_symbol_word_ratio
+    if ratio and text.count("#") / n_words > ratio:
+        return "gopher_too_many_hashes"
+    if ratio and (text.count("...") + text.count("…")) / n_words > ratio:
+        return "gopher_too_many_ellipsis"
+    lines = text.splitlines()
+    if opts.gopher_max_bullet_lines_ratio and (
+            sum(s.lstrip().startswith(("•", "-")) for s in lines) / len(lines) > opts.gopher_max_bullet_lines_ratio):
+        return "gopher_too_many_bullets"
+    if opts.gopher_max_ellipsis_lines_ratio and (
+            sum(s.rstrip().endswith(("...", "…")) for s in lines) / len(lines) > opts.gopher_max_ellipsis_lines_ratio):
+        return "gopher_too_many_end_ellipsis"
+    if opts.gopher_max_non_alpha_words_ratio and (
+            sum(map(_HAS_ALPHA.__getitem__, words)) / n_words
+            < opts.gopher_max_non_alpha_words_ratio):
+        return "gopher_below_alpha_threshold"
+    if opts.gopher_min_stop_words and len(set(opts.gopher_stop_words).intersection(words)) < opts.gopher_min_stop_words:
+        return "gopher_enough_stop_words"
+    return None
+
+
+class GopherQuality(DocumentStage):
+    """--filters gopher_quality (the module docstring)."""
+
+    name = "gopher_quality"
+    Options = GopherQualityOptions
+
+    def check(self) -> None:
+        """Refuse a job without spaCy."""
+        check_spacy(self.name)
+
+    def apply(self, doc: Doc) -> Remove | None:
+        """Removed with the first rule it fails."""
+        rule = gopher_quality_rule(doc.text, thread_words().words(doc.text), self.options)
+        return None if rule is None else Remove(rule)

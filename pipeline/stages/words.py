@@ -1,0 +1,302 @@
+r"""The words of datatrove's quality filters: spaCy's blank-English tokens, computed once per text.
+
+datatrove's Gopher, FineWeb and repetition filters call `split_into_words(text)`: spaCy's blank
+English pipeline (`spacy.blank("en")`, no model, nothing downloaded) on the whole text, the token
+texts stripped, the empty ones (whitespace) dropped. C4 counts each line's sentences with spaCy's
+sentencizer on the same tokens. `SpacyWords` gives the same lists, faster:
+
+- spaCy's tokenizer works on runs of non-whitespace characters (`str.split()`'s pieces, "chunks")
+  one at a time, so a chunk's tokens are remembered (a bounded dict) and the new chunks of a text
+  cost one tokenizer call (joined by "\n", which keeps them apart); a chunk of ASCII letters that
+  is no special case is one token without asking spaCy;
+- one exception: spaCy's special cases of several tokens (`"x."`, `":x"`, `"'s"`: 362 in spaCy 3.8)
+  are matched over the whole document, so a match that would straddle two chunks separated by one
+  space (`": x.A"`: `":x"` against `"x."`) can block a match inside a chunk. Where a chunk may end
+  with the left part of such a case and the next one begin with its right part, with one space
+  between, the two (or more) are tokenized together, as spaCy does within the whole text;
+- `words(text)` remembers the last text it saw, so filters run one after the other on the same
+  text share one tokenization.
+
+spaCy is imported on first use (a worker's `setup()`), never at import time.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import threading
+import unicodedata
+
+# Bounded memory: two generations of at most this many chunks each (~30 MB each). When the table is
+# full it becomes the older generation, from which the chunks seen again move back; the rest go.
+MAX_CHUNKS = 150_000
+# \s is str.isspace() (checked over all of Unicode): where spaCy and str.split() split.
+_SEPARATORS = re.compile(r"(\s+)")
+
+
+# spaCy searches its suffix pattern (an alternation of pieces, each ending in "$") from every
+# position of a string. In spaCy 3.8.18's English every piece but `\.\.+` matches at most 5
+# characters (tests/test_stage_words.py parses them), so unless the string ends with "..", the
+# leftmost match, if any, starts in the last 5 characters: searching from there finds the same
+# match (lookbehinds still see the characters before).
+SUFFIX_WINDOW, SUFFIX_WINDOW_SPACY = 5, "3.8.18"
+# The ASCII characters an infix of that spaCy's English can start with (the test derives them from
+# the patterns): an ASCII string without any has no infix, and spaCy's search over it is skipped.
+INFIX_ASCII = ".+-*^,~:<>=/"
+_INFIX_FREE = re.compile("[^" + re.escape(INFIX_ASCII) + "]*")
+
+
+def _infix_finditer(finditer):
+    def infix_finditer(string: str):
+        if string.isascii() and _INFIX_FREE.fullmatch(string):
+            return iter(())
+        return finditer(string)
+
+    return infix_finditer
+
+
+def _suffix_search(search):
+    pattern = search.__self__
+
+    def suffix_search(string: str):
+        if string.endswith(".."):
+            return pattern.search(string)
+        return pattern.search(string, max(0, len(string) - SUFFIX_WINDOW))
+
+    return suffix_search
+
+
+class SpacyWords:
+    """spaCy blank-English tokens of a text, as datatrove's `split_into_words` and sentencizer see them."""
+
+    def __init__(self):
+        self._load()
+        self._rules = frozenset(self._tokenizer.rules)
+        self._punct_chars = frozenset(self._nlp.add_pipe("sentencizer").punct_chars)
+        self._nlp.remove_pipe("sentencizer")
+        self._chunks: dict[str, tuple[str, ...]] = {}  # chunk (or a window of chunks) -> its tokens
+        pairs, self._merged = self._straddling_cases()
+        # right part of a straddling case -> the left parts it pairs with
+        self._lefts_of: dict[str, tuple[str, ...]] = {}
+        for left, right in sorted(pairs):
+            self._lefts_of[right] = (*self._lefts_of.get(right, ()), left)
+        self._rights = tuple(self._lefts_of)
+        self._right_sizes = sorted({len(r) for r in self._rights})
+        # chunk -> what a chunk before it must end with to straddle a case with it
+        self._needs: dict[str, tuple[str, ...]] = {}
+        self._older: dict[str, tuple[str, ...]] = {}  # the generation before (its chunks and needs)
+        self._older_needs: dict[str, tuple[str, ...]] = {}
+        self._last: tuple[str, list[str]] | None = None
+        self._is_punct: dict[str, bool] = {}
+
+    def _load(self) -> None:
+        """A fresh blank-English pipeline (made again whenever the chunk table is emptied).
+
+        Its vocabulary grows with every new word; spaCy's memory zones would free the words, but its
+        tokenizer then fails on words a zone freed, so the whole pipeline is replaced instead.
+        """
+        import spacy
+
+        self._nlp = spacy.blank("en")
+        # Token texts depend on the tokenizer's rules and affixes, never on a word's attributes
+        # (shape, like_num, ...), which spaCy computes in Python for every new word: none here.
+        self._nlp.vocab.lex_attr_getters = {}
+        self._tokenizer = self._nlp.tokenizer
+        if spacy.__version__ == SUFFIX_WINDOW_SPACY:
+            self._tokenizer.suffix_search = _suffix_search(self._tokenizer.suffix_search)
+            self._tokenizer.infix_finditer = _infix_finditer(self._tokenizer.infix_finditer)
+
+    def _straddling_cases(self) -> tuple[frozenset[tuple[str, str]], frozenset[str]]:
+        """(left, right) cuts of every case spaCy matches over the document; the tokens such cases make."""
+        from spacy.attrs import ORTH
+        from spacy.tokenizer import Tokenizer
+
+        tok = self._tokenizer
+        bare = Tokenizer(self._nlp.vocab, rules={}, prefix_search=tok.prefix_search,
+                         suffix_search=tok.suffix_search, infix_finditer=tok.infix_finditer,
+                         token_match=tok.token_match, url_match=tok.url_match)
+        pairs, merged = set(), set()
+        for case, substrings in tok.rules.items():
+            # spaCy matches a case over the document only when affixes would split it (faster_heuristics)
+            if not (tok.find_prefix(case) or tok.find_infix(case) or tok.find_suffix(case) or " " in case):
+                continue
+            pieces = [t.text for t in bare(case)]  # the tokens the document-wide matcher looks for
+            for i in range(1, len(pieces)):
+                pairs.add(("".join(pieces[:i]), "".join(pieces[i:])))
+            merged.update(sub[ORTH] for sub in substrings)
+        return frozenset(pairs), frozenset(merged)
+
+    def _learn(self, chunks: list[str]) -> None:
+        """Tokenize the chunks not seen before."""
+        new = set(chunks).difference(self._chunks)
+        if not new:
+            return
+        if len(self._chunks) + len(new) > MAX_CHUNKS:
+            self._older, self._older_needs = self._chunks, self._needs
+            self._chunks, self._needs = {}, {}
+            self._load()
+            new = set(chunks)
+        if self._older:
+            again = {c for c in new if c in self._older}  # (set.intersection(dict) would walk the dict)
+            for chunk in again:
+                self._chunks[chunk] = self._older[chunk]
+                if chunk in self._older_needs:
+                    self._needs[chunk] = self._older_needs[chunk]
+            new.difference_update(again)
+            if not new:
+                return
+        # ASCII letters alone are one token unless a special case ("dont", "gonna"): no prefix,
+        # suffix or infix of spaCy's English matches letters alone (tests/test_stage_words.py).
+        plain = [c for c in new if c.isascii() and c.isalpha() and c not in self._rules]
+        for chunk in plain:
+            self._remember(chunk, [chunk])
+        new = sorted(new.difference(plain))
+        if not new:
+            return
+        # "\n" keeps chunks apart (no case holds whitespace) and is a token of its own between them.
+        tokens: list[str] = []
+        names = iter(new)
+        for token in [t.text for t in self._tokenizer("\n".join(new))]:
+            if token == "\n":
+                self._remember(next(names), tokens)
+                tokens = []
+            else:
+                tokens.append(token)
+        self._remember(next(names), tokens)
+
+    def _remember(self, chunk: str, tokens: list[str]) -> None:
+        self._chunks[chunk] = tuple(tokens)
+        if len(tokens) == 1 and chunk not in self._merged:  # a case can be cut only at its end
+            lefts = self._lefts_of.get(chunk)
+            if lefts:
+                self._needs[chunk] = lefts
+            return
+        if chunk.startswith(self._rights):
+            lefts = tuple(left for size in self._right_sizes if self._may_cut(tokens, size)
+                          for left in self._lefts_of.get(chunk[:size], ()))
+            if lefts:
+                self._needs[chunk] = lefts
+
+    def _may_cut(self, tokens, at: int) -> bool:
+        """Whether, before the document-wide matching, a token of the chunk could end at `at`.
+
+        That matching only merges tokens into a case's pieces, so a token boundary before it is
+        one after it, or falls inside a piece of a case.
+        """
+        if at == 0:
+            return True
+        end = 0
+        for token in tokens:
+            end += len(token)
+            if end == at:
+                return True
+            if end > at:
+                return token in self._merged
+        return False
+
+    def _straddling(self, chunks: list[str]) -> list[int]:
+        """The i where a case may straddle chunks i-1 and i (if one space parts them): a necessary condition."""
+        needs = self._needs
+        if needs.keys().isdisjoint(chunks):
+            return []
+        return [i for i, chunk in enumerate(chunks) if i and chunk in needs
+                and any(chunks[i - 1].endswith(left)
+                        and self._may_cut(self._chunks[chunks[i - 1]], len(chunks[i - 1]) - len(left))
+                        for left in needs[chunk])]
+
+    def _spacy(self, text: str) -> list[str]:
+        """The tokens of spaCy on a text, as datatrove calls it (its IS_ALPHA workaround included)."""
+        try:
+            return [t.text for t in self._tokenizer(text)]
+        except Exception:
+            if "IS_ALPHA" not in text:
+                raise
+            return [t.text for t in self._tokenizer(text.replace("IS_ALPHA", ""))]
+
+    def tokens(self, text: str, spaces: bool = False) -> list[str]:
+        """The text's tokens in order, without whitespace tokens (spaces=True: " " where spaCy has any)."""
+        chunks = text.split()
+        self._learn(chunks)
+        straddling = self._straddling(chunks)
+        if not straddling and (not spaces or " ".join(chunks) == text):
+            return list(itertools.chain.from_iterable(map(self._chunks.__getitem__, chunks)))
+        parts = _SEPARATORS.split(text)  # chunk, separator, chunk, ...; "" first or last at whitespace ends
+        if not parts[0]:
+            parts = parts[2:]
+        seps = parts[1::2]  # seps[i - 1] parts chunks[i - 1] and chunks[i]
+        # A case can straddle two chunks only when one space parts them (no whitespace token between):
+        # such chunks are tokenized together, as spaCy does within the whole text.
+        joined = {i for i in straddling if seps[i - 1] == " "}
+        out: list[str] = []
+        i = 0
+        while i < len(chunks):
+            if i and spaces and seps[i - 1] != " ":
+                out.append(" ")  # the whitespace token(s) spaCy makes of any other run of whitespace
+            j = i + 1
+            while j in joined:
+                j += 1
+            if j == i + 1:
+                out.extend(self._chunks[chunks[i]])
+            else:  # remembered too, by its text (which has spaces: never a chunk's)
+                window = " ".join(chunks[i:j])
+                tokens = self._chunks.get(window)
+                if tokens is None:
+                    tokens = self._chunks[window] = tuple(t for t in self._spacy(window) if not t.isspace())
+                out.extend(tokens)
+            i = j
+        return out
+
+    def words(self, text: str) -> list[str]:
+        """The words of datatrove's `split_into_words(text)` for English (the last list is reused: do not change it)."""
+        last = self._last
+        if last is not None and (last[0] is text or last[0] == text):
+            return last[1]
+        words = self.tokens(text)
+        self._last = (text, words)
+        return words
+
+    def sentence_count(self, line: str) -> int:
+        """The number of sentences spaCy's sentencizer finds in a stripped line (datatrove's C4 count).
+
+        The sentencizer starts a sentence at the first token after one of its punctuation characters
+        that is neither punctuation itself nor one of them; whitespace tokens (what is left of a
+        run of whitespace other than one " ") are such tokens, and one or several count alike.
+        """
+        return self._count_sentences(self.tokens(line, spaces=True)) if line else 1
+
+    def _count_sentences(self, tokens) -> int:
+        punct_chars, is_punct = self._punct_chars, self._is_punct
+        count, seen_period = 1, False
+        for token in tokens:
+            in_chars = token in punct_chars
+            if seen_period and not in_chars:
+                punct = is_punct.get(token)
+                if punct is None:
+                    punct = is_punct[token] = all(unicodedata.category(ch).startswith("P") for ch in token)
+                    if len(is_punct) > MAX_CHUNKS:
+                        is_punct.clear()
+                if not punct:
+                    count += 1
+                    seen_period = False
+            elif in_chars:
+                seen_period = True
+        return count
+
+
+_THREAD = threading.local()
+
+
+def thread_words() -> SpacyWords:
+    """This thread's SpacyWords, shared by the stages that run on it (a table is no thread's to share)."""
+    words = getattr(_THREAD, "words", None)
+    if words is None:
+        words = _THREAD.words = SpacyWords()
+    return words
+
+
+def check_spacy(stage: str) -> None:
+    """Refuse, in the driver, a quality filter without spaCy (ValueError naming the stage and the extra)."""
+    try:
+        import spacy  # noqa: F401
+    except ImportError as e:
+        raise ValueError(f"--filters {stage} needs spaCy: pip install 'pile-pipeline[filters]'") from e

@@ -1,0 +1,62 @@
+"""Language identification: accurate on this machine's labelled text, the codes and rules of --languages."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+from language_docs import MIN_CHARS, documents
+
+from pipeline.stages.language import (
+    BELOW_MIN,
+    LABELS,
+    NOT_LISTED,
+    LanguageIdentifier,
+    LanguageOptions,
+    language_rule,
+    parse_languages,
+    parse_score,
+)
+
+
+@pytest.fixture(scope="module")
+def identifier() -> LanguageIdentifier:
+    return LanguageIdentifier()
+
+
+@pytest.mark.slow
+def test_at_least_95_percent_right_on_real_translations(identifier):
+    docs = documents(60)
+    per_language = collections.Counter(code for code, _ in docs)
+    assert len(per_language) >= 10 and min(per_language.values()) >= 40, per_language
+    assert all(len(text) >= MIN_CHARS for _, text in docs)
+    right = collections.Counter(code for code, text in docs if identifier.identify(text)[0] == code)
+    accuracy = sum(right.values()) / len(docs)
+    assert accuracy >= 0.95, (accuracy, {code: f"{right[code]}/{n}" for code, n in per_language.items()})
+    assert right["pt"] / per_language["pt"] >= 0.9 and right["zh"] / per_language["zh"] >= 0.9  # pt_BR, zh_TW
+
+
+def test_the_model_answers_only_labels_it_is_known_for(identifier):
+    labels, scores = identifier._model.predict("Ein kurzer Satz, und noch einer.", k=-1)
+    assert {label.removeprefix("__label__") for label in labels} <= LABELS
+    code, score = identifier.identify("Ein kurzer Satz.\nUnd noch einer, auf Deutsch.")
+    assert code == "de" and 0.5 < score <= 1.0
+
+
+def test_codes_are_checked_and_normalized():
+    assert parse_languages("en,de") == ("de", "en")
+    assert parse_languages("pt-BR,zh_TW,zh-Hans,PT") == ("pt", "zh")
+    assert parse_languages(["en", "fr"]) == ("en", "fr")
+    with pytest.raises(ValueError, match="'xx' is not a language"):
+        parse_languages("en,xx")
+    assert parse_score("0.65") == 0.65
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        parse_score("1.5")
+
+
+def test_rules():
+    opts = LanguageOptions(languages=("en", "de"), language_min_score=0.5)
+    assert language_rule("en", 0.9, opts) is None
+    assert language_rule("en", 0.5, opts) is None
+    assert language_rule("en", 0.49, opts) == BELOW_MIN
+    assert language_rule("fr", 0.99, opts) == NOT_LISTED
