@@ -133,6 +133,7 @@ def test_a_missing_special_id_is_exit_2_naming_it(kinds, tmp_path, caplog):
     assert code == 2 and "--bos_id=99999 is outside the vocabulary" in caplog.text
 
 
+@pytest.mark.slow
 def test_an_unknown_file_or_backend_is_exit_2(kinds, tmp_path, caplog):
     junk = tmp_path / "junk.bin"
     junk.write_bytes(b"\x00\x01 not a tokenizer")

@@ -82,6 +82,7 @@ def test_chunks_of_letters_only_are_single_tokens_unless_special_cases(reference
         assert words.tokens(chunk) == tokens(chunk), chunk
 
 
+@pytest.mark.slow
 def test_a_full_chunk_table_turns_over_and_answers_stay_the_same(reference, monkeypatch):
     tokens, _ = reference
     monkeypatch.setattr(words_module, "MAX_CHUNKS", 50)

@@ -92,17 +92,20 @@ def test_a_float_flag_that_is_not_finite_is_named(flag, value):
         run.parse_args(["--input", "x", "--output_dir", "o", "--tokenizer_model", "m", f"{flag}={value}"])
 
 
+@pytest.mark.slow
 def test_a_non_finite_float_is_refused_by_the_command_naming_the_flag(tmp_path):
     _, line = _run(tmp_path, "--max_line_mb", "nan")
     assert "--max_line_mb nan: not a finite number" in line
 
 
+@pytest.mark.slow
 def test_a_tokenizer_model_that_refuses_reads_is_named(tmp_path):
     """/proc/self/mem is a regular file that refuses reads: "[Errno 22] Invalid argument", without the flag."""
     _, line = _run(tmp_path, "--tokenizer_model", "/proc/self/mem", timeout=60)
     assert "--tokenizer_model '/proc/self/mem': cannot be read (Invalid argument)" in line
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flag", ["--eos_id", "--bos_id"])
 def test_a_boundary_id_of_an_ordinary_token_needs_allow_text_eos(tmp_path, flag):
     """`--eos_id` set to an ordinary merged token was accepted: EOS indistinguishable from text."""

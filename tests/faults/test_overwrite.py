@@ -255,6 +255,7 @@ def test_our_latest_link_to_a_run_directory_is_removed(tmp_path):
     assert not os.path.lexists(out / "latest") and not os.listdir(out)
 
 
+@pytest.mark.slow
 def test_the_command_refuses_a_foreign_latest_in_one_line(tmp_path):
     out = tmp_path / "out"
     out.mkdir()

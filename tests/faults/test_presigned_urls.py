@@ -130,6 +130,7 @@ def test_a_url_after_a_semicolon_is_still_a_url_of_its_own():
     assert "SECRETX" not in redact_text(text) and "s3://bucket/x" in redact_text(text)
 
 
+@pytest.mark.slow
 def test_an_unreachable_url_with_a_signature_after_a_semicolon_is_named_without_it(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
