@@ -1,12 +1,13 @@
-"""The two test tiers kept honest: a test not marked `slow` starts no process, runs no Beam pipeline, serves no port.
+"""The two test tiers kept honest: a test not marked `slow` starts no process, runs no Beam pipeline, opens no server.
 
 `pytest -m "not slow"` is the contributors' loop (docs/development.md, "Two test tiers"). A test
 that starts another process (subprocess, fork, multiprocessing), runs a Beam pipeline or opens a
-TCP server belongs to the slow tier; `tests/conftest.py` takes these hooks, which fail such a test
-when it is not marked `slow`, naming what it did. They watch through Python's audit events (every
-process start and socket bind raises one: `sys.addaudithook`) and a wrapper around Beam's
-`Pipeline.run`, put in place when Beam is imported, whichever test imports it first. What a test's
-fixtures do as they are set up for it counts as the test's own.
+server (a socket that listens) belongs to the slow tier; `tests/conftest.py` takes these hooks,
+which fail such a test when it is not marked `slow`, naming what it did. They watch through
+Python's audit events (every process start raises one: `sys.addaudithook`), a wrapper around
+`socket.socket.listen`, and one around Beam's `Pipeline.run`, put in place when Beam is imported,
+whichever test imports it first. What a test's fixtures do as they are set up for it counts as the
+test's own; what threads started before it do (a previous test's leftovers) does not.
 """
 
 from __future__ import annotations
@@ -16,19 +17,30 @@ import importlib.machinery
 import platform
 import socket
 import sys
+import threading
 
 import pytest
 
 _PROCESS_EVENTS = {"subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn", "os.exec", "os.spawn",
                    "os.system"}
 _seen: list[str] = []  # what the running test did, in order
+_before: set[int] = set()  # threads alive before the running test's setup, but the test's own
 
 
 def _audit(event: str, args: tuple) -> None:
-    if event in _PROCESS_EVENTS:
+    if event in _PROCESS_EVENTS and threading.get_ident() not in _before:
         _seen.append(f"started a process ({event}: {str(args[0])[:80] if args else ''})")
-    elif event == "socket.bind" and getattr(args[0], "type", None) == socket.SOCK_STREAM:
-        _seen.append(f"opened a TCP server ({args[1]})")
+
+
+def _watch_listening() -> None:
+    listen = socket.socket.listen
+
+    def listen_noted(self, *args):
+        if threading.get_ident() not in _before:
+            _seen.append(f"opened a server (listening on {self.getsockname()})")
+        return listen(self, *args)
+
+    socket.socket.listen = listen_noted
 
 
 def _watch_runs(pipeline_class) -> None:
@@ -66,6 +78,7 @@ class _WhenBeamImports(importlib.abc.MetaPathFinder):
 # so that the first test to import TensorFlow is not taken for one that starts a process.
 platform.processor()
 sys.addaudithook(_audit)
+_watch_listening()
 if _WhenBeamImports.NAME in sys.modules:
     _watch_runs(sys.modules[_WhenBeamImports.NAME].Pipeline)
 else:
@@ -75,12 +88,14 @@ else:
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     """A test's record starts with its setup: fixtures set up for it count as its own."""
+    global _before
+    _before = {thread.ident for thread in threading.enumerate()} - {threading.get_ident()}
     _seen.clear()
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
-    """A passing test that is not marked slow fails if it started a process, ran Beam or served a port."""
+    """A passing test that is not marked slow fails if it started a process, ran Beam or opened a server."""
     outcome = yield
     report = outcome.get_result()
     if call.when != "call" or not report.passed or item.get_closest_marker("slow") is not None or not _seen:
