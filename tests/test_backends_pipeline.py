@@ -12,12 +12,14 @@ from test_backends import FAST, _fuzz, _train, _WrongOnDigits
 from pipeline.cli import run
 from pipeline.config.job import PipelineConfig
 from pipeline.tokenize import engines, self_check
+from pipeline.tokenize.kinds import sp_model
+from pipeline.tokenize.model import BackendChoice
 
 SEQ = 64
 
 
 def _texts() -> list[str]:
-    return self_check.adversarial_texts(None, long_line=20_000) + _fuzz(5, 150) + [
+    return self_check.adversarial_texts(long_line=20_000) + _fuzz(5, 150) + [
         "Plain words and a literal <s> and </s> and <unk> inside a document.",
         "digits 1234567890 3.14159 and 数据模型 日本語 🚀 مرحبا",
     ]
@@ -127,10 +129,9 @@ def wrong_backend(monkeypatch):
     from pipeline.beam import preflight
 
     monkeypatch.setitem(engines._ENGINES, "kitoken", _WrongOnDigits)
-    monkeypatch.setattr(engines, "model_problems", lambda backend, facts: [])
-    monkeypatch.setattr(self_check, "model_problems", lambda backend, facts: [])
+    monkeypatch.setattr(sp_model, "model_problems", lambda backend, facts: [])
     monkeypatch.setattr(preflight, "choose_backend",
-                        lambda *args, **kwargs: self_check.BackendChoice("kitoken", "test", {"result": "passed"}))
+                        lambda *args, **kwargs: BackendChoice("kitoken", "test", {"result": "passed"}))
 
 
 @pytest.mark.slow
