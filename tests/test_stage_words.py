@@ -156,7 +156,7 @@ def _skip_anchors(items) -> list:
 @pytest.fixture(scope="module")
 def patterns():
     tok = spacy.blank("en").tokenizer
-    return tok, [getattr(f, "__self__").pattern for f in (tok.prefix_search, tok.suffix_search, tok.infix_finditer)]
+    return tok, [f.__self__.pattern for f in (tok.prefix_search, tok.suffix_search, tok.infix_finditer)]
 
 
 def test_the_pattern_facts_are_what_re_parses(patterns):
