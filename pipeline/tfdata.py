@@ -2,7 +2,8 @@
 
 Importable with only TensorFlow, NumPy and fsspec (no Apache Beam, no SentencePiece). The reader
 lives in pipeline/reader/ (plan: the global order; shards: access and checks; integrity: the one
-error type; dataset: the tf.data graph); see pipeline/reader/dataset.py for how it is used.
+error type; dataset: make_dataset); see pipeline/reader/dataset.py for how it is used. A document
+store (a Megatron output) is packed when read: pipeline/reader/doc_reader.py.
 """
 
 from pipeline.format.mixture import Mixture, MixtureError, MixtureSource, load_mixture
@@ -14,6 +15,8 @@ from pipeline.reader.dataset import (
     mixture_state,
     steps_per_epoch,
 )
+from pipeline.reader.doc_mixture import store_state
+from pipeline.reader.doc_plan import STORE_ORDER, StoreStateError
 from pipeline.reader.integrity import ShardIntegrityError, integrity_error, shard_errors
 from pipeline.reader.mixture import MIXTURE_ORDER, MixtureOrder, open_order
 from pipeline.reader.plan import (
@@ -39,7 +42,9 @@ __all__ = [
     "MixtureOrder",
     "MixtureSource",
     "RankPlan",
+    "STORE_ORDER",
     "ShardIntegrityError",
+    "StoreStateError",
     "batch_records",
     "default_window",
     "dp_from_horovod",
@@ -54,4 +59,5 @@ __all__ = [
     "shard_errors",
     "shard_order",
     "steps_per_epoch",
+    "store_state",
 ]

@@ -7,7 +7,7 @@ import random
 
 import pytest
 import sentencepiece as spm
-from corpus_helpers import FAST_BEAM  # noqa: F401  (re-exported for tests)
+from corpus_helpers import FAST_BEAM  # re-exported for tests; the stores' job runs with it
 from sample_corpus import compose_lines
 
 
@@ -48,3 +48,24 @@ def no_eos_model(tmp_path_factory) -> str:
         byte_fallback=True, unk_id=0, bos_id=-1, eos_id=-1, pad_id=-1, minloglevel=2, num_threads=1,
     )
     return str(out / "noeos.model")
+
+
+@pytest.fixture(scope="session")
+def doc_stores(tmp_path_factory, tiny_model) -> tuple[str, str]:
+    """Two document stores written by the job (`--output_format megatron --provenance`), once per session.
+
+    Store A: ~80 documents of one train file, in several .bin/.idx pairs; store B: the val file.
+    """
+    from sample_corpus import write_sample_corpus
+
+    from pipeline.cli import run
+
+    root = tmp_path_factory.mktemp("store_corpus")
+    write_sample_corpus(str(root), train_files=1, docs_per_file=80)
+    out = []
+    for name, pattern in (("a", "train/*.jsonl.zst"), ("b", "val.jsonl.zst")):
+        target = tmp_path_factory.mktemp(f"store_{name}") / "out"
+        run.main(["--input", str(root / pattern), "--output_dir", str(target), "--tokenizer_model", tiny_model,
+                  "--output_format", "megatron", "--shard_size_mb", "0.02", "--provenance", *FAST_BEAM])
+        out.append(str(target))
+    return out[0], out[1]

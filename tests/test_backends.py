@@ -1,6 +1,7 @@
 """Tokenizer backends: parity with SentencePiece, the self-check and its fallback, static model checks."""
 
 import ctypes
+import dataclasses
 import json
 import os
 import pickle
@@ -18,7 +19,10 @@ from sample_corpus import compose_lines
 
 from pipeline.core import packing
 from pipeline.core.memo import ProcessMemo
-from pipeline.tokenize import engines, model_facts, self_check
+from pipeline.tokenize import engines, self_check
+from pipeline.tokenize.encoder import Encoder
+from pipeline.tokenize.kinds import registry, sp_facts, sp_model
+from pipeline.tokenize.kinds.sp_model import SentencePieceTokenizer
 
 # CI sets PILE_REQUIRE_FAST_BACKENDS=1 so that a missing engine fails the parity tests instead of skipping them.
 _REQUIRED = os.environ.get("PILE_REQUIRE_FAST_BACKENDS") == "1"
@@ -57,6 +61,16 @@ def _sp_ids(model: str, texts: list[str]) -> list[list[int]]:
     return spm.SentencePieceProcessor(model_file=model).encode(texts)
 
 
+def _tokenizer(proto: bytes) -> SentencePieceTokenizer:
+    return SentencePieceTokenizer("m.model", proto)
+
+
+def _only_auto(monkeypatch, *names):
+    """`auto` tries only these engines for a SentencePiece model."""
+    row = registry.KINDS["sentencepiece"]
+    monkeypatch.setitem(registry.KINDS, "sentencepiece", dataclasses.replace(row, auto=names))
+
+
 @pytest.fixture(scope="module")
 def nfkc_model(tmp_path_factory) -> str:
     """SentencePiece's default normalization (nmt_nfkc, extra whitespace removed): no fast backend may be used."""
@@ -77,11 +91,11 @@ def no_fast_backends(monkeypatch):
 @pytest.mark.parametrize("backend", FAST)
 def test_parity_on_adversarial_text(backend, tiny_model):
     """Literal specials, byte fallback, NULs, lone combining marks, 1 MB lines, digits, mixed scripts."""
-    facts = model_facts.ModelFacts.from_proto(open(tiny_model, "rb").read())
-    assert model_facts.model_problems(backend, facts) == []
-    texts = self_check.adversarial_texts(facts, long_line=1 << 20)
+    facts = sp_facts.ModelFacts.from_proto(open(tiny_model, "rb").read())
+    assert sp_facts.model_problems(backend, facts) == []
+    texts = self_check.check_texts(_tokenizer(open(tiny_model, "rb").read()), long_line=1 << 20)
     assert max(len(t) for t in texts) >= 1 << 20
-    encoder = engines.Encoder(tiny_model, backend)
+    encoder = Encoder(tiny_model, backend)
     got = encoder.encode(texts)
     want = _sp_ids(tiny_model, texts)
     assert [i for i, (a, b) in enumerate(zip(want, got, strict=True)) if a != b] == []
@@ -90,13 +104,13 @@ def test_parity_on_adversarial_text(backend, tiny_model):
 @pytest.mark.parametrize("backend", FAST)
 def test_parity_on_fuzzed_text(backend, tiny_model):
     texts = _fuzz(0, 3000)
-    assert engines.Encoder(tiny_model, backend).encode(texts) == _sp_ids(tiny_model, texts)
+    assert Encoder(tiny_model, backend).encode(texts) == _sp_ids(tiny_model, texts)
 
 
 @pytest.mark.parametrize("backend", FAST)
 def test_literal_special_tokens_are_text(backend, tiny_model):
     sp = spm.SentencePieceProcessor(model_file=tiny_model)
-    encoder = engines.Encoder(tiny_model, backend)
+    encoder = Encoder(tiny_model, backend)
     for text in ["<s>", "</s>", "<unk>", "a <s> b </s> c", "<s><s></s>"]:
         ids = encoder.encode([text])[0]
         assert ids == sp.encode(text)
@@ -106,11 +120,11 @@ def test_literal_special_tokens_are_text(backend, tiny_model):
 @pytest.mark.parametrize("backend", FAST)
 def test_flat_encoding_matches_lists(backend, tiny_model):
     texts = ["", "a", "hello world", "", "数据 123"]
-    ids, offsets = engines.Encoder(tiny_model, backend).encode_flat(texts)
+    ids, offsets = Encoder(tiny_model, backend).encode_flat(texts)
     assert ids.dtype == np.int32 and offsets.dtype == np.int64 and offsets[0] == 0
     want = _sp_ids(tiny_model, texts)
     assert [ids[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:], strict=True)] == want
-    assert engines.Encoder(tiny_model, backend).encode_flat([])[1].tolist() == [0]
+    assert Encoder(tiny_model, backend).encode_flat([])[1].tolist() == [0]
 
 
 class _MallInfo(ctypes.Structure):
@@ -131,7 +145,7 @@ def _malloc_in_use() -> int:
 def test_gigatoken_keeps_nothing_between_calls(tiny_model, monkeypatch):
     """One encoder takes every batch of a run: ever new words must not grow what it holds."""
     monkeypatch.setattr(engines, "_GIGATOKENS", ProcessMemo(2))
-    encoder = engines.Encoder(tiny_model, "gigatoken", threads=1)
+    encoder = Encoder(tiny_model, "gigatoken", threads=1)
     rng = np.random.default_rng(4)
     held = []
     for _ in range(12):
@@ -146,7 +160,7 @@ def test_gigatoken_keeps_nothing_between_calls(tiny_model, monkeypatch):
 @pytest.mark.skipif(not _REQUIRED and engines.package_version("gigatoken") is None, reason="gigatoken not installed")
 def test_gigatoken_encoders_of_a_process_share_one_and_threads_get_the_same_ids(tiny_model, monkeypatch):
     monkeypatch.setattr(engines, "_GIGATOKENS", ProcessMemo(2))
-    encoders = [engines.Encoder(tiny_model, "gigatoken", threads=1) for _ in range(4)]
+    encoders = [Encoder(tiny_model, "gigatoken", threads=1) for _ in range(4)]
     for encoder in encoders:
         encoder.load()
     assert len({id(e._engine._tok) for e in encoders}) == 1
@@ -171,14 +185,14 @@ def test_gigatoken_encoders_of_a_process_share_one_and_threads_get_the_same_ids(
 
 
 def test_model_facts(tiny_model, nfkc_model):
-    tiny = model_facts.ModelFacts.from_proto(open(tiny_model, "rb").read())
+    tiny = sp_facts.ModelFacts.from_proto(open(tiny_model, "rb").read())
     assert (tiny.model_type, tiny.byte_fallback, tiny.normalizer, tiny.has_charsmap) == ("bpe", True, "identity", False)
     assert not tiny.remove_extra_whitespaces and tiny.add_dummy_prefix and tiny.control_pieces == ("<s>", "</s>")
-    nfkc = model_facts.ModelFacts.from_proto(open(nfkc_model, "rb").read())
+    nfkc = sp_facts.ModelFacts.from_proto(open(nfkc_model, "rb").read())
     assert nfkc.normalizer == "nmt_nfkc" and nfkc.has_charsmap and nfkc.remove_extra_whitespaces
     for garbage in (b"", b"\xff\xff", b"\x0a\x05ab"):
         with pytest.raises(ValueError, match="not a SentencePiece model"):
-            model_facts.ModelFacts.from_proto(garbage)
+            sp_facts.ModelFacts.from_proto(garbage)
 
 
 @pytest.mark.parametrize("settings", [
@@ -196,13 +210,13 @@ def test_static_checks_cover_every_measured_mismatch(settings, tmp_path):
     """For each model setting: an engine either is refused up front or gives SentencePiece's ids."""
     model = _train(tmp_path / "m", **settings)
     proto = open(model, "rb").read()
-    facts = model_facts.ModelFacts.from_proto(proto)
-    texts = self_check.adversarial_texts(facts, long_line=1 << 12) + _fuzz(2, 400)
-    want = engines.SentencePieceEngine(proto).encode(texts)
+    facts = sp_facts.ModelFacts.from_proto(proto)
+    texts = self_check.check_texts(_tokenizer(proto), long_line=1 << 12) + _fuzz(2, 400)
+    want = engines.SentencePieceEngine(_tokenizer(proto)).encode(texts)
     for backend in engines.FAST_BACKENDS:
-        if (not _REQUIRED and engines.package_version(backend) is None) or model_facts.model_problems(backend, facts):
+        if (not _REQUIRED and engines.package_version(backend) is None) or sp_facts.model_problems(backend, facts):
             continue
-        got = engines.load_engine(backend, proto).encode(texts)
+        got = engines.load_engine(backend, _tokenizer(proto)).encode(texts)
         assert engines.mismatched(want, got) == [], (backend, settings)
 
 
@@ -210,7 +224,7 @@ def test_unsupported_model_is_refused_with_the_reason(nfkc_model):
     proto = open(nfkc_model, "rb").read()
     for backend in engines.FAST_BACKENDS:
         with pytest.raises(engines.BackendUnavailable, match="normalization 'nmt_nfkc'"):
-            engines.load_engine(backend, proto)
+            engines.load_engine(backend, _tokenizer(proto))
 
 
 # --- choose_backend: the self-check in the driver.
@@ -227,7 +241,7 @@ def _corpus(tmp_path, n_files=3) -> list[str]:
 
 @pytest.mark.parametrize("backend", FAST)
 def test_auto_picks_a_fast_backend_after_the_self_check(backend, tiny_model, tmp_path, monkeypatch):
-    monkeypatch.setattr(self_check, "FAST_BACKENDS", (backend,))
+    _only_auto(monkeypatch, backend)
     choice = self_check.choose_backend("auto", tiny_model, _corpus(tmp_path))
     assert choice.name == backend and choice.version == engines.package_version(backend)
     parity = choice.parity
@@ -239,14 +253,14 @@ def test_auto_picks_a_fast_backend_after_the_self_check(backend, tiny_model, tmp
 
 EARLY = """
 import json, sys
-from pipeline.tokenize import early_check, engines, pieces, self_check
+from pipeline.tokenize import early_check, encoder, self_check
 model, files = sys.argv[1], sys.argv[2:]
 pile = self_check.documents.PILE
 early = early_check.EarlyChoice("auto", model, files[:1] + [files[1].rsplit("/", 1)[0] + "/0[12]*"], pile)
 started = early._process is not None
 choice = early.result("auto", model, files, pile)
 proto = open(model, "rb").read()
-built = engines.built_from_models()
+built = encoder.derived()
 adopted = [proto in built["facts"], any(key[1] == proto for key in built["cuts"])]
 # Asked for other inputs than it checked: no result, the driver checks itself.
 mismatch = early_check.EarlyChoice("auto", model, files, pile).result("auto", model, files[:2], pile)
@@ -304,8 +318,8 @@ def test_a_named_backend_that_is_missing_is_an_error(no_fast_backends, tiny_mode
 class _WrongOnDigits:
     """An engine that gets one kind of text wrong: what a buggy fast backend looks like."""
 
-    def __init__(self, proto, facts=None, threads=None):
-        self._sp = engines.SentencePieceEngine(proto)
+    def __init__(self, tokenizer, threads=None):
+        self._sp = engines.SentencePieceEngine(tokenizer)
 
     def encode(self, texts):
         ids, offsets = self._sp.encode(texts)
@@ -318,7 +332,7 @@ class _WrongOnDigits:
 
 def test_auto_falls_back_on_a_mismatch(tiny_model, tmp_path, monkeypatch):
     monkeypatch.setitem(engines._ENGINES, "kitoken", _WrongOnDigits)
-    monkeypatch.setattr(self_check, "FAST_BACKENDS", ("kitoken",))
+    _only_auto(monkeypatch, "kitoken")
     monkeypatch.setattr(self_check, "package_version", lambda name: "test")
     choice = self_check.choose_backend("auto", tiny_model, _corpus(tmp_path))
     assert choice.name == "sentencepiece" and choice.parity["result"] == "fallback"
@@ -363,7 +377,7 @@ def test_sample_documents_reads_a_bounded_prefix_of_each_file(tmp_path, monkeypa
 
 
 def test_encoder_pickles_as_its_settings(tiny_model):
-    encoder = engines.Encoder(tiny_model, "sentencepiece", verify=True)
+    encoder = Encoder(tiny_model, "sentencepiece", verify=True)
     encoder.encode(["warm"])
     clone = pickle.loads(pickle.dumps(encoder))
     assert clone._engine is None and clone.backend == "sentencepiece"
@@ -373,19 +387,18 @@ def test_encoder_pickles_as_its_settings(tiny_model):
 
 def test_verification_reports_each_mismatch(tiny_model, monkeypatch):
     monkeypatch.setitem(engines._ENGINES, "kitoken", _WrongOnDigits)
-    monkeypatch.setattr(engines, "model_problems", lambda backend, facts: [])
-    monkeypatch.setattr(self_check, "model_problems", lambda backend, facts: [])
-    encoder = engines.Encoder(tiny_model, "kitoken", verify=True)
+    monkeypatch.setattr(sp_model, "model_problems", lambda backend, facts: [])
+    encoder = Encoder(tiny_model, "kitoken", verify=True)
     ids, offsets, mismatches = encoder.encode_verified(["abc", "x 123", "def", "123"])
     assert [i for i, _ in mismatches] == [1, 3]
     assert "from token 0" in mismatches[0][1]
-    unverified = engines.Encoder(tiny_model, "kitoken")
+    unverified = Encoder(tiny_model, "kitoken")
     assert unverified.encode_verified(["x 123"])[2] == []
 
 
 def test_a_worker_without_the_chosen_backend_fails_loudly(no_fast_backends, tiny_model):
     with pytest.raises(RuntimeError, match="chosen by the driver"):
-        engines.Encoder(tiny_model, "gigatoken").load()
+        Encoder(tiny_model, "gigatoken").load()
 
 
 def test_build_stream_flat_matches_build_stream():

@@ -13,12 +13,14 @@ from pipeline.beam import execution, preflight, read
 from pipeline.cli import run
 from pipeline.config.job import PipelineConfig
 from pipeline.tokenize import engines, self_check
+from pipeline.tokenize.kinds import sp_model
+from pipeline.tokenize.model import BackendChoice
 
 SEQ = 64
 
 
 def _texts() -> list[str]:
-    return self_check.adversarial_texts(None, long_line=20_000) + _fuzz(5, 150) + [
+    return self_check.adversarial_texts(long_line=20_000) + _fuzz(5, 150) + [
         "Plain words and a literal <s> and </s> and <unk> inside a document.",
         "digits 1234567890 3.14159 and 数据模型 日本語 🚀 مرحبا",
     ]
@@ -120,10 +122,9 @@ def test_auto_with_an_unsupported_model_runs_on_sentencepiece(corpus, tmp_path):
 def wrong_backend(monkeypatch):
     """A "kitoken" that gets documents with "123" wrong, chosen without a self-check."""
     monkeypatch.setitem(engines._ENGINES, "kitoken", _WrongOnDigits)
-    monkeypatch.setattr(engines, "model_problems", lambda backend, facts: [])
-    monkeypatch.setattr(self_check, "model_problems", lambda backend, facts: [])
+    monkeypatch.setattr(sp_model, "model_problems", lambda backend, facts: [])
     monkeypatch.setattr(preflight, "choose_backend",
-                        lambda *args, **kwargs: self_check.BackendChoice("kitoken", "test", {"result": "passed"}))
+                        lambda *args, **kwargs: BackendChoice("kitoken", "test", {"result": "passed"}))
 
 
 def test_verification_dead_letters_mismatches_and_counts_add_up(wrong_backend, tiny_model, tmp_path):

@@ -1,6 +1,7 @@
 """Long documents of Hugging Face and tiktoken tokenizers in pieces: exactly the whole document's ids
-(pipeline/tokenize/bpe_pieces.py), on real text and fuzzed text, for byte-level BPEs trained here
-with the split patterns people use (GPT-2's, cl100k, o200k, Llama 3), and tokenizers that must not be cut."""
+(pipeline/tokenize/pieces.py with kinds/byte_level.py's cuts), on real text and fuzzed text, for byte-level
+BPEs trained here with the split patterns people use (GPT-2's, cl100k, o200k, Llama 3), and tokenizers
+that must not be cut."""
 
 import json
 import random
@@ -9,11 +10,14 @@ import numpy as np
 import pytest
 from kind_fixtures import ENDOFTEXT, real_documents, train_byte_level_bpe, write_hf_directory, write_ranks
 
-from pipeline.tokenize import bpe_pieces, kind_engines
-from pipeline.tokenize.bpe_pieces import BPE_SELF_TEST_TEXTS, BpePieceEncoder, check_tokenizer, cut_points
-from pipeline.tokenize.kind_engines import KindEncoder, ReferenceEngine, load_kind_engine
+from pipeline.tokenize import pieces
+from pipeline.tokenize.encoder import Encoder
+from pipeline.tokenize.engines import ReferenceEngine, load_engine
 from pipeline.tokenize.kinds import tiktoken_bpe
+from pipeline.tokenize.kinds.byte_level import BPE_SELF_TEST_TEXTS, CUT_RULES
 from pipeline.tokenize.kinds.detect import load_tokenizer
+from pipeline.tokenize.kinds.registry import KINDS
+from pipeline.tokenize.pieces import PieceEncoder, check_cuts
 
 REAL = real_documents()
 ALPHABET = ["\n", "\n", " ", " ", "  ", "\r\n", "\t", "a", "b", "Z", "1", "7", ".", ",", "'s", "é", "e\u0301", "数据",
@@ -73,10 +77,10 @@ NAMES = ["tokenizer.json, GPT-NeoX style", "tokenizer.json, Llama-3 style", "tik
 def test_pieces_have_the_ids_of_the_whole_document(tokenizers, name):
     tok = tokenizers[name]
     reference = ReferenceEngine(tok)
-    for backend in kind_engines.backends(tok.kind)[:-1]:
-        engine = load_kind_engine(backend, tok, threads=1)
+    for backend in KINDS[tok.kind].backends[:-1]:
+        engine = load_engine(backend, tok, threads=1)
         for piece_chars in (3, 1000):
-            encoder = BpePieceEncoder(engine, tok, long_chars=0, piece_chars=piece_chars, batch_chars=50_000)
+            encoder = PieceEncoder(engine, tok, long_chars=0, piece_chars=piece_chars, batch_chars=50_000)
             assert (encoder.newlines, encoder.spaces) == (True, True), encoder.reason
             _assert_same_ids(encoder, reference, ADVERSARIAL)
             _assert_same_ids(encoder, reference, REAL if piece_chars == 1000 else [d[:20_000] for d in REAL])
@@ -85,27 +89,27 @@ def test_pieces_have_the_ids_of_the_whole_document(tokenizers, name):
 def test_a_long_real_document_through_the_workers_encoder(tokenizers, tmp_path):
     """Over the 1 MB limit: encoded in pieces of 256 K characters, with the ids of the whole text."""
     long_doc = "\n\n".join(REAL * 3)
-    assert len(long_doc) > bpe_pieces.LONG_TEXT_CHARS
+    assert len(long_doc) > pieces.LONG_TEXT_CHARS
     for name, engine in [("tokenizer.json, GPT-NeoX style", "fast"), ("tiktoken, cl100k pattern", "fast"),
                          ("tokenizer.json, GPT-NeoX style", "reference")]:
         tok = tokenizers[name]
-        backend = kind_engines.FAST[tok.kind][0] if engine == "fast" else kind_engines.REFERENCE[tok.kind]
-        encoder = KindEncoder(tok.path, backend, sha256=tok.sha256, threads=1)
+        backend = KINDS[tok.kind].fast[0] if engine == "fast" else KINDS[tok.kind].reference
+        encoder = Encoder(tok.path, backend, sha256=tok.sha256, threads=1)
         ids, offsets = encoder.encode_flat(["short", long_doc])
         assert encoder._pieces.newlines and encoder._pieces.spaces  # noqa: SLF001
-        assert cut_points(long_doc, bpe_pieces.PIECE_CHARS, newlines=True, spaces=True)
+        assert CUT_RULES.cut_points(long_doc, pieces.PIECE_CHARS, newlines=True, spaces=True)
         assert ids[offsets[1] :].tolist() == tok.encode_one(long_doc)
 
 
 def test_cuts_are_where_the_split_patterns_end_a_pre_token():
     text = "x\nword \nnext\n\nthird  fourth it's a b\n 5"
-    cuts = cut_points(text, 1, newlines=True, spaces=False)
+    cuts = CUT_RULES.cut_points(text, 1, newlines=True, spaces=False)
     assert [text[c - 2 : c + 1] for c in cuts] == ["x\nw"]  # not after " \n", "\n\n", or before a space
-    cuts = cut_points(text, 1, newlines=False, spaces=True)
+    cuts = CUT_RULES.cut_points(text, 1, newlines=False, spaces=True)
     # Not at a double space, nor before a newline.
     assert cuts == [text.index(" it"), text.index(" a b"), text.index(" b\n")]
-    assert cut_points("aaaa\nbb cc dd", 6, newlines=True, spaces=True) == [5, 10]
-    assert cut_points("a" * 50, 10, newlines=True, spaces=True) == []
+    assert CUT_RULES.cut_points("aaaa\nbb cc dd", 6, newlines=True, spaces=True) == [5, 10]
+    assert CUT_RULES.cut_points("a" * 50, 10, newlines=True, spaces=True) == []
 
 
 def _hf(bpe, tmp_path, name, change):
@@ -133,20 +137,20 @@ def test_tokenizers_that_depend_on_where_a_text_starts_are_not_cut(bpe, tmp_path
                               ("prepend", prepend, "Prepend")):
         tok = _hf(bpe, tmp_path, name, change)
         engine = ReferenceEngine(tok)
-        newlines, spaces, reason = check_tokenizer(engine, tok)
+        newlines, spaces, reason = check_cuts(engine, tok)
         assert (newlines, spaces) == (False, False) and why in reason
-        encoder = BpePieceEncoder(engine, tok, long_chars=0, piece_chars=5)
+        encoder = PieceEncoder(engine, tok, long_chars=0, piece_chars=5)
         _assert_same_ids(encoder, engine, REAL[:2] + ADVERSARIAL[:30])
 
 
 def test_a_token_across_a_cut_turns_that_cut_off(bpe, tmp_path):
     tok = _hf(bpe, tmp_path, "added", lambda t: t.add_tokens(["line\nnext", "two words"]))
     engine = ReferenceEngine(tok)
-    newlines, spaces, reason = check_tokenizer(engine, tok)
+    newlines, spaces, reason = check_cuts(engine, tok)
     assert (newlines, spaces) == (False, False)
     assert "line\\nnext" in reason and "two words" in reason
     text = "a line\nnext and two words\n" * 50
-    encoder = BpePieceEncoder(engine, tok, long_chars=0, piece_chars=5)
+    encoder = PieceEncoder(engine, tok, long_chars=0, piece_chars=5)
     _assert_same_ids(encoder, engine, [text])
 
 
@@ -158,6 +162,6 @@ def test_the_self_test_catches_what_the_rules_miss(tokenizers, monkeypatch):
         def encode(self, texts):
             return super().encode(["\u00a7" + t for t in texts])
 
-    monkeypatch.setattr(bpe_pieces, "CUTS", type(bpe_pieces.CUTS)(8))
-    newlines, spaces, reason = check_tokenizer(StartMarked(tok), tok)
+    monkeypatch.setattr(pieces, "CUTS", type(pieces.CUTS)(8))
+    newlines, spaces, reason = check_cuts(StartMarked(tok), tok)
     assert (newlines, spaces) == (False, False) and "change the ids" in reason

@@ -12,7 +12,7 @@ from pipeline.beam import chunk_documents
 from pipeline.beam.tfrecord import ProcessChunkFn
 from pipeline.config.job import PipelineConfig
 from pipeline.io import inputs
-from pipeline.tokenize.model import TokenizerModel, WorkerTokenizer
+from pipeline.tokenize.model import BackendChoice, TokenizerModel
 
 
 @pytest.fixture(scope="module")
@@ -51,9 +51,9 @@ def _comparable(outs):
 
 def _fn(tiny_model, tmp_path, calls, batch_bytes=64 << 10, backend="gigatoken"):
     config = PipelineConfig(inputs=("x",), output_dir=str(tmp_path), tokenizer_model=tiny_model, seq_len=64)
-    special = TokenizerModel.load(tiny_model).special_ids(add_bos=False, add_eos=True)
-    fn = ProcessChunkFn(config, special, backend, tokenizer=WorkerTokenizer(tiny_model),
-                        encode_batch_bytes=batch_bytes)
+    model = TokenizerModel.load(tiny_model)
+    spec = model.spec(BackendChoice(backend, "", {}), model.special_ids(add_bos=False, add_eos=True))
+    fn = ProcessChunkFn(config, spec, encode_batch_bytes=batch_bytes)
     encode = fn._encoder.encode_verified
 
     def counted(texts):

@@ -106,19 +106,30 @@ def test_commands_never_import_each_other():
 BLOCKED = ("apache_beam", "sentencepiece", "zstandard", "matplotlib", "google_crc32c")
 
 
-@pytest.mark.parametrize("entry", ["pipeline.tfdata", "pipeline.format.manifest", "pipeline.reader.dataset"])
-def test_the_reader_imports_without_beam_sentencepiece_or_zstandard(entry):
+def _import_blocking(entry: str, blocked: tuple[str, ...]) -> subprocess.CompletedProcess:
     code = (
         "import sys\n"
         "class Block:\n"
         "    def find_spec(self, name, path=None, target=None):\n"
-        f"        if name.split('.')[0] in {BLOCKED!r}:\n"
+        f"        if name.split('.')[0] in {blocked!r}:\n"
         "            raise ImportError('blocked: ' + name)\n"
         "sys.meta_path.insert(0, Block())\n"
         f"import {entry}\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
-                            env={"TF_CPP_MIN_LOG_LEVEL": "3", "PATH": "/usr/bin:/bin"})
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                          env={"TF_CPP_MIN_LOG_LEVEL": "3", "PATH": "/usr/bin:/bin"})
+
+
+@pytest.mark.parametrize("entry", ["pipeline.tfdata", "pipeline.format.manifest", "pipeline.reader.dataset"])
+def test_the_reader_imports_without_beam_sentencepiece_or_zstandard(entry):
+    result = _import_blocking(entry, BLOCKED)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+# The PyTorch reader and the engine it shares with tf.data: no TensorFlow (and none of the job's packages).
+@pytest.mark.parametrize("entry", ["pipeline.pytorch", "pipeline.reader.doc_reader"])
+def test_the_pytorch_reader_imports_without_tensorflow(entry):
+    result = _import_blocking(entry, (*BLOCKED, "tensorflow", "keras", "tensorboard"))
     assert result.returncode == 0, result.stderr[-2000:]
 
 

@@ -1,4 +1,5 @@
-"""Long documents encoded in pieces give exactly the ids of the whole document (pipeline/tokenize/pieces.py).
+"""Long SentencePiece documents encoded in pieces give exactly the ids of the whole document
+(pipeline/tokenize/pieces.py with kinds/sp_model.py's cuts).
 
 Proved on real text (Python's own documentation and sources, which every Python install has) and on
 adversarial text (newline, space and marker patterns, fuzzed), for the bundled Llama-2-style model,
@@ -17,8 +18,11 @@ import sentencepiece as spm
 from sample_corpus import compose_lines
 
 from pipeline.tokenize import engines
-from pipeline.tokenize.engines import BackendUnavailable, Encoder, SentencePieceEngine
-from pipeline.tokenize.pieces import SELF_TEST_TEXTS, PieceEncoder, check_model, cut_points
+from pipeline.tokenize.encoder import Encoder
+from pipeline.tokenize.engines import BackendUnavailable, SentencePieceEngine
+from pipeline.tokenize.kinds.base import SELF_TEST_TEXTS
+from pipeline.tokenize.kinds.sp_model import CUT_RULES, SentencePieceTokenizer
+from pipeline.tokenize.pieces import PieceEncoder, check_cuts
 
 SAMPLE_MODEL = "tokenizers/sample/sample.model"
 
@@ -64,14 +68,14 @@ def _model(vocab_size: int, **settings) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def models(tiny_model) -> dict[str, bytes]:
+def models(tiny_model) -> dict[str, SentencePieceTokenizer]:
     with open(SAMPLE_MODEL, "rb") as f, open(tiny_model, "rb") as g:
         out = {"sample (Llama-2 style)": f.read(), "tiny": g.read()}
     out["unigram, nmt_nfkc"] = _model(600, model_type="unigram", normalization_rule_name="nmt_nfkc")
     # Enough merges for pieces across words ("▁of▁the").
     out["bpe, split_by_whitespace=false"] = _model(1000, model_type="bpe", split_by_whitespace=False,
                                                    normalization_rule_name="identity", remove_extra_whitespaces=False)
-    return out
+    return {name: SentencePieceTokenizer(f"{name}.model", proto) for name, proto in out.items()}
 
 
 def _assert_same_ids(encoder: PieceEncoder, engine, texts: list[str]) -> None:
@@ -85,10 +89,10 @@ def _assert_same_ids(encoder: PieceEncoder, engine, texts: list[str]) -> None:
 @pytest.mark.parametrize("name", ["sample (Llama-2 style)", "tiny", "unigram, nmt_nfkc",
                                   "bpe, split_by_whitespace=false"])
 def test_pieces_have_the_ids_of_the_whole_document(models, name):
-    proto = models[name]
-    engine = SentencePieceEngine(proto, threads=1)
+    tok = models[name]
+    engine = SentencePieceEngine(tok, threads=1)
     for piece_chars in (3, 1000):
-        encoder = PieceEncoder(engine, proto, long_chars=0, piece_chars=piece_chars, batch_chars=50_000)
+        encoder = PieceEncoder(engine, tok, long_chars=0, piece_chars=piece_chars, batch_chars=50_000)
         _assert_same_ids(encoder, engine, ADVERSARIAL)
         _assert_same_ids(encoder, engine, REAL if piece_chars == 1000 else [d[:20_000] for d in REAL])
     # What each model allows: Llama-2-style models cut at newlines and spaces; the tiny model has
@@ -101,18 +105,18 @@ def test_pieces_have_the_ids_of_the_whole_document(models, name):
 
 @pytest.mark.parametrize("backend", ["gigatoken", "kitoken"])
 def test_fast_engines_in_pieces_match_sentencepiece_on_the_whole_document(models, backend):
-    proto = models["sample (Llama-2 style)"]
+    tok = models["sample (Llama-2 style)"]
     try:
-        fast = engines.load_engine(backend, proto, threads=1)
+        fast = engines.load_engine(backend, tok, threads=1)
     except BackendUnavailable as e:
         pytest.skip(str(e))
-    reference = SentencePieceEngine(proto, threads=1)
-    encoder = PieceEncoder(fast, proto, long_chars=0, piece_chars=700, batch_chars=50_000)
+    reference = SentencePieceEngine(tok, threads=1)
+    encoder = PieceEncoder(fast, tok, long_chars=0, piece_chars=700, batch_chars=50_000)
     _assert_same_ids(encoder, reference, REAL + ADVERSARIAL[:50])
 
 
 def test_only_texts_over_the_limit_are_cut_and_the_encoder_uses_pieces(models, tmp_path):
-    proto = models["sample (Llama-2 style)"]
+    tok = models["sample (Llama-2 style)"]
     calls = []
 
     class Recording(SentencePieceEngine):
@@ -120,18 +124,18 @@ def test_only_texts_over_the_limit_are_cut_and_the_encoder_uses_pieces(models, t
             calls.append([len(t) for t in texts])
             return super().encode(texts)
 
-    engine = Recording(proto, threads=1)
-    encoder = PieceEncoder(engine, proto, long_chars=30_000, piece_chars=8_000, batch_chars=20_000)
+    engine = Recording(tok, threads=1)
+    encoder = PieceEncoder(engine, tok, long_chars=30_000, piece_chars=8_000, batch_chars=20_000)
     calls.clear()
     long_doc = REAL[0] * 2
-    _assert_same_ids(encoder, SentencePieceEngine(proto, threads=1), ["short one", long_doc, "another"])
+    _assert_same_ids(encoder, SentencePieceEngine(tok, threads=1), ["short one", long_doc, "another"])
     # The short texts in one call, then the long one in batches of pieces, none over 20k characters.
     assert calls[0] == [9, 7]
     assert all(sum(c) <= 20_000 + 8_001 and max(c) <= 8_000 + 2_000 for c in calls[1:])
     assert sum(sum(c) for c in calls[1:]) >= len(long_doc)
     # The worker's Encoder wraps its engine the same way (default limits: 1 MB).
     model = tmp_path / "m.model"
-    model.write_bytes(proto)
+    model.write_bytes(tok.proto)
     worker = Encoder(str(model), "sentencepiece", threads=1)
     worker.load()
     assert isinstance(worker._pieces, PieceEncoder) and worker._pieces.newlines  # noqa: SLF001
@@ -139,15 +143,15 @@ def test_only_texts_over_the_limit_are_cut_and_the_encoder_uses_pieces(models, t
 
 def test_cut_points_prefer_newlines_and_fall_back_to_spaces():
     text = "a" * 10 + "\n" + "word " * 10 + "x"
-    assert cut_points(text, 12, newlines=True, spaces=True)[0] == (11, False)
-    cuts = cut_points("ab cd ef gh", 4, newlines=True, spaces=True)
+    assert CUT_RULES.cut_points(text, 12, newlines=True, spaces=True)[0] == (11, False)
+    cuts = CUT_RULES.cut_points("ab cd ef gh", 4, newlines=True, spaces=True)
     assert cuts == [(2, True), (5, True), (8, True)]
-    assert cut_points("abcdefgh", 3, newlines=True, spaces=True) == []  # nowhere safe: one piece
-    assert cut_points("abc\n", 2, newlines=True, spaces=False) == []  # a newline at the end cuts nothing
+    assert CUT_RULES.cut_points("abcdefgh", 3, newlines=True, spaces=True) == []  # nowhere safe: one piece
+    assert CUT_RULES.cut_points("abc\n", 2, newlines=True, spaces=False) == []  # a newline at the end cuts nothing
 
 
 def test_a_model_that_fails_the_self_test_encodes_whole(models):
-    proto = models["sample (Llama-2 style)"]
+    tok = models["sample (Llama-2 style)"]
 
     class Wrong(SentencePieceEngine):
         """Ids that depend on where a text starts: what an unsafe cut would expose."""
@@ -160,5 +164,5 @@ def test_a_model_that_fails_the_self_test_encodes_whole(models):
                     ids[offsets[i] + 2] += 1
             return ids, offsets
 
-    newlines, spaces, reason = check_model(Wrong(proto, threads=1), proto)
+    newlines, spaces, reason = check_cuts(Wrong(tok, threads=1), tok)
     assert not newlines and spaces and "newlines cuts change the ids" in reason

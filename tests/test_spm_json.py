@@ -1,13 +1,13 @@
-"""pipeline/tokenize/spm_json.py: gigatoken's own conversion of a .model, with the control pieces as text."""
+"""pipeline/tokenize/kinds/sp_json.py: gigatoken's own conversion of a .model, with the control pieces as text."""
 
 import json
 
 import pytest
 import sentencepiece as spm
 
-from pipeline.tokenize.engines import model_facts
-from pipeline.tokenize.model_facts import NORMAL, USER_DEFINED
-from pipeline.tokenize.spm_json import tokenizer_json
+from pipeline.tokenize.kinds.sp_facts import NORMAL, USER_DEFINED
+from pipeline.tokenize.kinds.sp_json import tokenizer_json
+from pipeline.tokenize.kinds.sp_model import model_facts
 
 gigatoken = pytest.importorskip("gigatoken", reason="the fast backends: pip install 'pile-pipeline[fast]'")
 

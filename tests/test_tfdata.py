@@ -436,11 +436,11 @@ def test_default_window_is_about_8_mib_of_tokens():
 def test_byte_offset_reads_are_the_records_at_those_offsets(many):
     # The reader reads runs through the TFRecordDatasetV2 raw op's byte_offsets (the public
     # TFRecordDataset has no such argument): fails loudly if that op changes.
-    from pipeline.reader import dataset
+    from pipeline.reader import graph
 
     path = os.path.join(many, "train-00001-of-00008.tfrecord")
     size = os.path.getsize(path) // MANY[1]
     reads = tf.data.Dataset.from_tensors(tf.constant([path]))
-    got = list(reads.flat_map(lambda p: dataset._records_at(p, 3 * size, 2, size)).as_numpy_iterator())
+    got = list(reads.flat_map(lambda p: graph.records_at(p, 3 * size, 2, size)).as_numpy_iterator())
     want = list(tf.data.TFRecordDataset(path).skip(3).take(2).as_numpy_iterator())
     assert got == want and len(got) == 2

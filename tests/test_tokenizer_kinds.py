@@ -1,6 +1,6 @@
 """Tokenizer files of every kind: detection, special ids from their own config, reference ids with
 special strings as text, and the fast engines behind the self-check (pipeline/tokenize/kinds/,
-kind_engines.py, kind_check.py). Every tokenizer is trained here: no hub."""
+engines.py, self_check.py). Every tokenizer is trained here: no hub."""
 
 import json
 import os
@@ -22,12 +22,13 @@ from kind_fixtures import (
     write_ranks,
 )
 
-from pipeline.tokenize import kind_check, kind_engines
-from pipeline.tokenize.engines import BackendUnavailable
-from pipeline.tokenize.kind_engines import KindEncoder, load_kind_engine
-from pipeline.tokenize.kinds import tiktoken_bpe
-from pipeline.tokenize.kinds.base import TokenizerFileError, UnknownTokenizerKind, special_ids
+from pipeline.tokenize import engines, self_check
+from pipeline.tokenize.encoder import Encoder
+from pipeline.tokenize.engines import BackendUnavailable, load_engine
+from pipeline.tokenize.kinds import registry, tiktoken_bpe
+from pipeline.tokenize.kinds.base import TokenizerFileError, UnknownTokenizerKind
 from pipeline.tokenize.kinds.detect import detect_kind, load_tokenizer
+from pipeline.tokenize.kinds.registry import KINDS
 
 SAMPLE_MODEL = "tokenizers/sample/sample.model"
 
@@ -202,8 +203,8 @@ def test_literal_special_tokens_in_a_document_are_text(kinds, kind):
 def test_the_fast_engine_also_encodes_special_strings_as_text(kinds, kind):
     tok = load_tokenizer(kinds[kind])
     texts = [f"{s} and {s}{s}" for s in tok.special_tokens]
-    for backend in kind_engines.FAST[kind]:
-        ids, _ = load_kind_engine(backend, tok).encode(texts)
+    for backend in KINDS[kind].fast:
+        ids, _ = load_engine(backend, tok).encode(texts)
         assert not set(ids.tolist()) & set(tok.special_tokens.values()), backend
 
 
@@ -212,11 +213,11 @@ def test_the_fast_engine_also_encodes_special_strings_as_text(kinds, kind):
 @pytest.mark.parametrize("kind", ["huggingface", "tiktoken"])
 def test_fast_engines_give_the_reference_ids(kinds, kind):
     tok = load_tokenizer(kinds[kind])
-    texts = real_documents() + _fuzz(1, 500) + kind_check.kind_adversarial_texts(tok, long_line=1 << 14)
+    texts = real_documents() + _fuzz(1, 500) + self_check.check_texts(tok, long_line=1 << 14)
     want = tok.encode(texts)
-    for backend in kind_engines.FAST[kind]:
+    for backend in KINDS[kind].fast:
         for threads in (None, 1):
-            got = load_kind_engine(backend, tok, threads).encode(texts)
+            got = load_engine(backend, tok, threads).encode(texts)
             assert np.array_equal(want[1], got[1]) and np.array_equal(want[0], got[0]), (backend, threads)
     assert tok.decode(tok.encode_one(real_documents()[0])) == real_documents()[0]
 
@@ -230,8 +231,8 @@ def test_the_reference_is_the_owning_librarys_own_encode(bpe, kinds):
     own.encode_special_tokens = True
     assert tok.encode_one(text) == own.encode(text, add_special_tokens=False).ids
     # The reference runs `encode` through `encode_batch` (no GIL held): per text, the same ids.
-    texts = real_documents() + _fuzz(2, 300) + kind_check.kind_adversarial_texts(tok, long_line=1 << 12)
-    ids, offsets = kind_engines.ReferenceEngine(tok, threads=1).encode(texts)
+    texts = real_documents() + _fuzz(2, 300) + self_check.check_texts(tok, long_line=1 << 12)
+    ids, offsets = engines.ReferenceEngine(tok, threads=1).encode(texts)
     for k, one in enumerate(texts):
         assert ids[offsets[k]:offsets[k + 1]].tolist() == own.encode(one, add_special_tokens=False).ids, k
 
@@ -239,9 +240,13 @@ def test_the_reference_is_the_owning_librarys_own_encode(bpe, kinds):
 def test_an_engine_of_another_kind_is_refused(kinds):
     tok = load_tokenizer(kinds["tiktoken"])
     with pytest.raises(BackendUnavailable, match="tokenizers_batch"):
-        load_kind_engine("tokenizers_batch", tok)
-    with pytest.raises(ValueError, match="SentencePiece"):
-        kind_engines.backends("sentencepiece")
+        load_engine("tokenizers_batch", tok)
+    with pytest.raises(BackendUnavailable, match="kitoken"):
+        load_engine("kitoken", load_tokenizer(kinds["huggingface"]))
+    # SentencePiece is one more kind, with its own engines; a kind the pipeline does not know has none.
+    assert registry.backends("sentencepiece") == ("sentencepiece", "gigatoken", "kitoken", "auto")
+    with pytest.raises(ValueError, match="unknown kind"):
+        registry.backends("wordpiece")
 
 
 # --- the driver's self-check ---------------------------------------------------------------------------
@@ -256,17 +261,17 @@ def corpus(tmp_path_factory):
 @pytest.mark.parametrize("kind", ["huggingface", "tiktoken"])
 def test_auto_uses_the_fast_engine_after_the_self_check(kinds, corpus, kind):
     tok = load_tokenizer(kinds[kind])
-    choice = kind_check.choose_kind_backend("auto", tok, corpus)
-    assert choice.name == kind_engines.AUTO_ORDER[kind][0]
+    choice = self_check.choose_backend("auto", tok, corpus)
+    assert choice.name == KINDS[kind].auto[0]
     parity = choice.parity
     assert parity["result"] == "passed" and parity["mismatches"] == 0 and parity["documents"] > 200
     assert parity["adversarial_strings"] > 100
-    reference = kind_check.choose_kind_backend(kind_engines.REFERENCE[kind], tok, corpus)
-    assert reference.name == kind_engines.REFERENCE[kind] and reference.parity == {}
+    reference = self_check.choose_backend(KINDS[kind].reference, tok, corpus)
+    assert reference.name == KINDS[kind].reference and reference.parity == {}
     with pytest.raises(ValueError, match="must be one of"):
-        kind_check.choose_kind_backend("kitoken", tok, corpus)
+        self_check.choose_backend("kitoken", tok, corpus)
     if kind == "huggingface":  # by name: checked the same way
-        named = kind_check.choose_kind_backend("gigatoken", tok, corpus)
+        named = self_check.choose_backend("gigatoken", tok, corpus)
         assert named.name == "gigatoken" and named.parity["result"] == "passed"
 
 
@@ -283,14 +288,14 @@ def test_auto_falls_back_on_a_mismatch_and_a_named_engine_fails(kinds, corpus, m
                 return ids, offsets
         return Off
 
-    for name in kind_engines.AUTO_ORDER["huggingface"]:  # every engine auto tries gets one id wrong
-        monkeypatch.setitem(kind_engines._ENGINES, name, off(kind_engines._ENGINES[name]))
-    choice = kind_check.choose_kind_backend("auto", tok, corpus)
+    for name in KINDS["huggingface"].auto:  # every engine auto tries gets one id wrong
+        monkeypatch.setitem(engines._ENGINES, name, off(engines._ENGINES[name]))
+    choice = self_check.choose_backend("auto", tok, corpus)
     assert choice.name == "tokenizers" and choice.parity["result"] == "fallback"
     assert "different from tokenizers's" in choice.parity["reason"]
-    assert [c["result"] for c in choice.parity["checks"]] == ["mismatch"] * len(kind_engines.AUTO_ORDER["huggingface"])
+    assert [c["result"] for c in choice.parity["checks"]] == ["mismatch"] * len(KINDS["huggingface"].auto)
     with pytest.raises(ValueError, match="--tokenizer_backend tokenizers_batch"):
-        kind_check.choose_kind_backend("tokenizers_batch", tok, corpus)
+        self_check.choose_backend("tokenizers_batch", tok, corpus)
 
 
 # --- the workers' encoder ------------------------------------------------------------------------------
@@ -298,20 +303,20 @@ def test_auto_falls_back_on_a_mismatch_and_a_named_engine_fails(kinds, corpus, m
 @pytest.mark.parametrize("kind", ["huggingface", "tiktoken"])
 def test_the_workers_encoder_pickles_as_its_settings_and_gives_the_reference_ids(kinds, kind):
     tok = load_tokenizer(kinds[kind])
-    encoder = KindEncoder(kinds[kind], kind_engines.FAST[kind][0], sha256=tok.sha256, verify=True, threads=1)
+    encoder = Encoder(kinds[kind], KINDS[kind].fast[0], sha256=tok.sha256, verify=True, threads=1)
     texts = real_documents()[:2] + _fuzz(3, 50)
     ids, offsets, mismatches = encoder.encode_verified(texts)
     assert mismatches == [] and np.array_equal(ids, tok.encode(texts)[0])
     copy = pickle.loads(pickle.dumps(encoder))
     assert copy.tokenizer is None and len(pickle.dumps(encoder)) < 1000
     assert copy.encode(["hello world"]) == [tok.encode_one("hello world")]
-    stale = KindEncoder(kinds[kind], kind_engines.FAST[kind][0], sha256="0" * 64)
+    stale = Encoder(kinds[kind], KINDS[kind].fast[0], sha256="0" * 64)
     with pytest.raises(TokenizerFileError, match="changed"):
         stale.load()
 
 
 def test_verification_reports_each_document_whose_ids_differ(kinds, monkeypatch):
-    class Off(kind_engines.TiktokenBatchEngine):
+    class Off(engines.TiktokenBatchEngine):
         def encode(self, texts):
             ids, offsets = super().encode(texts)
             ids = ids.copy()
@@ -320,8 +325,8 @@ def test_verification_reports_each_document_whose_ids_differ(kinds, monkeypatch)
                     ids[offsets[k]] = 0
             return ids, offsets
 
-    monkeypatch.setitem(kind_engines._ENGINES, "tiktoken_batch", Off)
-    encoder = KindEncoder(kinds["tiktoken"], "tiktoken_batch", verify=True)
+    monkeypatch.setitem(engines._ENGINES, "tiktoken_batch", Off)
+    encoder = Encoder(kinds["tiktoken"], "tiktoken_batch", verify=True)
     _, _, mismatches = encoder.encode_verified(["one", "zz two", "three"])
     assert [i for i, _ in mismatches] == [1]
     assert "tiktoken_batch ids differ from tiktoken's from token 0" in mismatches[0][1]
@@ -338,7 +343,7 @@ def test_a_hugging_face_tokenizer_with_more_than_65536_ids(bpe, tmp_path):
     text = real_documents()[0][:30_000]
     ids = tok.encode_one(text)
     assert max(ids) > 65_535 and tok.decode(ids) == text
-    fast = load_kind_engine("tokenizers_batch", tok)
+    fast = load_engine("tokenizers_batch", tok)
     assert fast.encode([text])[0].tolist() == ids
 
 
@@ -346,20 +351,20 @@ def test_a_hugging_face_tokenizer_with_more_than_65536_ids(bpe, tmp_path):
 
 def test_the_boundary_policy_takes_the_tokenizers_ids_or_the_flags(kinds, bpe, tmp_path):
     neox = load_tokenizer(kinds["huggingface"])
-    ids = special_ids(neox, add_bos=False, add_eos=True)
+    ids = neox.special_ids(add_bos=False, add_eos=True)
     assert (ids.eos_id, ids.separator_id, ids.vocab_size) == (bpe.token_to_id(ENDOFTEXT),) * 2 + (2000,)
     tik = load_tokenizer(kinds["tiktoken"])
-    assert special_ids(tik, add_bos=False, add_eos=True).eos_id == tik.vocab_size - 1
+    assert tik.special_ids(add_bos=False, add_eos=True).eos_id == tik.vocab_size - 1
     with pytest.raises(ValueError, match="no BOS id .*ranks file's JSON.*--bos_id N"):
-        special_ids(tik, add_bos=True, add_eos=True)
-    assert special_ids(tik, add_bos=True, add_eos=True, bos_id=5, allow_text=True).bos_id == 5
+        tik.special_ids(add_bos=True, add_eos=True)
+    assert tik.special_ids(add_bos=True, add_eos=True, bos_id=5, allow_text=True).bos_id == 5
     bare = load_tokenizer(str(write_hf_directory(bpe, tmp_path / "bare", config=False)))
     with pytest.raises(ValueError, match="no EOS id .*tokenizer_config.json.*--eos_id N"):
-        special_ids(bare, add_bos=False, add_eos=True)
-    assert special_ids(bare, add_bos=False, add_eos=True, eos_id=1).padding_id == 1
+        bare.special_ids(add_bos=False, add_eos=True)
+    assert bare.special_ids(add_bos=False, add_eos=True, eos_id=1).padding_id == 1
     with pytest.raises(ValueError, match="--eos_id=2000 is outside"):
-        special_ids(bare, add_bos=False, add_eos=True, eos_id=2000)
-    spm_ids = special_ids(load_tokenizer(kinds["sentencepiece"]), add_bos=True, add_eos=True)
+        bare.special_ids(add_bos=False, add_eos=True, eos_id=2000)
+    spm_ids = load_tokenizer(kinds["sentencepiece"]).special_ids(add_bos=True, add_eos=True)
     assert (spm_ids.bos_id, spm_ids.eos_id) == (1, 2)
 
 
@@ -384,7 +389,8 @@ def test_tokenizers_load_from_fsspec_locations(kinds):
 
 EARLY = r"""
 import json, sys
-from pipeline.tokenize import bpe_pieces, early_check, kind_check, self_check
+from pipeline.tokenize import early_check, pieces, self_check
+from pipeline.tokenize.kinds.registry import KINDS
 from pipeline.tokenize.model import TokenizerModel
 path, files = sys.argv[1], sys.argv[2:]
 pile = self_check.documents.PILE
@@ -392,12 +398,12 @@ model = TokenizerModel.load(path)
 early = early_check.EarlyChoice("auto", model, files, pile)
 started = early._process is not None
 choice = early.result("auto", model, files, pile)
-adopted = len(bpe_pieces.CUTS.items())
-reference = early_check.EarlyChoice(early_check.reference_backend(model.kind), model, files, pile)
+adopted = len(pieces.CUTS.items())
+reference = early_check.EarlyChoice(KINDS[model.kind].reference, model, files, pile)
 other = early_check.EarlyChoice("auto", model, files, pile).result("auto", model, [], pile)
 print(json.dumps({"started": started, "choice": choice.to_json(), "adopted": adopted,
                   "reference_starts": reference._process is not None, "other_inputs": other is None,
-                  "inline": kind_check.choose_kind_backend("auto", model.tokenizer, files).to_json()}))
+                  "inline": self_check.choose_backend("auto", model.tokenizer, files).to_json()}))
 """
 
 
@@ -414,5 +420,5 @@ def test_the_self_check_of_a_kind_starts_early_and_is_the_drivers_own(kinds, cor
     for choice in (got["choice"], got["inline"]):
         for check in choice["parity"]["checks"]:
             check.pop("seconds")  # how long the check took
-    assert got["choice"] == got["inline"] and got["choice"]["name"] == kind_engines.AUTO_ORDER[kind][0]
+    assert got["choice"] == got["inline"] and got["choice"]["name"] == KINDS[kind].auto[0]
     assert got["adopted"] > 0  # the safe cuts the check proved, taken by the driver

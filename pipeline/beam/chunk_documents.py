@@ -39,7 +39,7 @@ from pipeline.io.spill import SpillWriter, load_chunk
 from pipeline.io.urls import redact_url
 from pipeline.stages import policy
 from pipeline.tokenize.engines import BATCHED, TokenizerMismatch
-from pipeline.tokenize.model import SpecialIds, WorkerTokenizer
+from pipeline.tokenize.model import TokenizerSpec
 
 LOG = logging.getLogger(__name__)
 DEAD_LETTERS = "dead_letters"
@@ -123,17 +123,16 @@ class ChunkDocumentsFn(EmitsRecords):
     and one chunk of lines), then are tokenized in one call.
     """
 
-    def __init__(self, config: PipelineConfig, special: SpecialIds, dtype: np.dtype, backend: str = "sentencepiece",
+    def __init__(self, config: PipelineConfig, tokenizer: TokenizerSpec, dtype: np.dtype,
                  encode_threads: int | None = None, spill_dir: str | None = None, progress: Reporter | None = None,
-                 tokenizer: WorkerTokenizer | None = None, encode_batch_bytes: int = 0):
+                 encode_batch_bytes: int = 0):
         super().__init__(spill_dir)
-        self._batch_limit = encode_batch_bytes if backend in BATCHED else 0
+        self._batch_limit = encode_batch_bytes if tokenizer.backend.name in BATCHED else 0
         self._config = config
-        self._special = special
+        self._special = tokenizer.special
         self._dtype = dtype
-        # `tokenizer`: the checked tokenizer of any kind (Job.worker_tokenizer); else the SentencePiece model.
-        self._encoder = (tokenizer or WorkerTokenizer(config.tokenizer_model)).encoder(
-            backend, verify=config.verify_tokenizer != "off", threads=encode_threads)
+        # The checked tokenizer (Job.tokenizer), loaded in setup().
+        self._encoder = tokenizer.encoder(verify=config.verify_tokenizer != "off", threads=encode_threads)
         self._policy = config.document_policy()
         self._schema = config.schema
         self._lists_removed = config.lists_removed
@@ -146,7 +145,7 @@ class ChunkDocumentsFn(EmitsRecords):
         self._filtered = counter("documents_filtered")
 
     def setup(self):
-        # Heavy state loads once per worker, from the model's path (and the stages', when they run here).
+        # Heavy state loads once per worker, from the tokenizer's location (and the stages', when they run here).
         self._encoder.load()
         if self._runs_stages:
             self._policy.setup()
@@ -274,7 +273,7 @@ class ChunkDocumentsFn(EmitsRecords):
         sizes = np.diff(offsets) + special.add_bos + special.add_eos
         docs = ChunkDocuments(kept_lines, pending.kept_subsets, ids, offsets, sizes, copies, pending.counts,
                               pending.dead, pending.file_stats)
-        for i, detail in mismatches:  # only with --verify_tokenizer: the fast backend disagreed with SentencePiece
+        for i, detail in mismatches:  # only with --verify_tokenizer: the fast backend disagreed with the reference
             if cfg.verify_tokenizer == "fail":
                 raise TokenizerMismatch(f"{redact_url(chunk.path)} line {kept_lines[i].number}: {detail}")
             docs.unkeep(i)["documents"] -= 1

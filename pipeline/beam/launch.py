@@ -120,7 +120,7 @@ def run(job: Job, options: PipelineOptions, beam_args: list[str], translate_only
     monitor = Monitor(execution.input_bytes, config.progress_every if workers_of(options).local else 0).start()
     try:
         if runner == "DirectRunner" and not running_mode_given(beam_args):
-            mode = running_mode(execution.workers, job.backend.name)
+            mode = running_mode(execution.workers, job.tokenizer.backend.name)
             options.view_as(DirectOptions).direct_running_mode = mode
             LOG.info("execution: %d DirectRunner worker %s", execution.workers,
                      "threads in this process" if mode == "multi_threading" else "processes")

@@ -74,13 +74,15 @@ def tokenizer_json(job) -> dict:
     """The manifest's `tokenizer`: the model file, its hash, special ids and policy, the backend.
 
     A tokenizer other than SentencePiece adds its kind, files, where each special id came from, the
-    library versions (and a tiktoken file's encoding and pattern): kinds/base.Tokenizer.to_json.
-    The ids here are the job's (flags applied); a SentencePiece model's entry is as it always was.
+    library versions (and a tiktoken file's encoding and pattern): its kind's `manifest_facts`
+    (kinds/registry.py). The ids here are the job's (flags applied); a SentencePiece model's entry is
+    as it always was.
     """
-    special = job.special
+    spec = job.tokenizer
+    special = spec.special
     out = {
         "model": job.config.tokenizer_model.rstrip("/").rsplit("/", 1)[-1],
-        "sha256": job.tokenizer_sha256,
+        "sha256": spec.sha256,
         "vocab_size": special.vocab_size,
         "bos_id": special.bos_id,
         "eos_id": special.eos_id,
@@ -90,9 +92,8 @@ def tokenizer_json(job) -> dict:
         "add_eos": special.add_eos,
         "separator_id": special.separator_id,
         "padding_id": special.padding_id,
-        "backend": job.backend.to_json(),
+        "backend": spec.backend.to_json(),
     }
-    facts = getattr(job, "tokenizer_facts", None)
-    if facts:
-        out.update({k: v for k, v in facts.items() if k not in out and k != "path" and not k.endswith("_id")})
+    if spec.facts:
+        out.update({k: v for k, v in spec.facts.items() if k not in out and k != "path" and not k.endswith("_id")})
     return out

@@ -16,6 +16,8 @@ Element shapes:
   Chunk                          -> TokenizeDocumentsFn -> (source, Documents)
                                                           + counts {group: [k, 3] (source key, documents, bytes)}
                                                           + dead letters ((file, chunk), dict) + stats
+                                                          + with --provenance: (key, documents, spans)
+  (file, [(key, documents, spans)]) -> WriteProvenanceFn -> provenance file info dict (pipeline/format/provenance.py)
   (source, Documents) + layout   -> AssignShardsFn      -> ((group, slot), (first, Documents)) + (group, slot)
   ((group, slot), [(first, Documents)]) + names -> WriteShardFn -> shard info dict
 source = (group, copy, file_index, chunk_index); group: the subset's name with --per_subset, else "".
@@ -42,15 +44,17 @@ from pipeline.beam.preflight import Job
 from pipeline.beam.progress import Reporter
 from pipeline.beam.read import STATS, counter, reporter
 from pipeline.beam.removed import REMOVED, removed_files
+from pipeline.beam.tfrecord import PROVENANCE, WriteProvenanceFn
 from pipeline.config.job import PipelineConfig
-from pipeline.core import packing
+from pipeline.core import packing, provenance
 from pipeline.core.stats import merge_stats, sorted_dict
 from pipeline.format import megatron as fmt
+from pipeline.format import provenance as provenance_files
 from pipeline.format.framing import FramedRecords
 from pipeline.io.outputs import LATEST_NAME, commit_output, latest_run, run_path
 from pipeline.io.publish import publish
 from pipeline.io.spill import SpilledRecords, load
-from pipeline.tokenize.model import SpecialIds, WorkerTokenizer
+from pipeline.tokenize.model import TokenizerSpec
 
 LOG = logging.getLogger(__name__)
 NO_TOKENS = "no_tokens"  # filter reason: text that encodes to no ids (preprocess_data.py writes nothing for it)
@@ -70,11 +74,10 @@ def _sizes(block: FramedRecords | SpilledRecords) -> np.ndarray:
 class TokenizeDocumentsFn(ChunkDocumentsFn):
     """Chunk -> the kept documents' tokens, one block per (group, epoch copy); see the module docstring."""
 
-    def __init__(self, config: PipelineConfig, special: SpecialIds, backend: str = "sentencepiece",
-                 encode_threads: int | None = None, spill_dir: str | None = None, progress: Reporter | None = None,
-                 tokenizer: WorkerTokenizer | None = None, encode_batch_bytes: int = 0):
-        super().__init__(config, special, fmt.token_dtype(special.vocab_size), backend, encode_threads, spill_dir,
-                         progress, tokenizer, encode_batch_bytes)
+    def __init__(self, config: PipelineConfig, tokenizer: TokenizerSpec, encode_threads: int | None = None,
+                 spill_dir: str | None = None, progress: Reporter | None = None, encode_batch_bytes: int = 0):
+        super().__init__(config, tokenizer, fmt.token_dtype(tokenizer.special.vocab_size), encode_threads, spill_dir,
+                         progress, encode_batch_bytes)
 
     def _chunk_out(self, chunk, docs, dead_letters):
         cfg, special = self._config, self._special
@@ -101,6 +104,11 @@ class TokenizeDocumentsFn(ChunkDocumentsFn):
                 source = (group, copy, chunk.file_index, chunk.chunk_index)
                 self._tokens.inc(len(stream.labels))
                 yield source, self._emit(block)
+                if cfg.provenance:  # each document's input line (pipeline/format/provenance.py)
+                    numbers = np.array([line.number for line in docs.lines], np.int64)[chosen]
+                    spans = provenance.document_spans(chunk.file_index, numbers, docs.sizes[chosen])
+                    key = (provenance_files.group_key(group), copy, chunk.file_index, chunk.chunk_index)
+                    yield beam.pvalue.TaggedOutput(PROVENANCE, (key, len(nbytes), spans))
                 counts.setdefault(group, []).append((fmt.source_key(*source[1:]), len(nbytes),
                                                      int(nbytes.sum()) + fmt.INDEX_BYTES_PER_DOCUMENT * len(nbytes)))
         if counts:
@@ -183,7 +191,7 @@ def recorded_config(config: PipelineConfig) -> dict:
 
 
 def build_manifest(config: PipelineConfig, tokenizer: dict, dtype: np.dtype, shards: list[dict], stats: dict,
-                   dead_letters: list[dict], run_id: str) -> dict:
+                   dead_letters: list[dict], run_id: str, provenance: list[dict] | None = None) -> dict:
     """The manifest of a Megatron output (pure, so tests can check it without Beam)."""
     shards = sorted(shards, key=lambda s: s["path"])
     manifest = shared_entries(config, run_id, stats, dead_letters)
@@ -205,6 +213,8 @@ def build_manifest(config: PipelineConfig, tokenizer: dict, dtype: np.dtype, sha
         "shards": shards,
         "config": recorded_config(config),
     })
+    if config.provenance:  # only then, so that the default output stays the same bytes
+        manifest["provenance"] = {"files": sorted(provenance or [], key=lambda f: f["path"])}
     # Relative prefixes: usable from the output directory; `pile-pipeline data-path` gives full ones.
     manifest["megatron"]["data_path"] = fmt.data_path(fmt.blend(manifest))
     return sorted_dict(manifest)
@@ -218,11 +228,11 @@ def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) 
     """
     cfg, spill_dir = job.config, workspace.spill_dir
     tokenizer, progress = tokenizer_json(job), reporter(job, workspace)
-    dtype = fmt.token_dtype(job.special.vocab_size)
+    dtype = fmt.token_dtype(job.tokenizer.special.vocab_size)
     docs = chunks | "TokenizeDocuments" >> beam.ParDo(
-        TokenizeDocumentsFn(cfg, job.special, job.backend.name, job.execution.encode_threads, spill_dir, progress,
-                            tokenizer=job.worker_tokenizer, encode_batch_bytes=job.execution.encode_batch_bytes)
-    ).with_outputs(DEAD_LETTERS, STATS, COUNTS, REMOVED, main="documents")
+        TokenizeDocumentsFn(cfg, job.tokenizer, job.execution.encode_threads, spill_dir, progress,
+                            encode_batch_bytes=job.execution.encode_batch_bytes)
+    ).with_outputs(DEAD_LETTERS, STATS, COUNTS, REMOVED, PROVENANCE, main="documents")
     layout = (
         docs[COUNTS]
         | "CollectCounts" >> beam.combiners.ToList()
@@ -248,6 +258,14 @@ def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) 
         | "AllStats" >> beam.Flatten()
         | "SumStats" >> beam.CombineGlobally(merge_stats)
     )
+    written = []  # only with --provenance: (file_index, [(key, documents, spans)]) -> one file per input file
+    if cfg.provenance:
+        written = beam.pvalue.AsList(
+            docs[PROVENANCE]
+            | "KeyProvenanceByFile" >> beam.Map(lambda block: (block[0][2], block))
+            | "GroupProvenance" >> beam.GroupByKey()
+            | "WriteProvenance" >> beam.ParDo(WriteProvenanceFn(cfg, job.run_id))
+        )
     # The manifest is written last: its side inputs exist only once every shard has been written.
     return (
         p
@@ -255,13 +273,14 @@ def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) 
         | "WriteManifest" >> beam.Map(
             _write_manifest, cfg, tokenizer, dtype, job.run_id,
             shards=beam.pvalue.AsList(shards), stats=beam.pvalue.AsSingleton(stats),
-            dead_letters=beam.pvalue.AsList(dead),
+            dead_letters=beam.pvalue.AsList(dead), provenance=written,
         )
     )
 
 
-def _write_manifest(_, config, tokenizer, dtype, run_id, shards, stats, dead_letters) -> str:
-    manifest = build_manifest(config, tokenizer, dtype, list(shards), stats, list(dead_letters), run_id)
+def _write_manifest(_, config, tokenizer, dtype, run_id, shards, stats, dead_letters, provenance) -> str:
+    manifest = build_manifest(config, tokenizer, dtype, list(shards), stats, list(dead_letters), run_id,
+                              list(provenance))
     path = commit_output(config.output_dir, manifest, config.max_dead_letter_fraction)
     LOG.info("wrote %s: %d .bin/.idx pairs, %d documents", path, len(manifest["shards"]),
              manifest["totals"]["documents"])

@@ -35,41 +35,31 @@ from pipeline.io.outputs import new_run_id
 from pipeline.io.snapshot import take_snapshots
 from pipeline.io.urls import redact_url, refuse_credentials
 from pipeline.tokenize.early_check import EarlyChoice
-from pipeline.tokenize.engines import BACKENDS as SENTENCEPIECE_BACKENDS
-from pipeline.tokenize.kind_check import choose_kind_backend
-from pipeline.tokenize.kind_engines import REFERENCE, backends
-from pipeline.tokenize.kinds.base import SENTENCEPIECE, TokenizerFileError
-from pipeline.tokenize.model import SpecialIds, TokenizerModel, WorkerTokenizer
-from pipeline.tokenize.self_check import BackendChoice, choose_backend
+from pipeline.tokenize.kinds.base import SpecialIds, TokenizerFileError
+from pipeline.tokenize.kinds.registry import KINDS
+from pipeline.tokenize.model import TokenizerModel, TokenizerSpec
+from pipeline.tokenize.self_check import choose_backend
 
 LOG = logging.getLogger("pipeline")
 
 
 @dataclasses.dataclass(frozen=True)
 class Job:
-    """What the driver resolved before building: the config, the expanded inputs, the model facts, the plan.
+    """What the driver resolved before building: the config, the expanded inputs, the tokenizer, the plan.
 
     run_id names the directory this run writes its files into (pipeline/io/outputs.py). A Job is
-    small and pickles to the workers as it is (the model's bytes stay in the driver).
+    small and pickles to the workers as it is (the tokenizer's bytes stay in the driver: each worker
+    loads it from `tokenizer`, a `TokenizerSpec` of any kind).
     """
 
     config: PipelineConfig
     input_files: tuple[str, ...]
-    special: SpecialIds
-    tokenizer_sha256: str
-    backend: BackendChoice
+    tokenizer: TokenizerSpec  # where workers load it, its sha256, the chosen backend, the special ids
     execution: Execution = Execution()
     run_id: str = ""
     # (path, snapshot) of every input at launch, checked as each is read (pipeline/io/snapshot.py).
     snapshots: tuple[tuple[str, tuple], ...] = ()
     eval_files: tuple[str, ...] = ()  # --decontaminate, expanded
-    tokenizer: WorkerTokenizer | None = None  # where workers load it (None: config.tokenizer_model, SentencePiece)
-    tokenizer_facts: dict | None = None  # the manifest's description of a tokenizer other than SentencePiece
-
-    @property
-    def worker_tokenizer(self) -> WorkerTokenizer:
-        """What each worker loads the tokenizer from."""
-        return self.tokenizer or WorkerTokenizer(self.config.tokenizer_model)
 
 
 def translated(options: PipelineOptions) -> tuple[bool, str | None]:
@@ -108,11 +98,8 @@ def load_model(config: PipelineConfig) -> TokenizerModel:
 
 def requested_backend(config: PipelineConfig, kind: str) -> str:
     """--tokenizer_backend for a tokenizer of `kind`: its reference when not given; one not valid for it is refused."""
-    if kind == SENTENCEPIECE:
-        names, reference = SENTENCEPIECE_BACKENDS, SENTENCEPIECE
-    else:
-        names, reference = backends(kind), REFERENCE[kind]
-    requested = config.tokenizer_backend or reference
+    names = KINDS[kind].backends
+    requested = config.tokenizer_backend or KINDS[kind].reference
     if requested not in names:
         raise UsageError(f"--tokenizer_backend {requested} does not apply to a {kind} tokenizer "
                          f"({redact_url(config.tokenizer_model)}): choose one of {', '.join(names)}")
@@ -187,14 +174,8 @@ def tokenizer_job(config: PipelineConfig, model: TokenizerModel, input_files: li
     check_segment_width(config, special)
     backend = early.result(config.tokenizer_backend, model, input_files,
                            config.schema) if early is not None else None
-    if model.kind != SENTENCEPIECE:
-        backend = backend or choose_kind_backend(config.tokenizer_backend, model.tokenizer, input_files,
-                                                 schema=config.schema)
-        return Job(config, tuple(input_files), special, model.sha256, backend, execution, new_run_id(),
-                   tokenizer=WorkerTokenizer(model.path, model.kind, model.sha256, model.tiktoken_name),
-                   tokenizer_facts=model.facts(), **job_fields)
-    backend = backend or choose_backend(config.tokenizer_backend, model, input_files, schema=config.schema)
-    return Job(config, tuple(input_files), special, model.sha256, backend, execution, new_run_id(), **job_fields)
+    backend = backend or choose_backend(config.tokenizer_backend, model.tokenizer, input_files, schema=config.schema)
+    return Job(config, tuple(input_files), model.spec(backend, special), execution, new_run_id(), **job_fields)
 
 
 def expand_eval_files(config: PipelineConfig) -> list[str]:

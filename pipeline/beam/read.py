@@ -205,7 +205,7 @@ def read_chunks(p: beam.Pipeline, job: Job, workspace: Workspace):
         return read_out.chunks | "FanOut" >> beam.Reshuffle(), read_out[STATS]
     units, costs = _work_items(job, files, frames_of, workspace.board)
     if workspace.board and execution.workers > 1:
-        batch = execution.encode_batch_bytes if job.backend.name in BATCHED else 0
+        batch = execution.encode_batch_bytes if job.tokenizer.backend.name in BATCHED else 0
         by_slot = _on_queue(units, costs, execution.workers, workspace.board, batch)
     else:
         # The stripes of a file go to different workers (each reads the whole file for its share).
@@ -274,7 +274,7 @@ def _work_items(job: Job, files: list[tuple[int, str]], frames_of: dict,
     """
     sizes = file_sizes([path for _, path in files])
     indexed = {i for i, _ in files if frames_of[i] != [None]}
-    read_share = READ_SHARE.get(job.backend.name, READ_SHARE_FAST)
+    read_share = READ_SHARE.get(job.tokenizer.backend.name, READ_SHARE_FAST)
     # Only a JSON-lines file is read in stripes (every n-th chunk): an Arrow file is read whole, by one worker.
     whole = [j for j, (i, path) in enumerate(files) if i not in indexed and not columnar.is_columnar(path)]
     stripes = dict.fromkeys(range(len(files)), 1)

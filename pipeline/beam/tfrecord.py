@@ -67,7 +67,8 @@ from pipeline.io.publish import publish
 from pipeline.io.spill import PiecePool, RecordReader, SpilledRecords, likely_cached, ordered_pieces
 from pipeline.io.spool import OrderedSpool
 from pipeline.io.urls import redact_url
-from pipeline.tokenize.model import SpecialIds, WorkerTokenizer
+from pipeline.tokenize.kinds.base import SpecialIds
+from pipeline.tokenize.model import TokenizerSpec
 
 LOG = logging.getLogger(__name__)
 TAILS = "tails"
@@ -76,7 +77,7 @@ PROVENANCE = "provenance"  # (source_id, number of records, spans), with --prove
 
 def token_dtype(job: Job) -> np.dtype:
     """Token dtype of the records."""
-    return records.token_dtype_for(job.special.vocab_size)
+    return records.token_dtype_for(job.tokenizer.special.vocab_size)
 
 
 def record_bytes(job: Job) -> int:
@@ -105,11 +106,10 @@ def _records_out(fn: EmitsRecords, source: tuple, block: FramedRecords, stream: 
 class ProcessChunkFn(ChunkDocumentsFn):
     """Chunk -> validated, tokenized, packed and serialized records of each epoch copy."""
 
-    def __init__(self, config: PipelineConfig, special: SpecialIds, backend: str = "sentencepiece",
-                 encode_threads: int | None = None, spill_dir: str | None = None, progress: Reporter | None = None,
-                 tokenizer: WorkerTokenizer | None = None, encode_batch_bytes: int = 0):
-        super().__init__(config, special, records.token_dtype_for(special.vocab_size), backend, encode_threads,
-                         spill_dir, progress, tokenizer, encode_batch_bytes)
+    def __init__(self, config: PipelineConfig, tokenizer: TokenizerSpec, encode_threads: int | None = None,
+                 spill_dir: str | None = None, progress: Reporter | None = None, encode_batch_bytes: int = 0):
+        super().__init__(config, tokenizer, records.token_dtype_for(tokenizer.special.vocab_size), encode_threads,
+                         spill_dir, progress, encode_batch_bytes)
         self._records = counter("records_from_chunks")
 
     def setup(self):
@@ -505,8 +505,7 @@ def build_output(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Work
     """`build`; with `skip_empty`, no records is no manifest and "" (a subset of a --per_subset job)."""
     cfg, spill_dir = job.config, workspace.spill_dir
     processed = chunks | "TokenizeAndPack" >> beam.ParDo(
-        ProcessChunkFn(cfg, job.special, job.backend.name, job.execution.encode_threads, spill_dir,
-                       reporter(job, workspace), tokenizer=job.worker_tokenizer,
+        ProcessChunkFn(cfg, job.tokenizer, job.execution.encode_threads, spill_dir, reporter(job, workspace),
                        encode_batch_bytes=job.execution.encode_batch_bytes)
     ).with_outputs(TAILS, DEAD_LETTERS, STATS, COUNTS,
                    PROVENANCE, REMOVED, main="records")
@@ -516,14 +515,14 @@ def build_output(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Work
         file_tails = (
             processed[TAILS]
             | "GroupTailsByFile" >> beam.GroupByKey()  # ((copy, file), [(chunk, Piece)])
-            | "PackTails" >> beam.ParDo(PackTailsFn(cfg, job.special, spill_dir)).with_outputs(
+            | "PackTails" >> beam.ParDo(PackTailsFn(cfg, job.tokenizer.special, spill_dir)).with_outputs(
                 TAILS, STATS, COUNTS, PROVENANCE, main="records"
             )
         )
         final = (
             file_tails[TAILS]
             | "GroupLastTails" >> beam.GroupByKey()  # (None, [((copy, file), Piece)]): one small group
-            | "PackFinal" >> beam.ParDo(PackFinalFn(cfg, job.special, spill_dir)).with_outputs(
+            | "PackFinal" >> beam.ParDo(PackFinalFn(cfg, job.tokenizer.special, spill_dir)).with_outputs(
                 STATS, COUNTS, PROVENANCE, main="records"
             )
         )

@@ -32,7 +32,8 @@ from pipeline.format.manifest import ManifestError
 from pipeline.io.scratch import private_temp_dir
 from pipeline.io.signals import Interrupted, caught_signal, interruptible
 from pipeline.io.urls import is_local_url, refuse_credentials
-from pipeline.tokenize.early_check import EarlyChoice, reference_backend
+from pipeline.tokenize.early_check import EarlyChoice
+from pipeline.tokenize.kinds.registry import KINDS
 from pipeline.tokenize.model import TokenizerModel
 
 LOG = logging.getLogger("pipeline")
@@ -81,7 +82,7 @@ def early_choice(own: tuple | None) -> tuple[EarlyChoice | None, TokenizerModel 
         model = TokenizerModel.load(config.tokenizer_model, tiktoken_name=config.tiktoken_encoding)
     except (ValueError, OSError):
         return None, None
-    requested = config.tokenizer_backend or reference_backend(model.kind)
+    requested = config.tokenizer_backend or KINDS[model.kind].reference
     return EarlyChoice(requested, model, list(config.inputs), config.schema), model
 
 

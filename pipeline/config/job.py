@@ -30,12 +30,7 @@ from pipeline.format.megatron import subset_slug
 from pipeline.io.inputs import ChunkSizes
 from pipeline.io.urls import is_local_url, redact_url
 from pipeline.stages.policy import DocumentPolicy
-from pipeline.tokenize.engines import BACKENDS as SENTENCEPIECE_BACKENDS
-from pipeline.tokenize.kind_engines import FAST, REFERENCE
-
-# Every --tokenizer_backend value; which apply depends on the tokenizer's kind (checked in
-# pipeline/beam/preflight.py against kind_engines.backends(kind)).
-BACKENDS = tuple(dict.fromkeys([*SENTENCEPIECE_BACKENDS, *(b for k in REFERENCE for b in (REFERENCE[k], *FAST[k]))]))
+from pipeline.tokenize.kinds.registry import BACKENDS  # which apply depends on the kind (pipeline/beam/preflight.py)
 
 _SPLIT_NAME = re.compile(r"^[A-Za-z0-9_]+$")
 REMAINDER_POLICIES = ("pad", "drop")

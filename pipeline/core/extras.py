@@ -26,6 +26,7 @@ EXTRAS = {
     "tqdm": ("pipeline", "the job and the tokenizer commands"),
     "pyarrow": ("pipeline", "Parquet and Arrow inputs"),
     "tensorflow": ("reader", "the tf.data reader"),
+    "torch": ("torch", "the PyTorch reader"),
     "tokenizers": ("tokenizers", "Hugging Face tokenizer.json files"),
     "tiktoken": ("tokenizers", "tiktoken ranks files"),
     "gigatoken": ("fast", "the gigatoken backend"),

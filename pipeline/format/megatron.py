@@ -51,6 +51,7 @@ VERSION = 1
 # Megatron's DType codes (indexed_dataset.DType); we write only uint16 and int32, as it does.
 DTYPE_CODES = {"uint8": 1, "int8": 2, "int16": 3, "int32": 4, "int64": 5, "float64": 6, "float32": 7, "uint16": 8}
 _HEAD = struct.Struct("<9sQBQQ")  # header, version, dtype code, sequence count, document-index count
+HEADER_BYTES = _HEAD.size  # the .idx's lengths start here, then its pointers, then its document indices
 # .idx bytes per document: its length (int32), pointer (int64) and document index (int64).
 INDEX_BYTES_PER_DOCUMENT = 4 + 8 + 8
 _BLOCK = 1 << 20  # index entries converted per step, so writing an index needs no copy of it

@@ -16,7 +16,9 @@ source (0 takes nothing from it from that step on), or gives a preset. The same 
     Mixture.of([("Pile-CC", "out/pile-cc", 0.6), ("ArXiv", "out/arxiv", 0.4)])
 
 Every source must come from the same tokenizer (its sha256, vocab size and special ids), seq_len and
-token dtype; anything wrong is one `MixtureError` naming the file(s).
+token dtype; anything wrong is one `MixtureError` naming the file(s). The sources are all TFRecord
+outputs, or all document stores (`--output_format megatron` outputs, packed when read;
+pipeline/reader/doc_mixture.py).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import posixpath
 import fsspec
 
 from pipeline.core.subsets import PILE_PAPER_EPOCHS
-from pipeline.format.manifest import ManifestError, load_manifest, manifest_path
+from pipeline.format.manifest import FORMAT_MEGATRON, ManifestError, load_manifest, manifest_path
 
 FORMAT = "pile-mixture"
 FORMAT_VERSION = 1
@@ -98,6 +100,8 @@ def _default_name(manifest: dict, file: str) -> str:
 def preset_weight(preset: str, manifest: dict, file: str) -> float:
     """A source's weight under a preset: its label tokens, or its subsets' tokens x the paper's epochs."""
     if preset == "tokens":
+        if manifest.get("format") == FORMAT_MEGATRON:  # a store: its documents' tokens
+            return float(manifest["totals"]["tokens"])
         return float(manifest["totals"]["label_tokens"])
     if preset == "pile_paper":
         subsets = manifest.get("subsets") or {}
@@ -114,6 +118,16 @@ def _number(value, what: str) -> float:
     return value
 
 
+def _load_source(file: str) -> dict:
+    """A source's manifest: a TFRecord output's, or a document store's (a Megatron output)."""
+    try:
+        return load_manifest(file)
+    except ManifestError as e:
+        if repr(FORMAT_MEGATRON) not in str(e):
+            raise
+    return load_manifest(file, FORMAT_MEGATRON, 1)
+
+
 def _tokenizer_field(key: str):
     return lambda m: (m.get("tokenizer") or {}).get(key)
 
@@ -121,11 +135,13 @@ def _tokenizer_field(key: str):
 # What every source must share, as the job's manifests record it (pipeline/beam/manifest.py `tokenizer_json`,
 # pipeline/format/records.py `feature_spec`): ids of one tokenizer, read as records of one shape.
 ALIKE = (
+    ("kind (TFRecord output or document store)", lambda m: m.get("format")),
     ("tokenizer sha256", _tokenizer_field("sha256")),
     ("tokenizer vocab_size", _tokenizer_field("vocab_size")),
     *((f"tokenizer {key}", _tokenizer_field(key)) for key in ("bos_id", "eos_id", "pad_id", "unk_id")),
     ("seq_len", lambda m: m.get("seq_len")),
-    ("token dtype", lambda m: ((m.get("features") or {}).get("tokens") or {}).get("dtype")),
+    ("token dtype", lambda m: ((m.get("features") or {}).get("tokens") or {}).get("dtype")
+     or (m.get("megatron") or {}).get("dtype")),
 )
 
 
@@ -172,7 +188,7 @@ def _parse(spec: dict, base: str | None, where: str) -> Mixture:
                                "(leave `name` out for the output's own)")
         file = _manifest_file(e["manifest"], base)
         try:
-            manifest = load_manifest(file)
+            manifest = _load_source(file)
         except ManifestError as err:
             raise MixtureError(f"{where}: source {i}: {err}") from err
         loaded.append((e, file, manifest))

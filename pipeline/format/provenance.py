@@ -13,6 +13,11 @@ A block's spans cover its records' labels in order: record j of a block holds th
 spans cover its padding too, as rows of file index -1 (pipeline/core/best_fit.py), so the same
 arithmetic holds; lookups leave those rows out.
 
+A document store (`--output_format megatron --provenance`) writes the same files with one block per
+(group, epoch copy, input file, chunk): `sources` rows (group key, copy, file_index, chunk_index),
+`records` its documents, and one span per document (its whole tokens). `StoreProvenance` finds a
+stored document's input line: a group's documents are its blocks' documents in source order.
+
 Finding a record of a shard: the job numbers all records by a global index g, blocks in sorted
 source order and records in order within each block, and writes g at position
 `Permutation(N, seed)(g)` of the shuffled order; shard s holds positions [bounds[s], bounds[s + 1])
@@ -29,6 +34,7 @@ import fsspec
 import numpy as np
 
 from pipeline.core import provenance
+from pipeline.core.hashing import stable_hash
 from pipeline.core.shuffle import Permutation, ShardPlan
 from pipeline.format.manifest import ManifestError
 
@@ -117,3 +123,62 @@ class ProvenanceIndex:
             spans = provenance.cut(mine, j * self._seq_len, (j + 1) * self._seq_len)
             out.append(spans[spans[:, 0] >= 0])  # a best_fit record's padding rows name no file
         return out
+
+
+def group_key(group: str) -> int:
+    """A store's group (its subset with --per_subset, else "") as the int64 of its provenance blocks."""
+    return stable_hash("megatron-group", group) >> 1
+
+
+class StoreProvenance:
+    """The input line of any document of a document store, from its manifest and provenance files."""
+
+    def __init__(self, manifest_file: str, manifest: dict):
+        entry = manifest.get("provenance")
+        if not entry:
+            raise ManifestError(
+                f"{manifest_file}: this store was written without --provenance; run the job again with "
+                "--provenance to record each document's input line"
+            )
+        base = posixpath.dirname(manifest_file)
+        self._urls = [posixpath.join(base, f["path"]) for f in entry["files"]]
+        rows = []  # (group key, copy, file, chunk, documents, file number, block in file)
+        for i, url in enumerate(self._urls):
+            with fsspec.open(url, "rb") as f, np.load(f) as z:
+                n = len(z["records"])
+                rows.append(np.concatenate([z["sources"], z["records"][:, None], np.full((n, 1), i),
+                                            np.arange(n)[:, None]], axis=1))
+        table = np.concatenate(rows) if rows else np.zeros((0, 7), np.int64)
+        self._table = table[np.lexsort(table[:, 3::-1].T)]  # by group, copy, file, chunk: the stored order
+        # Each shard's first document within its group: the group's shards in name order.
+        self._group = [group_key(s.get("subset") or "") for s in manifest["shards"]]
+        self._first = []
+        seen: dict[int, int] = {}
+        for key, shard in zip(self._group, manifest["shards"], strict=True):
+            self._first.append(seen.get(key, 0))
+            seen[key] = seen.get(key, 0) + int(shard["documents"])
+        for key, count in seen.items():
+            mine = self._table[self._table[:, 0] == key]
+            if int(mine[:, 4].sum()) != count:
+                raise ManifestError(f"{manifest_file}: the provenance files account for {int(mine[:, 4].sum())} "
+                                    f"documents of a group that holds {count}")
+        self._loaded: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def _spans_of_file(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        if i not in self._loaded:
+            with fsspec.open(self._urls[i], "rb") as f, np.load(f) as z:
+                self._loaded[i] = (z["span_starts"], z["spans"])
+        return self._loaded[i]
+
+    def line_of(self, shard: int, document: int) -> tuple[int, int]:
+        """(input file index, line) of document `document` of shard `shard` (manifest order)."""
+        key = self._group[shard]
+        mine = self._table[self._table[:, 0] == key]
+        g = self._first[shard] + int(document)
+        ends = np.cumsum(mine[:, 4])
+        b = int(np.searchsorted(ends, g, side="right"))
+        row = mine[b]
+        j = g - int(ends[b] - row[4])
+        starts, spans = self._spans_of_file(int(row[5]))
+        file_index, line, _, _ = spans[int(starts[row[6]]) + j].tolist()
+        return int(file_index), int(line)

@@ -19,25 +19,9 @@ import re
 
 import tensorflow as tf
 
-MARKER = "ShardIntegrityError"
-_IN_MESSAGE = re.compile(MARKER + r": (?P<path>.+?): (?P<problem>read -?\d+ records[^\]\n]*)")
+from pipeline.reader.errors import MARKER, ShardIntegrityError
 
-
-class ShardIntegrityError(ValueError):
-    """A shard the manifest lists is missing, has the wrong size, content or checksum, or reads short.
-
-    Attributes:
-        path: the shard's location, as derived from the manifest.
-        problem: what is wrong with it.
-    """
-
-    def __init__(self, path: str, problem: str):
-        self.path = path
-        self.problem = problem
-        super().__init__(f"{MARKER}: {path}: {problem}")
-
-    def __reduce__(self):
-        return type(self), (self.path, self.problem)
+_IN_MESSAGE = re.compile(MARKER + r": (?P<path>.+?): (?P<problem>read -?\d+ (?:records|tokens)[^\]\n]*)")
 
 
 def short_read_message(path, read, expected) -> tf.Tensor:

@@ -176,7 +176,7 @@ class MixtureOrder:
                 f"(part of its window of {self.window_steps} steps): keep the run's schedule steps before step "
                 f"{stop}{' and at it' if stop < end else ''}, and re-weight from step {stop} on")
 
-    def _parts(self, w: int) -> list[tuple[int, int]]:
+    def parts(self, w: int) -> list[tuple[int, int]]:
         """The parts of window w: (first row, end row) pairs, split at the schedule steps inside it."""
         start = w * self.window_steps
         cuts = [int(s) - start for s in self.steps if start < s < start + self.window_steps]
@@ -238,7 +238,7 @@ class MixtureOrder:
         # segment holding the window's start, from `segment` (the counts when that segment began).
         out = []
         counts = counts.copy()
-        for r0, r1 in self._parts(w):
+        for r0, r1 in self.parts(w):
             start = w * self.window_steps + r0
             i = segment_of(self.steps, start)
             if r0:
@@ -267,7 +267,7 @@ class MixtureOrder:
         # Dealing order: part by part, column by column, then within each column in a seeded order
         # of the part's steps (`within` [rows, G]).
         flat_rows, flat_cols = [], []
-        for r0, r1 in self._parts(w):
+        for r0, r1 in self.parts(w):
             if self.shuffle:
                 within = r0 + np.argsort(keys[r0:r1], axis=0, kind="stable")
             else:
@@ -349,7 +349,7 @@ class MixtureOrder:
         reads, gather = [], np.empty(src.shape, np.int64)
         offset = 0
         in_part = np.zeros(src.shape, bool)
-        for r0, r1 in self._parts(w):
+        for r0, r1 in self.parts(w):
             in_part[:] = False
             in_part[r0:r1] = True
             for d in np.unique(src[r0:r1]).tolist():

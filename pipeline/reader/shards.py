@@ -30,9 +30,9 @@ from pipeline.format import layout as layout_lib
 from pipeline.format import manifest as manifest_lib
 from pipeline.format import records
 from pipeline.reader.integrity import ShardIntegrityError
+from pipeline.reader.request import OPTIONAL_FEATURES
 
 DTYPES = {"uint16": tf.uint16, "int32": tf.int32}
-OPTIONAL_FEATURES = (records.SEGMENT_IDS, records.POSITIONS)
 _PROBE_THREADS = 8
 
 

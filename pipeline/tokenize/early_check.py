@@ -1,7 +1,7 @@
 """The backend self-check started in a forked process as a command starts, before it imports Beam.
 
-The check itself is self_check's `choose_backend` (SentencePiece) or kind_check's
-`choose_kind_backend` (the other kinds); this module only runs it early and hands its result over.
+The check itself is self_check's `choose_backend`, for every kind; this module only runs it early
+and hands its result over.
 """
 
 from __future__ import annotations
@@ -13,20 +13,11 @@ import threading
 
 from pipeline.core import documents
 from pipeline.io import inputs
-from pipeline.tokenize.engines import (
-    AUTO,
-    FAST_BACKENDS,
-    SENTENCEPIECE,
-    Encoder,
-    adopt_built,
-    built_from_models,
-    import_backend,
-    package_version,
-)
-from pipeline.tokenize.kind_check import choose_kind_backend
-from pipeline.tokenize.kind_engines import AUTO_ORDER, REFERENCE
-from pipeline.tokenize.model import TokenizerModel, as_model
-from pipeline.tokenize.self_check import BackendChoice, choose_backend
+from pipeline.tokenize import encoder
+from pipeline.tokenize.engines import FAST_BACKENDS, import_backend, package_version
+from pipeline.tokenize.kinds.registry import AUTO, KINDS
+from pipeline.tokenize.model import BackendChoice, TokenizerModel, as_model
+from pipeline.tokenize.self_check import choose_backend
 
 NICE = 10  # the early check's priority below the driver's
 
@@ -34,22 +25,21 @@ NICE = 10  # the early check's priority below the driver's
 class EarlyChoice:
     """The backend self-check started in a forked process as the command starts, before it imports Beam.
 
-    `choose_backend` for SentencePiece, kind_check's `choose_kind_backend` for the other kinds. The
-    driver's own start (Beam's import, its checks: ~0.55 s) then overlaps the self-check (~1 s with
-    a 32k model, the longer of the two; the driver waits for it, then builds the graph). The driver
-    still decides everything itself, in its usual order, and takes the result only for exactly what
-    it settled on (`result`): the same request, model, schema and input files; otherwise, or when
-    the early check failed in any way, it checks again itself and reports whatever is wrong.
-    Nothing starts for a kind's reference engine, or where this process cannot fork safely.
-    `model`: the driver's `TokenizerModel` (or a path to read it from), handed to the forked
-    process as it is: the check reads no file the driver read already.
+    The driver's own start (Beam's import, its checks) then overlaps the self-check (the driver waits
+    for it, then builds the graph). The driver still decides everything itself, in its usual order,
+    and takes the result only for exactly what it settled on (`result`): the same request,
+    tokenizer, schema and input files; otherwise, or when the early check failed in any way, it
+    checks again itself and reports whatever is wrong. Nothing starts for a kind's reference
+    engine, or where this process cannot fork safely. `model`: the driver's `TokenizerModel` (or a
+    path to read it from), handed to the forked process as it is: the check reads no file the
+    driver read already.
     """
 
     def __init__(self, requested: str, model: TokenizerModel | str, patterns: list[str], schema: documents.Schema):
         model = as_model(model)
         self._asked = (requested, model.path, model.sha256, model.tiktoken_name, schema)
         self._process = self._received = None
-        if requested == reference_backend(model.kind) or not _can_fork():
+        if requested == KINDS[model.kind].reference or not _can_fork():
             return
         context = multiprocessing.get_context("fork")
         self._received, sent = context.Pipe(duplex=False)
@@ -68,7 +58,7 @@ class EarlyChoice:
             return None
         # While the check finishes: the modules of the engine it most likely chooses, which this
         # process's workers will need (the check's process was forked before they were loaded).
-        likely = [b for b in (_fast_order(model.kind) if requested == AUTO else (requested,))
+        likely = [b for b in (KINDS[model.kind].auto if requested == AUTO else (requested,))
                   if b in FAST_BACKENDS and package_version(b)]
         if likely:
             import_backend(likely[0])
@@ -79,8 +69,8 @@ class EarlyChoice:
         self.cancel()
         if got is None or got[0] != list(input_files):
             return None
-        _, choice, built = got
-        adopt_built(built)  # the workers on this machine need not derive it from the model again
+        _, choice, derived = got
+        encoder.adopt(derived)  # the workers on this machine need not derive it from the tokenizer again
         return choice
 
     def cancel(self) -> None:
@@ -103,28 +93,16 @@ def _can_fork() -> bool:
             and not any(name in sys.modules for name in ("gigatoken", "kitoken")))
 
 
-def reference_backend(kind: str) -> str:
-    """The reference engine of a kind of tokenizer (its `--tokenizer_backend` default)."""
-    return REFERENCE.get(kind, SENTENCEPIECE)
-
-
-def _fast_order(kind: str) -> tuple[str, ...]:
-    """The engines `auto` tries for a kind, in order."""
-    return AUTO_ORDER.get(kind, FAST_BACKENDS)
-
-
 def _choose_and_send(sent, requested: str, model: TokenizerModel, patterns: list[str],
                      schema: documents.Schema) -> None:
     try:
         # Below the driver: on a machine with few cores the check takes what the driver leaves, not the
-        # driver's core (on an idle 2-core machine this costs the check ~0.05 s, measured).
+        # driver's core.
         os.nice(NICE)
         files = inputs.expand_inputs(patterns)
-        if model.kind == SENTENCEPIECE:
-            choice = choose_backend(requested, model, files, schema=schema)
-            Encoder(model.path, choice.name, threads=1).load(model.data)  # what each worker derives from the model
-        else:
-            choice = choose_kind_backend(requested, model.tokenizer, files, schema=schema)
-        sent.send((files, choice, built_from_models()))
+        choice = choose_backend(requested, model.tokenizer, files, schema=schema)
+        # What each worker derives from the tokenizer for the chosen engine (its safe cuts among them).
+        encoder.Encoder(model.path, choice.name, threads=1).load(model.tokenizer)
+        sent.send((files, choice, encoder.derived()))
     except BaseException:  # noqa: BLE001 -- the driver checks again itself and reports what is wrong
         sent.send(None)

@@ -1,161 +1,64 @@
-r"""Very long documents tokenized in pieces, with exactly the ids of a whole-document encode.
+"""Very long documents encoded in pieces, with exactly the ids of a whole-document encode, for every kind.
 
-Why: SentencePiece holds ~30-40 bytes per character of the text it encodes at once (measured in
-docs/whole-pile.md: a 64 MB document takes GBs) and its time grows faster than the length. A worker
-encodes a chunk's documents in one batch (~4 MB); a document longer than LONG_TEXT_CHARS is cut
-into pieces of about PIECE_CHARS, encoded BATCH_CHARS of pieces at a time.
+Why: an engine's memory (SentencePiece holds ~30-40 bytes per character of the text it encodes at
+once, docs/whole-pile.md) and, for some, its time grow faster than the length. A worker encodes a
+chunk's documents in one batch (~4 MB); a document longer than LONG_TEXT_CHARS is cut into pieces
+of about PIECE_CHARS, encoded BATCH_CHARS of pieces at a time (or what the engine asks for:
+`piece_batch_chars`), and the pieces' ids are joined.
 
-Where a cut is safe, i.e. no token of the whole encoding crosses it and neither side's tokens depend
-on the other (BPE merges and unigram segmentations never span a boundary that no vocabulary piece
-spans):
-
-- right after a newline, when no vocabulary piece holds "\n" with other characters and the
-  normalizer keeps it (Llama-2-style models: "\n" is the byte piece <0x0A>). The piece after the
-  cut is encoded as "\n" + piece, so that it has the same left context as in the document, and the
-  tokens of "\n" alone (with the dummy prefix) are dropped from its front;
-- at a single space between two ASCII letters or digits, when the model adds a dummy prefix and
-  every vocabulary piece holds "▁" only at its start: the piece after the cut is the text after the
-  space, whose dummy prefix "▁" stands for that space.
-
-Newline cuts come first; space cuts only where a stretch of PIECE_CHARS has no newline. A text
-with neither (a long base64 blob, minified code) is encoded whole, bounded by --max_line_mb.
-
-Whether a model qualifies is decided when its engine loads (`check_model`): the vocabulary and
-normalizer rules above, then a self-test: tricky texts cut at every possible place must encode to
-their whole-text ids. A model that fails encodes every text whole.
-
-    >>> cut_points("aaaa\nbb cc dd", piece_chars=6, newlines=True, spaces=True)
-    [(5, False), (7, True)]
+Where a cut is safe is the kind's `CutRules` (its registry row: kinds/sp_model.py for SentencePiece,
+kinds/byte_level.py for tokenizer.json and tiktoken). Whether an engine and a tokenizer qualify is
+decided when the engine loads (`check_cuts`): the rules' static checks, then a self-test: tricky
+texts cut at every candidate place must encode to their whole-text ids, for each kind of cut on its
+own. A tokenizer that fails both encodes every text whole, bounded by --max_line_mb.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 
 import numpy as np
-import sentencepiece as spm
 
 from pipeline.core.memo import ProcessMemo
+from pipeline.tokenize.kinds.base import CutRules, Tokenizer
+from pipeline.tokenize.kinds.registry import KINDS
 
 LOG = logging.getLogger(__name__)
 
 LONG_TEXT_CHARS = 1 << 20  # longer texts are encoded in pieces
 PIECE_CHARS = 1 << 18
 BATCH_CHARS = 4 << 20  # characters of pieces encoded in one call (a chunk's worth)
-NEWLINE = "\n"
-_SPACE_CUT = re.compile(r"(?<=[A-Za-z0-9]) (?=[A-Za-z0-9])")
-
-# Texts the self-test cuts at every newline and every safe space (short: it runs on every worker).
-SELF_TEST_TEXTS = (
-    "first line\nsecond line\n\nthird after a blank line\n",
-    "\nleading newline\n  indented\n\tTabbed\n    four spaces\n",
-    "windows\r\nline ends\r\n\r\nand trailing spaces   \n   \nend",
-    "digits 12345\n67890 and 3.14159\n2718 281828",
-    "▁literal▁marks\n▁after\n▁▁a newline and a b c d e f",
-    "unicode café naïve\n数据 中文没有空格\n한국어 텍스트\nemoji 🙂🙃\n\u2028sep\u2029para",
-    "specials <s> </s> <unk> <pad>\n<s>at the start\n</s>",
-    "combining e\u0301\n\u0301 after newline\nzero\u200bwidth\n\u200djoiner",
-    "x\ny\nz\n\n\n\n" + "ab cd " * 20 + "\n" + "word " * 30,
-    "code:\n    def f(x):\n        return x + 1\n\n    if a and b:\n        pass\n",
-)
+CUTS = ProcessMemo(8)  # (engine type, the tokenizer's identity for its rules) -> check_cuts' answer
 
 
-def cut_points(text: str, piece_chars: int, *, newlines: bool, spaces: bool) -> list[tuple[int, bool]]:
-    """Where to cut `text` into pieces of about `piece_chars`: (position, at a space), increasing.
+def encode_pieces(engine, pieces: list[tuple[str, bool]], context: str = "", context_ids: np.ndarray | None = None,
+                  batch_chars: int = BATCH_CHARS) -> np.ndarray:
+    """The ids of `pieces` ((text, after a newline cut), CutRules.pieces), `batch_chars` of pieces per call.
 
-    A newline cut at i (text[i - 1] is a newline): the next piece starts at i. A space cut at i
-    (text[i] == " " between two ASCII letters or digits): the next piece starts at i + 1.
+    A piece after a newline cut is encoded after `context`, whose tokens (`context_ids`) are dropped.
     """
-    cuts: list[tuple[int, bool]] = []
-    start = 0
-    while len(text) - start > piece_chars:
-        end = start + piece_chars
-        cut = None
-        if newlines and (j := text.rfind(NEWLINE, start, end)) >= 0:
-            cut = (j + 1, False)
-        if cut is None and spaces:
-            last = None
-            for match in _SPACE_CUT.finditer(text, start + 1, end):
-                last = match
-            cut = (last.start(), True) if last else None
-        if cut is None:  # nothing in this stretch: the first safe place after it
-            later = []
-            if newlines and (j := text.find(NEWLINE, end)) >= 0:
-                later.append((j + 1, False))
-            if spaces and (m := _SPACE_CUT.search(text, end)):
-                later.append((m.start(), True))
-            if not later:
-                break
-            cut = min(later)
-        if cut[0] >= len(text):
-            break
-        cuts.append(cut)
-        start = cut[0] + 1 if cut[1] else cut[0]
-    return cuts
-
-
-def encode_in_pieces(engine, text: str, cuts: list[tuple[int, bool]], newline_ids: np.ndarray | None,
-                     batch_chars: int = BATCH_CHARS) -> np.ndarray:
-    """The ids of `text` cut at `cuts` (see `cut_points`), each piece encoded as the module docstring says."""
-    pieces = []  # (text to encode, tokens to drop from its front)
-    start, after = 0, None  # after: how the piece starts (None: the text's start; True: a space cut)
-    for pos, at_space in [*cuts, (len(text), None)]:
-        if after is False:
-            pieces.append((NEWLINE + text[start:pos], len(newline_ids)))
-        else:
-            pieces.append((text[start:pos], 0))
-        start, after = (pos + 1 if at_space else pos), at_space
     out: list[np.ndarray] = []
-    batch: list = []
+    batch: list[tuple[str, bool]] = []
     size = 0
     for piece in [*pieces, None]:
         if piece is None or (batch and size + len(piece[0]) > batch_chars):
-            ids, offsets = engine.encode([p for p, _ in batch])
-            for k, (_, drop) in enumerate(batch):
+            ids, offsets = engine.encode([context + text if after else text for text, after in batch])
+            for k, (_, after) in enumerate(batch):
                 got = ids[offsets[k] : offsets[k + 1]]
-                if drop and not np.array_equal(got[:drop], newline_ids):
-                    raise RuntimeError("a piece after a newline cut did not start with the newline's tokens")
-                out.append(got[drop:])
+                if after:
+                    if not np.array_equal(got[: len(context_ids)], context_ids):
+                        raise RuntimeError("a piece after a newline cut did not start with the newline's tokens")
+                    got = got[len(context_ids) :]
+                out.append(got)
             batch, size = [], 0
         if piece is not None:
             batch.append(piece)
-            size += len(piece[0])
-    return np.concatenate(out).astype(np.int32, copy=False)
-
-
-class PieceEncoder:
-    """An engine (anything with `encode(texts) -> (ids, offsets)`) that encodes long texts in pieces."""
-
-    def __init__(self, engine, proto: bytes, *, long_chars: int = LONG_TEXT_CHARS, piece_chars: int = PIECE_CHARS,
-                 batch_chars: int = BATCH_CHARS):
-        self._engine = engine
-        self._long = long_chars
-        self._piece = piece_chars
-        self._batch = batch_chars
-        self.newlines, self.spaces, self.reason = check_model(engine, proto)
-        self._newline_ids = engine.encode([NEWLINE])[0] if self.newlines else None
-        if not (self.newlines or self.spaces):
-            LOG.warning("long documents are encoded whole with this model (%s): memory grows with "
-                        "--max_line_mb", self.reason)
-
-    def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(ids, offsets) of the texts: the engine's ids of each whole text."""
-        if not (self.newlines or self.spaces):
-            return self._engine.encode(texts)
-
-        def in_pieces(text: str) -> np.ndarray:
-            cuts = cut_points(text, self._piece, newlines=self.newlines, spaces=self.spaces)
-            return encode_in_pieces(self._engine, text, cuts, self._newline_ids, self._batch)
-
-        return encode_long_apart(self._engine, texts, self._long, in_pieces)
+            size += len(piece[0]) + (len(context) if piece[1] else 0)
+    return np.concatenate(out).astype(np.int32, copy=False) if out else np.zeros(0, np.int32)
 
 
 def encode_long_apart(engine, texts: list[str], long_chars: int, in_pieces) -> tuple[np.ndarray, np.ndarray]:
-    """(ids, offsets) of the texts: the short ones in one engine batch, each longer one by `in_pieces(text)`.
-
-    Shared by every kind's piece encoder (this module's, pipeline/tokenize/bpe_pieces.py's).
-    """
+    """(ids, offsets) of the texts: the short ones in one engine batch, each longer one by `in_pieces(text)`."""
     if all(len(t) <= long_chars for t in texts):
         return engine.encode(texts)
     per_text: list = [None] * len(texts)
@@ -171,40 +74,65 @@ def encode_long_apart(engine, texts: list[str], long_chars: int, in_pieces) -> t
     return np.concatenate(per_text).astype(np.int32, copy=False), offsets
 
 
-CUTS = ProcessMemo(8)  # (engine type, model bytes) -> check_model's answer
+def check_cuts(engine, tokenizer: Tokenizer) -> tuple[bool, bool, str]:
+    """(newline cuts keep the ids, space cuts keep the ids, why not) for a tokenizer and an engine over it.
 
-
-def check_model(engine, proto: bytes) -> tuple[bool, bool, str]:
-    """(newline cuts are safe, space cuts are safe, why not) for a model and an engine built from it.
-
-    Once per process, engine type and model: engines of one type built from one model give the same ids.
+    Once per process, engine type and tokenizer: engines of one type over one tokenizer give the same ids.
     """
-    return CUTS.get((type(engine), proto), lambda: _check_model(engine, proto))
+    rules = KINDS[tokenizer.kind].cuts
+    return CUTS.get((type(engine), rules.identity(tokenizer)), lambda: _check(engine, tokenizer, rules))
 
 
-def _check_model(engine, proto: bytes) -> tuple[bool, bool, str]:
-    sp = spm.SentencePieceProcessor()
-    sp.LoadFromSerializedProto(proto)
-    ids = list(range(sp.get_piece_size()))  # SentencePiece's batch calls: one each, not one per id
-    vocab = [piece for piece, *special in zip(sp.id_to_piece(ids), sp.is_byte(ids), sp.is_control(ids),
-                                              sp.is_unknown(ids), sp.is_unused(ids), strict=True) if not any(special)]
-    reasons = []
-    newlines = NEWLINE in sp.normalize("a\nb") and not any(NEWLINE in p and len(p) > 1 for p in vocab)
-    if not newlines:
-        reasons.append("newlines are normalized away or part of longer vocabulary pieces")
-    spaces = sp.normalize("a b") == "▁a▁b" and not any("▁" in p.lstrip("▁") for p in vocab)
-    if not spaces:
-        reasons.append("no dummy prefix, or vocabulary pieces with '▁' after other characters")
-    newline_ids = engine.encode([NEWLINE])[0]
-    ids, offsets = engine.encode(list(SELF_TEST_TEXTS))  # one call: each costs ~1 ms of its own
-    for kind in ("newlines", "spaces"):
-        if not (newlines if kind == "newlines" else spaces):
+def _check(engine, tokenizer: Tokenizer, rules: CutRules) -> tuple[bool, bool, str]:
+    newlines, spaces, reasons = rules.allowed(tokenizer)
+    safe = {"newlines": newlines, "spaces": spaces}
+    if not (newlines or spaces):
+        return False, False, "; ".join(reasons)
+    context_ids = engine.encode([rules.context])[0] if rules.context else None
+    texts = list(rules.self_test_texts)
+    ids, offsets = engine.encode(texts)  # one call: each costs a little of its own
+    for kind in safe:
+        if not safe[kind]:
             continue
-        for i, text in enumerate(SELF_TEST_TEXTS):
-            cuts = cut_points(text, 1, newlines=kind == "newlines", spaces=kind == "spaces")
-            whole = ids[offsets[i] : offsets[i + 1]]
-            if not np.array_equal(encode_in_pieces(engine, text, cuts, newline_ids), whole):
+        for i, text in enumerate(texts):
+            cuts = rules.cut_points(text, 1, newlines=kind == "newlines", spaces=kind == "spaces")
+            got = encode_pieces(engine, rules.pieces(text, cuts), rules.context, context_ids)
+            if not np.array_equal(got, ids[offsets[i] : offsets[i + 1]]):
                 reasons.append(f"{kind} cuts change the ids of {text[:30]!r}")
-                newlines, spaces = (False, spaces) if kind == "newlines" else (newlines, False)
+                safe[kind] = False
                 break
-    return newlines, spaces, "; ".join(reasons)
+    return safe["newlines"], safe["spaces"], "; ".join(reasons)
+
+
+class PieceEncoder:
+    """An engine (anything with `encode(texts) -> (ids, offsets)`) over `tokenizer` that encodes long texts in pieces.
+
+    `batch_chars`: characters of pieces per call (default: the engine's `piece_batch_chars`, else BATCH_CHARS).
+    """
+
+    def __init__(self, engine, tokenizer: Tokenizer, *, long_chars: int = LONG_TEXT_CHARS,
+                 piece_chars: int = PIECE_CHARS, batch_chars: int | None = None):
+        self._engine = engine
+        self._rules = KINDS[tokenizer.kind].cuts
+        self._long = long_chars
+        self._piece = piece_chars
+        self._batch = batch_chars or getattr(engine, "piece_batch_chars", BATCH_CHARS)
+        self.newlines, self.spaces, self.reason = check_cuts(engine, tokenizer)
+        context = self._rules.context
+        self._context_ids = engine.encode([context])[0] if self.newlines and context else None
+        if not (self.newlines or self.spaces):
+            LOG.warning("long documents are encoded whole with this tokenizer (%s): memory grows with "
+                        "--max_line_mb", self.reason)
+
+    def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, offsets) of the texts: the engine's ids of each whole text."""
+        if not (self.newlines or self.spaces):
+            return self._engine.encode(texts)
+        rules = self._rules
+
+        def in_pieces(text: str) -> np.ndarray:
+            cuts = rules.cut_points(text, self._piece, newlines=self.newlines, spaces=self.spaces)
+            return encode_pieces(self._engine, rules.pieces(text, cuts), rules.context, self._context_ids,
+                                 self._batch)
+
+        return encode_long_apart(self._engine, texts, self._long, in_pieces)

@@ -1,4 +1,4 @@
-"""Compare SentencePiece tokenizers on the Pile's subsets before committing a day of compute to one.
+"""Compare tokenizers of any kind on the Pile's subsets before committing a day of compute to one.
 
     pile-pipeline tokenizer-report --input 'val.jsonl.zst' --tokenizer_model a.model \
         --tokenizer_model b.model --out report.png [--json report.json]
@@ -33,9 +33,7 @@ import numpy as np
 
 from pipeline.core.subsets import pile_mix_weights
 from pipeline.core.tables import format_table
-from pipeline.tokenize.kinds.base import SENTENCEPIECE
-from pipeline.tokenize.kinds.detect import detect_kind, load_tokenizer
-from pipeline.tokenize.model import load_processor
+from pipeline.tokenize.kinds.detect import load_tokenizer
 
 LOG = logging.getLogger("pipeline.tokenizer_report")
 ALL_ROW = "all sampled"
@@ -69,28 +67,20 @@ class Counts:
         }
 
 
-def measure(model_path: str, docs: Iterable[tuple[str, str]], num_threads: int = 0) -> dict[str, Counts]:
+def measure(model_path: str, docs: Iterable[tuple[str, str]]) -> dict[str, Counts]:
     """Count bytes, tokens, unknown and byte pieces per subset for (subset, text) documents.
 
-    Any kind of tokenizer (kinds/detect.py): a SentencePiece model's byte-fallback pieces are counted;
-    a tokenizer.json or tiktoken file is encoded with its reference (its byte-level tokens are not
-    fallbacks, so they count 0).
+    Any kind of tokenizer (kinds/detect.py), encoded with its reference: a SentencePiece model's
+    byte-fallback pieces are counted (a byte-level vocabulary's tokens are not fallbacks: they count 0).
     """
-    if detect_kind(model_path) == SENTENCEPIECE:
-        sp = load_processor(model_path)
-        is_byte = np.array([sp.is_byte(i) for i in range(sp.get_piece_size())], dtype=bool)
-        unk_id = sp.unk_id()
+    tok = load_tokenizer(model_path)
+    is_byte = tok.byte_pieces()
+    unk_id = tok.unk_id
 
-        def encode(texts):
-            return sp.encode(texts, num_threads=num_threads)
-    else:
-        tok = load_tokenizer(model_path)
-        is_byte = np.zeros(tok.vocab_size, dtype=bool)
-        unk_id = tok.unk_id
+    def encode(texts):
+        ids, offsets = tok.encode(texts)
+        return [ids[a:b] for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
 
-        def encode(texts):
-            ids, offsets = tok.encode(texts)
-            return [ids[a:b] for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
     counts: dict[str, Counts] = {}
 
     def flush(batch):

@@ -1,70 +1,55 @@
-"""Choosing a tokenizer backend in the driver, before any worker starts: `choose_backend`.
+"""Choosing a tokenizer backend in the driver, before any worker starts, for every kind: `choose_backend`.
 
-  1. static checks of the model against what each engine is known to get wrong (`model_problems`);
-  2. the engine is loaded from the model (a missing package or a refused model is a reason);
-  3. a self-check: both engines encode a sample of the actual input (the first documents of a few
-     input files) plus adversarial strings built for this model (its own control pieces as literal
-     text, byte-fallback characters, NULs, lone combining marks, long lines without spaces, digit
-     runs, mixed scripts, odd whitespace); every id must be equal.
-`auto` takes the first fast engine that passes all three and otherwise SentencePiece, logging why;
-naming a fast engine makes any failure an error. The result (backend, version, what was checked)
-goes to the manifest's `tokenizer.backend`.
+  1. static checks of the tokenizer against what each engine is known to get wrong (its kind's
+     `engine_problems`: for a SentencePiece model, its settings);
+  2. the engine is loaded from the tokenizer (a missing package or a refused model is a reason);
+  3. a self-check: the engine and the kind's reference (the owning library's own encode) encode a
+     sample of the actual input (the first documents of a few input files) plus adversarial strings
+     built for this tokenizer (its own special tokens and pieces as literal text, byte-fallback
+     characters, NULs, lone combining marks, long lines without spaces, digit runs, mixed scripts,
+     odd whitespace); every id must be equal.
+`auto` takes the first fast engine of the kind's `auto` order that passes all three and otherwise
+the reference, logging why; naming a fast engine makes any failure an error. The result (backend,
+version, what was checked) goes to the manifest's `tokenizer.backend`. While the ids are compared,
+which cuts of long documents keep the engine's ids is derived once for the workers (pieces.py).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-
-import sentencepiece as spm
 
 from pipeline.core import documents
 from pipeline.io import columnar, inputs
 from pipeline.tokenize.engines import (
-    AUTO,
-    BACKENDS,
-    FAST_BACKENDS,
-    SENTENCEPIECE,
     BackendUnavailable,
-    SentencePieceEngine,
+    backend_version,
     load_engine,
     mismatched,
-    model_facts,
     package_version,
 )
-from pipeline.tokenize.model import TokenizerModel, as_model
-from pipeline.tokenize.model_facts import ModelFacts, model_problems
-from pipeline.tokenize.pieces import check_model
+from pipeline.tokenize.kinds.base import Tokenizer
+from pipeline.tokenize.kinds.detect import load_tokenizer
+from pipeline.tokenize.kinds.registry import AUTO, KINDS
+from pipeline.tokenize.model import BackendChoice
+from pipeline.tokenize.pieces import check_cuts
 
 LOG = logging.getLogger(__name__)
 
-SAMPLE_BYTES = 2 << 20  # input text the self-check encodes with both engines (~1-2 s of SentencePiece)
+SAMPLE_BYTES = 2 << 20  # input text the self-check encodes with both engines
 SAMPLE_FILES = 8  # spread over at most this many input files (evenly spaced in the sorted list)
 
 
-@dataclasses.dataclass(frozen=True)
-class BackendChoice:
-    """What the driver decided, recorded in the manifest's `tokenizer.backend`."""
+def adversarial_texts(own: Sequence[str] = (), long_line: int = 1 << 16) -> list[str]:
+    """Strings where engines are known to part ways with their reference, with `own` strings inside text.
 
-    name: str  # the backend the workers use
-    version: str  # its package version
-    parity: dict  # how the choice was checked: result, documents, mismatches, reasons ({} for SentencePiece)
-
-    def to_json(self) -> dict:
-        """Manifest form."""
-        return {"name": self.name, "version": self.version, "parity": self.parity}
-
-
-def adversarial_texts(facts: ModelFacts | None = None, long_line: int = 1 << 16) -> list[str]:
-    """Strings where engines are known to part ways with SentencePiece, plus the model's own pieces.
-
-    `long_line` sets the length of the lines without any space (1 MB in the tests).
+    `own`: the tokenizer's strings that must stay text (its kind's `check_strings`: special tokens,
+    control and user-defined pieces). `long_line` sets the length of the lines without any space (1 MB
+    in the tests).
     """
-    specials = ["<s>", "</s>", "<unk>", "<pad>", "<mask>", "[CLS]", "<|endoftext|>", "<0x41>", "<0x00>"]
-    if facts is not None:
-        specials += [p for p in facts.control_pieces + facts.user_defined_pieces if p]
+    specials = ["<s>", "</s>", "<unk>", "<pad>", "<mask>", "[CLS]", "<|endoftext|>", "<0x41>", "<0x00>", *own]
     texts = []
     for s in dict.fromkeys(specials):
         texts += [s, f"a{s}b", f" {s} ", f"{s}{s}", f"text {s}\n{s}text", f"{s[:-1]}", f"x{s}1"]
@@ -98,7 +83,7 @@ def adversarial_texts(facts: ModelFacts | None = None, long_line: int = 1 << 16)
         "x" + "\t" * (long_line // 4),
         "<s>" * (long_line // 3),
     ]
-    return texts
+    return list(dict.fromkeys(texts))
 
 
 def sample_documents(input_files: list[str], total_bytes: int = SAMPLE_BYTES,
@@ -139,35 +124,39 @@ def sample_documents(input_files: list[str], total_bytes: int = SAMPLE_BYTES,
     return texts, len(chosen)
 
 
-def reference_ids(proto: bytes, texts: list[str], adversarial: list[str]) -> dict:
-    """SentencePiece's encodings of the sampled "documents" and of the "adversarial" strings."""
-    reference = SentencePieceEngine(proto)
+def check_texts(tokenizer: Tokenizer, long_line: int = 1 << 16) -> list[str]:
+    """The adversarial strings of the self-check for this tokenizer (its kind's own strings inside text)."""
+    return adversarial_texts(KINDS[tokenizer.kind].check_strings(tokenizer), long_line)
+
+
+def reference_ids(tokenizer: Tokenizer, texts: list[str], adversarial: list[str]) -> dict:
+    """The reference's encodings of the sampled "documents" and of the "adversarial" strings."""
+    reference = load_engine(KINDS[tokenizer.kind].reference, tokenizer)
     return {"documents": reference.encode(texts), "adversarial": reference.encode(adversarial)}
 
 
-def self_check(backend: str, proto: bytes, facts: ModelFacts, expected: Future, texts: list[str],
-               adversarial: list[str], pool: ThreadPoolExecutor | None = None) -> dict:
-    """Load `backend` and compare its ids with SentencePiece's: a dict for the manifest.
+def self_check(backend: str, tokenizer: Tokenizer, expected: Future | None, texts: list[str], adversarial: list[str],
+               pool: ThreadPoolExecutor) -> dict:
+    """Load `backend` over `tokenizer` and compare its ids with the reference's: a dict for the manifest.
 
     `expected`: `reference_ids`, being computed while the engine loads. `pool`: a thread for what
     workers derive from the engine, done while the ids are compared.
     `result` is "passed", "mismatch" or "unavailable" (with a `reason`).
     """
-    out: dict = {"backend": backend, "version": package_version(backend)}
+    out: dict = {"backend": backend, "version": backend_version(backend, tokenizer)}
     start = time.monotonic()
     try:
-        engine = load_engine(backend, proto, facts)
+        engine = load_engine(backend, tokenizer)
     except BackendUnavailable as e:
         return {**out, "result": "unavailable", "reason": str(e)}
     # Which cuts of long documents keep this engine's ids: every worker needs it, once per process
     # (pipeline/tokenize/pieces.py); a failure there is for the workers to report.
-    derived = pool.submit(check_model, engine, proto) if pool is not None else None
-    got = engine.encode(texts), engine.encode(adversarial)  # while SentencePiece may still be encoding
+    derived = pool.submit(check_cuts, engine, tokenizer)
+    got = engine.encode(texts), engine.encode(adversarial)  # while the reference may still be encoding
     expected = expected.result()
     bad_docs = mismatched(expected["documents"], got[0])
     bad_adv = mismatched(expected["adversarial"], got[1])
-    if derived is not None:
-        derived.exception()
+    derived.exception()
     out.update({
         "documents": len(texts),
         "adversarial_strings": len(adversarial),
@@ -179,62 +168,59 @@ def self_check(backend: str, proto: bytes, facts: ModelFacts, expected: Future, 
         out.update({
             "result": "mismatch",
             "reason": f"{len(bad_docs)} of {len(texts)} sampled documents and {len(bad_adv)} of "
-            f"{len(adversarial)} adversarial strings get ids different from SentencePiece's, e.g. "
-            + ", ".join(shown),
+            f"{len(adversarial)} adversarial strings get ids different from "
+            f"{KINDS[tokenizer.kind].reference_name}'s, e.g. " + ", ".join(shown),
         })
     else:
         out["result"] = "passed"
     return out
 
 
-def choose_backend(requested: str, model: TokenizerModel | str, input_files: list[str], *,
+def choose_backend(requested: str, tokenizer: Tokenizer | str, input_files: list[str], *,
                    sample_bytes: int = SAMPLE_BYTES, schema: documents.Schema = documents.PILE) -> BackendChoice:
-    """Resolve `--tokenizer_backend` in the driver, before any worker starts.
+    """Resolve `--tokenizer_backend` for a tokenizer of any kind (or the one at this path), in the driver.
 
-    `auto` tries the fast engines in order and uses the first that loads and passes the self-check
-    on this model (read once by the driver, or from this path) and a sample of `input_files`;
-    otherwise SentencePiece, with the reasons logged and recorded. A named fast engine that fails
-    raises ValueError (nothing silently changes).
+    `requested`: the kind's reference, one of its fast engines, or "auto". `auto` tries the kind's
+    fast engines in order and uses the first that loads and passes the self-check on this tokenizer
+    and a sample of `input_files`; otherwise the reference, with the reasons logged and recorded. A
+    named fast engine that fails raises ValueError (nothing silently changes).
     The manifest's `parity`: requested, result ("passed" or "fallback"), documents and text bytes
     sampled, adversarial strings, mismatches and reason of the chosen check, and every check made.
     """
-    if requested not in BACKENDS:
-        raise ValueError(f"--tokenizer_backend must be one of {BACKENDS}, got {requested!r}")
-    sp_version = package_version(SENTENCEPIECE) or spm.__version__
-    if requested == SENTENCEPIECE:
-        return BackendChoice(SENTENCEPIECE, sp_version, {})
+    tok = tokenizer if isinstance(tokenizer, Tokenizer) else load_tokenizer(tokenizer)
+    row = KINDS[tok.kind]
+    if requested not in row.backends:
+        raise ValueError(f"--tokenizer_backend must be one of {row.backends} for a {tok.kind} tokenizer, "
+                         f"got {requested!r}")
+    version = backend_version(row.reference, tok)
+    if requested == row.reference:
+        return BackendChoice(row.reference, version, {})
     start = time.monotonic()
-    proto = as_model(model).data
-    facts = model_facts(proto)
     texts, files = sample_documents(input_files, sample_bytes, schema=schema)
-    adversarial = adversarial_texts(facts)
+    adversarial = check_texts(tok)
     sample = {"files_sampled": files, "documents": len(texts),
               "text_bytes": sum(len(t.encode("utf-8")) for t in texts), "adversarial_strings": len(adversarial)}
     expected = None
     checks = []
     with ThreadPoolExecutor(2) as pool:
-        for backend in FAST_BACKENDS if requested == AUTO else (requested,):
-            if expected is None and not model_problems(backend, facts) and package_version(backend):
-                # SentencePiece's ids, computed once, only when some engine can be checked, and while the
-                # engine loads (SentencePiece releases the GIL; converting the model holds it).
-                expected = pool.submit(reference_ids, proto, texts, adversarial)
-            check = self_check(backend, proto, facts, expected, texts, adversarial, pool)
+        for backend in row.auto if requested == AUTO else (requested,):
+            if expected is None and not row.engine_problems(backend, tok) and package_version(backend):
+                # The reference's ids, computed once, only when some engine can be checked, and while the
+                # engine loads (the reference libraries release the GIL; converting a model holds it).
+                expected = pool.submit(reference_ids, tok, texts, adversarial)
+            check = self_check(backend, tok, expected, texts, adversarial, pool)
             checks.append(check)
             if check["result"] == "passed":
-                LOG.info("tokenizer backend %s %s: ids identical to SentencePiece's on %d sampled documents "
-                         "(%.1f MB) and %d adversarial strings (%.1f s)", backend, check["version"],
+                LOG.info("tokenizer backend %s %s: ids identical to %s's on %d sampled documents (%.1f MB) and "
+                         "%d adversarial strings (%.1f s)", backend, check["version"], row.reference_name,
                          len(texts), sample["text_bytes"] / 1e6, len(adversarial), time.monotonic() - start)
                 return BackendChoice(backend, check["version"], {"requested": requested, "result": "passed",
                                                                  **sample, "mismatches": 0, "checks": checks})
             if requested != AUTO:
-                raise ValueError(
-                    f"--tokenizer_backend {backend}: {check['reason']}. Use --tokenizer_backend "
-                    "sentencepiece (or auto, which falls back to it)."
-                )
+                raise ValueError(f"--tokenizer_backend {backend}: {check['reason']}. Use --tokenizer_backend "
+                                 f"{row.reference} (or auto, which falls back to it).")
             LOG.warning("tokenizer backend %s not used (%s): %s", backend, check["result"], check["reason"])
     reason = "; ".join(f"{c['backend']}: {c['reason']}" for c in checks)
-    LOG.warning("tokenizer backend: falling back to SentencePiece %s", sp_version)
-    return BackendChoice(SENTENCEPIECE, sp_version, {"requested": requested, "result": "fallback",
-                                                     "reason": reason, **sample, "checks": checks})
-
-
+    LOG.warning("tokenizer backend: falling back to %s %s", row.reference_name, version)
+    return BackendChoice(row.reference, version, {"requested": requested, "result": "fallback", "reason": reason,
+                                                  **sample, "checks": checks})

@@ -59,7 +59,7 @@ def stage_costs(path: str, model: str, backends: list[str], seq_len: int = 2048,
     from pipeline.core import documents, packing
     from pipeline.format import framing, records
     from pipeline.io import inputs
-    from pipeline.tokenize.engines import Encoder
+    from pipeline.tokenize.encoder import Encoder
 
     cost: dict = {}
 
@@ -118,7 +118,8 @@ def run_pipeline(pattern: str, model: str, backend: str, workers: int, out: str)
         manifest = json.load(f)
     return {"wall": wall, "cpu": _cpu_children() - cpu, "load": load, "manifest": manifest, "processing": processing,
             "tokens": sum(s.get("tokens_with_epochs", 0) for s in manifest["subsets"].values()),
-            "shards": [(s["path"], s["sha256"]) for s in manifest["shards"]],
+            # Each run writes into a directory of its own (run-<id>/): the shards compare by name and bytes.
+            "shards": [(s["path"].split("/")[-1], s["sha256"]) for s in manifest["shards"]],
             "backend": manifest["tokenizer"]["backend"], "cmd": " ".join(cmd[1:])}
 
 
@@ -142,7 +143,7 @@ def main(argv=None) -> str:
     pattern = os.path.join(corpus, "train", "*.jsonl.zst")
     print(f"corpus {pattern} ({time.perf_counter() - started:.0f} s)", flush=True)
     model = args.model
-    from pipeline.tokenize.model_facts import ModelFacts
+    from pipeline.tokenize.kinds.sp_facts import ModelFacts
 
     with open(model, "rb") as f:
         facts = ModelFacts.from_proto(f.read())

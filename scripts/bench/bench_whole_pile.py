@@ -116,11 +116,12 @@ _LONG_DOC = """
 import resource, sys, time
 import numpy as np
 from pipeline.tokenize.engines import SentencePieceEngine
+from pipeline.tokenize.kinds.detect import load_tokenizer
 from pipeline.tokenize.pieces import PieceEncoder
-proto = open(sys.argv[1], "rb").read()
+tok = load_tokenizer(sys.argv[1])
 text = open(sys.argv[2], encoding="utf-8").read()
-engine = SentencePieceEngine(proto, threads=1)
-encoder = PieceEncoder(engine, proto) if sys.argv[3] == "pieces" else engine
+engine = SentencePieceEngine(tok, threads=1)
+encoder = PieceEncoder(engine, tok) if sys.argv[3] == "pieces" else engine
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 start = time.perf_counter()
 ids, offsets = encoder.encode([text])

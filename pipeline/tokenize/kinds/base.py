@@ -1,10 +1,11 @@
-"""What every kind of tokenizer file offers the pipeline: `Tokenizer`, and the errors of loading one.
+"""What every kind of tokenizer file offers the pipeline: `Tokenizer`, `CutRules`, the errors of loading one.
 
 A `Tokenizer` is loaded from the user's files only (nothing is ever downloaded). Its `encode` is the
 reference: the owning library's own encode of each text, with special-token strings in the text
 encoded as text (never as control ids), no BOS/EOS. Its ids fit below `vocab_size`; its special ids
 (`bos_id`, `eos_id`, `pad_id`, `unk_id`, -1 when absent) come from the tokenizer's own files, and
-`special_sources` says which file named each.
+`special_sources` says which file named each; `special_ids` applies the job's boundary policy.
+A kind's `CutRules` say where its very long texts may be cut (pipeline/tokenize/pieces.py).
 """
 
 from __future__ import annotations
@@ -12,13 +13,13 @@ from __future__ import annotations
 import abc
 import dataclasses
 import itertools
+from collections.abc import Hashable
 
 import numpy as np
 
 SENTENCEPIECE = "sentencepiece"
 HUGGINGFACE = "huggingface"
 TIKTOKEN = "tiktoken"
-KINDS = (SENTENCEPIECE, HUGGINGFACE, TIKTOKEN)
 
 
 class TokenizerFileError(ValueError):
@@ -77,10 +78,17 @@ class SpecialIds:
         return self.pad_id if self.pad_id >= 0 else self.separator_id
 
 
+# Where each kind's own special ids are looked for (the error when one the job needs is missing).
+_LOOKED_FOR = {
+    HUGGINGFACE: "{role}_token in tokenizer_config.json / special_tokens_map.json, the post-processor's template",
+    TIKTOKEN: "{role}_token in the ranks file's JSON or the built-in encoding",
+}
+
+
 class Tokenizer(abc.ABC):
     """A loaded tokenizer of one kind. Subclasses set the attributes in their constructor."""
 
-    kind: str  # one of KINDS
+    kind: str  # its row in kinds/registry.py's KINDS
     path: str  # the location it was loaded from, as shown (a URL with credentials redacted)
     sha256: str  # of the main file: the .model, tokenizer.json or the ranks file
     files: dict  # every file read: name -> sha256 (companions included)
@@ -108,9 +116,64 @@ class Tokenizer(abc.ABC):
         """The bytes of every token the model can produce from text, or None when unknown."""
         return None
 
+    def byte_pieces(self) -> np.ndarray:
+        """Per id, whether it stands for one byte the vocabulary does not cover (a byte-fallback piece)."""
+        return np.zeros(self.vocab_size, dtype=bool)
+
     def piece_cut_problems(self) -> list[str]:
-        """Why this tokenizer's structure does not allow cutting long texts (pipeline/tokenize/bpe_pieces.py)."""
+        """Why this tokenizer's structure does not allow cutting long texts (kinds/byte_level.py's rules)."""
         return ["no rule for cutting this kind of tokenizer"]
+
+    def special_ids(self, *, add_bos: bool, add_eos: bool, bos_id: int | None = None, eos_id: int | None = None,
+                    pad_id: int | None = None, allow_text: bool = False) -> SpecialIds:
+        """The document-boundary policy applied to this tokenizer's ids.
+
+        Overrides (flags) win over the tokenizer's own ids; a policy that needs an id the tokenizer lacks,
+        an id outside the vocabulary, or (without `allow_text`) a boundary id that is an ordinary token
+        is a ValueError naming the flag and where the ids were looked for.
+        """
+        if not (add_bos or add_eos):
+            raise ValueError("Documents need a boundary token: with neither EOS nor BOS, packed documents would run "
+                             "into each other. Keep the default EOS or pass --add_bos.")
+        chosen = {}
+        for role, wanted, value in (("bos", add_bos, bos_id), ("eos", add_eos, eos_id), ("pad", False, pad_id)):
+            own = getattr(self, f"{role}_id")
+            chosen[role] = own if value is None else value
+            flag = f"--{role}_id"
+            if value is not None and not 0 <= value < self.vocab_size:
+                raise ValueError(f"{flag}={value} is outside the vocabulary of {self.path} (size {self.vocab_size})")
+            if wanted and chosen[role] < 0:
+                looked = _LOOKED_FOR.get(self.kind, "its files").format(role=role)
+                raise ValueError(f"The tokenizer {self.path} ({self.kind}) has no {role.upper()} id (looked for "
+                                 f"{looked}) and the pipeline is asked to add {role.upper()}: pass {flag} N (an id "
+                                 f"below {self.vocab_size}; an ordinary token's with --allow_text_eos) or turn "
+                                 f"{role.upper()} off.")
+        if not allow_text:
+            self.refuse_text_boundaries(add_bos=add_bos, add_eos=add_eos, bos_id=bos_id, eos_id=eos_id)
+        return SpecialIds(self.vocab_size, chosen["bos"], chosen["eos"], chosen["pad"], self.unk_id, add_bos, add_eos)
+
+    def refuse_text_boundaries(self, *, add_bos: bool, add_eos: bool, bos_id: int | None,
+                               eos_id: int | None) -> None:
+        """Refuse a --bos_id/--eos_id of an added boundary that names an ordinary token of the vocabulary.
+
+        Text produces ordinary tokens, so such a boundary would be indistinguishable from text. The
+        tokenizer's own id for the role and its special/control tokens (`special_tokens`) are boundaries.
+        """
+        own = {"bos": self.bos_id, "eos": self.eos_id}
+        for role, value in (("bos", bos_id if add_bos else None), ("eos", eos_id if add_eos else None)):
+            if value is None or value == own[role] or value in self.special_tokens.values():
+                continue
+            try:
+                token = self.shown_token(value)
+            except Exception:  # noqa: BLE001 -- the message only: any library's failure to show a token
+                token = "?"
+            raise ValueError(f"--{role}_id {value}: {token!r} is an ordinary token of {self.path}, which text "
+                             f"produces too: its {role.upper()} would be indistinguishable from text. Name a special "
+                             f"(control) token, or pass --allow_text_eos to use it anyway")
+
+    def shown_token(self, token_id: int) -> str:
+        """One token as an error message shows it."""
+        return self.decode([token_id])
 
     def encode_one(self, text: str) -> list[int]:
         """The reference ids of one text."""
@@ -134,58 +197,44 @@ class Tokenizer(abc.ABC):
         }
 
 
-def refuse_text_boundaries(path: str, given: dict[str, int | None], own: dict[str, int], control: set[int],
-                           shown=str) -> None:
-    """Refuse a --bos_id/--eos_id (`given`: role -> the flag's id) naming an ordinary token of the vocabulary.
+# Texts a kind's cuts are self-tested on, cut at every candidate place (short: it runs on every worker).
+SELF_TEST_TEXTS = (
+    "first line\nsecond line\n\nthird after a blank line\n",
+    "\nleading newline\n  indented\n\tTabbed\n    four spaces\n",
+    "windows\r\nline ends\r\n\r\nand trailing spaces   \n   \nend",
+    "digits 12345\n67890 and 3.14159\n2718 281828",
+    "▁literal▁marks\n▁after\n▁▁a newline and a b c d e f",
+    "unicode café naïve\n数据 中文没有空格\n한국어 텍스트\nemoji 🙂🙃\n\u2028sep\u2029para",
+    "specials <s> </s> <unk> <pad>\n<s>at the start\n</s>",
+    "combining e\u0301\n\u0301 after newline\nzero\u200bwidth\n\u200djoiner",
+    "x\ny\nz\n\n\n\n" + "ab cd " * 20 + "\n" + "word " * 30,
+    "code:\n    def f(x):\n        return x + 1\n\n    if a and b:\n        pass\n",
+)
 
-    Text produces ordinary tokens, so such a boundary would be indistinguishable from text. The
-    tokenizer's own id for the role and its special/control tokens (`control`) are boundaries; `shown`
-    gives an id's token for the message.
+
+class CutRules(abc.ABC):
+    """Where a kind's very long texts may be cut: pieces encoded alone must give the whole text's ids.
+
+    Two kinds of cut, each allowed and self-tested on its own (pipeline/tokenize/pieces.py): after a
+    newline ("newlines") and at a space ("spaces"). A piece that starts after a newline cut is
+    encoded after `context` (its left context in the text), whose tokens are then dropped.
     """
-    for role, value in given.items():
-        if value is None or value == own.get(role) or value in control:
-            continue
-        try:
-            token = shown(value)
-        except Exception:  # noqa: BLE001 -- the message only: any library's failure to show a token
-            token = "?"
-        raise ValueError(f"--{role}_id {value}: {token!r} is an ordinary token of {path}, which text produces "
-                         f"too: its {role.upper()} would be indistinguishable from text. Name a special (control) "
-                         f"token, or pass --allow_text_eos to use it anyway")
 
+    context: str = ""
+    self_test_texts: tuple[str, ...] = SELF_TEST_TEXTS  # each, cut anywhere, must keep its whole-text ids
 
-def special_ids(tokenizer: Tokenizer, *, add_bos: bool, add_eos: bool, bos_id: int | None = None,
-                eos_id: int | None = None, pad_id: int | None = None, allow_text: bool = False):
-    """The document-boundary policy applied to a tokenizer of any kind: a `SpecialIds`.
+    @abc.abstractmethod
+    def allowed(self, tokenizer: Tokenizer) -> tuple[bool, bool, list[str]]:
+        """(newline cuts, space cuts, why not) from the tokenizer's structure and vocabulary."""
 
-    Overrides (flags) win over the tokenizer's own ids; a policy that needs an id the tokenizer lacks,
-    an id outside the vocabulary, or (without `allow_text`) a boundary id that is an ordinary token
-    is a ValueError naming the flag and where the ids were looked for.
-    """
-    if not (add_bos or add_eos):
-        raise ValueError("Documents need a boundary token: with neither EOS nor BOS, packed documents would run "
-                         "into each other. Keep the default EOS or pass --add_bos.")
-    looked = {
-        SENTENCEPIECE: "the .model",
-        HUGGINGFACE: "{role}_token in tokenizer_config.json / special_tokens_map.json, the post-processor's template",
-        TIKTOKEN: "{role}_token in the ranks file's JSON or the built-in encoding",
-    }[tokenizer.kind]
-    chosen = {}
-    for role, wanted, value in (("bos", add_bos, bos_id), ("eos", add_eos, eos_id), ("pad", False, pad_id)):
-        own = getattr(tokenizer, f"{role}_id")
-        chosen[role] = own if value is None else value
-        flag = f"--{role}_id"
-        if value is not None and not 0 <= value < tokenizer.vocab_size:
-            raise ValueError(f"{flag}={value} is outside the vocabulary of {tokenizer.path} "
-                             f"(size {tokenizer.vocab_size})")
-        if wanted and chosen[role] < 0:
-            raise ValueError(f"The tokenizer {tokenizer.path} ({tokenizer.kind}) has no {role.upper()} id (looked for "
-                             f"{looked.format(role=role)}) and the pipeline is asked to add {role.upper()}: pass "
-                             f"{flag} N (an id below {tokenizer.vocab_size}; an ordinary token's with "
-                             f"--allow_text_eos) or turn {role.upper()} off.")
-    if not allow_text:
-        refuse_text_boundaries(tokenizer.path, {"bos": bos_id if add_bos else None, "eos": eos_id if add_eos else None},
-                               {"bos": tokenizer.bos_id, "eos": tokenizer.eos_id},
-                               set(tokenizer.special_tokens.values()), lambda i: tokenizer.decode([i]))
-    return SpecialIds(tokenizer.vocab_size, chosen["bos"], chosen["eos"], chosen["pad"], tokenizer.unk_id,
-                      add_bos, add_eos)
+    @abc.abstractmethod
+    def cut_points(self, text: str, piece_chars: int, *, newlines: bool, spaces: bool) -> list:
+        """Where to cut `text` into pieces of about `piece_chars`, in this kind's form."""
+
+    @abc.abstractmethod
+    def pieces(self, text: str, cuts: list) -> list[tuple[str, bool]]:
+        """(piece, whether it is encoded after `context`) of `text` cut at `cuts`."""
+
+    @abc.abstractmethod
+    def identity(self, tokenizer: Tokenizer) -> Hashable:
+        """What decides whether cuts keep the ids, besides the engine (two equal identities: the same answer)."""

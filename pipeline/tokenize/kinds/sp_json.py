@@ -7,8 +7,8 @@ never produces from text (control, unknown, unused, byte) is an added token or t
 merge: a literal "<s>" in a document stays text, as in SentencePiece. gigatoken's public loader
 (`Tokenizer.from_sentencepiece`) matches control pieces in the text, so the job builds this and
 hands it to `Tokenizer.from_json`. Pieces and scores come from SentencePiece itself (one batch call
-each), the piece types from ModelFacts: ~0.09 s for a 32k model, on the self-check's path. Only
-what a fast engine supports is converted (`model_problems`): anything else is a ValueError.
+each), the piece types from ModelFacts (pipeline/tokenize/kinds/sp_facts.py), on the self-check's
+path. Only what a fast engine supports is converted (`model_problems`): anything else is a ValueError.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from operator import itemgetter
 import orjson
 import sentencepiece as spm
 
-from pipeline.tokenize.model_facts import NORMAL, USER_DEFINED, ModelFacts
+from pipeline.tokenize.kinds.sp_facts import NORMAL, USER_DEFINED, ModelFacts
 
 
 def tokenizer_json(proto: bytes, facts: ModelFacts) -> str:

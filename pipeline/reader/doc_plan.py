@@ -1,0 +1,288 @@
+"""The global order of a document store read at any length: which sequences form global batch k, and the state.
+
+Pure NumPy over a stream of sequences (pipeline/reader/doc_stream.py), the same on every rank.
+
+**Schedule.** Segments ``(step, global batch G, seq_len L)``, the first at step 0: from its step on,
+each global step takes G sequences of L labels from the stream (`schedule` entries change either or
+both at any step, decided before the run or added at a resume; below).
+
+**Windows.** A segment's steps are grouped in windows of ``S = max(1, window // G)`` steps from the
+segment's first step (`window`: sequences per window, ~8 MiB of token ids by default, as the
+TFRecord reader's); a segment's last window ends where the next segment starts. A window of k
+steps takes the stream's next k * G sequences, as G *columns* of k consecutive sequences: column p
+gives position p of each of the window's k batches, in an order permuted by (seed, window's first
+step, p), so a long document's consecutive sequences go to different batches of the window.
+Without shuffling, sequence i of a window goes to batch i mod k (a window of one step is the
+stream's order).
+
+**Ranks.** With W ranks of B = G / W, rank r takes positions [r*B, (r+1)*B) of every batch: columns
+[r*B, (r+1)*B) of every window, one contiguous run of the window's sequences. Global batch k is the
+same for any W; a rank reads only the documents (and the ranges of them) its sequences hold.
+
+**State** (`StoreOrder.state(step)`): a small dict: the order's identity (store, packing, seed,
+window), the schedule so far, the step, and the stream's cursor at the start of the window holding
+that step (the window is taken again on resume and its first batches dropped). Resume on any number
+of ranks: the same batches. A schedule entry may be added at a resume from the state's step on when
+that step starts a window; a state saved inside a window (its steps dealt together, some consumed)
+takes entries from that window's end on (at most S steps later): an entry inside it would deal the
+consumed steps anew.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from pipeline.core import read_packing
+from pipeline.core.hashing import fold64, mix64
+from pipeline.reader.plan import default_window
+
+STORE_ORDER = "docstore-columns-1"  # names this algorithm; a state under another is refused
+_COLUMN_TAG = 0x4443  # "DC"
+_KEEP_ANCHORS = 256
+
+
+class StoreStateError(ValueError):
+    """A state that does not belong to this reader, or a schedule that contradicts it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Segment:
+    """From global step `step` on: `global_batch` sequences of `seq_len` labels per step."""
+
+    step: int
+    global_batch: int
+    seq_len: int
+
+
+def parse_schedule(global_batch: int, seq_len: int, schedule=None) -> tuple[Segment, ...]:
+    """The segments: (0, global_batch, seq_len), then each entry's changes from its step on.
+
+    An entry is ``{"step": k, "seq_len": L, "global_batch_size": G}`` (either may be left out:
+    unchanged) or ``[k, G, L]`` (the state's form). Steps must be > 0 and increasing.
+    """
+    if global_batch < 1 or seq_len < 1:
+        raise ValueError(f"global_batch_size ({global_batch}) and seq_len ({seq_len}) must be >= 1")
+    segments = [Segment(0, int(global_batch), int(seq_len))]
+    for i, entry in enumerate(schedule or []):
+        last = segments[-1]
+        if isinstance(entry, dict):
+            unknown = set(entry) - {"step", "seq_len", "global_batch_size"}
+            if unknown or "step" not in entry:
+                raise ValueError(f"schedule entry {i} {entry!r}: give step and seq_len and/or global_batch_size")
+            step, g, n = entry["step"], entry.get("global_batch_size", last.global_batch), entry.get(
+                "seq_len", last.seq_len)
+        else:
+            step, g, n = entry
+        for name, value in (("step", step), ("global_batch_size", g), ("seq_len", n)):
+            if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+                raise ValueError(f"schedule entry {i}: {name} {value!r} must be an integer >= 1")
+        if int(step) == 0 and i == 0 and (g, n) == (last.global_batch, last.seq_len):
+            continue  # the state's form starts with step 0
+        if int(step) <= last.step:
+            raise ValueError(f"schedule steps must be > 0 and increasing (entry {i}: step {step})")
+        segments.append(Segment(int(step), int(g), int(n)))
+    return tuple(segments)
+
+
+def column_picks(seed: int | None, shuffle: bool, first_step: int, steps: int, first_column: int,
+                 columns: int) -> np.ndarray:
+    """int64 [columns, steps]: the sequence of column `first_column + j` that goes to the window's batch s.
+
+    Column p's sequences are the window's [p * steps, (p + 1) * steps); picks[j, s] is the index in
+    that column of the one batch s takes.
+    """
+    if not shuffle:
+        return np.tile(np.arange(steps, dtype=np.int64), (columns, 1))
+    base = np.uint64(fold64(_COLUMN_TAG, seed, first_step))
+    cols = np.arange(first_column, first_column + columns, dtype=np.uint64)[:, None]
+    s = np.arange(steps, dtype=np.uint64)[None, :]
+    keys = mix64(base ^ mix64((cols << np.uint64(32)) | s))
+    return np.argsort(keys, axis=1, kind="stable").astype(np.int64)
+
+
+@dataclasses.dataclass
+class Window:
+    """Steps [first, first + steps) of one segment and the stream's sequences they take (all ranks')."""
+
+    first: int
+    steps: int
+    segment: Segment
+    layout: read_packing.Layout
+    seed: int | None
+    shuffle: bool
+
+    def batch_sequences(self, step: int, dp_rank: int = 0, dp_size: int = 1) -> np.ndarray:
+        """Indices into `layout` of the rank's sequences of global step `step`, in batch order."""
+        g = self.segment.global_batch
+        if dp_size < 1 or g % dp_size or not 0 <= dp_rank < dp_size:
+            raise ValueError(f"dp_rank {dp_rank} / dp_size {dp_size} must split the global batch {g}")
+        b = g // dp_size
+        s = step - self.first
+        if not 0 <= s < self.steps:
+            raise ValueError(f"step {step} is not in the window's steps [{self.first}, {self.first + self.steps})")
+        picks = column_picks(self.seed, self.shuffle, self.first, self.steps, dp_rank * b, b)
+        return (np.arange(dp_rank * b, (dp_rank + 1) * b, dtype=np.int64) * self.steps + picks[:, s]).astype(np.int64)
+
+    def rank_sequences(self, dp_rank: int, dp_size: int, from_step: int | None = None) -> np.ndarray:
+        """int64 [steps, B]: the rank's sequences of every step of the window from `from_step` (default: all)."""
+        g = self.segment.global_batch
+        b = g // dp_size
+        picks = column_picks(self.seed, self.shuffle, self.first, self.steps, dp_rank * b, b)
+        cols = np.arange(dp_rank * b, (dp_rank + 1) * b, dtype=np.int64)[:, None]
+        out = (cols * self.steps + picks).T  # [steps, B]
+        first = 0 if from_step is None else from_step - self.first
+        return np.ascontiguousarray(out[first:])
+
+
+class StoreOrder:
+    """The global order of a store's batches for a schedule, seed and window (module docstring).
+
+    Args:
+        open_stream: ``open_stream(cursor)`` -> a fresh stream (doc_stream.py) from a cursor (None: the start).
+        identity: what the order depends on besides the schedule (store, packing, seed, window, ...);
+            a state saved under another identity is refused.
+        segments: the schedule (`parse_schedule`).
+        seed: base seed (None without shuffling).
+        shuffle: whether columns are dealt in a seeded order.
+        window: sequences per window, or None: `default_window(seq_len, token_bytes)` per segment.
+        token_bytes: bytes per token id (for the default window).
+        state: a state from `state()` to continue from (its step is `start_step`).
+    """
+
+    def __init__(self, open_stream, identity: dict, segments: tuple[Segment, ...], *, seed: int | None,
+                 shuffle: bool, window: int | None, token_bytes: int, state: dict | None = None):
+        if window is not None and window < 1:
+            raise ValueError(f"window {window} must be >= 1")
+        self._open = open_stream
+        self.identity = {"order": STORE_ORDER, **identity, "seed": seed, "shuffle": bool(shuffle), "window": window}
+        self.segments = tuple(segments)
+        self.seed, self.shuffle, self.window, self.token_bytes = seed, bool(shuffle), window, int(token_bytes)
+        self._known: dict[int, dict | None] = {0: None}  # window start -> the stream's cursor there
+        self.start_step = 0
+        if state is not None:
+            self._resume(state)
+
+    # -- schedule and windows ------------------------------------------------------------------
+
+    def segment_of(self, step: int) -> int:
+        """Index of the segment holding `step`."""
+        steps = [s.step for s in self.segments]
+        return int(np.searchsorted(steps, step, side="right")) - 1
+
+    def window_steps(self, segment: Segment) -> int:
+        """S: steps per window in a segment."""
+        window = self.window or default_window(segment.seq_len, self.token_bytes)
+        return max(1, window // segment.global_batch)
+
+    def window_bounds(self, step: int, segments: tuple[Segment, ...] | None = None) -> tuple[int, int, Segment]:
+        """(first step, end step, segment) of the window holding `step`."""
+        segments = segments or self.segments
+        i = int(np.searchsorted([s.step for s in segments], step, side="right")) - 1
+        seg = segments[i]
+        per = self.window_steps(seg)
+        first = seg.step + (step - seg.step) // per * per
+        end = first + per
+        if i + 1 < len(segments):
+            end = min(end, segments[i + 1].step)
+        return first, end, seg
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def _resume(self, state: dict) -> None:
+        if not isinstance(state, dict) or state.get("order") != STORE_ORDER:
+            raise StoreStateError(f"the state's order {(state or {}).get('order')!r} is not {STORE_ORDER!r}: it was "
+                                  "saved by another reader")
+        for key, value in self.identity.items():
+            if state.get(key) != value:
+                raise StoreStateError(f"the state was saved with {key}={state.get(key)!r}, this reader has "
+                                      f"{value!r}: resume with the run's store and settings")
+        step = int(state["step"])
+        old = parse_schedule(*state["schedule"][0][1:], state["schedule"][1:])
+        before_old = [s for s in old if s.step < step]
+        before_new = [s for s in self.segments if s.step < step]
+        if before_old != before_new:
+            raise StoreStateError(
+                f"the schedule before step {step} ({[dataclasses.astuple(s) for s in before_new]}) is not the one "
+                f"the run used ({[dataclasses.astuple(s) for s in before_old]}): steps already run cannot change; "
+                f"change the schedule from step {step} on")
+        first, end, seg = self.window_bounds(step, old)
+        if first != int(state["window_start"]):
+            raise StoreStateError(f"the state's window start {state['window_start']} is not the window of step "
+                                  f"{step} under its schedule")
+        if step > first and self.window_bounds(step) != (first, end, seg):
+            raise StoreStateError(
+                f"the state's step {step} is inside steps {first}..{end - 1}, which the reader deals together "
+                f"(a window of {self.window_steps(seg)} steps): keep the run's schedule before step {end} "
+                f"and change it from step {end} on")
+        self._known = {first: state["cursor"]}
+        self.start_step = step
+
+    def state(self, step: int) -> dict:
+        """The state after `step` global steps: a small JSON-able dict to save beside a checkpoint."""
+        first, _, _ = self.window_bounds(step)
+        cursor = self._cursor_at(first)
+        return {**self.identity, "schedule": [[s.step, s.global_batch, s.seq_len] for s in self.segments],
+                "step": int(step), "window_start": int(first), "cursor": cursor}
+
+    def _cursor_at(self, first: int):
+        """The stream's cursor at the start of the window that starts at `first` (walking from the nearest known)."""
+        if first not in self._known:
+            for window in self.windows(self._nearest(first), stop=first):
+                del window
+        if first not in self._known:
+            raise ValueError(f"step {first} is past the end of the run")
+        return self._known[first]
+
+    def _nearest(self, step: int) -> int:
+        known = [k for k in self._known if k <= step]
+        if not known:
+            raise ValueError(f"step {step} is before the resume point (step {self.start_step})")
+        return max(known)
+
+    # -- the windows ---------------------------------------------------------------------------
+
+    def windows(self, from_step: int | None = None, stop: int | None = None):
+        """The windows from the one holding `from_step` (default: the start step) on; `stop`: a step to end before.
+
+        Ends after the stream's last labels (a finite run: the last window keeps only the steps that
+        hold some).
+        """
+        from_step = self.start_step if from_step is None else int(from_step)
+        first, _, _ = self.window_bounds(from_step)
+        anchor = self._nearest(first)
+        stream = self._open(self._known[anchor])
+        step = anchor
+        while stop is None or step < stop:
+            w_first, w_end, seg = self.window_bounds(step)
+            steps = w_end - w_first
+            layout = stream.take(steps * seg.global_batch, seg.seq_len)
+            real = layout.real()
+            if real < layout.count:  # the stream's end: keep the steps that hold labels
+                steps = -(-real // seg.global_batch)
+                if steps == 0:
+                    return
+                layout = layout.select(np.arange(steps * seg.global_batch))
+            else:
+                self._remember(w_end, stream.cursor())
+            if w_first >= first:
+                yield Window(w_first, steps, seg, layout, self.seed, self.shuffle)
+            if w_first + steps < w_end:
+                return
+            step = w_end
+
+    def _remember(self, first: int, cursor) -> None:
+        self._known[first] = cursor
+        if len(self._known) > 2 * _KEEP_ANCHORS:
+            for k in sorted(self._known)[:-_KEEP_ANCHORS]:
+                if k != 0:
+                    del self._known[k]
+
+    def batch(self, step: int) -> tuple[Window, np.ndarray]:
+        """The window holding global step `step` and the indices of its G sequences in batch order."""
+        for window in self.windows(step):
+            if step < window.first + window.steps:
+                return window, window.batch_sequences(step)
+            break
+        raise ValueError(f"step {step} is past the end of the run")
