@@ -5,9 +5,9 @@ on documents made to pass or fail each stage: removed/ lists exactly what the st
 process, with their rules (and a language removal's language and score); the counts add up; the
 kept texts are the cleaned ones (a C4 cut's tokens are those of its modified text); the manifest
 counts documents and tokens per language and PII replacements per subset; the bytes are the same on
-one worker and the default count, also with dedup and decontamination on, with best-fit packing and
-with Megatron output (shards, removed/ and dead letters); Megatron's output and best-fit packing take
-the same stages; the tokenizer sample is cleaned the same way.
+one worker and the default count, also with dedup and decontamination on, with best-fit packing
+(and on PortableRunner) and with Megatron output (shards, removed/ and dead letters); Megatron's
+output and best-fit packing take the same stages; the tokenizer sample is cleaned the same way.
 """
 
 from __future__ import annotations
@@ -243,10 +243,13 @@ def every_stage(corpus, tmp_path_factory):
     return root
 
 
-@pytest.mark.parametrize("extra", [["--packing", "best_fit"], ["--output_format", "megatron", "--decontam_cut"]])
-def test_every_stage_writes_the_same_bytes_on_one_and_two_workers(extra, every_stage, tiny_model, tmp_path):
+@pytest.mark.parametrize("extra, portable", [(["--packing", "best_fit"], True),
+                                             (["--output_format", "megatron", "--decontam_cut"], False)])
+def test_every_stage_writes_the_same_bytes_on_any_workers_and_runner(extra, portable, every_stage, tiny_model,
+                                                                     tmp_path):
     # Shards, removed/, dead letters and the manifest: the same bytes on the default workers
-    # (DirectRunner's processes, one per core) and on one worker in memory, with every stage on.
+    # (DirectRunner's processes, one per core), on one worker in memory, and (once) on
+    # PortableRunner, the path Flink and Spark take, with every stage on.
     flags = [*STAGE_FLAGS, "--dedup", "near", "--decontaminate", str(every_stage / "eval.txt"),
              "--max_dead_letter_fraction", "0.5", *extra]
     argv = ["--input", str(every_stage / "*.jsonl.zst"), "--tokenizer_model", tiny_model, "--seq_len", "64",
@@ -255,6 +258,10 @@ def test_every_stage_writes_the_same_bytes_on_one_and_two_workers(extra, every_s
     one = run.main([*argv, "--output_dir", str(tmp_path / "one"), *FAST_BEAM])
     digests = output_digests(tmp_path / "two")
     assert digests == output_digests(tmp_path / "one") and run_free(two) == run_free(one)
+    if portable:
+        config = Path(__file__).resolve().parents[1] / "beam_configs" / "portable_embed.toml"
+        other = run.main([*argv, "--output_dir", str(tmp_path / "portable"), "--config", str(config)])
+        assert output_digests(tmp_path / "portable") == digests and run_free(other) == run_free(two)
     assert any(path.startswith("dead_letters/") for path in digests), sorted(digests)
     removed = _removed(tmp_path / "two", two)
     reasons = {r["reason"] for rs in removed.values() for r in rs}

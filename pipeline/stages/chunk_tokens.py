@@ -63,7 +63,7 @@ class ChunkTokens:
             raise Unsupported("a tokenizer with token_match")
         self._prefix_search = tokenizer.prefix_search
         self._suffix = getattr(tokenizer.suffix_search, "__self__", None)
-        self._infix = tokenizer.infix_finditer.__self__.finditer
+        self._infix_match = tokenizer.infix_finditer.__self__.match
         self._facts = AffixFacts(_pattern(tokenizer.prefix_search), _pattern(tokenizer.suffix_search),
                                  _pattern(tokenizer.infix_finditer))
         self._url_match = tokenizer.url_match or (lambda _: None)
@@ -104,9 +104,26 @@ class ChunkTokens:
         starts = facts.infix_chars.intersection(chars)
         if not starts:
             return [string]
-        # no infix starts before the first such character (lookbehinds still see what is before it)
-        first = min(map(string.index, starts))
-        matches = [m.span() for m in self._infix(string, first) if m.start()]
+        # finditer's matches, tried only where an infix can start (at such a character; lookbehinds
+        # still see what is before it): the leftmost match from where the last one ended, no overlap
+        candidates = []
+        for char in starts:
+            i = string.find(char)
+            while i >= 0:
+                candidates.append(i)
+                i = string.find(char, i + 1)
+        if len(starts) > 1:
+            candidates.sort()
+        matches = []
+        match = self._infix_match
+        end = 0
+        for i in candidates:
+            if i >= end:
+                m = match(string, i)
+                if m is not None:
+                    end = m.end()
+                    if i:  # spaCy skips an infix at the very start
+                        matches.append((i, end))
         if not matches or self._url_match(string):
             return [string]
         tokens = []

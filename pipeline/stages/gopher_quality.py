@@ -24,8 +24,8 @@ zero; here it is removed as gopher_short_doc.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import operator
-import re
 
 from pipeline.core.options import option
 from pipeline.stages.base import Doc, DocumentStage, Remove
@@ -69,7 +69,7 @@ class GopherQualityOptions:
 
 
 class _WordFacts(dict):
-    """word -> a fact about it, computed once per word (bounded: emptied when full)."""
+    """word -> whether it is a non-symbol word, computed once per word (bounded: emptied when full)."""
 
     def __init__(self, fact):
         super().__init__()
@@ -82,12 +82,8 @@ class _WordFacts(dict):
         return value
 
 
+_NON_SYMBOL = _WordFacts(lambda w: not PUNCTUATION_SET.issuperset(w))
 _HAS_ALPHA = _WordFacts(lambda w: w.isalpha() or any(map(str.isalpha, w)))
-# The words joined one a line ("\n" is in no word: they are pieces of whitespace-free chunks), so
-# that one expression counts the words of a kind instead of a Python step per word.
-_SYMBOL_WORDS = re.compile("^[" + "".join(map(re.escape, sorted(PUNCTUATION_SET))) + "]+$", re.MULTILINE)
-_ASCII_WITHOUT_LETTER = re.compile(r"^[\x00-\x09\x0b-\x40\x5b-\x60\x7b-\x7f]+$", re.MULTILINE)
-_NOT_ASCII = re.compile(r"^.*[^\x00-\x7f].*$", re.MULTILINE)
 _STARTS_WITH_BULLET = operator.methodcaller("startswith", ("•", "-"))
 _ENDS_WITH_ELLIPSIS = operator.methodcaller("endswith", ("...", "…"))
 
@@ -95,9 +91,8 @@ _ENDS_WITH_ELLIPSIS = operator.methodcaller("endswith", ("...", "…"))
 def gopher_quality_rule(text: str, words: list[str], opts: GopherQualityOptions) -> str | None:
     """The first rule the text fails (datatrove's reason string), or None when it passes them all."""
     n_words = len(words)
-    joined = "\n".join(words)
-    symbols = _SYMBOL_WORDS.findall(joined)  # words made of punctuation only
-    n_non_symbol = n_words - len(symbols)
+    non_symbol = list(map(_NON_SYMBOL.__getitem__, words))
+    n_non_symbol = sum(non_symbol)
     if opts.gopher_min_doc_words and n_non_symbol < opts.gopher_min_doc_words:
         return "gopher_short_doc"
     if opts.gopher_max_doc_words and n_non_symbol > opts.gopher_max_doc_words:
@@ -105,8 +100,8 @@ def gopher_quality_rule(text: str, words: list[str], opts: GopherQualityOptions)
     if n_words == 0:
         return "gopher_short_doc"
     if n_non_symbol:  # numpy's mean of no values is nan, which passes both bounds
-        # an exact sum of integers, then one rounding: numpy's mean to the last bit
-        mean = (len(joined) - (n_words - 1) - sum(map(len, symbols))) / n_non_symbol
+        # an exact float sum of integers, then one rounding: numpy's mean to the last bit
+        mean = sum(itertools.compress(map(len, words), non_symbol)) / n_non_symbol
         if opts.gopher_min_avg_word_length and mean < opts.gopher_min_avg_word_length:
             return "gopher_below_avg_threshold"
         if opts.gopher_max_avg_word_length and mean > opts.gopher_max_avg_word_length:
@@ -123,12 +118,10 @@ def gopher_quality_rule(text: str, words: list[str], opts: GopherQualityOptions)
     if opts.gopher_max_ellipsis_lines_ratio and (
             sum(map(_ENDS_WITH_ELLIPSIS, map(str.rstrip, lines))) / len(lines) > opts.gopher_max_ellipsis_lines_ratio):
         return "gopher_too_many_end_ellipsis"
-    if opts.gopher_max_non_alpha_words_ratio:
-        # words without a letter: ASCII ones by one expression, the others one by one
-        without = len(_ASCII_WITHOUT_LETTER.findall(joined))
-        without += sum(not _HAS_ALPHA[w] for w in _NOT_ASCII.findall(joined))
-        if (n_words - without) / n_words < opts.gopher_max_non_alpha_words_ratio:
-            return "gopher_below_alpha_threshold"
+    if opts.gopher_max_non_alpha_words_ratio and (
+            sum(map(_HAS_ALPHA.__getitem__, words)) / n_words
+            < opts.gopher_max_non_alpha_words_ratio):
+        return "gopher_below_alpha_threshold"
     if opts.gopher_min_stop_words and len(set(opts.gopher_stop_words).intersection(words)) < opts.gopher_min_stop_words:
         return "gopher_enough_stop_words"
     return None
