@@ -3,6 +3,8 @@
 The reference is spaCy itself called as datatrove calls it: `spacy.blank("en")` with the
 sentencizer on the whole text, token texts stripped, empty ones dropped; the sentence count is
 the number of `doc.sents` (one for a text without tokens, as datatrove's split gives one part).
+ChunkTokens (spaCy's affix and infix steps in Python) is compared with spaCy's tokenizer chunk by
+chunk on adversarial chunks, and the facts spacy_patterns reads from the patterns with re's parse.
 """
 
 from __future__ import annotations
@@ -208,6 +210,7 @@ def adversarial_chunks(seed: int, count: int, tok) -> list[str]:
     return sorted(out - {""})
 
 
+@pytest.mark.slow  # 20,000 adversarial chunks and the crafted texts, each through spaCy too
 def test_chunk_tokens_are_spacys_tokenizers(patterns):
     # Every chunk ChunkTokens answers (None: spaCy is asked) must be spaCy's own tokens of it.
     tok, _ = patterns

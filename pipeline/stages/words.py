@@ -67,7 +67,7 @@ class SpacyWords:
         self._is_punct: dict[str, bool] = {}
 
     def _load(self) -> None:
-        """A fresh blank-English pipeline (made again when its vocabulary has grown past MAX_WORDS).
+        """A fresh blank-English pipeline (made again at a turnover once its vocabulary passes MAX_CHUNKS strings).
 
         Its vocabulary grows with every new word it tokenizes; spaCy's memory zones would free the
         words, but its tokenizer then fails on words a zone freed, so the pipeline is replaced instead.
