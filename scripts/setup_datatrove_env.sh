@@ -12,7 +12,7 @@
 # sentencizer: in its `multilingual` extra, which pulls a dozen other tokenizers we do not use).
 # spaCy's blank pipeline needs no model download. zstandard reads our corpora. Everything is
 # pinned, so that the comparison is always against the same datatrove and the same spaCy as ours.
-# Idempotent: with the pinned packages already importable it only checks them (~3 s).
+# Idempotent: with the pinned packages already importable it only checks them.
 #
 # Usage: bash scripts/setup_datatrove_env.sh [VENV_DIR]   (or DATATROVE_VENV=... bash ...)
 # Env:   PYTHON (default python3.11), DATATROVE_FORCE=1 to rebuild from scratch.

@@ -9,7 +9,7 @@
 #
 # torch is pinned to its CPU build (`+cpu`): a plain `torch` would pull the CUDA build (several GB).
 # megatron-core's wheel ships its C++ dataset helpers compiled, so nothing is built here.
-# Idempotent: with the pinned packages already importable it only checks them (~5 s).
+# Idempotent: with the pinned packages already importable it only checks them.
 #
 # --with-tools: also what Megatron-LM's tools/preprocess_data.py imports when run from a checkout
 # (six, regex, PyYAML, pydantic, triton and transformers, ~1 GB): for scripts/bench/bench_megatron.py and the

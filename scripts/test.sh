@@ -22,4 +22,6 @@ export PILE_REQUIRE_FAST_BACKENDS=1
 # plainly which it has not).
 bash scripts/test_pythons.sh
 # Two test processes (PYTEST_WORKERS=0: one): most tests wait on subprocesses or I/O part of the time.
+# Both tiers: the fast one alone, the contributor's loop, is `.venv/bin/python -m pytest -m "not slow" -n 2`;
+# the slow one (-m slow) runs Beam pipelines, other processes and servers (docs/development.md).
 .venv/bin/python -m pytest -n "${PYTEST_WORKERS:-2}" "$@"

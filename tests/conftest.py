@@ -9,6 +9,7 @@ import pytest
 import sentencepiece as spm
 from corpus_helpers import FAST_BEAM  # re-exported for tests; the stores' job runs with it
 from sample_corpus import compose_lines
+from tiers import pytest_runtest_makereport, pytest_runtest_setup  # noqa: F401  (the tiers' check)
 
 
 @pytest.fixture(scope="session")

@@ -273,6 +273,7 @@ print(json.dumps({"started": started, "choice": choice.to_json(), "adopted": ado
 """
 
 
+@pytest.mark.slow
 def test_the_self_check_started_early_is_the_drivers_own(tiny_model, tmp_path):
     # In a fresh interpreter (a command's state when it starts): the forked check gives exactly the
     # choice the driver would make, and its converted model; asked about other inputs, it gives none.

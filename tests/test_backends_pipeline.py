@@ -9,7 +9,6 @@ import sentencepiece as spm
 from corpus_helpers import FAST_BEAM, pile_line, run_free, write_lines
 from test_backends import FAST, _fuzz, _train, _WrongOnDigits
 
-from pipeline.beam import execution, preflight, read
 from pipeline.cli import run
 from pipeline.config.job import PipelineConfig
 from pipeline.tokenize import engines, self_check
@@ -56,6 +55,7 @@ def sentencepiece_run(corpus, tiny_model, tmp_path_factory):
     return out, _run(corpus, out, tiny_model, "--tokenizer_backend", "sentencepiece")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", [*FAST, "auto"])
 def test_shards_are_byte_identical_across_backends(backend, corpus, tiny_model, sentencepiece_run, tmp_path):
     sp_out, sp_manifest = sentencepiece_run
@@ -77,10 +77,13 @@ def test_shards_are_byte_identical_across_backends(backend, corpus, tiny_model, 
                                                    "version": spm.__version__}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", FAST[:1])  # gigatoken: the engine that takes batched calls
 def test_small_files_taken_in_groups_by_two_threads_give_the_same_shards(backend, tiny_model, tmp_path,
                                                                          monkeypatch):
     """Many small files on two worker threads: queued in groups tokenized in shared calls, same bytes."""
+    from pipeline.beam import execution, read
+
     texts = [t for t in _texts() if t.strip()]
     for f in range(24):
         write_lines(str(tmp_path / "in" / f"{f:02d}.jsonl.zst"), [pile_line(t) for t in texts[f::24]])
@@ -100,6 +103,7 @@ def test_small_files_taken_in_groups_by_two_threads_give_the_same_shards(backend
         assert (tmp_path / "fast" / shard["path"]).read_bytes() == (tmp_path / "sp" / sp_shard["path"]).read_bytes()
 
 
+@pytest.mark.slow
 def test_auto_without_fast_backends_runs_on_sentencepiece(corpus, tiny_model, sentencepiece_run, tmp_path,
                                                           monkeypatch):
     for name in ("gigatoken", "kitoken", "awkward"):
@@ -111,6 +115,7 @@ def test_auto_without_fast_backends_runs_on_sentencepiece(corpus, tiny_model, se
     assert run_free(manifest["shards"]) == run_free(sentencepiece_run[1]["shards"])
 
 
+@pytest.mark.slow
 def test_auto_with_an_unsupported_model_runs_on_sentencepiece(corpus, tmp_path):
     model = _train(tmp_path / "nfkc", normalization_rule_name="nmt_nfkc")
     manifest = _run(corpus, tmp_path / "out", model, "--tokenizer_backend", "auto")
@@ -121,12 +126,15 @@ def test_auto_with_an_unsupported_model_runs_on_sentencepiece(corpus, tmp_path):
 @pytest.fixture
 def wrong_backend(monkeypatch):
     """A "kitoken" that gets documents with "123" wrong, chosen without a self-check."""
+    from pipeline.beam import preflight
+
     monkeypatch.setitem(engines._ENGINES, "kitoken", _WrongOnDigits)
     monkeypatch.setattr(sp_model, "model_problems", lambda backend, facts: [])
     monkeypatch.setattr(preflight, "choose_backend",
                         lambda *args, **kwargs: BackendChoice("kitoken", "test", {"result": "passed"}))
 
 
+@pytest.mark.slow
 def test_verification_dead_letters_mismatches_and_counts_add_up(wrong_backend, tiny_model, tmp_path):
     texts = [f"document {i} " + ("with 123" if i % 5 == 0 else "without digits") for i in range(40)]
     path = write_lines(str(tmp_path / "in" / "00.jsonl.zst"), [pile_line(t) for t in texts])
@@ -146,12 +154,14 @@ def test_verification_dead_letters_mismatches_and_counts_add_up(wrong_backend, t
     assert manifest["config"]["verify_tokenizer"] == "dead_letter"
 
 
+@pytest.mark.slow
 def test_verification_can_fail_the_job(wrong_backend, tiny_model, tmp_path):
     path = write_lines(str(tmp_path / "in" / "00.jsonl.zst"), [pile_line("fine"), pile_line("bad 123")])
     with pytest.raises(Exception, match="line 2: kitoken ids differ"):
         _run(path, tmp_path / "out", tiny_model, "--tokenizer_backend", "kitoken", "--verify_tokenizer", "fail")
 
 
+@pytest.mark.slow
 def test_without_verification_the_wrong_ids_go_through(wrong_backend, tiny_model, tmp_path):
     """What the verification mode is for: the self-check samples; only verification sees every document."""
     path = write_lines(str(tmp_path / "in" / "00.jsonl.zst"), [pile_line("fine"), pile_line("bad 123")])

@@ -338,6 +338,7 @@ def padding_fraction(lengths: np.ndarray, seq_len: int, window: int) -> tuple[fl
     return (sequences * seq_len - int(items.sum())) / (count * seq_len), count
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seq_len", [2048, 4096])
 def test_padding_at_the_default_window_is_at_most_one_percent(sample_lengths, seq_len):
     # Each input file of the sample is one work item (about one 4 MB chunk).

@@ -14,12 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import sentencepiece as spm
-import tensorflow as tf
 import zstandard
 from corpus_helpers import FAST_BEAM, output_digests, run_free
 from sample_corpus import write_sample_corpus
 
-from pipeline import tfdata
 from pipeline.cli import provenance as provenance_cli
 from pipeline.cli import run
 from pipeline.format import records
@@ -62,6 +60,8 @@ def best_fit_run(corpus, tiny_model, tmp_path_factory):
 
 def _shard_records(out: Path, manifest: dict) -> list[dict]:
     """Every record of every shard, in shard order: tokens, segment ids, positions (numpy)."""
+    import tensorflow as tf
+
     dtype = np.dtype(manifest["features"][records.TOKENS]["dtype"]).newbyteorder("<")
     rows = []
     for shard in manifest["shards"]:
@@ -86,6 +86,7 @@ def _documents(manifest: dict, model: str) -> dict:
     return docs
 
 
+@pytest.mark.slow
 def test_every_token_is_a_label_exactly_once_and_no_fitting_document_is_cut(best_fit_run, tiny_model):
     _, out, manifest, _ = best_fit_run
     assert manifest["packing"]["mode"] == "best_fit" and manifest["packing"]["window"] == 8
@@ -136,7 +137,10 @@ def test_every_token_is_a_label_exactly_once_and_no_fitting_document_is_cut(best
     assert sum(s.get("documents_cut", 0) for s in manifest["subsets"].values()) == cut
 
 
+@pytest.mark.slow
 def test_padding_counted_is_the_loss_masks_zeros(best_fit_run):
+    from pipeline import tfdata
+
     _, out, manifest, _ = best_fit_run
     padding = manifest["packing"]["padding_labels"]
     assert padding > 0
@@ -155,7 +159,10 @@ def test_padding_counted_is_the_loss_masks_zeros(best_fit_run):
     assert zeros == padding
 
 
+@pytest.mark.slow
 def test_reader_batches_carry_document_boundaries(best_fit_run):
+    from pipeline import tfdata
+
     _, out, manifest, _ = best_fit_run
     ds = tfdata.make_dataset(str(out), batch_size=4, shuffle=False)
     batch = next(iter(ds.as_numpy_iterator()))
@@ -167,6 +174,7 @@ def test_reader_batches_carry_document_boundaries(best_fit_run):
     assert (pos[starts] == 0).all() and (pos[(seg > 0) & ~starts] > 0).all()
 
 
+@pytest.mark.slow
 def test_summary_shows_padding_and_documents_cut_per_subset(best_fit_run):
     from pipeline.format.summary import format_summary
 
@@ -178,6 +186,7 @@ def test_summary_shows_padding_and_documents_cut_per_subset(best_fit_run):
     assert "best_fit, window 8" in text
 
 
+@pytest.mark.slow
 def test_two_workers_write_the_same_bytes(best_fit_run, tmp_path):
     argv, out, _, digests = best_fit_run
     run.main(argv + ["--runner", "DirectRunner", "--direct_running_mode", "multi_threading",
@@ -185,6 +194,7 @@ def test_two_workers_write_the_same_bytes(best_fit_run, tmp_path):
     assert _digests(out) == digests
 
 
+@pytest.mark.slow
 def test_portable_runner_writes_the_same_bytes(best_fit_run, monkeypatch):
     from apache_beam.runners.portability import portable_runner
 
@@ -198,6 +208,7 @@ def test_portable_runner_writes_the_same_bytes(best_fit_run, monkeypatch):
     assert _digests(out) == digests
 
 
+@pytest.mark.slow
 def test_the_sentencepiece_engine_writes_the_same_bytes(best_fit_run):
     argv, out, _, digests = best_fit_run
     i = argv.index("--tokenizer_backend")
@@ -224,7 +235,10 @@ def test_concat_manifest_records_no_packing_options(corpus, tiny_model, tmp_path
         PipelineConfig(inputs=("x",), output_dir=str(tmp_path), tokenizer_model=tiny_model, packing_window=0)
 
 
+@pytest.mark.slow
 def test_provenance_command_names_the_documents_of_a_shuffled_step(best_fit_run, tiny_model, capsys):
+    from pipeline import tfdata
+
     _, out, manifest, _ = best_fit_run
     step, batch = 3, 4
     assert provenance_cli.cli([str(out), "--step", str(step), "--global_batch_size", str(batch), "--seed", "5"]) == 0

@@ -10,7 +10,6 @@ from kind_fixtures import real_documents, train_byte_level_bpe, write_llama3_sha
 from manifest_shape import assert_job_shaped
 from synthetic_output import tokenizer_entry
 
-from pipeline import tfdata
 from pipeline.format import framing, megatron, records
 from pipeline.format import manifest as manifest_lib
 from pipeline.io import outputs
@@ -77,6 +76,8 @@ def _write_output(out, tok, tokens, count):
 
 
 def test_a_128k_vocabulary_round_trips_through_records_and_the_reader(llama3_like, tmp_path):
+    from pipeline import tfdata
+
     tok = llama3_like
     texts = [d[:3000] for d in real_documents()]
     tokens, count = _pack(tok, texts)

@@ -73,6 +73,7 @@ NAMES = ["tokenizer.json, GPT-NeoX style", "tokenizer.json, Llama-3 style", "tik
          "tiktoken, o200k pattern", "tiktoken, llama3 pattern", "tiktoken, r50k pattern"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_pieces_have_the_ids_of_the_whole_document(tokenizers, name):
     tok = tokenizers[name]
@@ -86,6 +87,7 @@ def test_pieces_have_the_ids_of_the_whole_document(tokenizers, name):
             _assert_same_ids(encoder, reference, REAL if piece_chars == 1000 else [d[:20_000] for d in REAL])
 
 
+@pytest.mark.slow
 def test_a_long_real_document_through_the_workers_encoder(tokenizers, tmp_path):
     """Over the 1 MB limit: encoded in pieces of 256 K characters, with the ids of the whole text."""
     long_doc = "\n\n".join(REAL * 3)

@@ -66,6 +66,7 @@ def test_config_file_keys_are_checked_like_flags(tmp_path):
     assert parsed.seq_len == 64 and parsed.add_bos and beam_args == ["--direct_num_workers=1"]
 
 
+@pytest.mark.slow
 def test_the_command_exits_2_with_one_line_and_writes_nothing(tmp_path):
     out = tmp_path / "out"
     result = subprocess.run([sys.executable, "-m", "pipeline.run", *_args(out, "--seq_lenn", "128")],
@@ -76,6 +77,7 @@ def test_the_command_exits_2_with_one_line_and_writes_nothing(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_pile_pipeline_dispatches_to_each_command():
     result = subprocess.run([sys.executable, "-m", "pipeline.cli.main"], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 2 and "train-tokenizer" in result.stdout
@@ -129,6 +131,7 @@ MISTAKES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(MISTAKES))
 def test_each_mistake_exits_2_with_one_line_and_writes_nothing(name, tmp_path):
     argv, message = MISTAKES[name]
@@ -144,6 +147,7 @@ def test_each_mistake_exits_2_with_one_line_and_writes_nothing(name, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_an_unquoted_glob_is_taken_whole_through_the_shell(tmp_path):
     """`--input sample_data/pile/train/*.jsonl.zst` unquoted: the shell expands it, every file is an input."""
     code = "import sys; from pipeline.cli.run import parse_args; print(len(parse_args(sys.argv[1:])[0].inputs))"
@@ -176,6 +180,7 @@ def _help_actions(parser):
     return [a for a in parser._actions if a.option_strings and a.dest != "help"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["run", "show", "train-tokenizer", "tokenizer-report", "reframe"])
 def test_help_gives_every_flag_a_text_and_its_default_or_required_mark(command):
     module = importlib.import_module(main_module.COMMANDS[command][0])

@@ -17,7 +17,9 @@ import pytest
 from corpus_helpers import FAST_BEAM
 from s3_server import loopback_s3
 
-from pipeline.cli import run, train_tokenizer
+from pipeline.cli import run
+
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 NOTES = REPO / "sample_data" / "notes" / "part-00.jsonl"
@@ -163,6 +165,8 @@ def test_parquet_on_s3_makes_the_local_runs_shards(corpus, reference, tiny_model
 
 
 def test_train_tokenizer_samples_parquet_and_refuses_a_missing_column(corpus, tmp_path, caplog):
+    from pipeline.cli import train_tokenizer
+
     layout = FLAGS[:8]
     card = train_tokenizer.main(["--input", str(corpus / "groups.parquet"), *layout, "--sample_mb", "1",
                                  "--model_prefix", str(tmp_path / "m"), "--vocab_size", "400", "--num_threads", "1",

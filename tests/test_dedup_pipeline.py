@@ -18,8 +18,6 @@ from corpus_helpers import (
     write_lines,
 )
 
-from pipeline.beam.launch import warms_dedup_kernels
-from pipeline.beam.options import pipeline_options
 from pipeline.cli import run
 
 TWO_WORKERS = ["--runner", "DirectRunner", "--direct_running_mode", "multi_processing", "--direct_num_workers", "2"]
@@ -100,6 +98,7 @@ def near_run(corpus, tiny_model, tmp_path_factory):
     return argv, out, run.main(argv + FAST_BEAM)
 
 
+@pytest.mark.slow
 def test_duplicates_and_contamination_removed_with_their_twins(corpus, near_run):
     root, texts = corpus
     _, out, manifest = near_run
@@ -122,6 +121,7 @@ def test_duplicates_and_contamination_removed_with_their_twins(corpus, near_run)
     assert manifest["config"]["dedup"] == "near" and manifest["config"]["decontam_ngram"] == 13
 
 
+@pytest.mark.slow
 def test_counts_add_up(corpus, near_run):
     _, texts = corpus
     _, _, manifest = near_run
@@ -137,6 +137,7 @@ def test_counts_add_up(corpus, near_run):
         assert set(s["removed_tokens"]) == set(s["removed"]) and all(n > 0 for n in s["removed_tokens"].values())
 
 
+@pytest.mark.slow
 def test_summary_shows_removed(near_run):
     from pipeline.format.summary import format_summary
 
@@ -160,6 +161,9 @@ def test_same_bytes_on_two_workers_and_the_portable_runner(near_run):
 
 
 def test_the_driver_loads_the_dedup_kernels_only_for_its_own_worker_threads(corpus, tiny_model, tmp_path):
+    from pipeline.beam.launch import warms_dedup_kernels
+    from pipeline.beam.options import pipeline_options
+
     root, _ = corpus
 
     def warms(*more):
@@ -173,6 +177,7 @@ def test_the_driver_loads_the_dedup_kernels_only_for_its_own_worker_threads(corp
     assert not warms("--decontaminate", str(root / "evals" / "*"), "--direct_num_workers", "2")  # no signatures
 
 
+@pytest.mark.slow
 def test_exact_only_removes_exact_copies(corpus, tiny_model, tmp_path):
     root, _ = corpus
     out = tmp_path / "out"
@@ -181,6 +186,7 @@ def test_exact_only_removes_exact_copies(corpus, tiny_model, tmp_path):
     assert {k: ((r["twin_file_index"], r["twin_line"]), r["reason"]) for k, r in removed.items()} == EXACT
 
 
+@pytest.mark.slow
 def test_decontamination_alone_removes_exactly_the_planted_overlaps(corpus, tiny_model, tmp_path):
     root, _ = corpus
     out = tmp_path / "out"
@@ -195,6 +201,7 @@ def _megatron_documents(out: Path, manifest: dict, model: str) -> list[str]:
     return [sp.decode(seq[:-1].astype(int).tolist()) for seq in megatron_sequences(out, manifest)]  # without the EOS
 
 
+@pytest.mark.slow
 def test_megatron_output_holds_the_survivors_in_input_order_and_the_cut_text(corpus, tiny_model, tmp_path):
     root, texts = corpus
     out = tmp_path / "out"
@@ -212,6 +219,7 @@ def test_megatron_output_holds_the_survivors_in_input_order_and_the_cut_text(cor
     assert EVAL_TEXTS[0].upper() in texts[cut] and "FOX" not in got[at] and got[at].startswith(texts[cut][:20])
 
 
+@pytest.mark.slow
 def test_megatron_per_subset_with_dedup(corpus, tiny_model, tmp_path):
     root, texts = corpus
     out = tmp_path / "out"
@@ -236,6 +244,7 @@ def test_tfrecord_per_subset_with_dedup_lists_each_subset_s_removals_in_its_own_
     assert github["removed"]["by_reason"] == {"duplicate_exact": len(EXACT)}
 
 
+@pytest.mark.slow
 def test_provenance_with_dedup_names_no_removed_line(corpus, tiny_model, tmp_path):
     root, texts = corpus
     out = tmp_path / "out"
@@ -247,6 +256,7 @@ def test_provenance_with_dedup_names_no_removed_line(corpus, tiny_model, tmp_pat
     assert lines == set(texts) - set(NEAR)
 
 
+@pytest.mark.slow
 def test_default_run_has_no_dedup_entries(corpus, tiny_model, tmp_path):
     root, _ = corpus
     out = tmp_path / "out"
@@ -263,6 +273,7 @@ def test_bad_flags_are_refused(corpus, tiny_model, tmp_path):
     assert run.cli(_argv(root, tmp_path / "o", tiny_model, "--decontam_cut") + FAST_BEAM) == 2
 
 
+@pytest.mark.slow
 def test_removed_files_are_listed_and_checked_at_commit(near_run):
     from pipeline.io import outputs
 
@@ -274,6 +285,7 @@ def test_removed_files_are_listed_and_checked_at_commit(near_run):
     assert paths == [f"run-{manifest['run_id']}/removed/train-0000{f}-00000.jsonl" for f in (0, 1)]
 
 
+@pytest.mark.slow
 def test_any_json_lines_corpus(tiny_model, tmp_path):
     rng = np.random.default_rng(5)
     a, b = random_words(rng, 300), random_words(rng, 300)

@@ -55,6 +55,7 @@ def test_every_command_in_the_docs_is_run_or_marked_as_needing_your_values_or_lo
     assert [where for where, kind, _ in doc_commands() if kind == "run"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where,commands", [(w, c) for w, k, c in doc_commands() if k == "run"])
 def test_the_runnable_commands_in_the_docs_run_as_written(where, commands):
     # As a user runs them: from the repository root, with the environment's console scripts on PATH.

@@ -191,6 +191,7 @@ def test_only_the_last_item_of_a_queued_group_has_its_last_chunk_tokenized_at_on
         assert len(chunks) > 2 and [c.tokenize_now for c in chunks] == [False] * (len(chunks) - 1) + [ends_group]
 
 
+@pytest.mark.slow
 def test_chunks_are_coded_by_their_own_coder_whose_size_estimate_encodes_nothing(tmp_path, monkeypatch):
     import apache_beam as beam
 

@@ -42,6 +42,7 @@ def _content(path) -> bytes:
         return zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True).read()
 
 
+@pytest.mark.slow
 def test_a_reframed_input_gives_every_output_byte_of_the_original(tmp_path, tiny_model):
     files = _corpus(tmp_path / "in")
     argv = ["--input", str(tmp_path / "in" / "*.jsonl.zst"), "--output_dir", str(tmp_path / "out"),

@@ -3,7 +3,6 @@
 import os
 
 import numpy as np
-import tensorflow as tf
 
 from pipeline.format.framing import FramedRecords, frame
 
@@ -14,6 +13,8 @@ def _records(n, seed=0):
 
 
 def test_a_block_is_a_valid_tfrecord_file(tmp_path):
+    import tensorflow as tf
+
     records = _records(50)
     block = FramedRecords.of(records)
     path = tmp_path / "x.tfrecord"

@@ -14,8 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import tensorflow as tf
-import tensorflow_datasets as tfds
 from corpus_helpers import FAST_BEAM
 from sample_corpus import write_sample_corpus
 
@@ -45,6 +43,8 @@ def _run(corpus, out, model, *extra):
 
 def _records_in_shard_order(out: Path, manifest: dict) -> list[dict]:
     """Each record's features as numpy, from the shard files alone."""
+    import tensorflow as tf
+
     dtype = np.dtype("<u2") if manifest["features"]["tokens"]["dtype"] == "uint16" else np.dtype("<i4")
     got = []
     for shard in manifest["shards"]:
@@ -56,8 +56,11 @@ def _records_in_shard_order(out: Path, manifest: dict) -> list[dict]:
     return got
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra", [[], ["--document_boundaries"]], ids=["plain", "boundaries"])
 def test_tfds_loads_the_output_with_its_own_reader(corpus, tiny_model, tmp_path, extra):
+    import tensorflow_datasets as tfds
+
     out = tmp_path / "out"
     manifest = _run(corpus, out, tiny_model, *extra)
     assert len(manifest["shards"]) > 1
@@ -95,7 +98,10 @@ def test_tfds_metadata_is_a_function_of_the_manifest_and_refuses_unnamed_shards(
         tfds_meta.metadata(manifest)
 
 
+@pytest.mark.slow
 def test_overwrite_removes_tfds_metadata_even_without_a_manifest(corpus, tiny_model, tmp_path):
+    import tensorflow_datasets as tfds
+
     out = tmp_path / "out"
     _run(corpus, out, tiny_model)
     assert {"dataset_info.json", "features.json"} <= set(os.listdir(out))
@@ -104,6 +110,7 @@ def test_overwrite_removes_tfds_metadata_even_without_a_manifest(corpus, tiny_mo
     assert tfds.builder_from_directory(str(out)).info.splits["train"].num_examples == manifest["totals"]["records"]
 
 
+@pytest.mark.slow
 def test_megatron_data_path_names_the_latest_link_and_a_rerun_moves_it(corpus, tiny_model, tmp_path):
     out = tmp_path / "meg"
     first = _run(corpus, out, tiny_model, "--output_format", "megatron")
@@ -129,6 +136,7 @@ def test_megatron_data_path_names_the_latest_link_and_a_rerun_moves_it(corpus, t
     assert os.readlink(out / LATEST_NAME) == f"run-{third['run_id']}"
 
 
+@pytest.mark.slow
 def test_version_and_megatron_habits():
     result = subprocess.run([sys.executable, "-m", "pipeline.cli.main", "--version"], cwd=REPO,
                             capture_output=True, text=True, check=True)

@@ -16,7 +16,6 @@ from kind_fixtures import ENDOFTEXT, train_byte_level_bpe, write_hf_directory, w
 from pipeline.cli import run, show
 from pipeline.format import manifest as manifest_lib
 from pipeline.format import megatron as fmt
-from pipeline.reader.dataset import make_dataset
 from pipeline.tokenize.kinds.detect import load_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,6 +38,21 @@ def kinds(tmp_path_factory):
             "tiktoken": (str(ranks), []), "llama3": (str(big), ["--tiktoken_encoding", "llama3"])}
 
 
+@pytest.fixture(scope="module")
+def tfrecord_output(kinds, tmp_path_factory):
+    """name -> (directory, manifest) of the kind's default (TFRecord) output of the sample, written once."""
+    runs = {}
+
+    def get(name: str) -> tuple[Path, dict]:
+        if name not in runs:
+            model, extra = kinds[name]
+            out = tmp_path_factory.mktemp(f"tfr-{name}") / "out"
+            runs[name] = (out, _run(out, model, *extra))
+        return runs[name]
+
+    return get
+
+
 def sample_texts() -> list[str]:
     import zstandard
 
@@ -57,11 +71,16 @@ def megatron_documents(out: Path) -> list[tuple[int, ...]]:
 
 def reader_records(out: Path) -> np.ndarray:
     """Every record's inputs, through the tf.data reader."""
+    from pipeline.reader.dataset import make_dataset
+
     return np.concatenate([b["inputs"].numpy() for b in make_dataset(str(out), 16, shuffle=False)])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["hf_dir", "hf_bare", "tiktoken", "llama3"])
-def test_every_kind_end_to_end_in_both_formats(name, kinds, tmp_path):
+def test_every_kind_end_to_end_in_both_formats(name, kinds, tfrecord_output, tmp_path):
+    from pipeline.reader.dataset import make_dataset
+
     model, extra = kinds[name]
     tok = load_tokenizer(model, tiktoken_name="llama3" if name == "llama3" else None)
     eos = 0 if name == "hf_bare" else tok.eos_id
@@ -70,7 +89,7 @@ def test_every_kind_end_to_end_in_both_formats(name, kinds, tmp_path):
 
     meg = _run(tmp_path / "meg", model, "--output_format", "megatron", *extra)
     assert sorted(megatron_documents(tmp_path / "meg")) == expected
-    rec = _run(tmp_path / "tfr", model, *extra)
+    tfr, rec = tfrecord_output(name)
     for manifest in (meg, rec):
         t = manifest["tokenizer"]
         assert (t["kind"], t["vocab_size"], t["eos_id"], t["sha256"]) == (tok.kind, tok.vocab_size, eos, tok.sha256)
@@ -83,7 +102,7 @@ def test_every_kind_end_to_end_in_both_formats(name, kinds, tmp_path):
         assert max(max(d) for d in expected) > 65_535
 
     # Through the reader: every whole document inside a record is one of the input's, with its exact ids.
-    inputs = reader_records(tmp_path / "tfr")
+    inputs = reader_records(tfr)
     assert inputs.shape[1] == SEQ_LEN and len(inputs) == rec["totals"]["records"] // 16 * 16  # whole batches
     wanted = {d[:-1] for d in expected}
     whole = 0
@@ -95,13 +114,14 @@ def test_every_kind_end_to_end_in_both_formats(name, kinds, tmp_path):
             assert tuple(row[a + 1 : b]) in wanted
             whole += 1
     assert whole > 0
-    shown = show.show(str(tmp_path / "tfr"), summary=False)
+    shown = show.show(str(tfr), summary=False)
     assert "sha256 matches" in shown and "detokenized" in shown
-    first = next(iter(make_dataset(str(tmp_path / "tfr"), 2, seed=0)))["inputs"].numpy()[0].tolist()
+    first = next(iter(make_dataset(str(tfr), 2, seed=0)))["inputs"].numpy()[0].tolist()
     piece = first[first.index(eos) + 1 :][:30] if eos in first[:-40] else first[:30]
     assert tok.decode(piece)[3:20] in shown  # the sequence `show` read, decoded with this kind
 
 
+@pytest.mark.slow
 def test_special_strings_in_text_stay_text(kinds, tmp_path):
     texts = [f"before {ENDOFTEXT} after", f"{ENDOFTEXT}", "plain words here"]
     src = write_lines(str(tmp_path / "in.jsonl"), [pile_line(t) for t in texts], compression="none")
@@ -128,6 +148,7 @@ def test_a_missing_special_id_is_exit_2_naming_it(kinds, tmp_path, caplog):
     assert code == 2 and "--bos_id=99999 is outside the vocabulary" in caplog.text
 
 
+@pytest.mark.slow
 def test_an_unknown_file_or_backend_is_exit_2(kinds, tmp_path, caplog):
     junk = tmp_path / "junk.bin"
     junk.write_bytes(b"\x00\x01 not a tokenizer")
@@ -146,11 +167,12 @@ def _has_gigatoken() -> bool:
     return True
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,backends", [("hf_dir", ("auto", "gigatoken", "tokenizers_batch")),
                                            ("tiktoken", ("auto", "tiktoken_batch"))])
-def test_fast_engine_shards_are_byte_identical(name, backends, kinds, tmp_path):
+def test_fast_engine_shards_are_byte_identical(name, backends, kinds, tfrecord_output, tmp_path):
     model, extra = kinds[name]
-    ref = _run(tmp_path / "ref", model, *extra)
+    ref_dir, ref = tfrecord_output(name)
     assert ref["tokenizer"]["backend"]["name"] in ("tokenizers", "tiktoken")
     shards = lambda out: {k: v for k, v in output_digests(out).items() if k.endswith(".tfrecord")}  # noqa: E731
     fastest = {"hf_dir": "gigatoken" if _has_gigatoken() else "tokenizers_batch", "tiktoken": "tiktoken_batch"}
@@ -160,12 +182,14 @@ def test_fast_engine_shards_are_byte_identical(name, backends, kinds, tmp_path):
         got = _run(tmp_path / backend, model, "--tokenizer_backend", backend, *extra)
         assert got["tokenizer"]["backend"]["name"] == (fastest[name] if backend == "auto" else backend)
         assert got["tokenizer"]["backend"]["parity"]["result"] == "passed"
-        assert shards(tmp_path / "ref") == shards(tmp_path / backend) != {}
+        assert shards(ref_dir) == shards(tmp_path / backend) != {}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["hf_dir", "llama3"])
 def test_provenance_of_a_step_retokenized_with_the_kind_is_the_steps_tokens(name, kinds, tmp_path):
     from pipeline.cli import provenance
+    from pipeline.reader.dataset import make_dataset
 
     model, extra = kinds[name]
     tok = load_tokenizer(model, tiktoken_name="llama3" if name == "llama3" else None)
@@ -185,11 +209,11 @@ def test_provenance_of_a_step_retokenized_with_the_kind_is_the_steps_tokens(name
     assert f"{records[0].pieces[0].file}:{records[0].pieces[0].line}" in provenance.format_step(records)
 
 
-def test_the_manifest_gives_the_trainers_a_128k_vocabulary(kinds, tmp_path):
-    model, extra = kinds["llama3"]
-    _run(tmp_path / "o", model, "--output_format", "tfrecord", *extra)
-    manifest = manifest_lib.load_manifest(str(tmp_path / "o"))
+@pytest.mark.slow
+def test_the_manifest_gives_the_trainers_a_128k_vocabulary(tfrecord_output):
+    out, _ = tfrecord_output("llama3")  # TFRecord: the default output format
+    manifest = manifest_lib.load_manifest(str(out))
     from trainers.config import TrainConfig, resolve_model_config
 
-    cfg = TrainConfig(train_data=str(tmp_path / "o"), model="small")
+    cfg = TrainConfig(train_data=str(out), model="small")
     assert resolve_model_config(cfg, manifest).vocab_size == 128_256

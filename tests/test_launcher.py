@@ -149,6 +149,7 @@ def test_source_bundle_holds_the_trainers_and_the_reader(launcher):
     assert launcher.package_source() == launcher.package_source()  # deterministic bytes
 
 
+@pytest.mark.slow
 def test_the_bundle_alone_imports_the_trainers_and_the_reader(launcher, tmp_path):
     with tarfile.open(fileobj=io.BytesIO(launcher.package_source()), mode="r:gz") as tar:
         tar.extractall(tmp_path, filter="data")
@@ -185,6 +186,7 @@ def moto_server(monkeypatch):
         server.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("trainer", ["horovod", "smp"])
 def test_submit_to_a_local_server_and_read_it_back(launcher, moto_server, loopback_only, trainer, capsys):
     import boto3
@@ -213,6 +215,7 @@ def test_submit_to_a_local_server_and_read_it_back(launcher, moto_server, loopba
     assert json.loads(back["HyperParameters"]["sagemaker_program"]) in names
 
 
+@pytest.mark.slow
 def test_cli_prints_only_json_on_stdout():
     _require_sdk()
     proc = subprocess.run([sys.executable, "-m", "trainers.launch_sagemaker", "--trainer", "smp", "--dry_run",

@@ -120,6 +120,7 @@ def _import_blocking(entry: str, blocked: tuple[str, ...]) -> subprocess.Complet
                           env={"TF_CPP_MIN_LOG_LEVEL": "3", "PATH": "/usr/bin:/bin"})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", ["pipeline.tfdata", "pipeline.format.manifest", "pipeline.reader.dataset"])
 def test_the_reader_imports_without_beam_sentencepiece_or_zstandard(entry):
     result = _import_blocking(entry, BLOCKED)
@@ -127,6 +128,7 @@ def test_the_reader_imports_without_beam_sentencepiece_or_zstandard(entry):
 
 
 # The PyTorch reader and the engine it shares with tf.data: no TensorFlow (and none of the job's packages).
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", ["pipeline.pytorch", "pipeline.reader.doc_reader"])
 def test_the_pytorch_reader_imports_without_tensorflow(entry):
     result = _import_blocking(entry, (*BLOCKED, "tensorflow", "keras", "tensorboard"))

@@ -7,8 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.beam.lean_import import CONNECTORS, runs_in_process
-
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -24,6 +22,8 @@ REPO = Path(__file__).resolve().parents[1]
     (["--runner"], False),
 ])
 def test_runs_in_process(flags, expected):
+    from pipeline.beam.lean_import import runs_in_process
+
     assert runs_in_process(flags) is expected
 
 
@@ -59,6 +59,7 @@ print(json.dumps(state))
     return json.loads(out.stdout)
 
 
+@pytest.mark.slow
 def test_direct_runner_gets_beam_without_connectors():
     state = _after_import([])
     assert state["beam"]
@@ -69,6 +70,7 @@ def test_direct_runner_gets_beam_without_connectors():
     assert state["pandas_after"] == "pandas"
 
 
+@pytest.mark.slow
 def test_other_runners_get_beam_whole():
     state = _after_import(["--runner", "DataflowRunner"])
     assert {"gs", "s3"} <= set(state["schemes"])
@@ -76,7 +78,10 @@ def test_other_runners_get_beam_whole():
     assert set(state["loaded"]) >= {"apache_beam.io.gcp.bigquery", "apache_beam.io.gcp.gcsfilesystem", "pandas"}
 
 
+@pytest.mark.slow
 def test_a_connector_beam_needs_after_all_means_beam_whole():
+    from pipeline.beam.lean_import import CONNECTORS
+
     # apache_beam.coders is imported unconditionally: left out, Beam's import fails, and Beam is
     # then imported again with nothing left out.
     state = _after_import([], connectors=("apache_beam.coders", *CONNECTORS))
@@ -85,12 +90,14 @@ def test_a_connector_beam_needs_after_all_means_beam_whole():
     assert {"gs", "s3"} <= set(state["schemes"])
 
 
+@pytest.mark.slow
 def test_a_program_that_runs_jobs_itself_gets_beam_whole():
     # `pipeline.cli.run.main` called from a program that may run a Dataflow job next.
     state = _after_import([], one_command=False)
     assert {"gs", "s3"} <= set(state["schemes"]) and state["dataflow_client"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", [
     ["-m", "pipeline.run"],
     ["-c", "import sys; from pipeline.cli.main import console; sys.argv[1:1] = ['run']; sys.exit(console())"],

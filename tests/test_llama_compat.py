@@ -12,7 +12,6 @@ import random
 
 import numpy as np
 import pytest
-import tensorflow as tf
 from corpus_helpers import FAST_BEAM, pile_line, write_lines
 from sample_corpus import compose_lines
 
@@ -86,6 +85,8 @@ def test_a_model_without_eos_gives_a_clear_error(without_eos, tmp_path):
 
 def _label_tokens(output_dir: str, manifest: dict) -> np.ndarray:
     """Every label token of every record (tokens[1:], only the valid ones of the padded record)."""
+    import tensorflow as tf
+
     dtype = np.dtype("<u2") if manifest["features"]["tokens"]["dtype"] == "uint16" else np.dtype("<i4")
     spec = {"tokens": tf.io.FixedLenFeature([], tf.string),
             "valid_labels": tf.io.FixedLenFeature([], tf.int64, default_value=manifest["seq_len"])}
@@ -98,6 +99,7 @@ def _label_tokens(output_dir: str, manifest: dict) -> np.ndarray:
     return np.concatenate(labels).astype(np.int64)
 
 
+@pytest.mark.slow
 def test_the_manifest_records_the_ids_and_the_records_use_them(llama_like, tmp_path):
     rng = random.Random(9)
     lines = compose_lines(rng, 60)

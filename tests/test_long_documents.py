@@ -86,6 +86,7 @@ def _assert_same_ids(encoder: PieceEncoder, engine, texts: list[str]) -> None:
         assert np.array_equal(got, want), f"text {i} ({text[:40]!r}...): ids differ from the whole encode"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["sample (Llama-2 style)", "tiny", "unigram, nmt_nfkc",
                                   "bpe, split_by_whitespace=false"])
 def test_pieces_have_the_ids_of_the_whole_document(models, name):

@@ -38,6 +38,7 @@ print(default, kept, mapped_for(4 << 20), mapped_for(256 << 20))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not GLIBC, reason="glibc's malloc only (this test's machines and CI run Debian)")
 def test_blocks_up_to_32_mb_come_from_the_heap_once_set():
     out = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, check=True,

@@ -18,7 +18,6 @@ import sys
 import time
 from pathlib import Path
 
-import apache_beam as beam
 import numpy as np
 import pytest
 import sentencepiece as spm
@@ -27,9 +26,6 @@ from corpus_helpers import FAST_BEAM, output_digests, pile_line, run_free, write
 from s3_server import loopback_s3
 from sample_corpus import write_sample_corpus
 
-from pipeline.beam import megatron as beam_megatron
-from pipeline.beam.job import build_pipeline
-from pipeline.beam.preflight import prepare
 from pipeline.cli import data_path as data_path_cli
 from pipeline.cli import run
 from pipeline.core.options import UsageError
@@ -120,6 +116,7 @@ def plain(corpus, tiny_model, tmp_path_factory):
     return out, _run(corpus, out, tiny_model)
 
 
+@pytest.mark.slow
 def test_documents_equal_sentencepiece_in_input_order(corpus, tiny_model, plain):
     out, manifest = plain
     assert_same_documents(read_output(out), expected(corpus, tiny_model))
@@ -131,6 +128,7 @@ def test_documents_equal_sentencepiece_in_input_order(corpus, tiny_model, plain)
     assert "seq_len" not in manifest["config"] and manifest["config"]["output_format"] == "megatron"
 
 
+@pytest.mark.slow
 def test_every_file_is_listed_complete_and_shards_are_bounded(plain):
     out, manifest = plain
     listed = {"manifest.json"} | {d["path"] for d in manifest["dead_letters"]["files"]}
@@ -153,6 +151,7 @@ def test_every_file_is_listed_complete_and_shards_are_bounded(plain):
     assert manifest["megatron"]["data_path"] == " ".join(f"{s['tokens']} {s['path']}" for s in manifest["shards"])
 
 
+@pytest.mark.slow
 def test_same_bytes_on_two_worker_processes(corpus, tiny_model, plain, tmp_path):
     out, _ = plain
     two = tmp_path / "two"
@@ -161,6 +160,7 @@ def test_same_bytes_on_two_worker_processes(corpus, tiny_model, plain, tmp_path)
     assert not [p for p in two.iterdir() if TEMP.match(p.name)]  # the spill directory is gone
 
 
+@pytest.mark.slow
 def test_portable_runner_writes_the_same_bytes(corpus, tiny_model, plain, tmp_path):
     out, _ = plain
     portable = tmp_path / "portable"
@@ -169,12 +169,14 @@ def test_portable_runner_writes_the_same_bytes(corpus, tiny_model, plain, tmp_pa
     assert output_digests(portable) == output_digests(out)
 
 
+@pytest.mark.slow
 def test_document_order_and_shards_do_not_depend_on_chunking(corpus, tiny_model, plain, tmp_path):
     _, manifest = plain
     other = _run(corpus, tmp_path / "chunks", tiny_model, "--chunk_mb", "0.3")
     assert run_free(other["shards"]) == run_free(manifest["shards"])
 
 
+@pytest.mark.slow
 def test_per_subset_selection_bos_and_epochs(corpus, tiny_model, tmp_path):
     chosen = ["ArXiv", "Books3", "Github", "Wikipedia (en)"]
     out = tmp_path / "out"
@@ -211,6 +213,7 @@ def test_per_subset_selection_bos_and_epochs(corpus, tiny_model, tmp_path):
         data_path_cli.data_path_line(str(out), "pile_paper")
 
 
+@pytest.mark.slow
 def test_data_path_command_weighs_subsets_by_paper_epochs(corpus, tiny_model, tmp_path, capsys):
     out = tmp_path / "out"
     manifest = _run(corpus, out, tiny_model, "--per_subset")
@@ -232,6 +235,7 @@ def test_data_path_command_weighs_subsets_by_paper_epochs(corpus, tiny_model, tm
     assert result.returncode == 0 and "usage: pile-pipeline data-path" in result.stdout
 
 
+@pytest.mark.slow
 def test_per_subset_with_any_subset_names(tiny_model, tmp_path):
     """Another corpus's layout and names (sample_data/notes): one group of shards per name, in input order."""
     notes = REPO / "sample_data" / "notes"
@@ -255,6 +259,7 @@ def test_per_subset_with_any_subset_names(tiny_model, tmp_path):
         "train-misc-00000-of-00001", "train-Wikipedia_en-00000-of-00001"}
 
 
+@pytest.mark.slow
 def test_dead_letters_are_the_tfrecord_jobs(corpus, tiny_model, plain, tmp_path):
     out, manifest = plain
     tf_out = tmp_path / "tfrecord"
@@ -267,6 +272,7 @@ def test_dead_letters_are_the_tfrecord_jobs(corpus, tiny_model, plain, tmp_path)
     assert manifest["subsets"] == tf_manifest["subsets"]
 
 
+@pytest.mark.slow
 def test_fast_backend_writes_the_same_bytes(corpus, tiny_model, plain, tmp_path):
     out, _ = plain
     fast = _run(corpus, tmp_path / "fast", tiny_model, "--tokenizer_backend", "auto", "--verify_tokenizer", "fail")
@@ -276,6 +282,7 @@ def test_fast_backend_writes_the_same_bytes(corpus, tiny_model, plain, tmp_path)
         k: v for k, v in output_digests(out).items() if k != "manifest.json"}
 
 
+@pytest.mark.slow
 def test_each_format_refuses_the_others_manifest(plain, tmp_path, corpus, tiny_model):
     from pipeline import tfdata
 
@@ -297,11 +304,16 @@ def test_options_that_do_not_fit_are_refused(flags, tiny_model):
         run.parse_args(["--input", "x", "--output_dir", "y", "--tokenizer_model", tiny_model, *flags])
 
 
+@pytest.mark.slow
 def test_dataflow_dry_run_translates_the_megatron_job(corpus, tiny_model, monkeypatch):
     """Translated for Dataflow offline, as tests/test_runners.py does for the TFRecord job."""
     import socket
 
+    import apache_beam as beam
+
+    from pipeline.beam.job import build_pipeline
     from pipeline.beam.options import pipeline_options
+    from pipeline.beam.preflight import prepare
 
     def refuse(*args, **kwargs):
         raise AssertionError("network access attempted")
@@ -331,6 +343,8 @@ def test_dataflow_dry_run_translates_the_megatron_job(corpus, tiny_model, monkey
 
 def test_a_retried_shard_write_gives_the_same_files(tmp_path, tiny_model):
     """Dataflow may run a DoFn twice on the same element: both attempts publish the same bytes."""
+    from pipeline.beam import megatron as beam_megatron
+
     config, _ = run.parse_args(["--input", "x", "--output_dir", str(tmp_path), "--tokenizer_model", tiny_model,
                                 "--output_format", "megatron"])
     from pipeline.format.framing import FramedRecords
@@ -351,6 +365,7 @@ def test_a_retried_shard_write_gives_the_same_files(tmp_path, tiny_model):
     assert fmt.read_index((run_dir / "train-00000-of-00001.idx").read_bytes()).lengths.tolist() == [3, 2]
 
 
+@pytest.mark.slow
 def test_sigkill_midway_then_overwrite_gives_the_clean_output(corpus, tiny_model, plain, tmp_path):
     clean, _ = plain
     clean_files = {run_free(str(p.relative_to(clean))): p.read_bytes() for p in clean.rglob("*") if p.is_file()}
@@ -392,6 +407,7 @@ def s3_env():
         yield server
 
 
+@pytest.mark.slow
 def test_s3_output_is_byte_identical_to_a_local_run(corpus, tiny_model, s3_env, tmp_path):
     fs, _ = s3_env
     fs.put(str(corpus / "train") + "/", "bucket/pile/train/", recursive=True)

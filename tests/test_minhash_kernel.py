@@ -118,6 +118,7 @@ def test_ascii_texts_read_from_their_own_bytes_give_the_definitions_values():
         _equal(text, ngram=2, num_perm=16, seed=3)
 
 
+@pytest.mark.slow
 @needs_numba
 def test_warm_up_loads_every_kernel_a_worker_calls():
     code = """
@@ -138,6 +139,7 @@ def test_whitespace_table_is_str_split():
     assert "".join(every.split()) == "".join(c for c, space in zip(every, table.tolist(), strict=True) if not space)
 
 
+@pytest.mark.slow
 def test_without_numba_the_signer_uses_the_definitions():
     text = "Een twee drie vier vijf zes, \u0130stanbul \ud800 zeven."
     code = f"""

@@ -126,6 +126,7 @@ def test_weights_are_exact_and_validated():
 # -- the reader -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_global_batches_are_the_same_for_every_world_size(outputs):
     _, paths = outputs
     mix = _mixture(paths)
@@ -155,6 +156,7 @@ def test_each_source_runs_its_own_epochs(outputs):
     assert all(sorted(f) == list(range(7)) for f in firsts) and len({tuple(f) for f in firsts}) > 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("w_first", "w_then", "k"), [(2, 3, 6), (4, 1, 9), (8, 2, 13), (1, 8, 4)])
 def test_resume_at_step_k_on_another_world_size_equals_the_uninterrupted_run(outputs, w_first, w_then, k):
     _, paths = outputs
@@ -168,6 +170,7 @@ def test_resume_at_step_k_on_another_world_size_equals_the_uninterrupted_run(out
     assert tfdata.mixture_state(mix, G, k, seed=SEED, shuffle_buffer=WINDOW, state=early) == state
 
 
+@pytest.mark.slow
 def test_reweighting_mid_run_and_resuming_after_it_replays_the_same_order(outputs):
     _, paths = outputs
     schedule = [{"step": 8, "weights": {"big": 0.1, "small": 0.1, "mid": 0.8}}]
@@ -194,6 +197,7 @@ def _at(step: int, weights) -> list:
     return [{"step": step, "weights": dict(zip(SIZES, weights, strict=True))}]
 
 
+@pytest.mark.slow
 def test_a_schedule_step_inside_a_window_reweights_from_that_very_step(outputs):
     _, paths = outputs
     mix = _mixture(paths, schedule=_at(5, [0.1, 0.1, 0.8]))  # inside the window of steps 4..7
@@ -213,6 +217,7 @@ def test_a_schedule_step_inside_a_window_reweights_from_that_very_step(outputs):
         assert _same(_global(mix, w, num_steps=18 - k, state=state), whole[k:]), k
 
 
+@pytest.mark.slow
 def test_reweighting_live_at_any_step_after_the_steps_already_dealt(outputs):
     _, paths = outputs
     plain = _mixture(paths)

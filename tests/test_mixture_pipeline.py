@@ -13,10 +13,11 @@ import pytest
 import sentencepiece as spm
 from test_provenance import GLOBAL, MODEL, SEED, _corpus, _run
 
-from pipeline import tfdata
 from pipeline.cli import main as cli_main
 from pipeline.cli import provenance as command
 from pipeline.core.subsets import PILE_PAPER_EPOCHS
+
+pytestmark = pytest.mark.slow
 
 MIXED = ["Wikipedia (en)", "Github", "ArXiv"]
 WINDOW = 32
@@ -37,6 +38,8 @@ def mixture(tmp_path_factory):
 
 
 def test_per_subset_outputs_mix_with_the_papers_epochs(mixture):
+    from pipeline import tfdata
+
     path, manifests = mixture
     mix = tfdata.load_mixture(str(path))
     assert mix.names == tuple(MIXED)
@@ -46,6 +49,8 @@ def test_per_subset_outputs_mix_with_the_papers_epochs(mixture):
 
 @pytest.mark.parametrize("step,dp_size", [(0, 1), (7, 2), (13, 4)])
 def test_provenance_of_a_mixture_step_is_the_steps_tokens(mixture, step, dp_size):
+    from pipeline import tfdata
+
     path, manifests = mixture
     sp = spm.SentencePieceProcessor(model_file=MODEL)
     tok = manifests[MIXED[0]]["tokenizer"]

@@ -22,6 +22,8 @@ from corpus_helpers import FAST_BEAM
 
 from pipeline.cli import run
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[1]
 PINNED_FILE = Path(__file__).parent / "data" / "pinned_output.json"
 MODEL = str(REPO / "tokenizers" / "sample" / "sample.model")

@@ -23,7 +23,6 @@ from sample_corpus import write_notes_corpus, write_sample_corpus
 
 from pipeline.cli import run
 from pipeline.format.summary import format_summary, subset_rows
-from pipeline.tfdata import make_dataset
 
 REPO = Path(__file__).resolve().parents[1]
 NOTES = REPO / "sample_data" / "notes"
@@ -47,6 +46,7 @@ def test_the_bundled_corpus_is_what_the_generator_writes(tmp_path):
         assert _read(path) == _read(NOTES / path.name)
 
 
+@pytest.mark.slow
 def test_the_bundled_pile_sample_is_what_the_generator_writes(tmp_path):
     pile = REPO / "sample_data" / "pile"
     written = [Path(p) for p in write_sample_corpus(str(tmp_path))]
@@ -97,6 +97,7 @@ def notes_run(tmp_path_factory, tiny_model):
     return out, manifest, printed.getvalue(), files
 
 
+@pytest.mark.slow
 def test_per_subset_statistics_selection_and_epochs_work_for_any_names(notes_run):
     out, manifest, _, files = notes_run
     stats, _ = _expected(files)
@@ -118,7 +119,10 @@ def test_per_subset_statistics_selection_and_epochs_work_for_any_names(notes_run
     assert extra["duplicate_keys"] == {"ambiguous": 0, "elsewhere": 1}
 
 
+@pytest.mark.slow
 def test_the_reader_yields_every_token_of_every_kept_document_once_per_epoch(notes_run, tiny_model):
+    from pipeline.tfdata import make_dataset
+
     out, manifest, _, files = notes_run
     _, kept = _expected(files)
     sp = spm.SentencePieceProcessor(model_file=tiny_model)
@@ -145,6 +149,7 @@ def _cells(summary: str) -> dict[str, list[str]]:
     return rows
 
 
+@pytest.mark.slow
 def test_the_summary_and_the_manifest_agree(notes_run):
     out, manifest, summary, _ = notes_run
     rows = _cells(summary)
@@ -181,6 +186,7 @@ def test_the_summary_and_the_manifest_agree(notes_run):
     assert f'ds = make_dataset("{out}", batch_size=8' in summary
 
 
+@pytest.mark.slow
 def test_a_misspelled_name_with_any_names_is_noted_in_the_summary(tmp_path, tiny_model, capsys):
     # Without --default_subset the lines with no subset name are dead letters (~10% here): accept them.
     manifest = run.main(["--input", str(NOTES / "part-00.jsonl"), "--output_dir", str(tmp_path / "out"),

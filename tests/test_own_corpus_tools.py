@@ -16,6 +16,8 @@ from corpus_helpers import FAST_BEAM
 from pipeline.cli import main as cli_main
 from pipeline.cli import run, tokenizer_report, train_tokenizer
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[1]
 NOTES = REPO / "sample_data" / "notes"
 LAYOUT = ["--text_key", "body", "--subset_key", "source.name", "--subset_names", "any", "--default_subset", "other"]

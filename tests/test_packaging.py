@@ -100,6 +100,7 @@ def test_the_quickstart_installs_the_job_the_reader_and_the_tokenizer_kinds():
         REPO / "scripts" / "setup_env.sh").read_text()
 
 
+@pytest.mark.slow
 def test_test_pythons_says_plainly_which_python_it_cannot_test():
     script = str(REPO / "scripts" / "test_pythons.sh")
     env = {**os.environ, "PYTHONS": "3.99"}

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 from corpus_helpers import FAST_BEAM, output_digests, pile_line, write_lines
 
-from pipeline import tfdata
 from pipeline.cli import run, show
 from pipeline.core.options import UsageError
 from pipeline.format.manifest import load_manifest
@@ -41,6 +40,7 @@ def per_subset_out(corpus, tiny_model, tmp_path_factory):
     return out, result
 
 
+@pytest.mark.slow
 def test_each_subset_is_the_output_of_its_own_run(per_subset_out, corpus, tiny_model, tmp_path):
     out, result = per_subset_out
     assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == sorted(
@@ -54,7 +54,10 @@ def test_each_subset_is_the_output_of_its_own_run(per_subset_out, corpus, tiny_m
     assert set(result["outputs"]) == set(SLUGS)
 
 
+@pytest.mark.slow
 def test_the_mixture_weighs_label_tokens_by_epochs_and_the_reader_takes_it(per_subset_out):
+    from pipeline import tfdata
+
     out, _ = per_subset_out
     written = json.loads((out / "mixture.json").read_text())
     assert [s["name"] for s in written["sources"]] == ["Pile-CC", "ArXiv", "Gutenberg (PG-19)"]  # selection order
@@ -71,6 +74,7 @@ def test_the_mixture_weighs_label_tokens_by_epochs_and_the_reader_takes_it(per_s
     assert np.array_equal(resumed["inputs"].numpy(), fourth["inputs"].numpy())
 
 
+@pytest.mark.slow
 def test_two_workers_write_the_same_bytes(per_subset_out, corpus, tiny_model, tmp_path):
     out, _ = per_subset_out
     two = tmp_path / "two"
@@ -80,6 +84,7 @@ def test_two_workers_write_the_same_bytes(per_subset_out, corpus, tiny_model, tm
     assert (two / "mixture.json").read_bytes() == (out / "mixture.json").read_bytes()
 
 
+@pytest.mark.slow
 def test_show_prints_the_mixture(per_subset_out):
     out, _ = per_subset_out
     text = show.show(str(out))
@@ -87,6 +92,7 @@ def test_show_prints_the_mixture(per_subset_out):
     assert show.show(str(out / "mixture.json")) == text
 
 
+@pytest.mark.slow
 def test_rerun_needs_overwrite_and_overwrite_replaces(corpus, tiny_model, tmp_path):
     out = tmp_path / "again"
     flags = ("--per_subset", "--subsets", "Pile-CC,ArXiv")

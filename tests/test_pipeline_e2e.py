@@ -9,13 +9,14 @@ from collections import Counter
 import numpy as np
 import pytest
 import sentencepiece as spm
-import tensorflow as tf
 from corpus_helpers import FAST_BEAM, file_digest, pile_line, run_free, write_lines
 
 from pipeline.cli import run
 from pipeline.core.shuffle import Permutation
 from pipeline.core.subsets import PILE_SUBSETS
 from pipeline.format.manifest import load_manifest
+
+pytestmark = pytest.mark.slow
 
 SEQ = 64
 
@@ -28,6 +29,8 @@ def _run(inputs, out, model, *extra, beam=FAST_BEAM):
 
 def _read_records(out):
     """Every record of every shard, in manifest order, with plain tf.data (no project reader)."""
+    import tensorflow as tf
+
     manifest = load_manifest(str(out))
     dtype = {"uint16": tf.uint16, "int32": tf.int32}[manifest["features"]["tokens"]["dtype"]]
     spec = {"tokens": tf.io.FixedLenFeature([], tf.string),

@@ -12,7 +12,6 @@ import pytest
 import sentencepiece as spm
 from corpus_helpers import FAST_BEAM, run_free
 
-from pipeline import tfdata
 from pipeline.cli import main as cli_main
 from pipeline.cli import provenance as command
 from pipeline.cli import run
@@ -56,6 +55,8 @@ def written(tmp_path_factory):
 
 def _reader_step(out, step: int, dp_size: int) -> dict:
     """Global batch `step` as the reader gives it, put together from `dp_size` ranks."""
+    from pipeline import tfdata
+
     parts = []
     for rank in range(dp_size):
         ds = tfdata.make_dataset(str(out), global_batch_size=GLOBAL, dp_rank=rank, dp_size=dp_size, seed=SEED,
@@ -64,6 +65,7 @@ def _reader_step(out, step: int, dp_size: int) -> dict:
     return {k: np.concatenate([p[k].numpy() for p in parts]) for k in ("labels", "loss_mask")}
 
 
+@pytest.mark.slow
 def test_the_shards_are_the_same_bytes_with_or_without_provenance(written):
     _, with_spans, without = written
     assert run_free(with_spans["shards"]) == run_free(without["shards"])
@@ -75,8 +77,11 @@ def test_the_shards_are_the_same_bytes_with_or_without_provenance(written):
     assert with_spans["packing"]["records_from_tails"] > 0 and with_spans["packing"]["padded_records"] == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("step,dp_size", [(0, 1), (5, 2), (11, 4), (30, 2)])
 def test_the_documents_of_step_k_retokenized_are_the_steps_tokens(written, step, dp_size):
+    from pipeline import tfdata
+
     out, manifest, _ = written
     sp = spm.SentencePieceProcessor(model_file=MODEL)
     bos, eos = manifest["tokenizer"]["bos_id"], manifest["tokenizer"]["eos_id"]
@@ -95,6 +100,7 @@ def test_the_documents_of_step_k_retokenized_are_the_steps_tokens(written, step,
         assert tokens == batch["labels"][row][real].tolist(), (step, row)
 
 
+@pytest.mark.slow
 def test_the_command_prints_the_documents(written, capsys):
     out, _, _ = written
     assert cli_main.main(["provenance", str(out), "--step", "3", "--global_batch_size", str(GLOBAL),
@@ -104,6 +110,7 @@ def test_the_command_prints_the_documents(written, capsys):
     assert "Doc " in text and "tokens " in text and any(s in text for s in SUBSETS)
 
 
+@pytest.mark.slow
 def test_an_output_without_provenance_is_refused_clearly(written, capsys):
     out = written[0].parent / "without"
     with pytest.raises(ManifestError, match="--provenance"):

@@ -1,6 +1,5 @@
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from pipeline.format import records
 
@@ -9,6 +8,8 @@ from pipeline.format import records
 @pytest.mark.parametrize("with_segments", [False, True])
 @pytest.mark.parametrize("valid", [None, 3, 0])
 def test_serialization_is_byte_identical_to_tf_example(dtype, with_segments, valid):
+    import tensorflow as tf
+
     rng = np.random.default_rng(0)
     tokens = rng.integers(0, 60000, 9)
     seg = rng.integers(0, 5, 8) if with_segments else None
@@ -26,6 +27,8 @@ def test_serialization_is_byte_identical_to_tf_example(dtype, with_segments, val
 
 
 def test_records_parse_back_with_tf_io():
+    import tensorflow as tf
+
     tokens = np.arange(1000, 1017)
     serialized = [records.serialize_example(tokens), records.serialize_example(tokens, valid_labels=5)]
     parsed = tf.io.parse_example(

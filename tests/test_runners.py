@@ -199,6 +199,7 @@ def test_dry_run_false_means_false():
         beam_options.pipeline_options(DATAFLOW[:-1] + ["maybe"])
 
 
+@pytest.mark.slow
 def test_dataflow_dry_run_translates_the_whole_job_offline(corpus, tiny_model, no_network):
     """The real pipeline, translated for Dataflow Runner v2 and built with the package's sdist."""
     argv = ["--input", str(corpus / "train" / "*.jsonl.zst"), "--output_dir", "gs://my-bucket/pile/train",
@@ -239,6 +240,7 @@ def test_dataflow_dry_run_translates_the_whole_job_offline(corpus, tiny_model, n
     assert result.job.google_cloud_options.temp_location.startswith("gs://my-bucket/tmp/")
 
 
+@pytest.mark.slow
 def test_dataflow_dry_run_from_the_config_file_with_a_worker_image(corpus, tiny_model, tmp_path, no_network,
                                                                    caplog):
     """`python -m pipeline.run --config beam_configs/dataflow.toml --dry_run True` touches no output.
@@ -286,6 +288,7 @@ def job_service_spy(monkeypatch):
     return submitted
 
 
+@pytest.mark.slow
 def test_portable_runner_writes_the_same_bytes_as_direct_runner(direct_run, job_service_spy):
     """PortableRunner (embedded job service, LOOPBACK worker) == DirectRunner, every file, manifest included."""
     argv, out, manifest, digests = direct_run
@@ -296,6 +299,7 @@ def test_portable_runner_writes_the_same_bytes_as_direct_runner(direct_run, job_
     assert not [f for f in os.listdir(out) if ".tmp-" in f]
 
 
+@pytest.mark.slow
 def test_direct_runner_jobs_run_on_the_fn_api_runner_never_prism(direct_run, monkeypatch):
     """Beam's DirectRunner would try Prism (a binary it downloads) where the network allows: ours never do."""
     from apache_beam.runners.portability import prism_runner
@@ -313,6 +317,7 @@ def test_direct_runner_jobs_run_on_the_fn_api_runner_never_prism(direct_run, mon
     assert beam_options.direct_runner(beam_options.pipeline_options(["--runner", "PortableRunner"])) is None
 
 
+@pytest.mark.slow
 def test_external_worker_pool_writes_the_same_bytes(direct_run, job_service_spy):
     """SDK workers from a separate worker pool (EXTERNAL environment: how EMR nodes run them) == DirectRunner."""
     argv, out, manifest, digests = direct_run
@@ -352,6 +357,7 @@ class _SlowToPickle:
         return _SlowToPickle, (self.n,)
 
 
+@pytest.mark.slow
 def test_worker_threads_never_send_half_an_element(caplog):
     """DirectRunner's worker threads without Beam's timed flush: every element crosses whole.
 

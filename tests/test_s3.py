@@ -26,6 +26,8 @@ from pipeline.cli import run
 from pipeline.format import manifest as manifest_lib
 from pipeline.io import outputs
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[1]
 SECRET = f"sentinel-secret-{uuid.uuid4().hex}"
 BUCKET = "pile-bucket"

@@ -8,7 +8,6 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from pipeline.beam.tfrecord import WriteShardFn
 from pipeline.config.job import PipelineConfig
 from pipeline.core.shuffle import Permutation, ShardPlan
 from pipeline.core.sources import SourceOffsets, source_key
@@ -44,6 +43,8 @@ def _expected_sha(first: int, end: int) -> str:
 
 
 def _write(out, plan: ShardPlan, shard: int, groups, record_bytes: int) -> dict:
+    from pipeline.beam.tfrecord import WriteShardFn
+
     (info,) = WriteShardFn(_config(out), record_bytes, RUN_ID).process((shard, groups), plan)
     return info
 
@@ -70,7 +71,7 @@ def test_records_come_out_in_permuted_order_from_blocks_in_memory_or_in_spill_fi
 @pytest.mark.parametrize("spilled", [False, True])
 def test_one_shard_placed_by_its_blocks_first_indices_is_the_same_shard(tmp_path, spilled):
     """With one shard, AssignShards sends each block's first global index, not its positions: same bytes."""
-    from pipeline.beam.tfrecord import AssignShardsFn
+    from pipeline.beam.tfrecord import AssignShardsFn, WriteShardFn
 
     n, seed, sizes = 57, 0, [10, 0, 25, 22]  # records per source, in source order
     plan = ShardPlan(n, 1)
@@ -107,6 +108,7 @@ def test_several_shards_from_blocks_assigned_in_batches_are_the_permuted_records
     indices of its records there, a block in memory is split into records placed by their positions;
     every shard holds exactly its records, in order."""
     from pipeline.beam import tfrecord
+    from pipeline.beam.tfrecord import WriteShardFn
 
     n, seed, sizes = 157, 3, [30, 0, 45, 22, 60]
     plan = ShardPlan(n, 4)
@@ -249,6 +251,7 @@ def _peak_while_writing(out, shard_mb: int) -> tuple[int, dict, str]:
     return peak, info, _expected_sha(0, num_records)
 
 
+@pytest.mark.slow
 def test_writer_memory_does_not_grow_with_the_shard(tmp_path):
     """Peak Python memory while writing shards of 8 MB and 512 MB: one element + one spool bucket.
 
@@ -284,6 +287,7 @@ def test_source_offsets_follow_the_tuple_order_of_sources():
         SourceOffsets.from_counts([((0, 0, 0, 0), 1), ((0, 0, 0, 0), 2)])
 
 
+@pytest.mark.slow
 def test_concatenated_shards_are_the_same_bytes_whatever_the_shard_size(tmp_path, tiny_model):
     """Shard i holds permuted positions [bounds[i], bounds[i+1]) in order: the size only moves the cuts."""
     from corpus_helpers import FAST_BEAM

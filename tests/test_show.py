@@ -32,6 +32,7 @@ def output(tmp_path_factory, tiny_model):
     return out, model
 
 
+@pytest.mark.slow
 def test_show_takes_the_tokenizer_the_manifest_records(output, capsys):
     out, model = output
     assert show.cli([str(out)]) == 0
@@ -40,6 +41,7 @@ def test_show_takes_the_tokenizer_the_manifest_records(output, capsys):
     assert "sequence 0 detokenized (64 tokens" in printed
 
 
+@pytest.mark.slow
 def test_a_given_model_with_another_sha256_is_refused_naming_both(output, capsys):
     out, model = output
     assert show.cli([str(out), "--tokenizer_model", OTHER_MODEL]) == 2
@@ -49,12 +51,14 @@ def test_a_given_model_with_another_sha256_is_refused_naming_both(output, capsys
     assert spm.SentencePieceProcessor(model_file=OTHER_MODEL).get_piece_size() > 0  # a valid model, only not this one
 
 
+@pytest.mark.slow
 def test_a_given_model_that_matches_is_used(output, tiny_model, capsys):
     out, _ = output
     assert show.cli([str(out), "--tokenizer_model", tiny_model]) == 0
     assert f"tokenizer: {tiny_model} (sha256 matches the manifest)" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_without_a_reachable_model_the_ids_are_shown(output, tmp_path, capsys):
     out, model = output
     moved = tmp_path / "elsewhere.model"
@@ -68,6 +72,7 @@ def test_without_a_reachable_model_the_ids_are_shown(output, tmp_path, capsys):
     assert "first 64 ids: [" in printed
 
 
+@pytest.mark.slow
 def test_show_prints_no_tensorflow_start_up_notices(output):
     out, _ = output
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(REPO)}
@@ -97,6 +102,7 @@ def test_the_filter_keeps_every_other_line_native_code_writes():
         assert f.read() == real
 
 
+@pytest.mark.slow
 def test_without_the_summary_only_the_batch_is_printed(output, capsys):
     out, _ = output
     assert show.cli([str(out), "--summary", "false"]) == 0

@@ -165,6 +165,7 @@ def test_spill_dir_is_hidden_in_a_local_output_and_removed(tmp_path):
     assert not os.path.exists(remote)
 
 
+@pytest.mark.slow
 def test_direct_runner_moves_records_through_spill_files_and_cleans_up(tmp_path, tiny_model, monkeypatch):
     """The pipeline really spills on DirectRunner (in_memory mode runs the DoFns in this process)."""
     written = []
@@ -298,6 +299,7 @@ def test_filesystem_of_a_path_is_its_longest_mount_point():
     assert kind == "proc" or not os.path.exists("/proc/self/mounts")
 
 
+@pytest.mark.slow
 def test_the_shards_are_the_same_bytes_gathered_from_the_spill_or_through_the_spool(tmp_path, tiny_model,
                                                                                      monkeypatch):
     from pipeline.beam import tfrecord

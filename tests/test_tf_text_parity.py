@@ -115,6 +115,7 @@ def sp_ids(model, corpus) -> list[list[int]]:
     return spm.SentencePieceProcessor(model_file=model).encode(corpus)
 
 
+@pytest.mark.slow
 def test_ids_equal_sentencepiece_on_every_document(model, corpus, sp_ids):
     sp = spm.SentencePieceProcessor(model_file=model)
     got = _tf_ids(tf_tokenize.make_tokenizer(model), corpus)

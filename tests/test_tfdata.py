@@ -80,6 +80,7 @@ def same(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
 # ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", ["many", "few"])
 @pytest.mark.parametrize("dp_size", [1, 2, 3, 7])
 def test_ranks_equal_steps_disjoint_and_covering(layout, dp_size, request):
@@ -104,6 +105,7 @@ def test_ranks_equal_steps_disjoint_and_covering(layout, dp_size, request):
         assert same(batches, [g[rank * batch : (rank + 1) * batch] for g in expected])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("window", [24, 96, 2048])
 def test_global_batches_are_the_same_for_every_world_size(elastic, window):
     kw = dict(seed=5, epoch=1, shuffle_buffer=window, num_parallel_reads=2)
@@ -117,6 +119,7 @@ def test_global_batches_are_the_same_for_every_world_size(elastic, window):
     assert same([np.concatenate(p) for p in zip(*ranks, strict=True)], one)
 
 
+@pytest.mark.slow
 def test_resume_on_another_world_size_continues_the_same_order(elastic):
     kw = dict(seed=9, shuffle_buffer=96, num_epochs=2)
     full = global_batches(elastic, GLOBAL, 1, **kw)
@@ -182,6 +185,7 @@ def test_the_batches_of_a_fixed_seed_epoch_and_window_do_not_change(many):
         [10, 61, 65, 68], [9, 12, 63, 66]]
 
 
+@pytest.mark.slow
 def test_shuffle_needs_a_seed_and_no_shuffle_is_manifest_order(many):
     with pytest.raises(ValueError, match="seed"):
         tfdata.make_dataset(many, 2)
@@ -229,6 +233,7 @@ def test_multiple_epochs_and_infinite_repeat(many):
     assert two[0].tolist() != two[steps].tolist()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dp_size,dp_rank,lanes,window", [(1, 0, 3, 4), (3, 2, 2, 12), (7, 3, 4, 1)])
 def test_resume_at_any_step_reproduces_the_rest(many, dp_size, dp_rank, lanes, window):
     kw = dict(dp_rank=dp_rank, dp_size=dp_size, seed=21, shuffle_buffer=window, num_parallel_reads=lanes)
@@ -395,6 +400,7 @@ def test_dp_helpers(monkeypatch):
         tfdata.dp_from_horovod()
 
 
+@pytest.mark.slow
 def test_imports_without_beam_or_sentencepiece():
     code = (
         "import sys\n"

@@ -19,6 +19,8 @@ from synthetic_output import record_ids, write_output
 
 from pipeline import tfdata
 
+pytestmark = pytest.mark.slow
+
 HVD_PYTHON = os.path.join(os.environ.get("HVD_VENV", os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))), ".venv-hvd")), "bin", "python")
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -32,6 +32,7 @@ def _model():
     return model
 
 
+@pytest.mark.slow
 def test_model_fit_trains_on_the_keras_form(out):
     ds = tfdata.make_dataset(out, 4, seed=1, keras=True, features=(), num_epochs=None)
     x, y, w = ds.element_spec

@@ -11,6 +11,8 @@ import pytest
 
 from pipeline import tfdata
 
+pytestmark = pytest.mark.slow
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = os.path.join(REPO, "tokenizers", "sample", "sample.model")
 SEQ_LEN = 16

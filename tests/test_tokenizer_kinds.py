@@ -210,6 +210,7 @@ def test_the_fast_engine_also_encodes_special_strings_as_text(kinds, kind):
 
 # --- reference and fast engines: equal ids ---------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["huggingface", "tiktoken"])
 def test_fast_engines_give_the_reference_ids(kinds, kind):
     tok = load_tokenizer(kinds[kind])
@@ -258,6 +259,7 @@ def corpus(tmp_path_factory):
     return [write_lines(str(root / "00.jsonl.zst"), lines)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["huggingface", "tiktoken"])
 def test_auto_uses_the_fast_engine_after_the_self_check(kinds, corpus, kind):
     tok = load_tokenizer(kinds[kind])
@@ -275,6 +277,7 @@ def test_auto_uses_the_fast_engine_after_the_self_check(kinds, corpus, kind):
         assert named.name == "gigatoken" and named.parity["result"] == "passed"
 
 
+@pytest.mark.slow
 def test_auto_falls_back_on_a_mismatch_and_a_named_engine_fails(kinds, corpus, monkeypatch):
     tok = load_tokenizer(kinds["huggingface"])
 
@@ -407,6 +410,7 @@ print(json.dumps({"started": started, "choice": choice.to_json(), "adopted": ado
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["huggingface", "tiktoken"])
 def test_the_self_check_of_a_kind_starts_early_and_is_the_drivers_own(kinds, corpus, kind):
     # In a fresh interpreter (a command's state when it starts): the check forked before Beam's import

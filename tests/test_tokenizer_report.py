@@ -11,7 +11,6 @@ import sentencepiece as spm
 from corpus_helpers import FAST_BEAM, pile_line, write_lines
 from sample_corpus import compose_lines
 
-from pipeline.cli import tokenizer_report as report_cli
 from pipeline.config import tokenizer as tconfig
 from pipeline.core import subsets
 from pipeline.tokenize import report
@@ -92,7 +91,10 @@ def test_model_labels():
         report.model_labels(["a/x.model", "b/y.model"], ["one"])
 
 
+@pytest.mark.slow
 def test_report_command_writes_table_json_and_png(models, tmp_path, capsys):
+    from pipeline.cli import tokenizer_report as report_cli
+
     rng = random.Random(30)
     write_lines(str(tmp_path / "in" / "val.jsonl.zst"),
                 compose_lines(rng, 120) + [b"{broken", pile_line(f"rare {RARE} text", "EuroParl")])
@@ -128,6 +130,8 @@ def test_report_command_writes_table_json_and_png(models, tmp_path, capsys):
 
 
 def test_a_broken_model_fails_before_sampling(tmp_path):
+    from pipeline.cli import tokenizer_report as report_cli
+
     (tmp_path / "bad.model").write_bytes(b"not a model")
     with pytest.raises(ValueError, match="bad.model: not a tokenizer file of a known kind"):
         report_cli.main(["--input", str(tmp_path / "nothing-*.zst"), "--tokenizer_model", str(tmp_path / "bad.model"),

@@ -3,11 +3,14 @@
 from pathlib import Path
 
 import numpy as np
+import pytest
 from corpus_helpers import FAST_BEAM
 
 from pipeline.cli import run
 from pipeline.cli import train_tokenizer as train_cli
 from pipeline.tokenize.kinds.detect import load_tokenizer
+
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = str(REPO / "sample_data" / "pile" / "train" / "00.jsonl.zst")

@@ -12,9 +12,7 @@ import sentencepiece as spm
 from corpus_helpers import FAST_BEAM, pile_line, write_lines
 from sample_corpus import compose_lines
 
-from pipeline.beam import sample
 from pipeline.cli import run
-from pipeline.cli import train_tokenizer as train_cli
 from pipeline.config import tokenizer as tconfig
 from pipeline.core import subsets
 from pipeline.core.subsets import PILE_SUBSETS
@@ -108,6 +106,8 @@ def test_take_smallest_worked_example():
 
 @pytest.mark.parametrize("seed", range(5))
 def test_take_smallest_merges_in_any_order(seed):
+    from pipeline.beam import sample
+
     rng = random.Random(seed)
     docs = [(rng.getrandbits(64), 0, i, rng.randint(1, 50), "Github", "") for i in range(300)]
     budget = rng.randint(10, 3000)
@@ -200,11 +200,14 @@ def test_trainer_config_validation():
 
 @pytest.fixture(scope="module")
 def sample_dir(corpus, tmp_path_factory):
+    from pipeline.cli import train_tokenizer as train_cli
+
     work = tmp_path_factory.mktemp("sample")
     assert train_cli.main(sample_args(corpus, work)) is None
     return str(work)
 
 
+@pytest.mark.slow
 def test_sample_accounts_for_every_line(corpus, sample_dir):
     stats = tsample.load_sample_stats(sample_dir)
     assert stats["dead_letters"] == EXPECTED_DEAD
@@ -220,6 +223,7 @@ def test_sample_accounts_for_every_line(corpus, sample_dir):
     assert stats["sha256"] == sha256(os.path.join(sample_dir, tsample.SAMPLE_FILE))
 
 
+@pytest.mark.slow
 def test_sample_meets_each_subsets_budget(sample_dir):
     stats = tsample.load_sample_stats(sample_dir)
     longest = 20000 * 4  # --max_doc_chars, in bytes at most
@@ -233,7 +237,10 @@ def test_sample_meets_each_subsets_budget(sample_dir):
     assert max(len(d["text"]) for d in read_sample(sample_dir)) <= 20000
 
 
+@pytest.mark.slow
 def test_sample_is_the_same_on_other_runners_and_chunkings(corpus, sample_dir, tmp_path):
+    from pipeline.cli import train_tokenizer as train_cli
+
     other = tmp_path / "other"
     train_cli.main(sample_args(corpus, other, "--chunk_mb", "0.01", "--direct_running_mode", "multi_threading",
                         "--direct_num_workers", "3"))
@@ -245,6 +252,7 @@ def test_sample_is_the_same_on_other_runners_and_chunkings(corpus, sample_dir, t
     assert tsample.load_sample_stats(str(tmp_path / "seeded"))["sha256"] != first["sha256"]
 
 
+@pytest.mark.slow
 def test_sample_order_is_the_key_order(corpus, sample_dir):
     docs = read_sample(sample_dir)
     assert {d["subset"] for d in docs} == set(PILE_SUBSETS)
@@ -265,7 +273,10 @@ def test_sample_order_is_the_key_order(corpus, sample_dir):
     assert all(n > 0 for n in per_file)
 
 
+@pytest.mark.slow
 def test_natural_and_explicit_weights(corpus, tmp_path):
+    from pipeline.cli import train_tokenizer as train_cli
+
     train_cli.main(sample_args(corpus, tmp_path / "gh", "--weights", "Github=1,DM Mathematics=1"))
     docs = read_sample(tmp_path / "gh")
     assert {d["subset"] for d in docs} == {"Github", "DM Mathematics"}
@@ -277,6 +288,7 @@ def test_natural_and_explicit_weights(corpus, tmp_path):
     assert "target_bytes" not in stats["subsets"]["Github"]
 
 
+@pytest.mark.slow
 def test_a_changed_sample_is_refused(sample_dir, tmp_path):
     copy = tmp_path / "copy"
     copy.mkdir()
@@ -288,6 +300,8 @@ def test_a_changed_sample_is_refused(sample_dir, tmp_path):
 
 
 def test_missing_input_fails_fast(tmp_path):
+    from pipeline.cli import train_tokenizer as train_cli
+
     with pytest.raises(FileNotFoundError, match="No input files match"):
         train_cli.main(["--input", str(tmp_path / "nothing-*.jsonl.zst"), "--model_prefix", str(tmp_path / "m"),
                  *FAST_BEAM])
@@ -298,12 +312,15 @@ def test_missing_input_fails_fast(tmp_path):
 
 @pytest.fixture(scope="module")
 def trained(sample_dir, tmp_path_factory):
+    from pipeline.cli import train_tokenizer as train_cli
+
     out = tmp_path_factory.mktemp("model")
     card = train_cli.main(["--from_sample", sample_dir, "--model_prefix", str(out / "tiny"), "--vocab_size", "400",
                     "--num_threads", "2"])
     return str(out / "tiny"), card
 
 
+@pytest.mark.slow
 def test_training_writes_model_vocab_and_card(trained, sample_dir):
     prefix, card = trained
     with open(prefix + ".card.json", encoding="utf-8") as f:
@@ -326,7 +343,10 @@ def test_training_writes_model_vocab_and_card(trained, sample_dir):
     assert sp.encode("12345", out_type=str)[-5:] == ["1", "2", "3", "4", "5"]  # split digits
 
 
+@pytest.mark.slow
 def test_training_is_deterministic_and_refuses_to_overwrite(trained, sample_dir):
+    from pipeline.cli import train_tokenizer as train_cli
+
     prefix, card = trained
     with pytest.raises(FileExistsError, match="--overwrite"):
         train_cli.main(["--from_sample", sample_dir, "--model_prefix", prefix, "--vocab_size", "400"])
@@ -336,7 +356,10 @@ def test_training_is_deterministic_and_refuses_to_overwrite(trained, sample_dir)
     assert {ext: sha256(prefix + ext) for ext in (".model", ".vocab", ".card.json")} == before
 
 
+@pytest.mark.slow
 def test_one_command_equals_sample_then_train(corpus, trained, tmp_path):
+    from pipeline.cli import train_tokenizer as train_cli
+
     prefix, card = trained
     one = train_cli.main([*inputs(corpus), "--sample_mb", "0.3", "--max_doc_chars", "20000", "--model_prefix",
                    str(tmp_path / "one"), "--vocab_size", "400", "--num_threads", "2", *FAST_BEAM])
@@ -346,13 +369,17 @@ def test_one_command_equals_sample_then_train(corpus, trained, tmp_path):
     assert not any(name.startswith("tokenizer-sample-") for name in os.listdir(tmp_path))
 
 
+@pytest.mark.slow
 def test_a_vocab_too_large_for_the_sample_says_so(tmp_path):
+    from pipeline.cli import train_tokenizer as train_cli
+
     write_lines(str(tmp_path / "c" / "a.jsonl.zst"), [pile_line("tiny text only", "Github")] * 3)
     with pytest.raises(ValueError, match="too small for this --vocab_size"):
         train_cli.main(["--input", str(tmp_path / "c" / "*.jsonl.zst"), "--model_prefix", str(tmp_path / "m"),
                  "--vocab_size", "5000", *FAST_BEAM])
 
 
+@pytest.mark.slow
 def test_the_trained_model_drives_the_pipeline(trained, corpus, tmp_path):
     prefix, card = trained
     manifest = run.main([
@@ -366,7 +393,10 @@ def test_the_trained_model_drives_the_pipeline(trained, corpus, tmp_path):
     assert manifest["dead_letters"]["by_reason"] == EXPECTED_DEAD
 
 
+@pytest.mark.slow
 def test_only_bad_lines_give_a_clear_error(tmp_path):
+    from pipeline.cli import train_tokenizer as train_cli
+
     write_lines(str(tmp_path / "c" / "a.jsonl.zst"), BAD_LINES)
     with pytest.raises(ValueError, match="The sample is empty"):
         train_cli.main(["--input", str(tmp_path / "c" / "*.jsonl.zst"), "--model_prefix", str(tmp_path / "m"),
@@ -374,7 +404,10 @@ def test_only_bad_lines_give_a_clear_error(tmp_path):
     assert not os.path.exists(tmp_path / "m.model")
 
 
+@pytest.mark.slow
 def test_a_corrupt_file_fails_unless_skipped(tmp_path):
+    from pipeline.cli import train_tokenizer as train_cli
+
     good = write_lines(str(tmp_path / "c" / "a.jsonl.zst"), compose_lines(random.Random(1), 30))
     data = open(good, "rb").read()
     with open(tmp_path / "c" / "b.jsonl.zst", "wb") as f:

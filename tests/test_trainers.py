@@ -113,6 +113,7 @@ def _metrics(out) -> list[dict]:
     return [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
 
 
+@pytest.mark.slow
 def test_loss_falls_and_validation_runs(full_run):
     out, summary = full_run
     losses = summary["losses"]
@@ -124,6 +125,7 @@ def test_loss_falls_and_validation_runs(full_run):
     assert summary["steps_per_epoch"] == 15 and summary["position"] == [12, 0, 12]
 
 
+@pytest.mark.slow
 def test_metrics_tensorboard_and_profile_trace(full_run):
     out, _ = full_run
     train = [r for r in _metrics(out) if r["kind"] == "train"]
@@ -146,6 +148,7 @@ def test_metrics_tensorboard_and_profile_trace(full_run):
         "ckpt-12.index", "ckpt-5.data-00000-of-00001", "ckpt-5.index"]
 
 
+@pytest.mark.slow
 def test_stop_and_resume_is_exact(data, full_run, tmp_path):
     out_full, full = full_run
     first = train(_cfg(data, tmp_path, stop_at=7), LocalBackend())
@@ -163,6 +166,7 @@ def test_stop_and_resume_is_exact(data, full_run, tmp_path):
     assert again["start_step"] == again["final_step"] == 12 and again["weights_sha256"] == full["weights_sha256"]
 
 
+@pytest.mark.slow
 def test_resume_with_another_data_order_is_refused(data, tmp_path):
     train(_cfg(data, tmp_path, max_steps=2, eval_steps=0), LocalBackend())
     with pytest.raises(SystemExit, match="refusing to resume.*another data order.*batch_size"):
@@ -193,6 +197,7 @@ def test_the_data_signature_does_not_depend_on_the_number_of_ranks(data, tmp_pat
     assert config.peak_learning_rate(per_rank, 4) == 4 * per_rank.learning_rate
 
 
+@pytest.mark.slow
 def test_debug_dump_records_which_records_each_step_saw(data, tmp_path):
     summary = train(_cfg(data, tmp_path, max_steps=3, eval_steps=0, global_batch_size=4), LocalBackend())
     assert sorted(summary["batches"]) == [1, 2, 3] and all(len(d) == 4 for d in summary["batches"].values())
@@ -310,6 +315,7 @@ def test_smp_script_fails_clearly_without_the_library(data, tmp_path):
     assert "smdistributed.modelparallel" in message and "SageMaker" in message and "--smp_emulation" in message
 
 
+@pytest.mark.slow
 def test_smp_script_trains_and_resumes_exactly_under_the_emulation(data, tmp_path):
     from trainers import train_smp
 
@@ -389,6 +395,7 @@ def _mixture_scalars(out) -> dict:
     return found
 
 
+@pytest.mark.slow
 def test_a_mixture_trains_resumes_exactly_and_logs_tokens_per_source(mixture_data, tmp_path):
     full = train(_mix_cfg(mixture_data, tmp_path / "full"), LocalBackend())
     assert sorted(full["losses"]) == list(range(1, 13)) and all(np.isfinite(list(full["losses"].values())))
@@ -421,6 +428,7 @@ def test_a_mixture_trains_resumes_exactly_and_logs_tokens_per_source(mixture_dat
     assert abs(b_after / SEQ - 0.8 * 24) <= 1
 
 
+@pytest.mark.slow
 def test_a_mixture_whose_past_weights_changed_is_refused_on_resume(mixture_data, tmp_path):
     root = tmp_path / "data"
     root.mkdir()
@@ -435,6 +443,7 @@ def test_a_mixture_whose_past_weights_changed_is_refused_on_resume(mixture_data,
         train(_mix_cfg(root, tmp_path / "out"), LocalBackend())
 
 
+@pytest.mark.slow
 def test_the_smp_trainer_takes_a_mixture_and_resumes_exactly(mixture_data, tmp_path):
     from trainers import train_smp
 

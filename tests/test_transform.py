@@ -12,6 +12,8 @@ from pipeline.config.job import PipelineConfig
 from pipeline.format.manifest import load_manifest
 from pipeline.tfdata import make_dataset
 
+pytestmark = pytest.mark.slow
+
 DOCS = [{"text": f"document number {i} " * (i % 7 + 1), "meta": {"pile_set_name": "Pile-CC" if i % 2 else "Github"}}
         for i in range(40)]
 BAD = [{"text": None, "meta": {"pile_set_name": "Github"}}, '{"text": 5}']

@@ -4,7 +4,6 @@ import os
 import threading
 
 import pytest
-import tensorflow as tf
 
 from pipeline.config.job import PipelineConfig
 from pipeline.format.framing import FramedRecords
@@ -13,6 +12,8 @@ from pipeline.io.publish import publish
 
 
 def test_shard_is_published_complete_and_framed_as_tfrecord(tmp_path):
+    import tensorflow as tf
+
     records = [f"record {i}".encode() * 10 for i in range(100)]
     block = FramedRecords.of(records)
     path = tmp_path / "train-00000-of-00001.tfrecord"

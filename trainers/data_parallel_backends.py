@@ -103,8 +103,8 @@ class HorovodBackend(LocalBackend):
         sparse_as_dense: the token embedding's gradient is an IndexedSlices (a gather's gradient);
         densified it is all-reduced like the others instead of all-gathered (which costs memory
         and time growing with the number of ranks). num_groups=1 puts every gradient in one grouped
-        all-reduce: much faster to trace (seconds instead of tens of seconds for small models on
-        CPU) but it waits for the whole backward pass; the default 0 overlaps communication.
+        all-reduce: much faster to trace (one op instead of one per gradient) but it waits for the
+        whole backward pass; the default 0 overlaps communication.
         """
         return self.hvd.DistributedGradientTape(tape, sparse_as_dense=True, num_groups=self.num_groups)
 
@@ -127,8 +127,8 @@ class HorovodBackend(LocalBackend):
     def shutdown(self) -> None:
         """Nothing: Horovod shuts itself down at exit.
 
-        An explicit hvd.shutdown() after training took ~20 s on rank 0 with Gloo on CPU; the
-        shutdown at exit takes none.
+        An explicit hvd.shutdown() after training can wait long on rank 0 with Gloo on CPU; the
+        shutdown at exit does not.
         """
 
 

@@ -245,7 +245,7 @@ def _sdk_config() -> dict:
 
     The SDK's telemetry calls STS and sends an HTTPS GET per fit(). Its documented switch is
     `TelemetryOptOut` in the SDK config, but a non-empty config is re-validated against its JSON
-    schema on every lookup (about 10 s per job here), so the emitter is replaced when it exists and
+    schema on every lookup (slow, and paid on every job), so the emitter is replaced when it exists and
     the config stays empty; otherwise the documented switch is used.
     """
     try:

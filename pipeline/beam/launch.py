@@ -92,8 +92,8 @@ def report_removal(output_dir: str, failed: list[str]) -> None:
 def warms_dedup_kernels(config: PipelineConfig, options: PipelineOptions, beam_args: list[str]) -> bool:
     """Whether the driver should load dedup's compiled kernels itself: --dedup in DirectRunner's worker threads.
 
-    The threads sign in this process, and their first signature would otherwise wait for numba's
-    import and kernels (~0.7 s, both threads) at the start of the read stage.
+    The threads sign in this process, and their first signature would otherwise wait, in both
+    threads, for numba's import and kernels at the start of the read stage.
     """
     if config.dedup not in ("exact", "near") or options.view_as(StandardOptions).runner != "DirectRunner":
         return False

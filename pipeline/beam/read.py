@@ -67,9 +67,9 @@ class ChunkCoder(beam.coders.Coder):
     """A Chunk pickled; its size estimated from its lines, without encoding it.
 
     Beam samples the size of elements a step outputs (its metrics), by encoding them unless the
-    coder can tell: pickling the sampled 4 MB chunks cost ~0.2 CPU-s and ~280 MB of short-lived
-    buffers in a 4x pile22 run (measured), and doubled the encoding of the sampled chunks a fanned-out
-    job sends through its shuffle.
+    coder can tell: pickling the sampled 4 MB chunks costs CPU and short-lived buffers as large as
+    the chunks, and doubles the encoding of the sampled chunks a fanned-out job sends through its
+    shuffle.
     """
 
     def encode(self, value: inputs.Chunk) -> bytes:

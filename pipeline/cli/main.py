@@ -56,9 +56,9 @@ def main(argv: list[str] | None = None) -> int:
 def exiting(status: int) -> int:
     """`status`, for a process about to exit: the objects alive now are left out of garbage collection.
 
-    The interpreter's shutdown collects garbage over every object again; after a Beam job (~2,300
-    modules loaded) that is ~0.35 s of every command. Only for the last step of a process: whatever
-    is frozen is never collected. A run stopped by a signal exits here at once (`leave_if_stopped`).
+    The interpreter's shutdown collects garbage over every object again; after a Beam job (thousands
+    of modules loaded) that is a walk over every one of them, for nothing. Only for the last step of
+    a process: whatever is frozen is never collected. A run stopped by a signal exits here at once (`leave_if_stopped`).
     """
     leave_if_stopped(status)
     gc.freeze()

@@ -1,4 +1,4 @@
-"""Near dedup's signatures and exact dedup's key in compiled loops: the numpy definitions' values, ~4x less CPU.
+"""Near dedup's signatures and exact dedup's key in compiled loops: the numpy definitions' values, for less CPU.
 
 The definitions are `ngrams.text_word_hashes`, `ngrams.ngram_hashes`, `minhash.MinHasher.signature`
 and `ngrams.exact_key`; they stay the reference. The kernels below give the same values:
@@ -22,7 +22,7 @@ Why numba: a maintained JIT compiler for numeric Python loops (NumFOCUS; wheels 
 to 3.14 on Linux, macOS and Windows), so there is no build step of ours and no C extension to
 ship per platform; the kernels are plain Python that a reader can check against the definitions.
 `@njit(nogil=True, cache=True)`: the machine code is compiled once and cached beside this module
-(or in numba's user-wide cache when that is read-only), and loaded in ~0.1 s by each worker.
+(or in numba's user-wide cache when that is read-only), and only loaded, not compiled, by each worker.
 Where numba is not installed (a Python version or platform it has no wheel for yet), `Signer`
 computes the same values with the numpy definitions. `tests/test_minhash_kernel.py` checks both
 paths equal on real text and fuzzed text (combining marks, İ, ß, final sigma, lone surrogates,
@@ -61,7 +61,7 @@ _SPACE = re.compile(r"\s")  # `str.isspace()`'s code points (both Py_UNICODE_ISS
 
 
 def _space_chars() -> np.ndarray:
-    """Whether `str.split()` splits at each code point (`str.isspace`: the same test), as bools; ~10 ms once."""
+    """Whether `str.split()` splits at each code point (`str.isspace`: the same test), as bools; built once."""
     table = _tables.get("space")
     if table is None:
         every = np.arange(0x110000, dtype=np.uint32).tobytes().decode("utf-32-le", "surrogatepass")
@@ -75,7 +75,7 @@ LOWER_AS_TEXT = 0xFFFFFFFF  # `_lower_chars()`' mark of a code point `str.lower(
 
 
 def _lower_chars() -> np.ndarray:
-    """`str.lower()` of each code point (uint32), LOWER_AS_TEXT where it is not one code point alone; ~10 ms once."""
+    """`str.lower()` of each code point (uint32), LOWER_AS_TEXT where it is not one code point alone; built once."""
     table = _tables.get("lower")
     if table is None:
         table = np.arange(0x110000, dtype=np.uint32)
@@ -108,7 +108,7 @@ def _nfc_tables() -> tuple[np.ndarray, np.ndarray]:
     it alone (NFC_QC=No), when it ends a two-code-point canonical decomposition that NFC recomposes
     or is a Hangul vowel or trailing consonant (it may compose with what precedes it: NFC_QC=Maybe).
     A text without marked code points whose combining classes are in canonical order is its own NFC;
-    any other is normalized by `unicodedata.normalize`. ~40 ms once.
+    any other is normalized by `unicodedata.normalize`. Built once.
     """
     tables = _tables.get("nfc")
     if tables is None:

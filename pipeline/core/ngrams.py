@@ -7,7 +7,7 @@ Two word hashes, both stable across platforms and Python versions (unlike `hash(
 - `word_hashes(words)`: blake2b (8 bytes) of each distinct word, once per process, then looked up;
   decontamination's, which also needs the words themselves (the evidence it records).
 - `text_word_hashes(text)`: near dedup's, the same words found and hashed in numpy over the text's
-  code points, with no Python object per word (2-3x faster on real text): a word's hash is
+  code points, with no Python object per word (the per-word objects are most of the cost): a word's hash is
   mix64(len ^ sum_j v(c_j) * B^j mod 2^64), v(c) = mix64(c ^ KEY) for its code points c_j.
   A polynomial hash mod 2^64 has known colliding pairs (Thue-Morse words of 2^11+ letters): such a
   pair makes the shingles that differ only in those two words equal, nothing more.
@@ -98,7 +98,7 @@ _tables: dict[str, np.ndarray] = {}
 
 
 def word_chars() -> np.ndarray:
-    """Whether WORD matches each code point (0..0x10FFFF), as bools; built once per process (~0.1 CPU-s)."""
+    """Whether WORD matches each code point (0..0x10FFFF), as bools; built once per process."""
     table = _tables.get("word")
     if table is None:
         every = np.arange(0x110000, dtype=np.uint32).tobytes().decode("utf-32-le", "surrogatepass")

@@ -17,11 +17,11 @@ Two layouts, named by the manifest's `packing.mode` (`packing_mode`; absent: con
             is `segment_ids > 0`. No record carries valid_labels, so every record has one size.
 
 Why raw bytes rather than int64 lists: serializing and parsing one bytes value costs nothing next to
-the varint loop of int64 lists (~15% of tokenizing time), and uint16 halves the shard size for
+the varint loop of int64 lists (a visible share of tokenizing time), and uint16 halves the shard size for
 vocabularies up to 65,536 ids.
 
 Why the Example is encoded here rather than with `tf.train.Example`: Beam workers would otherwise
-import TensorFlow (2.7 s and several hundred MB each) just to build a four-field protobuf. The
+import TensorFlow (seconds and several hundred MB each) just to build a four-field protobuf. The
 bytes are pinned to `tf.train.Example(...).SerializeToString(deterministic=True)` by a test.
 """
 

@@ -1,6 +1,6 @@
 """Input files re-framed for parallel reads: the same bytes in independent zstd frames, with an index.
 
-A Pile file is one zstd frame: only one reader can go through it, from its start (3-6 minutes for a
+A Pile file is one zstd frame: only one reader can go through it, from its start (minutes for a
 14 GB file from object storage), and a reader lost midway starts again. `reframe` rewrites a
 `.jsonl.zst` file once as consecutive independent frames of about `frame_bytes` (~1 GB) each,
 every one starting at a chunk boundary (where `iter_chunks` cuts for a given --chunk_mb and
@@ -66,7 +66,7 @@ class Frame:
 class Stripe:
     """Every `count`-th chunk of a whole (unindexed) file, from chunk `index`: one worker's share of it.
 
-    Each worker sharing a file decompresses all of it (cheap: ~1-5% of tokenizing the same bytes)
+    Each worker sharing a file decompresses all of it (cheap beside tokenizing the same bytes)
     and keeps its own chunks, numbered as in the whole file, so the output is the same bytes as one
     reader's; on one machine this spreads a file over the workers without sending its text through
     the driver (pipeline/beam/execution.py). With a `board` (the run's, when the workers are

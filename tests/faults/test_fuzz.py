@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -64,6 +65,7 @@ def _check_line(data: bytes, schema: Schema, oversized: int) -> None:
     assert not oversized
 
 
+@pytest.mark.slow
 @BOUNDED
 @given(data=lines, schema=st.sampled_from(SCHEMAS), oversized=st.sampled_from([0, 0, 0, MAX_LINE + 1]))
 def test_the_line_validator_returns_a_document_or_a_bad_record(data, schema, oversized):

@@ -224,6 +224,7 @@ def _dead_letters(out) -> list[dict]:
             for line in path.read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_the_job_dead_letters_exactly_the_hostile_lines_and_the_counts_add_up(hostile_run):
     files, out, manifest = hostile_run
     dead = _dead_letters(out)
@@ -246,6 +247,7 @@ def test_the_job_dead_letters_exactly_the_hostile_lines_and_the_counts_add_up(ho
     assert manifest["totals"]["records"] > 0
 
 
+@pytest.mark.slow
 def test_a_byte_order_mark_costs_no_document_and_is_counted(hostile_run):
     files, out, manifest = hostile_run
     stats = {entry["path"]: entry for entry in manifest["inputs"]}
@@ -254,6 +256,7 @@ def test_a_byte_order_mark_costs_no_document_and_is_counted(hostile_run):
     assert not [d for d in _dead_letters(out) if d["file"] == str(files[1])]
 
 
+@pytest.mark.slow
 def test_duplicate_keys_are_dead_letters_on_the_read_path_and_counted_per_file(hostile_run):
     files, out, manifest = hostile_run
     stats = {entry["path"]: entry for entry in manifest["inputs"]}

@@ -16,6 +16,8 @@ import zstandard
 from corpus_helpers import pile_line, write_lines
 from fault_helpers import IN_MEMORY, MODEL, Job, problem_lines
 
+pytestmark = pytest.mark.slow
+
 DOCS = 2405
 
 

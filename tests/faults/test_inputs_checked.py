@@ -31,6 +31,7 @@ def messy(tmp_path):
     return d
 
 
+@pytest.mark.slow
 def test_all_problems_are_reported_at_once_before_anything_runs(messy, tmp_path):
     out = tmp_path / "out"
     proc = command("--input", str(messy / "*.jsonl.zst"), "--input", str(messy / "missing-*.jsonl"),
@@ -59,6 +60,7 @@ def test_only_regular_readable_files_are_returned(tmp_path):
         inputs.expand_inputs([str(tmp_path / "*")])
 
 
+@pytest.mark.slow
 def test_s3_folders_are_reported_too(s3):
     fs, _, bucket = s3
     fs.pipe_file(f"{bucket}/in/00.jsonl", pile_line("x") + b"\n")

@@ -24,7 +24,6 @@ import pytest
 from corpus_helpers import run_free
 from sample_corpus import write_sample_corpus
 
-from pipeline.beam import chunk_documents, tfrecord
 from pipeline.cli import run
 from pipeline.format import manifest as manifest_lib
 from pipeline.io import outputs, spill
@@ -86,6 +85,7 @@ def clean(corpus, tiny_model, tmp_path_factory) -> dict:
     return _files(out)
 
 
+@pytest.mark.slow
 def test_sigkill_midway_then_rerun_gives_the_clean_output(corpus, tiny_model, tmp_path, clean):
     from pipeline import tfdata
 
@@ -130,6 +130,7 @@ def test_sigkill_midway_then_rerun_gives_the_clean_output(corpus, tiny_model, tm
     assert _comparable(again) == _comparable(clean)
 
 
+@pytest.mark.slow
 def test_files_are_renamed_complete_within_their_directory(corpus, tiny_model, tmp_path, monkeypatch, clean):
     """EFS/NFS semantics: temp file in the final directory (same filesystem), complete, then renamed
     (the manifest: hard-linked, which fails rather than replace a file)."""
@@ -171,6 +172,8 @@ def test_files_are_renamed_complete_within_their_directory(corpus, tiny_model, t
 
 def _record_groups(monkeypatch) -> dict:
     """Wrap the DoFns right after each GroupByKey to record the bytes of every group they get."""
+    from pipeline.beam import chunk_documents, tfrecord
+
     groups = {"GroupByShard": [], "GroupTailsByFile": [], "GroupLastTails": [], "WriteDeadLetters/GroupByPart": []}
 
     def piece_bytes(piece):
@@ -206,6 +209,7 @@ def _record_groups(monkeypatch) -> dict:
     return groups
 
 
+@pytest.mark.slow
 def test_no_group_carries_more_than_one_shard(corpus, tiny_model, tmp_path, monkeypatch):
     """The bound of every GroupByKey, measured on a run with many chunks, files, epochs and shards.
 
@@ -230,8 +234,11 @@ def test_no_group_carries_more_than_one_shard(corpus, tiny_model, tmp_path, monk
     assert groups["GroupLastTails"][0] <= copies * files * SEQ * token_bytes
 
 
+@pytest.mark.slow
 def test_dead_letters_of_a_garbage_file_do_not_form_a_hot_key(tiny_model, tmp_path, monkeypatch):
     from corpus_helpers import pile_line, write_lines
+
+    from pipeline.beam import chunk_documents
 
     groups = _record_groups(monkeypatch)
     monkeypatch.setattr(chunk_documents, "DEAD_LETTER_SPAN", 4)

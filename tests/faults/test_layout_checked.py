@@ -13,6 +13,8 @@ import pytest
 from corpus_helpers import pile_line, write_lines
 from fault_helpers import IN_MEMORY, MODEL, command, problem_lines
 
+pytestmark = pytest.mark.slow
+
 
 def _corpus(folder, lines: list[bytes], files: int = 2) -> str:
     for f in range(files):

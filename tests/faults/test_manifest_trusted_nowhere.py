@@ -17,6 +17,8 @@ from fault_helpers import IN_MEMORY, MODEL, REPO, command_env, small_corpus
 from pipeline.cli import run
 from pipeline.format.manifest import ManifestError, load_manifest
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):

@@ -14,7 +14,6 @@ import pytest
 from corpus_helpers import pile_line, write_lines
 from fault_helpers import IN_MEMORY, MODEL, command, problem_lines
 
-from pipeline import tfdata
 from pipeline.cli import run
 from pipeline.format.manifest import ManifestError
 
@@ -30,11 +29,14 @@ def _dead_letters(out) -> list[dict]:
 
 
 def _refused(out) -> None:
+    from pipeline import tfdata
+
     assert not (out / "manifest.json").exists()
     with pytest.raises(ManifestError, match="No manifest"):
         tfdata.make_dataset(str(out), batch_size=1, shuffle=False)
 
 
+@pytest.mark.slow
 def test_no_records_exits_1_pointing_at_the_dead_letters(tmp_path):
     path = write_lines(str(tmp_path / "in.jsonl.zst"), [b"{not json", b'{"text": 5}', b"[]"])
     out = tmp_path / "out"
@@ -49,6 +51,7 @@ def test_no_records_exits_1_pointing_at_the_dead_letters(tmp_path):
     _refused(out)
 
 
+@pytest.mark.slow
 def test_cr_only_line_endings_are_one_bad_line_and_no_records(tmp_path):
     path = tmp_path / "mac.jsonl"
     path.write_bytes(b"\r".join(pile_line(f"doc {i}") for i in range(5)) + b"\r")
@@ -58,6 +61,7 @@ def test_cr_only_line_endings_are_one_bad_line_and_no_records(tmp_path):
     _refused(out)
 
 
+@pytest.mark.slow
 def test_every_document_filtered_is_no_records_either(tmp_path):
     path = write_lines(str(tmp_path / "in.jsonl.zst"), [pile_line(f"book {i}", "Books3") for i in range(5)])
     with pytest.raises(Exception, match="no records: 5 lines read, 0 dead letters .*filtered: subset_not_selected: 5"):
@@ -71,6 +75,7 @@ def six_percent_bad(tmp_path):
     return write_lines(str(tmp_path / "in.jsonl.zst"), lines)
 
 
+@pytest.mark.slow
 def test_too_many_dead_letters_fail_the_job(six_percent_bad, tmp_path):
     out = tmp_path / "out"
     with pytest.raises(Exception, match=r"6 of 100 lines \(6\.0%\) are dead letters \(invalid_json: 6\), more than "
@@ -80,11 +85,13 @@ def test_too_many_dead_letters_fail_the_job(six_percent_bad, tmp_path):
     _refused(out)
 
 
+@pytest.mark.slow
 def test_a_larger_threshold_accepts_them(six_percent_bad, tmp_path):
     manifest = run.main(_job(six_percent_bad, tmp_path / "out", "--max_dead_letter_fraction", "0.06"))
     assert manifest["dead_letters"]["records"] == 6 and manifest["totals"]["records"] > 0
 
 
+@pytest.mark.slow
 def test_a_rerun_after_a_refused_output_needs_overwrite_and_clears_it(six_percent_bad, tmp_path):
     out = tmp_path / "out"
     with pytest.raises(Exception, match="more than --max_dead_letter_fraction"):

@@ -13,7 +13,6 @@ import fsspec
 import pytest
 from fault_helpers import IN_MEMORY, MODEL, command, problem_lines, small_corpus
 
-from pipeline.beam import launch
 from pipeline.cli import run
 from pipeline.io import outputs
 
@@ -65,6 +64,7 @@ def listing(fs, root: str) -> list[str]:
     return sorted(posixpath.relpath(p, root) for p in fs.find(root))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("background", [False, True])
 def test_overwrite_removes_exactly_the_listed_and_our_temporary_files(where, background):
     url, fs, root = where
@@ -82,6 +82,8 @@ def test_overwrite_removes_exactly_the_listed_and_our_temporary_files(where, bac
 
 
 def test_a_file_the_background_removal_cannot_remove_is_reported_and_the_rest_go(tmp_path, monkeypatch, caplog):
+    from pipeline.beam import launch
+
     fs, root = fsspec.filesystem("file"), str(tmp_path / "out")
     populate(fs, root, LISTED + OURS_UNLISTED)
     stuck = os.path.join(root, LISTED[0])
@@ -101,6 +103,7 @@ def test_a_file_the_background_removal_cannot_remove_is_reported_and_the_rest_go
     assert warning.startswith("--overwrite: 1 file(s) of the previous output in ") and LISTED[0] in warning
 
 
+@pytest.mark.slow
 def test_the_command_replaces_an_output_and_leaves_nothing_of_the_old_one(tmp_path):
     out = tmp_path / "out"
     inputs = small_corpus(tmp_path / "in", files=1, docs=40)
@@ -113,6 +116,7 @@ def test_the_command_replaces_an_output_and_leaves_nothing_of_the_old_one(tmp_pa
     assert [s["sha256"] for s in second["shards"]] == [s["sha256"] for s in first["shards"]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("foreign", NOT_OURS)
 def test_overwrite_refuses_anything_else_and_then_removes_nothing(where, foreign):
     url, fs, root = where
@@ -124,6 +128,7 @@ def test_overwrite_refuses_anything_else_and_then_removes_nothing(where, foreign
     assert listing(fs, root) == before
 
 
+@pytest.mark.slow
 def test_everything_unknown_is_listed_at_once(where):
     url, fs, root = where
     populate(fs, root, LISTED + NOT_OURS)
@@ -174,6 +179,7 @@ def _refused_and_kept(url, fs, root, why):
     assert listing(fs, root) == before
 
 
+@pytest.mark.slow
 def test_a_foreign_manifest_naming_a_users_file_removes_nothing(where):
     """An unrelated `manifest.json` beside a user's file: neither is ours, both stay."""
     url, fs, root = where
@@ -184,6 +190,7 @@ def test_a_foreign_manifest_naming_a_users_file_removes_nothing(where):
     _refused_and_kept(url, fs, root, "no format marker of ours")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ["shards", "dead_letters", "provenance"])
 @pytest.mark.parametrize("stranger", ["thesis.tex", f"run-{COMMITTED}/thesis.tex",
                                       f"run-{KILLED}/train-00000-of-00005.tfrecord", f"run-{COMMITTED}/../thesis.tex"])
@@ -198,6 +205,7 @@ def test_a_manifest_of_ours_listing_a_file_not_its_runs_own_removes_nothing(wher
     _refused_and_kept(url, fs, root, "it lists files that are not its run's own")
 
 
+@pytest.mark.slow
 def test_the_command_refuses_one_line_and_keeps_the_previous_output(tmp_path):
     out = tmp_path / "out"
     inputs = small_corpus(tmp_path / "in", files=1, docs=40)
@@ -247,6 +255,7 @@ def test_our_latest_link_to_a_run_directory_is_removed(tmp_path):
     assert not os.path.lexists(out / "latest") and not os.listdir(out)
 
 
+@pytest.mark.slow
 def test_the_command_refuses_a_foreign_latest_in_one_line(tmp_path):
     out = tmp_path / "out"
     out.mkdir()

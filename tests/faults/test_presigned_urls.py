@@ -41,6 +41,7 @@ def _everything(out: Path, proc) -> str:
     return "\n".join(texts)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("version", ["s3", "s3v4"])
 def test_a_job_reading_a_presigned_url_shows_none_of_its_secrets(s3, tmp_path, version):
     fs, env, bucket = s3
@@ -60,6 +61,7 @@ def test_a_job_reading_a_presigned_url_shows_none_of_its_secrets(s3, tmp_path, v
     assert not [s for s in _secrets(url) if s in shown]
 
 
+@pytest.mark.slow
 def test_an_unreachable_presigned_url_is_named_without_its_secrets(tmp_path):
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
@@ -73,6 +75,7 @@ def test_an_unreachable_presigned_url_is_named_without_its_secrets(tmp_path):
     assert "AKIDSECRETID" not in proc.stderr and "SIGNATURE" not in proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("url", ["s3:/AKIDTYPO:SECRETTYPO@bucket/x.jsonl.zst", "s3:AKIDTYPO:SECRETTYPO@bucket/x",
                                  "s3:///AKIDTYPO:SECRETTYPO@bucket/x"])
 def test_userinfo_in_a_malformed_url_is_refused_and_never_echoed(tmp_path, url):
@@ -127,6 +130,7 @@ def test_a_url_after_a_semicolon_is_still_a_url_of_its_own():
     assert "SECRETX" not in redact_text(text) and "s3://bucket/x" in redact_text(text)
 
 
+@pytest.mark.slow
 def test_an_unreachable_url_with_a_signature_after_a_semicolon_is_named_without_it(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -11,6 +11,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from pipeline.beam.progress import MAX_SENDERS, Monitor, Reporter, Totals
 from pipeline.core.reports import MAX_COUNT, sign
 
@@ -39,6 +41,7 @@ def _wait_for(condition, timeout: float = 30) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_hostile_datagrams_neither_stop_the_monitor_nor_show_figures():
     monitor = Monitor(total_bytes=1000, every_s=0.05).start()
     try:

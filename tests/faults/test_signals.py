@@ -15,6 +15,8 @@ import psutil
 import pytest
 from fault_helpers import IN_MEMORY, MODEL, PROCESSES, Job, command, problem_lines, small_corpus
 
+pytestmark = pytest.mark.slow
+
 
 def _session(job: Job) -> list[psutil.Process]:
     """The live processes of the job's session (it and every worker it started)."""
