@@ -5,8 +5,9 @@ on documents made to pass or fail each stage: removed/ lists exactly what the st
 process, with their rules (and a language removal's language and score); the counts add up; the
 kept texts are the cleaned ones (a C4 cut's tokens are those of its modified text); the manifest
 counts documents and tokens per language and PII replacements per subset; the bytes are the same on
-one worker and the default count; Megatron's output and best-fit packing take the same stages; the
-tokenizer sample is cleaned the same way.
+one worker and the default count, also with dedup and decontamination on, with best-fit packing
+(and on PortableRunner) and with Megatron output (shards, removed/ and dead letters); Megatron's
+output and best-fit packing take the same stages; the tokenizer sample is cleaned the same way.
 """
 
 from __future__ import annotations
@@ -221,3 +222,50 @@ def test_the_tokenizer_sample_is_cleaned(corpus, tmp_path):
                           "--weights", "natural", *STAGE_FLAGS, *FAST_BEAM])
     texts = sorted(json.loads(line)["text"] for line in (work / "sample.jsonl").read_text().splitlines())
     assert texts == sorted(v[1] for v in EXPECTED.values() if v[0] is None)
+
+
+@pytest.fixture(scope="module")
+def every_stage(corpus, tmp_path_factory):
+    """The corpus plus a file of duplicates, a near duplicate, a contaminated document and two dead
+    letters, and an eval set: every stage and dedup and decontamination have something to do."""
+    rng = random.Random(11)
+    root = tmp_path_factory.mktemp("every_stage")
+    for name in ("a", "b"):
+        (root / f"{name}.jsonl.zst").write_bytes((corpus / f"{name}.jsonl.zst").read_bytes())
+    kept = [DOCS[k][0] for k, v in EXPECTED.items() if v[0] is None and not v[2] and not v[3]]
+    contaminated = _prose(rng, 9)
+    near = kept[1].split(" ")
+    near[3] = "velvet"
+    write_lines(str(root / "c.jsonl.zst"), [
+        pile_line(kept[0]), pile_line(kept[0], "Github"), pile_line(" ".join(near)), pile_line(contaminated),
+        b'{"text": "not json', pile_line(_prose(rng), "No Such Subset"), pile_line(_prose(rng))])
+    (root / "eval.txt").write_text(contaminated.split("\n")[4])
+    return root
+
+
+@pytest.mark.parametrize("extra, portable", [(["--packing", "best_fit"], True),
+                                             (["--output_format", "megatron", "--decontam_cut"], False)])
+def test_every_stage_writes_the_same_bytes_on_any_workers_and_runner(extra, portable, every_stage, tiny_model,
+                                                                     tmp_path):
+    # Shards, removed/, dead letters and the manifest: the same bytes on the default workers
+    # (DirectRunner's processes, one per core), on one worker in memory, and (once) on
+    # PortableRunner, the path Flink and Spark take, with every stage on.
+    flags = [*STAGE_FLAGS, "--dedup", "near", "--decontaminate", str(every_stage / "eval.txt"),
+             "--max_dead_letter_fraction", "0.5", *extra]
+    argv = ["--input", str(every_stage / "*.jsonl.zst"), "--tokenizer_model", tiny_model, "--seq_len", "64",
+            "--chunk_mb", "0.004", *flags]
+    two = run.main([*argv, "--output_dir", str(tmp_path / "two"), "--runner", "DirectRunner"])
+    one = run.main([*argv, "--output_dir", str(tmp_path / "one"), *FAST_BEAM])
+    digests = output_digests(tmp_path / "two")
+    assert digests == output_digests(tmp_path / "one") and run_free(two) == run_free(one)
+    if portable:
+        config = Path(__file__).resolve().parents[1] / "beam_configs" / "portable_embed.toml"
+        other = run.main([*argv, "--output_dir", str(tmp_path / "portable"), "--config", str(config)])
+        assert output_digests(tmp_path / "portable") == digests and run_free(other) == run_free(two)
+    assert any(path.startswith("dead_letters/") for path in digests), sorted(digests)
+    removed = _removed(tmp_path / "two", two)
+    reasons = {r["reason"] for rs in removed.values() for r in rs}
+    assert {"gopher_quality", "gopher_repetition", "c4_quality", "c4_quality_cut", "fineweb_quality", "language",
+            "duplicate_exact", "duplicate_near"} <= reasons, reasons
+    assert ("contaminated_cut" if "--decontam_cut" in extra else "contaminated") in reasons
+    assert any(s.get("tallies", {}).get("pii") for s in two["subsets"].values())

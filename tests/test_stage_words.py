@@ -3,6 +3,8 @@
 The reference is spaCy itself called as datatrove calls it: `spacy.blank("en")` with the
 sentencizer on the whole text, token texts stripped, empty ones dropped; the sentence count is
 the number of `doc.sents` (one for a text without tokens, as datatrove's split gives one part).
+ChunkTokens (spaCy's affix and infix steps in Python) is compared with spaCy's tokenizer chunk by
+chunk on adversarial chunks, and the facts spacy_patterns reads from the patterns with re's parse.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import spacy
 from filter_cases import crafted
 
 from pipeline.stages import words as words_module
+from pipeline.stages.chunk_tokens import ChunkTokens
+from pipeline.stages.spacy_patterns import NONE, AffixFacts
 from pipeline.stages.words import SpacyWords
 
 PIECES = [": x.A", "b:", "c.D", ":x", "x.", "don't", "can't", "'s", "'em", ":)", ":-)", "<3", ":P", "e.g.", "i.e.",
@@ -101,20 +105,6 @@ def test_the_last_text_is_tokenized_once():
     assert words.words(text + " ") is not first
 
 
-def test_the_suffix_window_holds_for_this_spacy():
-    # words.py searches spaCy's suffixes from the last SUFFIX_WINDOW characters: every piece of the
-    # pattern but `\.\.+` must match at most that many (re's own parser measures them).
-    import re._parser as parser  # noqa: PLC0415 -- the measure, in the test only
-
-    from spacy.lang.en import English
-
-    if spacy.__version__ != words_module.SUFFIX_WINDOW_SPACY:
-        pytest.skip("the window is used only with the spaCy it was measured on")
-    widths = {piece: parser.parse(piece).getwidth()[1] for piece in English.Defaults.suffixes}
-    unbounded = [piece for piece, width in widths.items() if width > words_module.SUFFIX_WINDOW]
-    assert unbounded == [r"\.\.+"], unbounded
-
-
 def _first_characters(items) -> set[int]:
     """The code points a parsed pattern can start consuming with (skipping lookarounds before it)."""
     import re._parser as parser  # noqa: PLC0415 -- the measure, in the test only
@@ -144,12 +134,95 @@ def _first_characters(items) -> set[int]:
     raise AssertionError("a pattern that consumes nothing")
 
 
-def test_the_ascii_infix_characters_hold_for_this_spacy():
+def _reversed(items) -> list:
+    """A parsed pattern's items last first, groups and branches reversed too (their last atoms come first)."""
+    import re._parser as parser  # noqa: PLC0415 -- the measure, in the test only
+
+    out = []
+    for op, arg in reversed(list(items)):
+        if op is parser.BRANCH:
+            arg = (arg[0], [_reversed(branch) for branch in arg[1]])
+        elif op in (parser.MAX_REPEAT, parser.MIN_REPEAT):
+            arg = (arg[0], arg[1], _reversed(arg[2]))
+        elif op is parser.SUBPATTERN:
+            arg = (*arg[:3], _reversed(arg[3]))
+        out.append((op, arg))
+    return out
+
+
+def _skip_anchors(items) -> list:
+    import re._parser as parser  # noqa: PLC0415 -- the measure, in the test only
+
+    return [(op, arg) for op, arg in items if op is not parser.AT]
+
+
+@pytest.fixture(scope="module")
+def patterns():
+    tok = spacy.blank("en").tokenizer
+    return tok, [f.__self__.pattern for f in (tok.prefix_search, tok.suffix_search, tok.infix_finditer)]
+
+
+def test_the_pattern_facts_are_what_re_parses(patterns):
+    # spacy_patterns reads spaCy's patterns itself; re's own parser must agree on which characters
+    # start a prefix or an infix and end a suffix, and on the suffix window.
     import re._parser as parser  # noqa: PLC0415 -- the measure, in the test only
 
     from spacy.lang.en import English
 
-    if spacy.__version__ != words_module.SUFFIX_WINDOW_SPACY:
-        pytest.skip("used only with the spaCy it was measured on")
-    first = set().union(*(_first_characters(parser.parse(p).data) for p in English.Defaults.infixes))
-    assert {chr(c) for c in first if c < 128} == set(words_module.INFIX_ASCII)
+    tok, (prefix, suffix, infix) = patterns
+    facts = AffixFacts(prefix, suffix, infix)
+    first_prefix = set().union(*(_first_characters(_skip_anchors(parser.parse(p).data))
+                                 for p in English.Defaults.prefixes if p.strip()))
+    last_suffix = set().union(*(_first_characters(_skip_anchors(_reversed(parser.parse(p).data)))
+                                for p in English.Defaults.suffixes if p.strip()))
+    first_infix = set().union(*(_first_characters(parser.parse(p).data) for p in English.Defaults.infixes))
+    sample = set(range(0x3000)) | first_prefix | last_suffix | first_infix
+    for code in sorted(sample):
+        char = chr(code)
+        assert (facts.prefix_kind(char) != NONE) == (code in first_prefix), char
+        assert (facts.suffix_kind(char) != NONE) == (code in last_suffix), char
+        assert facts.has_infix_start(char) == (code in first_infix), char
+    suffixes = [p for p in English.Defaults.suffixes if p.strip()]  # spaCy skips empty pieces
+    widths = [parser.parse(p).getwidth()[1] for p in suffixes]
+    assert facts.suffix_window == max(w for w in widths if w < parser.MAXREPEAT)
+    unbounded = [p for p, w in zip(suffixes, widths, strict=True) if w >= parser.MAXREPEAT]
+    ends = set().union(*(_first_characters(_reversed(parser.parse(p).data)) for p in unbounded))
+    assert {c for c in sample if facts.unbounded_last.fullmatch(chr(c))} == ends
+
+
+def adversarial_chunks(seed: int, count: int, tok) -> list[str]:
+    """Whitespace-free strings of the patterns' own characters, spaCy's cases, URLs, numbers, letters."""
+    alphabet = sorted({c for f in (tok.prefix_search, tok.suffix_search, tok.infix_finditer)
+                       for c in f.__self__.pattern if not c.isspace()})
+    pieces = [*PIECES, "http://", "https://a.b/c", "www.", ".com", "@", "10", "3.5", "1,000", "n't", "..", "\u00a0",
+              "\u00e9", "\u00df", "\u4e2d", "\u0627", "\u0439", "\U0001f600", "\u0301", "\u00b2", "\u00bd", "\u20ac",
+              "\u00b0", "\u00ab", "\u00bb", "\u201e", "\u201c", "\u201d", "\u2018", "\u2019", "\u2014", "\u2013"]
+    cases = sorted(tok.rules)
+    rng = random.Random(seed)
+    out = set()
+    for _ in range(count):
+        parts = []
+        for _ in range(rng.randint(1, 6)):
+            r = rng.random()
+            parts.append(rng.choice(cases) if r < 0.15 else rng.choice(pieces) if r < 0.5
+                         else "".join(rng.choice("abcXYZ") for _ in range(rng.randint(1, 4))) if r < 0.6
+                         else rng.choice(alphabet))
+        out.add("".join("".join(parts).split()))
+    return sorted(out - {""})
+
+
+@pytest.mark.slow  # 20,000 adversarial chunks and the crafted texts, each through spaCy too
+def test_chunk_tokens_are_spacys_tokenizers(patterns):
+    # Every chunk ChunkTokens answers (None: spaCy is asked) must be spaCy's own tokens of it.
+    tok, _ = patterns
+    fast = ChunkTokens(tok)
+    reference = spacy.blank("en").tokenizer
+    chunks = adversarial_chunks(5, 20_000, tok)
+    chunks += sorted({c for _, text in crafted() if len(text) < 200_000 for c in text.split()})
+    answered = 0
+    for chunk in chunks:
+        tokens = fast.tokens(chunk)
+        if tokens is not None:
+            answered += 1
+            assert tokens == [t.text for t in reference(chunk)], repr(chunk)
+    assert answered > 0.9 * len(chunks)

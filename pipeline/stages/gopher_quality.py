@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import operator
 
 from pipeline.core.options import option
 from pipeline.stages.base import Doc, DocumentStage, Remove
@@ -83,6 +84,8 @@ class _WordFacts(dict):
 
 _NON_SYMBOL = _WordFacts(lambda w: not PUNCTUATION_SET.issuperset(w))
 _HAS_ALPHA = _WordFacts(lambda w: w.isalpha() or any(map(str.isalpha, w)))
+_STARTS_WITH_BULLET = operator.methodcaller("startswith", ("•", "-"))
+_ENDS_WITH_ELLIPSIS = operator.methodcaller("endswith", ("...", "…"))
 
 
 def gopher_quality_rule(text: str, words: list[str], opts: GopherQualityOptions) -> str | None:
@@ -110,10 +113,10 @@ def gopher_quality_rule(text: str, words: list[str], opts: GopherQualityOptions)
         return "gopher_too_many_ellipsis"
     lines = text.splitlines()
     if opts.gopher_max_bullet_lines_ratio and (
-            sum(s.lstrip().startswith(("•", "-")) for s in lines) / len(lines) > opts.gopher_max_bullet_lines_ratio):
+            sum(map(_STARTS_WITH_BULLET, map(str.lstrip, lines))) / len(lines) > opts.gopher_max_bullet_lines_ratio):
         return "gopher_too_many_bullets"
     if opts.gopher_max_ellipsis_lines_ratio and (
-            sum(s.rstrip().endswith(("...", "…")) for s in lines) / len(lines) > opts.gopher_max_ellipsis_lines_ratio):
+            sum(map(_ENDS_WITH_ELLIPSIS, map(str.rstrip, lines))) / len(lines) > opts.gopher_max_ellipsis_lines_ratio):
         return "gopher_too_many_end_ellipsis"
     if opts.gopher_max_non_alpha_words_ratio and (
             sum(map(_HAS_ALPHA.__getitem__, words)) / n_words

@@ -6,9 +6,11 @@ texts stripped, the empty ones (whitespace) dropped. C4 counts each line's sente
 sentencizer on the same tokens. `SpacyWords` gives the same lists, faster:
 
 - spaCy's tokenizer works on runs of non-whitespace characters (`str.split()`'s pieces, "chunks")
-  one at a time, so a chunk's tokens are remembered (a bounded dict) and the new chunks of a text
-  cost one tokenizer call (joined by "\n", which keeps them apart); a chunk of ASCII letters that
-  is no special case is one token without asking spaCy;
+  one at a time, so a chunk's tokens are remembered (a bounded dict); a chunk of ASCII letters that
+  is no special case is one token; the other new chunks go through `chunk_tokens.ChunkTokens`
+  (spaCy's affix and infix steps, in Python, with the tokenizer's own patterns and cases), and the
+  few where a case of spaCy's document-wide matcher may apply cost one tokenizer call (joined by
+  "\n", which keeps them apart);
 - one exception: spaCy's special cases of several tokens (`"x."`, `":x"`, `"'s"`: 362 in spaCy 3.8)
   are matched over the whole document, so a match that would straddle two chunks separated by one
   space (`": x.A"`: `":x"` against `"x."`) can block a match inside a chunk. Where a chunk may end
@@ -31,46 +33,20 @@ import unicodedata
 # full it becomes the older generation, from which the chunks seen again move back; the rest go.
 MAX_CHUNKS = 150_000
 # \s is str.isspace() (checked over all of Unicode): where spaCy and str.split() split.
-_SEPARATORS = re.compile(r"(\s+)")
-
-
-# spaCy searches its suffix pattern (an alternation of pieces, each ending in "$") from every
-# position of a string. In spaCy 3.8.18's English every piece but `\.\.+` matches at most 5
-# characters (tests/test_stage_words.py parses them), so unless the string ends with "..", the
-# leftmost match, if any, starts in the last 5 characters: searching from there finds the same
-# match (lookbehinds still see the characters before).
-SUFFIX_WINDOW, SUFFIX_WINDOW_SPACY = 5, "3.8.18"
-# The ASCII characters an infix of that spaCy's English can start with (the test derives them from
-# the patterns): an ASCII string without any has no infix, and spaCy's search over it is skipped.
-INFIX_ASCII = ".+-*^,~:<>=/"
-_INFIX_FREE = re.compile("[^" + re.escape(INFIX_ASCII) + "]*")
-
-
-def _infix_finditer(finditer):
-    def infix_finditer(string: str):
-        if string.isascii() and _INFIX_FREE.fullmatch(string):
-            return iter(())
-        return finditer(string)
-
-    return infix_finditer
-
-
-def _suffix_search(search):
-    pattern = search.__self__
-
-    def suffix_search(string: str):
-        if string.endswith(".."):
-            return pattern.search(string)
-        return pattern.search(string, max(0, len(string) - SUFFIX_WINDOW))
-
-    return suffix_search
+_WHITESPACE = re.compile(r"\s+")
 
 
 class SpacyWords:
     """spaCy blank-English tokens of a text, as datatrove's `split_into_words` and sentencizer see them."""
 
     def __init__(self):
+        from pipeline.stages.chunk_tokens import ChunkTokens, Unsupported
+
         self._load()
+        try:
+            self._fast: ChunkTokens | None = ChunkTokens(self._tokenizer)
+        except Unsupported:  # patterns beyond what spacy_patterns reads: spaCy tokenizes every chunk
+            self._fast = None
         self._rules = frozenset(self._tokenizer.rules)
         self._punct_chars = frozenset(self._nlp.add_pipe("sentencizer").punct_chars)
         self._nlp.remove_pipe("sentencizer")
@@ -81,6 +57,7 @@ class SpacyWords:
         for left, right in sorted(pairs):
             self._lefts_of[right] = (*self._lefts_of.get(right, ()), left)
         self._rights = tuple(self._lefts_of)
+        self._right_firsts = frozenset(right[0] for right in self._rights)
         self._right_sizes = sorted({len(r) for r in self._rights})
         # chunk -> what a chunk before it must end with to straddle a case with it
         self._needs: dict[str, tuple[str, ...]] = {}
@@ -90,10 +67,10 @@ class SpacyWords:
         self._is_punct: dict[str, bool] = {}
 
     def _load(self) -> None:
-        """A fresh blank-English pipeline (made again whenever the chunk table is emptied).
+        """A fresh blank-English pipeline (made again at a turnover once its vocabulary passes MAX_CHUNKS strings).
 
-        Its vocabulary grows with every new word; spaCy's memory zones would free the words, but its
-        tokenizer then fails on words a zone freed, so the whole pipeline is replaced instead.
+        Its vocabulary grows with every new word it tokenizes; spaCy's memory zones would free the
+        words, but its tokenizer then fails on words a zone freed, so the pipeline is replaced instead.
         """
         import spacy
 
@@ -102,28 +79,18 @@ class SpacyWords:
         # (shape, like_num, ...), which spaCy computes in Python for every new word: none here.
         self._nlp.vocab.lex_attr_getters = {}
         self._tokenizer = self._nlp.tokenizer
-        if spacy.__version__ == SUFFIX_WINDOW_SPACY:
-            self._tokenizer.suffix_search = _suffix_search(self._tokenizer.suffix_search)
-            self._tokenizer.infix_finditer = _infix_finditer(self._tokenizer.infix_finditer)
 
     def _straddling_cases(self) -> tuple[frozenset[tuple[str, str]], frozenset[str]]:
         """(left, right) cuts of every case spaCy matches over the document; the tokens such cases make."""
         from spacy.attrs import ORTH
-        from spacy.tokenizer import Tokenizer
 
-        tok = self._tokenizer
-        bare = Tokenizer(self._nlp.vocab, rules={}, prefix_search=tok.prefix_search,
-                         suffix_search=tok.suffix_search, infix_finditer=tok.infix_finditer,
-                         token_match=tok.token_match, url_match=tok.url_match)
+        from pipeline.stages.chunk_tokens import document_cases
+
         pairs, merged = set(), set()
-        for case, substrings in tok.rules.items():
-            # spaCy matches a case over the document only when affixes would split it (faster_heuristics)
-            if not (tok.find_prefix(case) or tok.find_infix(case) or tok.find_suffix(case) or " " in case):
-                continue
-            pieces = [t.text for t in bare(case)]  # the tokens the document-wide matcher looks for
+        for case, pieces in document_cases(self._tokenizer).items():  # the tokens the matcher looks for
             for i in range(1, len(pieces)):
                 pairs.add(("".join(pieces[:i]), "".join(pieces[i:])))
-            merged.update(sub[ORTH] for sub in substrings)
+            merged.update(sub[ORTH] for sub in self._tokenizer.rules[case])
         return frozenset(pairs), frozenset(merged)
 
     def _learn(self, chunks: list[str]) -> None:
@@ -134,10 +101,11 @@ class SpacyWords:
         if len(self._chunks) + len(new) > MAX_CHUNKS:
             self._older, self._older_needs = self._chunks, self._needs
             self._chunks, self._needs = {}, {}
-            self._load()
+            if len(self._nlp.vocab.strings) > MAX_CHUNKS:
+                self._load()
             new = set(chunks)
         if self._older:
-            again = {c for c in new if c in self._older}  # (set.intersection(dict) would walk the dict)
+            again = self._older.keys() & new  # (walks `new`, the smaller; set.intersection(dict) walks the dict)
             for chunk in again:
                 self._chunks[chunk] = self._older[chunk]
                 if chunk in self._older_needs:
@@ -147,16 +115,27 @@ class SpacyWords:
                 return
         # ASCII letters alone are one token unless a special case ("dont", "gonna"): no prefix,
         # suffix or infix of spaCy's English matches letters alone (tests/test_stage_words.py).
-        plain = [c for c in new if c.isascii() and c.isalpha() and c not in self._rules]
-        for chunk in plain:
-            self._remember(chunk, [chunk])
-        new = sorted(new.difference(plain))
-        if not new:
+        rules, table, fast = self._rules, self._chunks, self._fast
+        plain = [c for c in new if c.isascii() and c.isalpha() and c not in rules]
+        table.update(zip(plain, zip(plain), strict=True))  # chunk -> (chunk,)
+        for chunk in (self._lefts_of.keys() | self._merged).intersection(plain):  # what _remember would note
+            self._remember(chunk, (chunk,))
+        new.difference_update(plain)
+        hard = []
+        for chunk in new:
+            tokens = fast.tokens(chunk) if fast is not None else None
+            if tokens is None:
+                hard.append(chunk)
+            else:
+                self._remember(chunk, tokens)
+        if not hard:
             return
-        # "\n" keeps chunks apart (no case holds whitespace) and is a token of its own between them.
+        # spaCy itself, where a case of its document-wide matcher may apply inside a chunk. "\n"
+        # keeps chunks apart (no case holds a newline) and is a token of its own between them.
+        hard.sort()
         tokens: list[str] = []
-        names = iter(new)
-        for token in [t.text for t in self._tokenizer("\n".join(new))]:
+        names = iter(hard)
+        for token in [t.text for t in self._tokenizer("\n".join(hard))]:
             if token == "\n":
                 self._remember(next(names), tokens)
                 tokens = []
@@ -164,14 +143,14 @@ class SpacyWords:
                 tokens.append(token)
         self._remember(next(names), tokens)
 
-    def _remember(self, chunk: str, tokens: list[str]) -> None:
-        self._chunks[chunk] = tuple(tokens)
+    def _remember(self, chunk: str, tokens) -> None:
+        self._chunks[chunk] = tokens = tuple(tokens)
         if len(tokens) == 1 and chunk not in self._merged:  # a case can be cut only at its end
             lefts = self._lefts_of.get(chunk)
             if lefts:
                 self._needs[chunk] = lefts
             return
-        if chunk.startswith(self._rights):
+        if chunk[0] in self._right_firsts and chunk.startswith(self._rights):
             lefts = tuple(left for size in self._right_sizes if self._may_cut(tokens, size)
                           for left in self._lefts_of.get(chunk[:size], ()))
             if lefts:
@@ -199,10 +178,10 @@ class SpacyWords:
         needs = self._needs
         if needs.keys().isdisjoint(chunks):
             return []
-        return [i for i, chunk in enumerate(chunks) if i and chunk in needs
-                and any(chunks[i - 1].endswith(left)
-                        and self._may_cut(self._chunks[chunks[i - 1]], len(chunks[i - 1]) - len(left))
-                        for left in needs[chunk])]
+        return [i for i in itertools.compress(range(len(chunks)), map(needs.__contains__, chunks))
+                if i and any(chunks[i - 1].endswith(left)
+                             and self._may_cut(self._chunks[chunks[i - 1]], len(chunks[i - 1]) - len(left))
+                             for left in needs[chunks[i]])]
 
     def _spacy(self, text: str) -> list[str]:
         """The tokens of spaCy on a text, as datatrove calls it (its IS_ALPHA workaround included)."""
@@ -217,32 +196,51 @@ class SpacyWords:
         """The text's tokens in order, without whitespace tokens (spaces=True: " " where spaCy has any)."""
         chunks = text.split()
         self._learn(chunks)
+        table = self._chunks
         straddling = self._straddling(chunks)
         if not straddling and (not spaces or " ".join(chunks) == text):
-            return list(itertools.chain.from_iterable(map(self._chunks.__getitem__, chunks)))
-        parts = _SEPARATORS.split(text)  # chunk, separator, chunk, ...; "" first or last at whitespace ends
-        if not parts[0]:
-            parts = parts[2:]
-        seps = parts[1::2]  # seps[i - 1] parts chunks[i - 1] and chunks[i]
+            return list(itertools.chain.from_iterable(map(table.__getitem__, chunks)))
+        seps = _WHITESPACE.findall(text)  # seps[i - 1] parts chunks[i - 1] and chunks[i]
+        if text[:1].isspace():
+            del seps[0]
         # A case can straddle two chunks only when one space parts them (no whitespace token between):
         # such chunks are tokenized together, as spaCy does within the whole text.
-        joined = {i for i in straddling if seps[i - 1] == " "}
+        joined = sorted(i for i in straddling if seps[i - 1] == " ")
+        if spaces:
+            return self._spaced(chunks, seps, set(joined))
+        out: list[str] = []
+        done = k = 0  # chunks[:done] are in out; joined[k] is the next window
+        while k < len(joined):
+            start, end = joined[k] - 1, joined[k] + 1  # the window chunks[start:end]
+            k += 1
+            while k < len(joined) and joined[k] == end:
+                end += 1
+                k += 1
+            out.extend(itertools.chain.from_iterable(map(table.__getitem__, chunks[done:start])))
+            out.extend(self._window(chunks[start:end]))
+            done = end
+        out.extend(itertools.chain.from_iterable(map(table.__getitem__, chunks[done:])))
+        return out
+
+    def _window(self, chunks: list[str]) -> tuple[str, ...]:
+        """The tokens of chunks one space apart, tokenized together (remembered by the text, never a chunk's)."""
+        window = " ".join(chunks)
+        tokens = self._chunks.get(window)
+        if tokens is None:
+            tokens = self._chunks[window] = tuple(t for t in self._spacy(window) if not t.isspace())
+        return tokens
+
+    def _spaced(self, chunks: list[str], seps: list[str], joined: set[int]) -> list[str]:
+        """tokens(spaces=True) where whitespace other than one space parts chunks, or a case straddles two."""
         out: list[str] = []
         i = 0
         while i < len(chunks):
-            if i and spaces and seps[i - 1] != " ":
+            if i and seps[i - 1] != " ":
                 out.append(" ")  # the whitespace token(s) spaCy makes of any other run of whitespace
             j = i + 1
             while j in joined:
                 j += 1
-            if j == i + 1:
-                out.extend(self._chunks[chunks[i]])
-            else:  # remembered too, by its text (which has spaces: never a chunk's)
-                window = " ".join(chunks[i:j])
-                tokens = self._chunks.get(window)
-                if tokens is None:
-                    tokens = self._chunks[window] = tuple(t for t in self._spacy(window) if not t.isspace())
-                out.extend(tokens)
+            out.extend(self._chunks[chunks[i]] if j == i + 1 else self._window(chunks[i:j]))
             i = j
         return out
 
