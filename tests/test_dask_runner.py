@@ -36,8 +36,7 @@ from pipeline.beam.options import pipeline_options
 from pipeline.beam.preflight import prepare
 from pipeline.cli import run
 
-# One xdist worker runs the module (`--dist loadgroup`): one cluster, one S3 server, one reference run.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("dask")]
+pytestmark = pytest.mark.slow
 
 BUCKET = "dask-bucket"
 FLAGS = ["--seq_len", "128", "--chunk_mb", "0.05", "--shard_size_mb", "0.1"]
