@@ -89,10 +89,11 @@ def test_assign_sequences_is_best_fit_decreasing():
 
 
 @pytest.mark.parametrize("compiled", [False, True])
-def test_assign_sequences_of_many_items_both_loops(compiled):
+def test_assign_sequences_of_many_items_both_loops(compiled, monkeypatch):
     # Windows above best_fit_kernel.MIN_ITEMS: numba's loop (where installed) and Python's, the same decisions.
     if compiled:
         pytest.importorskip("numba")
+        monkeypatch.setattr(best_fit_kernel, "WARM_ITEMS", 0)
     rng = np.random.default_rng(1)
     for _ in range(60):
         seq_len = int(rng.choice([3, 40, 2048]))
