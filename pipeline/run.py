@@ -2,9 +2,9 @@
 
 import sys
 
-from pipeline.beam.lean_import import one_command_per_process
 from pipeline.cli.main import exiting
 from pipeline.core.extras import guarded
+from pipeline.startup.command import one_command_per_process
 
 __all__ = ["main"]
 

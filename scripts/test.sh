@@ -16,6 +16,8 @@ export TF_CPP_MIN_LOG_LEVEL=2
 # Parity tests of the fast tokenizer backends must run, not skip, wherever the suite runs.
 export PILE_REQUIRE_FAST_BACKENDS=1
 .venv/bin/ruff check .
+# .[dev] holds every extra; the dask one's tests (tests/test_dask_runner.py) start a real cluster and must run.
+.venv/bin/python -c "import dask, distributed" || { echo "scripts/test.sh: .venv lacks the dask extra" >&2; exit 2; }
 # --noconftest: the shared conftest needs sentencepiece/zstandard, which the training env lacks.
 .venv-hvd/bin/python -m pytest --noconftest -q -p no:cacheprovider tests/test_model.py tests/test_trainers.py
 # The reader on Python 3.10, 3.12 and 3.13 and the job on 3.12, where this machine has them (it says

@@ -253,7 +253,8 @@ def test_auto_picks_a_fast_backend_after_the_self_check(backend, tiny_model, tmp
 
 EARLY = """
 import json, sys
-from pipeline.tokenize import early_check, encoder, self_check
+from pipeline.startup import early_check
+from pipeline.tokenize import encoder, self_check
 model, files = sys.argv[1], sys.argv[2:]
 pile = self_check.documents.PILE
 early = early_check.EarlyChoice("auto", model, files[:1] + [files[1].rsplit("/", 1)[0] + "/0[12]*"], pile)

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from pipeline.io import claims
+from pipeline.beam.direct import claims
 
 
 def _read_together(run, chunks, readers, delays):

@@ -161,7 +161,7 @@ def test_same_bytes_on_two_workers_and_the_portable_runner(near_run):
 
 
 def test_the_driver_loads_the_dedup_kernels_only_for_its_own_worker_threads(corpus, tiny_model, tmp_path):
-    from pipeline.beam.launch import warms_dedup_kernels
+    from pipeline.beam.direct.runner import warms_dedup_kernels
     from pipeline.beam.options import pipeline_options
 
     root, _ = corpus

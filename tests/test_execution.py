@@ -9,16 +9,19 @@ import pytest
 from corpus_helpers import write_lines
 
 from pipeline.beam import execution, read
-from pipeline.beam.execution import ENCODE_BATCH_BYTES, balance, plan_execution, running_mode, share_files
-from pipeline.io import claims, inputs
+from pipeline.beam.direct import claims
+from pipeline.beam.direct import read as direct_read
+from pipeline.beam.direct.runner import running_mode
+from pipeline.beam.execution import ENCODE_BATCH_BYTES, balance, plan_execution, share_files
+from pipeline.io import inputs
 from pipeline.io.frames import Stripe, iter_unit_chunks
 
 FILES = [f"f{i}" for i in range(8)]
 
 
 def test_the_examples_in_the_docstrings_hold():
-    result = doctest.testmod(execution)
-    assert result.attempted >= 3 and result.failed == 0
+    results = [doctest.testmod(module) for module in (execution, direct_read)]
+    assert sum(r.attempted for r in results) >= 3 and sum(r.failed for r in results) == 0
 
 
 def test_direct_runner_reads_on_the_workers_without_a_fan_out():
@@ -109,21 +112,21 @@ def test_the_stripes_of_a_file_go_to_different_workers():
 
 def test_threads_take_work_items_from_one_queue_then_share_the_largest_file():
     units = [(0, "a", None), (1, "b", Stripe(0, 2, "run-q")), (1, "b", Stripe(1, 2, "run-q")), (2, "c", None)]
-    by_slot = read._on_queue(units, [5.0, 9.0, 9.0, 7.0], 2, "run-q")
+    by_slot = direct_read.on_queue(units, [5.0, 9.0, 9.0, 7.0], 2, "run-q")
     queue = [u for w, u in by_slot if w == 0 and len(u) > 3]
     assert [u[0] for u in queue] == [2, 0]  # largest first
     assert [u for w, u in by_slot if w == 1 and len(u) > 3] == queue  # every worker has the queue
     assert {w: u[2].index for w, u in by_slot if len(u) == 3} == {0: 0, 1: 1}  # one stripe each
     # Worker 0 takes the first item; worker 1, arriving while it reads it, the second; then each its stripe.
     mine = {w: [u for v, u in by_slot if v == w] for w in (0, 1)}
-    first, second = read._worker_order(mine[0]), read._worker_order(mine[1])
+    first, second = direct_read.worker_order(mine[0]), direct_read.worker_order(mine[1])
     assert next(first)[0] == 2 and next(second)[0] == 0
     assert [u[0] for u in second] == [1] and [u[0] for u in first] == [1]
 
 
 def test_small_queued_items_are_taken_in_groups_that_shrink_toward_the_end():
     units = [(i, f"f{i:02d}.jsonl.zst", None) for i in range(20)]
-    by_slot = read._on_queue(units, [1e6] * 20, 2, "run-g", batch_bytes=4 << 20)
+    by_slot = direct_read.on_queue(units, [1e6] * 20, 2, "run-g", batch_bytes=4 << 20)
     queue = [u for w, u in by_slot if w == 0]
     groups = [u[3].group for u in queue]
     sizes = [groups.count(g) for g in sorted(set(groups))]
@@ -133,31 +136,31 @@ def test_small_queued_items_are_taken_in_groups_that_shrink_toward_the_end():
                                                 for k, g in enumerate(groups)]
     # The worker first to take a group reads all of it; the other goes on with the next group.
     mine = {w: [u for v, u in by_slot if v == w] for w in (0, 1)}
-    first, second = read._worker_order(mine[0]), read._worker_order(mine[1])
+    first, second = direct_read.worker_order(mine[0]), direct_read.worker_order(mine[1])
     assert [next(first)[0], next(first)[0], next(second)[0]] == [0, 1, 2]
     rest = list(first) + list(second)
     assert sorted(u[0] for u in rest) == list(range(3, 20))
     # Without batched tokenizer calls every item is a group of its own, as is an item of a plain file
     # that alone fills the group.
-    alone = read._on_queue(units, [1e6] * 20, 2, "run-g0")
+    alone = direct_read.on_queue(units, [1e6] * 20, 2, "run-g0")
     assert all(u[3].ends_group and u[3].group == u[3].position for _, u in alone)
     # The text of a compressed file is guessed from its name, a presigned URL's query aside.
     assert execution.text_bytes_guess("https://h/a.jsonl.zst?X-Amz-Signature=1", 10) == 30
     assert execution.text_bytes_guess("s3://b/a.jsonl", 10) == 10
-    plain = read._on_queue([(0, "a.jsonl", None), (1, "b.jsonl", None)], [9e6, 9e6], 2, "run-g1", 4 << 20)
+    plain = direct_read.on_queue([(0, "a.jsonl", None), (1, "b.jsonl", None)], [9e6, 9e6], 2, "run-g1", 4 << 20)
     assert [u[3].group for w, u in plain if w == 0] == [0, 1]
 
 
 def test_a_queued_item_taken_by_a_reader_that_failed_fails_the_job():
     units = [(0, "a", None), (1, "b", None)]
-    by_slot = read._on_queue(units, [5.0, 4.0], 2, "run-q2")
+    by_slot = direct_read.on_queue(units, [5.0, 4.0], 2, "run-q2")
     mine = {w: [u for v, u in by_slot if v == w] for w in (0, 1)}
-    failed = read._worker_order(mine[0])
+    failed = direct_read.worker_order(mine[0])
     next(failed)  # takes item 0, then its worker dies before finishing it
     failed.close()
-    assert [u[0] for u in read._worker_order(mine[0])] == [1]  # its bundle run again takes what is left
+    assert [u[0] for u in direct_read.worker_order(mine[0])] == [1]  # its bundle run again takes what is left
     with pytest.raises(claims.ClaimError, match=r"work items \[0\]"):  # the other finishes last: 0 was lost
-        list(read._worker_order(mine[1]))
+        list(direct_read.worker_order(mine[1]))
 
 
 def test_the_last_chunk_of_a_unit_is_marked_also_before_damage(tmp_path):
@@ -165,7 +168,7 @@ def test_the_last_chunk_of_a_unit_is_marked_also_before_damage(tmp_path):
              for i in range(500)]
     path = write_lines(str(tmp_path / "in.jsonl.zst"), lines)
     whole = list(iter_unit_chunks(path, 0, None, 4096, 1 << 20))
-    marked = list(read._last_marked(iter(whole)))
+    marked = list(direct_read._last_marked(iter(whole)))
     assert [c.tokenize_now for c in marked] == [False] * (len(whole) - 1) + [True]
     assert [c.lines for c in marked] == [c.lines for c in whole]
 
@@ -175,7 +178,7 @@ def test_the_last_chunk_of_a_unit_is_marked_also_before_damage(tmp_path):
 
     got = []
     with pytest.raises(inputs.CorruptInputError):
-        for chunk in read._last_marked(damaged()):
+        for chunk in direct_read._last_marked(damaged()):
             got.append(chunk)
     assert [c.chunk_index for c in got] == [0, 1, 2] and [c.tokenize_now for c in got] == [False, False, True]
 
@@ -184,9 +187,9 @@ def test_only_the_last_item_of_a_queued_group_has_its_last_chunk_tokenized_at_on
     lines = [json.dumps({"text": f"line {i} " * 20, "meta": {"pile_set_name": "Pile-CC"}}).encode()
              for i in range(300)]
     path = write_lines(str(tmp_path / "in.jsonl.zst"), lines)
-    fn = read.ReadChunksFn(4096, 1 << 20, "fail")
+    fn = direct_read.ClaimingReadChunksFn(4096, 1 << 20, "fail")
     for ends_group in (False, True):
-        element = (0, path, None, read.Queued("run-m", 0, 2, 0, ends_group))
+        element = (0, path, None, direct_read.Queued("run-m", 0, 2, 0, ends_group))
         chunks = [out for out in fn.process(element) if isinstance(out, inputs.Chunk)]
         assert len(chunks) > 2 and [c.tokenize_now for c in chunks] == [False] * (len(chunks) - 1) + [ends_group]
 

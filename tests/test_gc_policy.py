@@ -2,7 +2,7 @@
 
 import gc
 
-from pipeline.core import gc_policy
+from pipeline.startup import gc_policy
 
 
 def test_pause_then_resume_collects_again_and_resume_alone_changes_nothing():

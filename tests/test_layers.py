@@ -140,6 +140,31 @@ def test_layers_are_the_ones_on_disk():
         "reader"}
 
 
+def test_the_job_graph_never_imports_directrunners_machinery():
+    """pipeline/beam/direct/ is handed to the graph by the run (launch.py), never imported by it."""
+    graph = _graph()
+    allowed = {"pipeline.beam.launch", "pipeline.beam.sample"}  # the two that run a job in this process
+    bad = sorted(f"{m} imports {d}" for m, deps in graph.items() for d in deps
+                 if d.startswith("pipeline.beam.direct") and not m.startswith("pipeline.beam.direct")
+                 and m not in allowed)
+    assert bad == []
+
+
+# core/ is pure: what a process does about its memory, its garbage collector or other processes is
+# pipeline/startup/'s (start-up tricks) or io's.
+NOT_IN_CORE = {"gc", "ctypes", "mmap", "multiprocessing", "subprocess", "resource", "signal"}
+
+
+def test_core_imports_nothing_about_processes_allocators_or_the_garbage_collector():
+    found = set()
+    for path in (PACKAGE / "core").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+            found |= {(path.name, n) for n in names if n.split(".")[0] in NOT_IN_CORE}
+    assert found == set()
+
+
 PRIVATE_ALLOWED: set = set()  # no private API of a dependency, anywhere in the package
 # Public, documented names that begin with "_": os._exit (exit at once, without cleanup handlers).
 PUBLIC_UNDERSCORED = {"os._exit"}

@@ -1,4 +1,4 @@
-"""Beam imported for a DirectRunner job without its cloud connectors (pipeline/beam/lean_import.py)."""
+"""Beam imported for a DirectRunner job without its cloud connectors (pipeline/startup/lean_import.py)."""
 
 import json
 import subprocess
@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
     (["--runner"], False),
 ])
 def test_runs_in_process(flags, expected):
-    from pipeline.beam.lean_import import runs_in_process
+    from pipeline.startup.lean_import import runs_in_process
 
     assert runs_in_process(flags) is expected
 
@@ -31,13 +31,11 @@ def _after_import(flags, connectors=None, one_command=True) -> dict:
     """What a fresh interpreter has in sys.modules after `import_beam(flags)`."""
     code = f"""
 import json, sys
-import pipeline.beam.lean_import as lean
-if {one_command!r}:
-    lean.one_command_per_process()
+import pipeline.startup.lean_import as lean
 connectors = {connectors!r}
 if connectors is not None:
     lean.CONNECTORS = connectors
-lean.import_beam({flags!r})
+lean.import_beam({flags!r}, lean={one_command!r})
 import apache_beam, apache_beam.io.filesystems as fs, apache_beam.runners.dataflow.dataflow_runner as df
 def supported(url):
     try:
@@ -80,7 +78,7 @@ def test_other_runners_get_beam_whole():
 
 @pytest.mark.slow
 def test_a_connector_beam_needs_after_all_means_beam_whole():
-    from pipeline.beam.lean_import import CONNECTORS
+    from pipeline.startup.lean_import import CONNECTORS
 
     # apache_beam.coders is imported unconditionally: left out, Beam's import fails, and Beam is
     # then imported again with nothing left out.

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from pipeline.core import malloc_policy
+from pipeline.startup import malloc_policy
 
 GLIBC = os.confstr("CS_GNU_LIBC_VERSION").startswith("glibc") if hasattr(os, "confstr") else False
 
@@ -14,7 +14,7 @@ GLIBC = os.confstr("CS_GNU_LIBC_VERSION").startswith("glibc") if hasattr(os, "co
 # threshold (128 KB), and none once the threshold is 32 MB.
 _PROBE = """
 import ctypes, sys
-from pipeline.core import malloc_policy
+from pipeline.startup import malloc_policy
 
 class Info(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in
@@ -53,13 +53,18 @@ def test_elsewhere_than_glibc_nothing_is_set(monkeypatch):
     assert malloc_policy.keep_freed_memory() is False
 
 
-def test_the_command_sets_it_as_it_starts(monkeypatch):
+def test_the_command_sets_it_as_it_starts_in_a_one_command_process(monkeypatch):
     from pipeline.cli import run
+    from pipeline.startup import command
 
     calls = []
-    monkeypatch.setattr(run.malloc_policy, "keep_freed_memory", lambda: calls.append(1) or True)
-    assert run.cli(["--input", "nothing-matches-*.jsonl.zst", "--output_dir", "/nonexistent/out",
-                    "--tokenizer_model", "missing.model"]) == 2
+    monkeypatch.setattr(command.malloc_policy, "keep_freed_memory", lambda: calls.append(1) or True)
+    argv = ["--input", "nothing-matches-*.jsonl.zst", "--output_dir", "/nonexistent/out", "--tokenizer_model",
+            "missing.model"]
+    assert run.cli(argv) == 2
+    assert calls == []  # a test (or a program) calling the command keeps glibc's defaults
+    monkeypatch.setattr(command, "_ONE_COMMAND", [True])  # what the entry points say (pipeline/run.py)
+    assert run.cli(argv) == 2
     assert calls == [1]
 
 

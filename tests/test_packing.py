@@ -102,3 +102,10 @@ def test_segment_ids_and_positions_follow_seqio():
 def test_pad_record_rejects_a_full_or_empty_remainder():
     with pytest.raises(ValueError):
         packing.pad_record(packing.Piece(EOS, np.zeros(0, np.int32), np.zeros(0, bool)), 4, 0)
+
+
+def test_the_remainder_holds_none_of_the_streams_memory():
+    """A remainder waits for the next chunk's: as a view it would keep the whole stream alive that long."""
+    stream = packing.build_stream([np.arange(1, 1000, dtype=np.int32)], separator_id=0)
+    _, _, remainder = packing.pack(stream, 64)
+    assert len(remainder) and not np.shares_memory(remainder.labels, stream.labels)

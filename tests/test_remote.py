@@ -30,6 +30,12 @@ PATHS = [("--input", "/data/pile/*.jsonl.zst"), ("--tokenizer_model", "s3://buck
     (["--runner", "PortableRunner", "--job_endpoint", "embed", "--environment_type", "EXTERNAL"], True, False),
     (["--runner", "PortableRunner", "--job_endpoint", "embed"], False, False),  # Docker workers
     (["--runner", "PortableRunner", "--job_endpoint", "jobs.example:8099"], False, False),
+    (["--runner", "DaskRunner"], True, False),  # a local cluster of worker processes
+    (["--runner", "dask", "--dask_client_address", "127.0.0.1:8786"], True, False),
+    (["--runner", "DaskRunner", "--dask_client_address", "tcp://localhost:8786"], True, False),
+    (["--runner", "DaskRunner", "--dask_client_address", "tls://10.0.0.5:8786"], False, True),
+    (["--runner", "apache_beam.runners.dask.dask_runner.DaskRunner", "--dask_client_address", "sched.example:8786"],
+     False, True),
 ])
 def test_where_the_workers_run(flags, local, shared):
     workers = remote.workers_of(pipeline_options(flags))
@@ -64,3 +70,19 @@ def test_a_network_filesystem_is_accepted_where_workers_share_the_hosts_mounts(t
     assert remote.paths_workers_cannot_read(shared, paths, mounts) == [paths[1]]
     docker = remote.Workers(False, False, "the workers run in Docker containers")
     assert remote.paths_workers_cannot_read(docker, paths, mounts) == paths
+
+
+def test_a_dask_scheduler_file_names_where_the_workers_run(tmp_path):
+    """--dask_scheduler_file (Slurm, dask-jobqueue, dask-mpi): the scheduler's address is read from it."""
+    remote_file, local_file = tmp_path / "remote.json", tmp_path / "local.json"
+    remote_file.write_text('{"type": "Scheduler", "address": "tcp://10.1.2.3:8786"}')
+    local_file.write_text('{"type": "Scheduler", "address": "tcp://127.0.0.1:8786"}')
+    far = remote.workers_of(pipeline_options(["--runner", "DaskRunner", "--dask_scheduler_file", str(remote_file)]))
+    near = remote.workers_of(pipeline_options(["--runner", "DaskRunner", "--dask_scheduler_file", str(local_file)]))
+    assert (far.local, far.shared_mounts, near.local) == (False, True, True)
+    with pytest.raises(UsageError, match=r"^--input /data/pile/\*\.jsonl\.zst: a local path, but DaskRunner's "
+                                         r"workers run on the cluster of the scheduler at tcp://10\.1\.2\.3:8786 "
+                                         r"and cannot read this machine's files; use s3:// or gs:// URLs or a "
+                                         r"network filesystem mounted on every worker host \(EFS, NFS\)$"):
+        remote.check_workers_can_read(pipeline_options(["--runner", "DaskRunner", "--dask_scheduler_file",
+                                                        str(remote_file)]), PATHS)

@@ -8,11 +8,11 @@ import tracemalloc
 import numpy as np
 import pytest
 
+from pipeline.beam.direct import spill
 from pipeline.config.job import PipelineConfig
 from pipeline.core.shuffle import Permutation, ShardPlan
 from pipeline.core.sources import SourceOffsets, source_key
 from pipeline.format.framing import FramedRecords, frame
-from pipeline.io import spill
 from pipeline.io import spool as spool_module
 from pipeline.io.spool import BUCKET_BYTES, OrderedSpool, SpoolError
 
@@ -43,7 +43,7 @@ def _expected_sha(first: int, end: int) -> str:
 
 
 def _write(out, plan: ShardPlan, shard: int, groups, record_bytes: int) -> dict:
-    from pipeline.beam.tfrecord import WriteShardFn
+    from pipeline.beam.tfrecord_shards import WriteShardFn
 
     (info,) = WriteShardFn(_config(out), record_bytes, RUN_ID).process((shard, groups), plan)
     return info
@@ -71,7 +71,7 @@ def test_records_come_out_in_permuted_order_from_blocks_in_memory_or_in_spill_fi
 @pytest.mark.parametrize("spilled", [False, True])
 def test_one_shard_placed_by_its_blocks_first_indices_is_the_same_shard(tmp_path, spilled):
     """With one shard, AssignShards sends each block's first global index, not its positions: same bytes."""
-    from pipeline.beam.tfrecord import AssignShardsFn, WriteShardFn
+    from pipeline.beam.tfrecord_shards import AssignShardsFn, WriteShardFn
 
     n, seed, sizes = 57, 0, [10, 0, 25, 22]  # records per source, in source order
     plan = ShardPlan(n, 1)
@@ -89,8 +89,8 @@ def test_one_shard_placed_by_its_blocks_first_indices_is_the_same_shard(tmp_path
             by_positions.append((Permutation(n, seed)(index).astype("<i8").tobytes(), recs))
     writer.close()
     assert all(isinstance(placement, int) for _, (placement, _) in elements)  # not the positions
-    spill_dir = str(tmp_path / "spill") if spilled else None
-    (placed,) = WriteShardFn(_config(tmp_path / "a"), RECORD_PAYLOAD + 16, RUN_ID, spill_dir).process(
+    sink = spill.SpillSink(str(tmp_path / "spill")) if spilled else None
+    (placed,) = WriteShardFn(_config(tmp_path / "a"), RECORD_PAYLOAD + 16, RUN_ID, sink).process(
         (0, [value for _, value in elements]), plan)
     (positioned,) = WriteShardFn(_config(tmp_path / "b"), RECORD_PAYLOAD + 16, RUN_ID).process((0, by_positions), plan)
     data = (tmp_path / "a" / placed["path"]).read_bytes()
@@ -107,8 +107,8 @@ def test_several_shards_from_blocks_assigned_in_batches_are_the_permuted_records
     holds ~40 records in memory): a spilled block split between shards goes to each whole with the
     indices of its records there, a block in memory is split into records placed by their positions;
     every shard holds exactly its records, in order."""
-    from pipeline.beam import tfrecord
-    from pipeline.beam.tfrecord import WriteShardFn
+    from pipeline.beam import tfrecord_shards
+    from pipeline.beam.tfrecord_shards import WriteShardFn
 
     n, seed, sizes = 157, 3, [30, 0, 45, 22, 60]
     plan = ShardPlan(n, 4)
@@ -117,10 +117,11 @@ def test_several_shards_from_blocks_assigned_in_batches_are_the_permuted_records
     os.makedirs(tmp_path / "spill")
     writer = spill.SpillWriter(str(tmp_path / "spill"))
     held_bytes = 40 * len(frame(_payload(0)))
-    monkeypatch.setattr(tfrecord.AssignShardsFn, "ASSIGN_BATCH_RECORDS", 40 if limit == "records" else 1 << 30)
-    monkeypatch.setattr(tfrecord.AssignShardsFn, "ASSIGN_BATCH_BYTES", held_bytes if limit == "bytes" else 1 << 30)
-    monkeypatch.setattr(tfrecord, "likely_cached", lambda spill_dir: cached)
-    assign = tfrecord.AssignShardsFn(seed)
+    assign_fn = tfrecord_shards.AssignShardsFn
+    monkeypatch.setattr(assign_fn, "ASSIGN_BATCH_RECORDS", 40 if limit == "records" else 1 << 30)
+    monkeypatch.setattr(assign_fn, "ASSIGN_BATCH_BYTES", held_bytes if limit == "bytes" else 1 << 30)
+    monkeypatch.setattr(spill, "likely_cached", lambda spill_dir: cached)
+    assign = tfrecord_shards.AssignShardsFn(seed)
     assign.start_bundle()
     elements = []
     for source, count in zip(sources, sizes, strict=True):
@@ -141,7 +142,8 @@ def test_several_shards_from_blocks_assigned_in_batches_are_the_permuted_records
     for shard in range(plan.num_shards):
         group = [value for key, value in elements if key == shard]
         (info,) = WriteShardFn(_config(tmp_path / "out", seed), RECORD_PAYLOAD + 16, RUN_ID,
-                               str(tmp_path / "spill") if spilled else None).process((shard, group), plan)
+                               spill.SpillSink(str(tmp_path / "spill")) if spilled else None).process((shard, group),
+                                                                                                       plan)
         data = (tmp_path / "out" / info["path"]).read_bytes()
         assert data == b"".join(frame(_payload(int(i))) for i in order[bounds[shard] : bounds[shard + 1]])
 

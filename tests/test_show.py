@@ -12,7 +12,7 @@ import sentencepiece as spm
 from corpus_helpers import FAST_BEAM
 
 from pipeline.cli import run, show
-from pipeline.core import native_stderr
+from pipeline.startup import native_stderr
 
 REPO = Path(__file__).resolve().parents[1]
 OTHER_MODEL = str(REPO / "tokenizers" / "sample" / "sample.model")

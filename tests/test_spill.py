@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 from corpus_helpers import FAST_BEAM, pile_line, write_lines
 
+from pipeline.beam.direct import spill
 from pipeline.cli import run
 from pipeline.core.documents import Line
 from pipeline.format.framing import FramedRecords
-from pipeline.io import localfs, spill
+from pipeline.io import localfs, record_files
 from pipeline.io.inputs import Chunk
 
 
@@ -29,8 +30,8 @@ def test_spilled_blocks_read_back_as_the_same_framed_records(tmp_path):
     assert np.array_equal(ref2.load().ends, second.ends)
     # A subset in any order, with gaps: the same records as taking from the block itself.
     picked = [6, 0, 1, 2, 4]
-    assert spill.load(ref1.take(picked)).data == first.take(picked).data
-    assert spill.load(first) is first
+    assert record_files.load(ref1.take(picked)).data == first.take(picked).data
+    assert record_files.load(first) is first
     assert len(ref1.take([]).load()) == 0
 
 
@@ -76,13 +77,13 @@ def test_a_spilled_chunk_loads_as_the_chunk_it_was(tmp_path):
              Line(7, 15, "caf\u00e9 \U0001d518".encode(), oversized=1 << 30, input_end=99),
              Line(8, 40, bytes(range(256)) * 100, input_end=120)]
     first, empty, second = _chunk(0, lines), _chunk(1, []), _chunk(2, lines[::-1])
-    refs = [spill.spill_chunk(writer, c) for c in (first, empty, second)]
+    refs = [record_files.spill_chunk(writer, c) for c in (first, empty, second)]
     writer.close()
     assert len({r.spill_path for r in refs}) == 1 and refs[1].lines == 0
     for ref, chunk in zip(refs, (first, empty, second), strict=True):
-        assert ref.load() == chunk and spill.load_chunk(ref) == chunk
-    assert spill.load_chunk(first) is first
-    assert spill.spillable(first) and not spill.spillable(_chunk(4, [Line(1, 0, b"x", row={"text": 1})]))
+        assert ref.load() == chunk and record_files.load_chunk(ref) == chunk
+    assert record_files.load_chunk(first) is first
+    assert record_files.spillable(first) and not record_files.spillable(_chunk(4, [Line(1, 0, b"x", row={"text": 1})]))
     os.truncate(refs[2].spill_path, refs[2].end - 1)
     with pytest.raises(OSError, match="shorter|damaged"):
         refs[2].load()
@@ -122,7 +123,7 @@ def test_read_block_gives_all_records_of_either_kind_with_one_read_when_dense(tm
     ref = writer.write(block)
     writer.close()
     reads = _counting_preads(monkeypatch)
-    with spill.RecordReader() as reader:
+    with record_files.RecordReader() as reader:
         assert _records_of(*reader.read_block(block)) == expected
         assert reads == []
         assert _records_of(*reader.read_block(ref)) == expected
@@ -141,15 +142,15 @@ def test_read_block_reads_only_the_records_of_a_sparse_subset(tmp_path, monkeypa
     writer.close()
     picked = [0, 1, 2, *range(100, 4000, 400), 3999, 3998, 7]  # runs of consecutive records count once
     reads = _counting_preads(monkeypatch)
-    with spill.RecordReader() as reader:
+    with record_files.RecordReader() as reader:
         buffer, starts, ends = reader.read_block(ref.take(picked))
     framed = FramedRecords.of(records)
     assert _records_of(buffer, starts, ends) == [bytes(framed.framed(i)) for i in picked]
     assert len(reads) == len(picked) - 2 and sum(reads) == len(buffer) == int((ends - starts).sum())
     os.truncate(ref.path, int(ref.ends[-1]) - 1)
-    with spill.RecordReader() as reader, pytest.raises(OSError, match="shorter"):
+    with record_files.RecordReader() as reader, pytest.raises(OSError, match="shorter"):
         reader.read_block(ref.take(picked))
-    with spill.RecordReader() as reader, pytest.raises(OSError, match="shorter"):
+    with record_files.RecordReader() as reader, pytest.raises(OSError, match="shorter"):
         reader.read_block(ref)
 
 
@@ -224,7 +225,7 @@ def test_ordered_pieces_gathers_a_shard_in_place_order_from_the_spill_files(tmp_
     assert b"".join(bytes(p) for p in spill.ordered_pieces(mixed, 302, 24, piece_bytes=1000)) == (
         b"B" * 7 + b"A" * 30 + expected)
     # The same bytes as the spool's way.
-    with OrderedSpool(300, 300 * 24) as spool, spill.RecordReader() as reader:
+    with OrderedSpool(300, 300 * 24) as spool, record_files.RecordReader() as reader:
         for places, recs in blocks:
             spool.add_many(places, *reader.read_block(recs))
         assert b"".join(spool) == expected
@@ -302,17 +303,15 @@ def test_filesystem_of_a_path_is_its_longest_mount_point():
 @pytest.mark.slow
 def test_the_shards_are_the_same_bytes_gathered_from_the_spill_or_through_the_spool(tmp_path, tiny_model,
                                                                                      monkeypatch):
-    from pipeline.beam import tfrecord
-
     used = []
-    real = tfrecord.ordered_pieces
-    monkeypatch.setattr(tfrecord, "ordered_pieces", lambda *a, **k: used.append(1) or real(*a, **k))
+    real = spill.ordered_pieces
+    monkeypatch.setattr(spill, "ordered_pieces", lambda *a, **k: used.append(1) or real(*a, **k))
     path = write_lines(str(tmp_path / "in" / "00.jsonl.zst"),
                        [pile_line(f"document {i} " * (10 + i % 30)) for i in range(200)])
     shas = {}
     for cached in (True, False):
         used.clear()
-        monkeypatch.setattr(tfrecord, "likely_cached", lambda spill_dir, cached=cached: cached)
+        monkeypatch.setattr(spill, "likely_cached", lambda spill_dir, cached=cached: cached)
         manifest = run.main(["--input", path, "--output_dir", str(tmp_path / f"out-{cached}"), "--tokenizer_model",
                              tiny_model, "--seq_len", "32", "--shard_size_mb", "0.05", *FAST_BEAM])
         assert manifest["totals"]["records"] > 0 and len(manifest["shards"]) > 1

@@ -392,7 +392,8 @@ def test_tokenizers_load_from_fsspec_locations(kinds):
 
 EARLY = r"""
 import json, sys
-from pipeline.tokenize import early_check, pieces, self_check
+from pipeline.startup import early_check
+from pipeline.tokenize import pieces, self_check
 from pipeline.tokenize.kinds.registry import KINDS
 from pipeline.tokenize.model import TokenizerModel
 path, files = sys.argv[1], sys.argv[2:]

@@ -9,8 +9,8 @@ Element shapes:
   ((file, span, own), [(chunk, lines)])  -> WriteDeadLettersFn -> dead-letter file info dicts
 A format's DoFn (pipeline/beam/tfrecord.py `ProcessChunkFn`, pipeline/beam/megatron.py
 `TokenizeDocumentsFn`) subclasses ChunkDocumentsFn and writes each chunk's documents its own way
-(`_chunk_out`); its record blocks go out as they are or through a spill file (`EmitsRecords`,
-pipeline/io/spill.py). What is kept is the document policy's (pipeline/stages/policy.py: validation,
+(`_chunk_out`); its record blocks go out through the sink it is given (`emitted`,
+pipeline/io/sinks.py). What is kept is the document policy's (pipeline/stages/policy.py: validation,
 subset selection, the configured stages, dedup's verdicts). Chunks are validated as they come and
 may be tokenized several at a time (`encode_batch_bytes`, pipeline/beam/execution.py), each written
 as if alone: the outputs do not depend on the batches.
@@ -35,7 +35,8 @@ from pipeline.core.epochs import copies_of
 from pipeline.format.framing import FramedRecords
 from pipeline.io import inputs, outputs
 from pipeline.io.publish import publish
-from pipeline.io.spill import SpillWriter, load_chunk
+from pipeline.io.record_files import load_chunk
+from pipeline.io.sinks import KEEP, RecordSink
 from pipeline.io.urls import redact_url
 from pipeline.stages import policy
 from pipeline.tokenize.engines import BATCHED, TokenizerMismatch
@@ -48,23 +49,9 @@ DEAD_LETTER_SPAN = 64  # consecutive chunks of a file whose dead letters share a
 DEAD_LETTER_OWN_BYTES = 1 << 20  # a chunk with more dead letters than this gets a file of its own
 
 
-class EmitsRecords(beam.DoFn):
-    """A DoFn whose record blocks go out as they are, or through a spill file (see pipeline/io/spill.py)."""
-
-    def __init__(self, spill_dir: str | None):
-        self._spill_dir = spill_dir
-        self._spill = None
-
-    def _emit(self, block: FramedRecords):
-        if self._spill_dir is None:
-            return block
-        if self._spill is None:
-            self._spill = SpillWriter(self._spill_dir)
-        return self._spill.write(block)
-
-    def teardown(self):
-        if self._spill is not None:
-            self._spill.close()
+def emitted(sink: RecordSink, block: FramedRecords, source: tuple):
+    """What a step emits for a block of records from `source`: what its sink gives (the block, or a reference)."""
+    return sink.put(block, "-".join(map(str, source)))
 
 
 @dataclasses.dataclass
@@ -111,7 +98,7 @@ class _Validated:
     labels: list | None  # the stages' labels of each kept document, when any has some
 
 
-class ChunkDocumentsFn(EmitsRecords):
+class ChunkDocumentsFn(beam.DoFn):
     """A chunk's lines -> kept documents, tokenized: what both output formats do before writing.
 
     The document policy (validation and its dead letters, subset selection, the configured stages,
@@ -124,9 +111,9 @@ class ChunkDocumentsFn(EmitsRecords):
     """
 
     def __init__(self, config: PipelineConfig, tokenizer: TokenizerSpec, dtype: np.dtype,
-                 encode_threads: int | None = None, spill_dir: str | None = None, progress: Reporter | None = None,
+                 encode_threads: int | None = None, sink: RecordSink | None = None, progress: Reporter | None = None,
                  encode_batch_bytes: int = 0):
-        super().__init__(spill_dir)
+        self._sink = sink or KEEP  # where the record blocks go (pipeline/io/sinks.py)
         self._batch_limit = encode_batch_bytes if tokenizer.backend.name in BATCHED else 0
         self._config = config
         self._special = tokenizer.special
@@ -152,7 +139,7 @@ class ChunkDocumentsFn(EmitsRecords):
 
     def teardown(self):
         self._progress.close()
-        super().teardown()
+        self._sink.close()
 
     def _dead_letter(self, chunk: inputs.Chunk, line: documents.Line, reason: str, detail: str, dead: dict) -> dict:
         dead[reason] = dead.get(reason, 0) + 1

@@ -50,10 +50,11 @@ from collections.abc import Callable
 import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindows
 
-from pipeline.beam.dedup_decontaminate import DecontaminateFn, EvalNgramsFn
+from pipeline.beam.dedup_decontaminate import DecontaminateEachWorkerFn, DecontaminateFn, EvalNgramsFn
 from pipeline.beam.dedup_near import near_dedup
 from pipeline.beam.dedup_records import COUNTS, KEPT, REMOVED, Records
-from pipeline.beam.dedup_sign import SHINGLES, SIGS, ExactFn, SignFn
+from pipeline.beam.dedup_sign import SHINGLES, SIGS, ExactFn, SignFn, batching
+from pipeline.beam.graph import EVERY_FEATURE, Runtime, multi_output
 from pipeline.core import dedup, ngrams
 from pipeline.io.eval_sets import eval_ngrams
 
@@ -138,8 +139,9 @@ class Dedup(beam.PTransform):
                  eval_text_key: str = "text", eval_ngram: int = 13, cut: bool = False,
                  max_eval_ngrams: int = 50_000_000, file_names: list[str] | None = None,
                  token_count: Callable[[str], int] | None = None, keep_text: bool = True,
-                 removed_only: bool = False):
+                 removed_only: bool = False, runtime: Runtime = EVERY_FEATURE):
         super().__init__()
+        self._runtime = runtime
         ngrams.normalize("", normalization)  # refuses an unknown one
         if bands * rows > num_perm:
             raise ValueError(f"bands * rows ({bands} * {rows}) must be <= num_perm ({num_perm})")
@@ -172,24 +174,28 @@ class Dedup(beam.PTransform):
                      | "EvalNgrams" >> beam.MapTuple(
                          lambda i, path, key=self.eval_text_key, n=self.eval_ngram: (i, eval_ngrams(path, key, n)))
                      | "EvalSet" >> beam.CombineGlobally(EvalNgramsFn(self.max_eval_ngrams)))
-            out = docs | "Decontaminate" >> beam.ParDo(
-                DecontaminateFn(self.eval_ngram, self.cut, self.eval_files, self._records),
-                beam.pvalue.AsSingleton(evals)).with_outputs(REMOVED, main=KEPT)
+            if self._runtime.side_inputs:
+                out = docs | "Decontaminate" >> beam.ParDo(
+                    DecontaminateFn(self.eval_ngram, self.cut, self.eval_files, self._records),
+                    beam.pvalue.AsSingleton(evals)).with_outputs(REMOVED, main=KEPT)
+            else:
+                out = multi_output(docs, "Decontaminate", DecontaminateEachWorkerFn(
+                    self.eval_ngram, self.cut, self.eval_files, self._records, self.eval_text_key,
+                    self.max_eval_ngrams), REMOVED, main=KEPT, runtime=self._runtime)
             docs, removed = out[KEPT], [*removed, out[REMOVED]]
         if self.exact or self.near:
             # The text is read here once: the groups after this see its hash and signature only.
-            signed = docs | "Sign" >> beam.ParDo(SignFn(
+            signed = multi_output(docs, "Sign", batching(SignFn(
                 self.normalization if self.exact else None, self.ngram if self.near else None, self.num_perm,
-                self.seed, self.near and self.jaccard_threshold is not None, self.keep_text)).with_outputs(
-                    SHINGLES, main=SIGS)
+                self.seed, self.near and self.jaccard_threshold is not None, self.keep_text), self._runtime),
+                SHINGLES, main=SIGS, runtime=self._runtime)
             docs = signed[SIGS]  # (exact key, (key, doc, sig))
             if self.exact and self.near:  # the exact key is one more bucket of the near stage's group
                 docs, near_removed = self._near(docs, signed[SHINGLES], exact=True)
                 removed.append(near_removed)
             elif self.exact:
-                out = (docs
-                       | "ExactGroup" >> beam.GroupByKey()
-                       | "Exact" >> beam.ParDo(ExactFn(self._records)).with_outputs(REMOVED, main=KEPT))
+                out = multi_output(docs | "ExactGroup" >> beam.GroupByKey(), "Exact", ExactFn(self._records),
+                                   REMOVED, main=KEPT, runtime=self._runtime)
                 docs, removed = out[KEPT], [*removed, out[REMOVED]]  # (key, (doc, sig))
                 docs = docs | "Docs" >> beam.MapTuple(lambda k, doc_sig: (k, doc_sig[0]))
             else:
@@ -211,4 +217,4 @@ class Dedup(beam.PTransform):
     def _near(self, docs, shingles, exact: bool = False):
         """(key, (doc, sig)) -> (kept (key, doc), duplicate_near records): `near_dedup` with these options."""
         return near_dedup(docs, shingles, self.bands, self.rows, self.partitions, self.jaccard_threshold, self.rounds,
-                          self._records, exact=exact)
+                          self._records, exact=exact, runtime=self._runtime)

@@ -13,6 +13,8 @@ import numpy as np
 
 from pipeline.beam.dedup_records import REMOVED, Records, counter
 from pipeline.core import dedup, ngrams
+from pipeline.core.memo import ProcessMemo
+from pipeline.io.eval_sets import eval_ngrams
 
 
 class EvalNgramsFn(beam.CombineFn):
@@ -79,3 +81,26 @@ class DecontaminateFn(beam.DoFn):
         self._removed.inc()
         yield beam.pvalue.TaggedOutput(REMOVED, self._records.record(key, doc, "contaminated", share, **evidence))
 
+
+class DecontaminateEachWorkerFn(DecontaminateFn):
+    """DecontaminateFn with the eval set made by each worker from the eval files, where a side input is not once."""
+
+    _EVALS = ProcessMemo(2)
+
+    def __init__(self, n: int, cut: bool, eval_files: list[str], records: Records, text_key: str, max_ngrams: int):
+        super().__init__(n, cut, eval_files, records)
+        self._text_key, self._max = text_key, max_ngrams
+
+    def setup(self):
+        key = (tuple(self._eval_files), self._text_key, self._n, self._max)
+        self._evals = self._EVALS.get(key, self._eval_set)
+
+    def _eval_set(self):
+        combine = EvalNgramsFn(self._max)
+        parts = combine.create_accumulator()
+        for i, path in enumerate(self._eval_files):
+            parts = combine.add_input(parts, (i, eval_ngrams(path, self._text_key, self._n)))
+        return combine.extract_output(parts)
+
+    def process(self, element):
+        yield from super().process(element, self._evals)

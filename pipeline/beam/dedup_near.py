@@ -13,7 +13,8 @@ import apache_beam as beam
 import numpy as np
 
 from pipeline.beam.dedup_records import KEPT, REMOVED, Records, counter
-from pipeline.beam.dedup_sign import BatchingFn
+from pipeline.beam.dedup_sign import BatchingFn, batching
+from pipeline.beam.graph import EVERY_FEATURE, Runtime, multi_output
 from pipeline.core import dedup, minhash
 
 _CLUSTER, _EXACT = "cluster", "exact"
@@ -325,7 +326,7 @@ class ClusterFn(beam.DoFn):
 
 
 def near_dedup(docs, shingles, bands: int, rows: int, partitions: int, jaccard_threshold: float | None,
-               rounds: int, records: Records, exact: bool = False):
+               rounds: int, records: Records, exact: bool = False, runtime: Runtime = EVERY_FEATURE):
     """(key, (doc, sig)) -> (kept (key, doc), duplicate_near records).
 
     With `exact`, `docs` are (exact key, (key, doc, sig)) and the exact keys are buckets of the
@@ -333,12 +334,11 @@ def near_dedup(docs, shingles, bands: int, rows: int, partitions: int, jaccard_t
     only edge that matters is to its twin (its bands' buckets hold its twin too), so the
     components of the other documents, their first documents and so every record are those of
     exact dedup followed by near dedup on its survivors; the records then include the
-    `duplicate_exact` ones.
+    `duplicate_exact` ones. `runtime`: what the runner does (pipeline/beam/graph.py).
     """
-    stars = (docs
-             | "BucketPairs" >> beam.ParDo(_BucketPairsFn(bands, rows, partitions, exact))
-             | "BucketGroup" >> beam.GroupByKey()
-             | "BucketStars" >> beam.ParDo(_BucketStarsFn()).with_outputs(_EXACT, main="edges"))
+    pairs = batching(_BucketPairsFn(bands, rows, partitions, exact), runtime)
+    stars = multi_output(docs | "BucketPairs" >> beam.ParDo(pairs) | "BucketGroup" >> beam.GroupByKey(),
+                         "BucketStars", _BucketStarsFn(), _EXACT, main="edges", runtime=runtime)
     if exact:
         docs = docs | "Docs" >> beam.Map(lambda element: (element[1][0], element[1][1:]))
     # (member, the bucket's first member)
@@ -357,12 +357,10 @@ def near_dedup(docs, shingles, bands: int, rows: int, partitions: int, jaccard_t
     tags = [roots]
     if exact:
         tags.append(stars[_EXACT] | "TagExact" >> beam.MapTuple(lambda member, twin: (member, ("exact", twin))))
-    parts = [docs | "DocBlocks" >> beam.ParDo(_DocBlocksFn()),
+    parts = [docs | "DocBlocks" >> beam.ParDo(batching(_DocBlocksFn(), runtime)),
              tags | "Tags" >> beam.Flatten() | "TagBlocks" >> beam.Map(_block_tag)]
-    out = (parts
-           | "NearParts" >> beam.Flatten()
-           | "NearGroup" >> beam.GroupByKey()
-           | "Near" >> beam.ParDo(NearFn(records)).with_outputs(_CLUSTER, REMOVED, main=KEPT))
+    out = multi_output(parts | "NearParts" >> beam.Flatten() | "NearGroup" >> beam.GroupByKey(), "Near",
+                       NearFn(records), _CLUSTER, REMOVED, main=KEPT, runtime=runtime)
     # Only the clusters' documents: (root, their signatures and fields) -> the removed records.
     removed = (out[_CLUSTER]
                | "ClusterGroup" >> beam.GroupByKey()

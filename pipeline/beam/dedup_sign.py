@@ -13,6 +13,7 @@ import numpy as np
 from apache_beam.transforms.window import GlobalWindows
 
 from pipeline.beam.dedup_records import REMOVED, Records, counter
+from pipeline.beam.graph import Runtime
 
 SIGS, SHINGLES = "sigs", "shingles"
 
@@ -24,11 +25,13 @@ class BatchingFn(beam.DoFn):
     the bundle finishes, in the global window (the only one Dedup reads).
     """
 
+    flush_each = False  # set where the runner drops what finish_bundle emits (`batching`)
+
     def start_bundle(self):
         self._reset()
 
     def process(self, element):
-        if self._add(element):
+        if self._add(element) or self.flush_each:
             yield from self._flush()
 
     def finish_bundle(self):
@@ -44,6 +47,11 @@ class BatchingFn(beam.DoFn):
     def _flush(self):
         raise NotImplementedError
 
+
+def batching(fn: BatchingFn, runtime: Runtime) -> BatchingFn:
+    """`fn`, flushing after each element where what finish_bundle emits is dropped (pipeline/beam/graph.py)."""
+    fn.flush_each = not runtime.finish_bundle_outputs
+    return fn
 
 
 @beam.typehints.with_output_types(typing.Any)  # a tagged output beside the main one: no key-value hint to infer

@@ -7,7 +7,7 @@ Element shapes:
   removed record                         -> ((file_index, chunk), record), CoGroupByKey with
   Chunk keyed by (file_index, chunk)     -> (Chunk, {line: record}[, {line: Verdict}]): what the formats tokenize
     (with a spill directory, DirectRunner: a SpilledChunk, the chunk's lines written once to a local
-    spill file as it is read, so that the join moves references, not the text: pipeline/io/spill.py)
+    spill file as it is read, so that the join moves references, not the text: pipeline/beam/direct/spill.py)
 DocumentsOfFn applies the document policy (pipeline/stages/policy.py) with its stages, so dedup sees
 the text the stages left and never a document they removed; the stages run only there, and their
 verdicts travel with the chunk. The formats' tokenizing stage (pipeline/beam/chunk_documents.py)
@@ -19,14 +19,18 @@ never a duplicate.
 
 from __future__ import annotations
 
+import dataclasses
+
 import apache_beam as beam
 
 from pipeline.beam.dedup import REMOVED, Dedup
 from pipeline.beam.execution import Workspace
+from pipeline.beam.graph import EVERY_FEATURE, Runtime
 from pipeline.beam.preflight import Job
+from pipeline.beam.read import Unread, chunk_stage
 from pipeline.config.job import PipelineConfig
 from pipeline.io import inputs
-from pipeline.io.spill import SpillWriter, spill_chunk, spillable
+from pipeline.io.sinks import KEEP, RecordSink
 from pipeline.io.urls import redact_url
 
 VERDICTS = "verdicts"  # DocumentsOfFn's output of the stages' verdicts per chunk
@@ -61,30 +65,34 @@ class DocumentsOfFn(beam.DoFn):
 
 
 class SpillChunksFn(beam.DoFn):
-    """Chunk -> ((file_index, chunk_index), SpilledChunk): its lines once to a spill file of this DoFn's.
+    """Chunk -> ((file_index, chunk_index), what the sink gives for it: the chunk, or a SpilledChunk)."""
 
-    A chunk with a columnar row (a value JSON cannot hold) goes on as it is.
-    """
-
-    def __init__(self, spill_dir: str):
-        self._spill_dir = spill_dir
-        self._writer = None
+    def __init__(self, sink: RecordSink):
+        self._sink = sink
 
     def process(self, chunk: inputs.Chunk):
-        if not spillable(chunk):
-            yield (chunk.file_index, chunk.chunk_index), chunk
-            return
-        if self._writer is None:
-            self._writer = SpillWriter(self._spill_dir)
-        yield (chunk.file_index, chunk.chunk_index), spill_chunk(self._writer, chunk)
+        yield (chunk.file_index, chunk.chunk_index), self._sink.put_chunk(chunk)
 
     def teardown(self):
-        if self._writer is not None:
-            self._writer.close()
+        self._sink.close()
 
 
 def _key_chunk(chunk: inputs.Chunk):
     return (chunk.file_index, chunk.chunk_index), chunk
+
+
+def _units_with_removed(element):
+    """(slot, {"units", "removed"[, "verdicts"]}) -> (slot, work items, removed, verdicts) by (file, chunk), then line.
+
+    `verdicts` is None without stages.
+    """
+    slot, parts = element
+    removed: dict = {}
+    for r in parts["removed"]:
+        removed.setdefault((r["file_index"], r["chunk"]), {})[r["line"]] = r
+    verdicts = dict(parts["verdicts"]) if "verdicts" in parts else None
+    for units in parts["units"]:  # one per slot
+        yield slot, units, removed, verdicts
 
 
 def _with_removed(element):
@@ -106,7 +114,7 @@ def bucket_partitions(input_bytes: int) -> int:
     return max(16, min(1 << 16, input_bytes >> 28))
 
 
-def dedup_transform(job: Job) -> Dedup:
+def dedup_transform(job: Job, runtime: Runtime = EVERY_FEATURE) -> Dedup:
     """The Dedup PTransform of the job's flags."""
     cfg = job.config
     return Dedup(
@@ -116,7 +124,8 @@ def dedup_transform(job: Job) -> Dedup:
         partitions=bucket_partitions(job.execution.input_bytes),
         eval_files=list(job.eval_files), eval_text_key=cfg.decontam_text_key, eval_ngram=cfg.decontam_ngram,
         cut=cfg.decontam_cut, max_eval_ngrams=cfg.decontam_max_ngrams,
-        file_names=[redact_url(path) for path in job.input_files], keep_text=False, removed_only=True)
+        file_names=[redact_url(path) for path in job.input_files], keep_text=False, removed_only=True,
+        runtime=runtime)
 
 
 def apply_dedup(job: Job, chunks, read_stats, workspace: Workspace | None = None):
@@ -126,11 +135,24 @@ def apply_dedup(job: Job, chunks, read_stats, workspace: Workspace | None = None
     The removed records are written to removed/ by the tokenizing stage (pipeline/beam/removed.py).
     """
     cfg = job.config
-    documents = chunks | "DocumentsOf" >> beam.ParDo(DocumentsOfFn(cfg)).with_outputs(VERDICTS, main="documents")
-    removed = (documents.documents | "Dedup" >> dedup_transform(job))[REMOVED]
-    spill_dir = workspace.spill_dir if workspace is not None else None
+    runtime = workspace.runtime if workspace is not None else EVERY_FEATURE
+    documents = chunk_stage(chunks, "DocumentsOf", DocumentsOfFn(cfg), VERDICTS, main="documents", runtime=runtime)
+    removed = (documents.documents | "Dedup" >> dedup_transform(job, runtime))[REMOVED]
+    if isinstance(chunks, Unread):
+        # The chunks are read again by the tokenizing step's tasks: each task gets the removed
+        # records (and the stages' verdicts) of the files it reads, and no text waits in a join.
+        slots = chunks.slots_of_file
+        parts = {"units": chunks.items,
+                 "removed": removed | "RemovedBySlot" >> beam.FlatMap(
+                     lambda r: [(s, r) for s in slots[r["file_index"]]])}
+        if cfg.stage_names():
+            parts["verdicts"] = documents[VERDICTS] | "VerdictsBySlot" >> beam.FlatMap(
+                lambda kv: [(s, kv) for s in slots[kv[0][0]]])
+        joined = parts | "JoinRemoved" >> beam.CoGroupByKey() | "WithRemoved" >> beam.FlatMap(_units_with_removed)
+        return dataclasses.replace(chunks, items=joined), read_stats
+    sink = workspace.sink if workspace is not None else KEEP
     # ((file_index, chunk_index), Chunk or SpilledChunk)
-    keyed = chunks | "KeyChunks" >> (beam.ParDo(SpillChunksFn(spill_dir)) if spill_dir else beam.Map(_key_chunk))
+    keyed = chunks | "KeyChunks" >> (beam.ParDo(SpillChunksFn(sink)) if sink is not KEEP else beam.Map(_key_chunk))
     parts = {"chunk": keyed,
              "removed": removed | "KeyRemoved" >> beam.Map(lambda r: ((r["file_index"], r["chunk"]), r))}
     if cfg.stage_names():

@@ -21,32 +21,24 @@ import os
 
 import fsspec
 
+from pipeline.beam.graph import EVERY_FEATURE, Runtime
 from pipeline.config.job import FAN_OUT_CHOICES
+from pipeline.io.sinks import KEEP, RecordSink
 from pipeline.io.urls import name_part
 
 LOG = logging.getLogger(__name__)
-# Reading a byte of a .zst file (decompress, split lines) against everything done with it, measured
-# on real text (scripts/bench/bench_pipeline.py's corpus, one core): 90 MB are read in 0.16 s, tokenized,
-# packed and written in ~20 s with SentencePiece and ~3.5 s with gigatoken. Every worker sharing a
-# file reads all of it, so this is what a stripe costs beyond its share.
+# Reading a byte of a .zst file (decompress, split lines) against everything done with it: a small
+# share, smaller with SentencePiece than with the fast engines (scripts/bench/bench_pipeline.py's
+# per-stage table). Every worker sharing a file reads all of it, so this is what a stripe costs
+# beyond its share.
 READ_SHARE = {"sentencepiece": 0.01}
 READ_SHARE_FAST = 0.05  # the fast backends
 BALANCED = 1.02  # a plan within 2% of a perfect split is not improved further
-# A worker's time spent holding the GIL (reading, JSON, validation, packing, framing: Python) against
-# its whole time, the tokenizers releasing it; measured on the same corpus, one core
-# (scripts/bench/bench_pipeline.py's per-stage table): 0.76 of 20.6 CPU-s with SentencePiece, of 3.35 with
-# gigatoken.
-# Every tokenizer engine releases the GIL (`tokenizers`' reference runs its per-text encode through
-# `encode_batch`, which does; `Tokenizer.encode` itself would not).
-GIL_SHARE = {"sentencepiece": 0.04}
-GIL_SHARE_FAST = 0.25
-THREADS_UP_TO = 0.6  # workers x GIL share: above it, threads would queue for the GIL
 # Decompressed bytes of chunks a DirectRunner worker tokenizes in one call, with an engine that gains
 # from it (pipeline/tokenize/engines.py BATCHED). gigatoken starts every call with an empty word
-# cache: one call per 32 MB costs ~15-20% less CPU per token than one per 4 MB chunk (real text,
-# pile22 shape); calls of 64 MB save a little more CPU in the tokenizer and lose it to the kernel
-# mapping their buffers. Distributed runners tokenize a chunk per call: an SDK process runs up to
-# 12 worker threads, each of which would hold a batch.
+# cache, so fewer, larger calls cost less CPU per token; beyond this size the kernel's mapping of
+# the larger buffers takes back what the tokenizer saves (docs/benchmarks.md). Distributed runners
+# tokenize a chunk per call: an SDK process runs up to 12 worker threads, each of which would hold a batch.
 ENCODE_BATCH_BYTES = 32 << 20
 # Text of a compressed input against its stored size, a guess for sizing groups of queued work items
 # (`queue_groups`) only: a wrong one costs speed, never a byte. zstd and gzip give 2-4.5x on text.
@@ -62,8 +54,10 @@ class Execution:
     share: files may be shared between workers in stripes (`share_files`), else each is read whole;
     encode_threads: threads per tokenizer batch (None: the library's default, all cores);
     encode_batch_bytes: decompressed bytes of chunks tokenized in one call (0: a chunk per call);
-    spill: records cross the shuffle as local files (all workers on this machine, pipeline/io/spill.py);
-    input_bytes: the inputs' stored size, the 100% of progress.
+    spill: records cross the shuffle as local files (all workers on this machine, pipeline/beam/direct/spill.py);
+    input_bytes: the inputs' stored size, the 100% of progress;
+    tasks: each of `workers` tasks reads its work items itself and tokenizes what it reads, one chunk
+    at a time (Beam's DaskRunner, whose tasks hold their outputs in memory).
     """
 
     fan_out: bool = True
@@ -73,21 +67,24 @@ class Execution:
     encode_batch_bytes: int = 0
     spill: bool = False
     input_bytes: int = 0
+    tasks: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
 class Workspace:
     """What a run makes once it holds the output directory's lock, for its workers.
 
-    spill_dir: where records spill (with `Execution.spill`), None: they cross the shuffle as they are;
+    sink: where record blocks go (pipeline/io/sinks.py): KEEP, they cross the shuffle as they are;
     progress: where workers send their progress (pipeline/beam/progress.py), None: metrics only;
-    board: the run's key on the board where workers that are threads of this process claim the
-    chunks of the files they share (pipeline/io/claims.py), None: static stripes.
+    runtime: what the graph may ask of the runner (pipeline/beam/graph.py);
+    reader: how the workers get their work items when they read their own (DirectRunner's:
+    pipeline/beam/direct/read.py `WorkItems`); None: fanned out, or Dask's tasks.
     """
 
-    spill_dir: str | None = None
+    sink: RecordSink = KEEP
     progress: tuple[str, int, bytes] | None = None  # the Monitor's (host, port, key)
-    board: str | None = None
+    runtime: Runtime = EVERY_FEATURE
+    reader: object | None = None
 
 
 def plan_execution(runner: str, direct_workers: int | None, input_files: list[str], fan_out: str = "auto",
@@ -98,6 +95,13 @@ def plan_execution(runner: str, direct_workers: int | None, input_files: list[st
     """
     if fan_out not in FAN_OUT_CHOICES:
         raise ValueError(f"--fan_out must be one of {FAN_OUT_CHOICES}, got {fan_out!r}")
+    if runner == "DaskRunner":
+        # A dask task is a list, outputs included, and beam.Reshuffle does nothing there: each task
+        # reads its own work items (stripes of a big file, to spread it) and tokenizes them as it reads.
+        tasks = max(1, direct_workers or 1)
+        LOG.info("execution: %d Dask tasks, each reading its work items (whole files or stripes of them)", tasks)
+        return Execution(fan_out=False, workers=tasks, share=True, encode_threads=encode_threads or 1,
+                         input_bytes=input_bytes, tasks=True)
     direct = runner in ("DirectRunner", "direct")
     # --direct_num_workers 0 means one per core (as in Beam's FnApiRunner).
     workers = (direct_workers if direct_workers != 0 else os.cpu_count() or 1) if direct else 1
@@ -118,43 +122,9 @@ def plan_execution(runner: str, direct_workers: int | None, input_files: list[st
                      input_bytes=input_bytes)
 
 
-def running_mode(workers: int, backend: str) -> str:
-    """DirectRunner's workers as threads of the driver while the GIL is not what limits them, else processes.
-
-    Threads start in milliseconds and hand elements over in memory; each worker process imports Beam
-    and our modules and unpickles the job (~1.5-2.5 s before it reads a byte, more on a busy machine)
-    and every element crosses a socket. The tokenizer engines release
-    the GIL, so threads tokenize in parallel; the Python around them does not: with a fast tokenizer
-    on many cores, processes win.
-    """
-    share = GIL_SHARE.get(backend, GIL_SHARE_FAST)
-    return "multi_threading" if workers * share <= THREADS_UP_TO else "multi_processing"
-
-
 def text_bytes_guess(path: str, stored: float) -> float:
     """The decompressed bytes of `stored` bytes of `path`, guessed from its name (`COMPRESSED_GUESS`)."""
     return stored * COMPRESSED_GUESS if name_part(path).lower().endswith(COMPRESSED_SUFFIXES) else stored
-
-
-def queue_groups(sizes: list[float], after: float, workers: int, target: float) -> list[int]:
-    """The group of each item of a queue (`sizes` in queue order): consecutive items taken as one.
-
-    A group is tokenized in calls of the batch size, not a call per item (many small files), and is
-    at most `target` and 1/(2 * workers) of the work left from it to the end (`after`: the work after
-    the queue): groups shrink toward the end (guided self-scheduling) and the workers finish together.
-
-    >>> queue_groups([4] * 12, 0, 2, 8), queue_groups([50, 4, 4], 0, 2, 8)
-    ([0, 0, 1, 1, 2, 2, 3, 4, 5, 6, 7, 8], [0, 1, 2])
-    """
-    left = sum(sizes) + after
-    groups, group, held, cap = [], -1, 0.0, 0.0
-    for size in sizes:
-        if group < 0 or held + size > cap:
-            group, held, cap = group + 1, 0.0, min(target, left / (2 * workers))
-        held += size
-        left -= size
-        groups.append(group)
-    return groups
 
 
 def share_files(sizes: list[int], workers: int, read_share: float) -> list[int]:

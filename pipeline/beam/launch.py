@@ -7,29 +7,32 @@ pipeline -> print the summary of the manifest it wrote (the output format's, pip
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-import os
-import threading
 import time
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipeline.beam.execution import Workspace, running_mode
+from pipeline.beam import dask_run
+from pipeline.beam.direct.runner import direct_run, fn_api_runner, warm_dedup_kernels
+from pipeline.beam.execution import Workspace
+from pipeline.beam.graph import runtime_of
 from pipeline.beam.job import build_pipeline, output_format
 from pipeline.beam.logs import JobFailed, failure_line, quiet_job_error_tracebacks
-from pipeline.beam.options import direct_runner, pipeline_options, running_mode_given
+from pipeline.beam.options import DASK, pipeline_options, runner_object
 from pipeline.beam.preflight import Job, prepare, translated
 from pipeline.beam.progress import Monitor
 from pipeline.beam.remote import workers_of
 from pipeline.config.job import PipelineConfig
-from pipeline.core import gc_policy
 from pipeline.io.lock import OutputLock
-from pipeline.io.outputs import remove_unfinished_run
+from pipeline.io.outputs import remove_temp_files, remove_unfinished_run
 from pipeline.io.signals import caught_signal
-from pipeline.io.spill import make_spill_dir, remove_spill_dir
+from pipeline.io.sinks import KEEP
 from pipeline.io.urls import redact_url
-from pipeline.tokenize.early_check import EarlyChoice
+from pipeline.startup.command import graph_built
+from pipeline.startup.early_check import EarlyChoice
 from pipeline.tokenize.model import TokenizerModel
 
 LOG = logging.getLogger("pipeline")
@@ -45,9 +48,8 @@ def run_job(config: PipelineConfig, beam_args: list[str], early: EarlyChoice | N
     self-check and the tokenizer model, if the command started and read them (see `prepare`).
     """
     options = pipeline_options(beam_args)
-    if early is not None and warms_dedup_kernels(config, options, beam_args):
-        # While the driver waits for the self-check (prepare), not in the first worker's setup.
-        threading.Thread(target=_warm_dedup_kernels, name="dedup-kernels", daemon=True).start()
+    if early is not None:
+        warm_dedup_kernels(config, options, beam_args)  # while the driver waits for the self-check
     job = prepare(config, options, model, early)
     dry_run, executable = translated(options)
     # One writer per output directory, from before anything is removed there until the job ends
@@ -89,55 +91,40 @@ def report_removal(output_dir: str, failed: list[str]) -> None:
                     redact_url(output_dir), "; ".join(failed[:5]), more)
 
 
-def warms_dedup_kernels(config: PipelineConfig, options: PipelineOptions, beam_args: list[str]) -> bool:
-    """Whether the driver should load dedup's compiled kernels itself: --dedup in DirectRunner's worker threads.
-
-    The threads sign in this process, and their first signature would otherwise wait, in both
-    threads, for numba's import and kernels at the start of the read stage.
-    """
-    if config.dedup not in ("exact", "near") or options.view_as(StandardOptions).runner != "DirectRunner":
-        return False
-    direct = options.view_as(DirectOptions)
-    if running_mode_given(beam_args):
-        return direct.direct_running_mode in ("multi_threading", "in_memory")
-    # The mode `run` will pick; a backend not settled yet (auto) counts as a fast one.
-    return running_mode(direct.direct_num_workers or os.cpu_count() or 1,
-                        config.tokenizer_backend or "") == "multi_threading"
-
-
-def _warm_dedup_kernels() -> None:
-    from pipeline.core import minhash_kernel  # numba loads only in a process that signs
-
-    minhash_kernel.warm_up()
-
-
 def run(job: Job, options: PipelineOptions, beam_args: list[str], translate_only: bool = False) -> float:
-    """Run (or translate) the Job's pipeline in its workspace (spill directory, progress); its seconds."""
-    config, execution = job.config, job.execution
+    """Run (or translate) the Job's pipeline in its workspace (sink, reader, progress); its seconds."""
+    config = job.config
     runner = options.view_as(StandardOptions).runner
-    spill_dir = make_spill_dir(config.output_dir) if execution.spill and not translate_only else None
     # Workers on this machine report progress to the driver; elsewhere it is in the runner's metrics.
-    monitor = Monitor(execution.input_bytes, config.progress_every if workers_of(options).local else 0).start()
+    monitor = Monitor(job.execution.input_bytes, config.progress_every if workers_of(options).local else 0).start()
     try:
-        if runner == "DirectRunner" and not running_mode_given(beam_args):
-            mode = running_mode(execution.workers, job.tokenizer.backend.name)
-            options.view_as(DirectOptions).direct_running_mode = mode
-            LOG.info("execution: %d DirectRunner worker %s", execution.workers,
-                     "threads in this process" if mode == "multi_threading" else "processes")
-        LOG.info("%d input files -> %s (runner %s, run %s)", len(job.input_files), redact_url(config.output_dir),
-                 runner, job.run_id)
-        start = time.monotonic()
-        threads = runner == "DirectRunner" and options.view_as(DirectOptions).direct_running_mode in (
-            "multi_threading", "in_memory")
-        with quiet_job_error_tracebacks(), beam.Pipeline(runner=direct_runner(options), options=options) as p:
-            build_pipeline(p, job, Workspace(spill_dir, monitor.address, job.run_id if threads else None))
-            gc_policy.resume()  # the job's own objects are collected as usual
-    except Exception as e:
-        line = failure_line(e)
+        with contextlib.ExitStack() as stack:
+            # What the runner needs of this run: DirectRunner's spill files and work items, Dask's store.
+            if runner == "DirectRunner":
+                sink, reader = stack.enter_context(direct_run(job, options, beam_args, translate_only))
+            elif runner == DASK:
+                sink, reader = stack.enter_context(dask_run.store(job, translate_only)), None
+            else:
+                sink, reader = KEEP, None
+            LOG.info("%d input files -> %s (runner %s, run %s)", len(job.input_files),
+                     redact_url(config.output_dir), runner, job.run_id)
+            start = time.monotonic()
+            p = beam.Pipeline(runner=fn_api_runner(options) or runner_object(options), options=options)
+            try:
+                with quiet_job_error_tracebacks(), p:
+                    build_pipeline(p, job, Workspace(sink, monitor.address, runtime_of(runner), reader))
+                    graph_built()  # the job's own objects are collected as usual (pipeline/startup/)
+            finally:
+                if runner == DASK:
+                    dask_run.finish(getattr(p, "result", None), options)
+        if runner != "DirectRunner" and not translate_only:
+            for rel in remove_temp_files(config.output_dir, job.run_id):
+                LOG.info("removed %s, left by a writer that was stopped midway", rel)
+    except (Exception, asyncio.CancelledError) as e:
+        line = failure_line(e) or (dask_run.failure(e, options) if runner == DASK else None)
         if line is None:
             raise
         raise JobFailed(line) from e
     finally:
         monitor.stop()
-        remove_spill_dir(spill_dir)
     return time.monotonic() - start

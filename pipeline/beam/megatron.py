@@ -22,8 +22,8 @@ Element shapes:
   ((group, slot), [(first, Documents)]) + names -> WriteShardFn -> shard info dict
 source = (group, copy, file_index, chunk_index); group: the subset's name with --per_subset, else "".
 Documents: the documents' token bytes back to back, one element for many documents: a
-FramedRecords (pipeline/format/framing.py: any byte strings back to back) or, with a spill
-directory, a SpilledRecords reference to the same bytes (pipeline/io/spill.py).
+FramedRecords (pipeline/format/framing.py: any byte strings back to back) or, through a sink that
+stores them, a SpilledRecords reference to the same bytes (pipeline/io/record_files.py).
 first: the group-wide index of the block's first document. slot: where in the group's byte stream
 a document starts, // shard bytes; `names` gives the slots that hold documents dense shard names.
 """
@@ -37,14 +37,16 @@ import tempfile
 import apache_beam as beam
 import numpy as np
 
-from pipeline.beam.chunk_documents import COUNTS, DEAD_LETTERS, ChunkDocumentsFn, WriteDeadLetters
+from pipeline.beam.chunk_documents import COUNTS, DEAD_LETTERS, ChunkDocumentsFn, WriteDeadLetters, emitted
 from pipeline.beam.execution import Workspace
+from pipeline.beam.graph import gather, join_each, multi_output
 from pipeline.beam.manifest import shared_entries, tokenizer_json
 from pipeline.beam.preflight import Job
 from pipeline.beam.progress import Reporter
-from pipeline.beam.read import STATS, counter, reporter
+from pipeline.beam.read import STATS, chunk_stage, counter, reporter
 from pipeline.beam.removed import REMOVED, removed_files
-from pipeline.beam.tfrecord import PROVENANCE, WriteProvenanceFn
+from pipeline.beam.tfrecord import WriteProvenanceFn
+from pipeline.beam.tfrecord_pack import PROVENANCE
 from pipeline.config.job import PipelineConfig
 from pipeline.core import packing, provenance
 from pipeline.core.stats import merge_stats, sorted_dict
@@ -53,7 +55,8 @@ from pipeline.format import provenance as provenance_files
 from pipeline.format.framing import FramedRecords
 from pipeline.io.outputs import LATEST_NAME, commit_output, latest_run, run_path
 from pipeline.io.publish import publish
-from pipeline.io.spill import SpilledRecords, load
+from pipeline.io.record_files import SpilledRecords, load
+from pipeline.io.sinks import RecordSink
 from pipeline.tokenize.model import TokenizerSpec
 
 LOG = logging.getLogger(__name__)
@@ -75,8 +78,8 @@ class TokenizeDocumentsFn(ChunkDocumentsFn):
     """Chunk -> the kept documents' tokens, one block per (group, epoch copy); see the module docstring."""
 
     def __init__(self, config: PipelineConfig, tokenizer: TokenizerSpec, encode_threads: int | None = None,
-                 spill_dir: str | None = None, progress: Reporter | None = None, encode_batch_bytes: int = 0):
-        super().__init__(config, tokenizer, fmt.token_dtype(tokenizer.special.vocab_size), encode_threads, spill_dir,
+                 sink: RecordSink | None = None, progress: Reporter | None = None, encode_batch_bytes: int = 0):
+        super().__init__(config, tokenizer, fmt.token_dtype(tokenizer.special.vocab_size), encode_threads, sink,
                          progress, encode_batch_bytes)
 
     def _chunk_out(self, chunk, docs, dead_letters):
@@ -103,7 +106,7 @@ class TokenizeDocumentsFn(ChunkDocumentsFn):
                 block = FramedRecords(stream.labels.astype(self._dtype).tobytes(), np.cumsum(nbytes))
                 source = (group, copy, chunk.file_index, chunk.chunk_index)
                 self._tokens.inc(len(stream.labels))
-                yield source, self._emit(block)
+                yield source, emitted(self._sink, block, source)
                 if cfg.provenance:  # each document's input line (pipeline/format/provenance.py)
                     numbers = np.array([line.number for line in docs.lines], np.int64)[chosen]
                     spans = provenance.document_spans(chunk.file_index, numbers, docs.sizes[chosen])
@@ -226,61 +229,97 @@ def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) 
     `chunks` and `read_stats` are the read stage's outputs (pipeline/beam/read.py). Returns the
     manifest's path (one element, once it is written).
     """
-    cfg, spill_dir = job.config, workspace.spill_dir
+    cfg, sink, runtime = job.config, workspace.sink, workspace.runtime
     tokenizer, progress = tokenizer_json(job), reporter(job, workspace)
     dtype = fmt.token_dtype(job.tokenizer.special.vocab_size)
-    docs = chunks | "TokenizeDocuments" >> beam.ParDo(
-        TokenizeDocumentsFn(cfg, job.tokenizer, job.execution.encode_threads, spill_dir, progress,
-                            encode_batch_bytes=job.execution.encode_batch_bytes)
-    ).with_outputs(DEAD_LETTERS, STATS, COUNTS, REMOVED, PROVENANCE, main="documents")
+    docs = chunk_stage(
+        chunks, "TokenizeDocuments",
+        TokenizeDocumentsFn(cfg, job.tokenizer, job.execution.encode_threads, sink, progress,
+                            encode_batch_bytes=job.execution.encode_batch_bytes),
+        DEAD_LETTERS, STATS, COUNTS, REMOVED, PROVENANCE, main="documents", runtime=runtime)
     layout = (
         docs[COUNTS]
         | "CollectCounts" >> beam.combiners.ToList()
         | "PlanLayout" >> beam.Map(fmt.Layout.from_counts)
     )
-    assigned = docs.documents | "AssignShards" >> beam.ParDo(
-        AssignShardsFn(cfg.shard_bytes), beam.pvalue.AsSingleton(layout)).with_outputs(USED, main="documents")
+    if runtime.side_inputs:
+        assigned = docs.documents | "AssignShards" >> beam.ParDo(
+            AssignShardsFn(cfg.shard_bytes), beam.pvalue.AsSingleton(layout)).with_outputs(USED, main="documents")
+    else:  # each source's offsets joined to its block
+        keyed = docs.documents | "KeySources" >> beam.Map(lambda sb: ((sb[0][0], fmt.source_key(*sb[0][1:])), sb))
+        offsets = layout | "SourceOffsets" >> beam.FlatMap(_source_offsets)
+        assigned = multi_output(join_each("JoinLayout", keyed, offsets), "AssignShards",
+                                AssignJoinedFn(cfg.shard_bytes), USED, main="documents", runtime=runtime)
     names = (
         assigned[USED]
         | "UsedSlots" >> beam.Distinct()
         | "CollectSlots" >> beam.combiners.ToList()
         | "NameShards" >> beam.Map(fmt.shard_names, cfg.split)
     )
-    shards = (
-        assigned.documents
-        # ((group, slot), [(first, Documents)]): with a spill_dir, references only
-        | "GroupByShard" >> beam.GroupByKey()
-        | "WriteShards" >> beam.ParDo(WriteShardFn(cfg, dtype, job.run_id), beam.pvalue.AsSingleton(names))
-    )
+    writer = WriteShardFn(cfg, dtype, job.run_id)
+    if runtime.side_inputs:
+        shards = (
+            assigned.documents
+            # ((group, slot), [(first, Documents)]): with a spill_dir, references only
+            | "GroupByShard" >> beam.GroupByKey()
+            | "WriteShards" >> beam.ParDo(writer, beam.pvalue.AsSingleton(names))
+        )
+    else:  # each shard's name joined to its blocks
+        named = names | "ShardNames" >> beam.FlatMap(lambda names: names.items())
+        shards = (join_each("GroupByShard", assigned.documents, named)
+                  | "WriteShards" >> beam.FlatMap(lambda j: writer.process((j[0], j[1]), {j[0]: j[2]})))
     dead = docs[DEAD_LETTERS] | "WriteDeadLetters" >> WriteDeadLetters(cfg, job.run_id)
     stats = (
-        (read_stats, docs[STATS], *removed_files(cfg, job.run_id, docs))
+        tuple(s for s in (read_stats, docs[STATS], *removed_files(cfg, job.run_id, docs)) if s is not None)
         | "AllStats" >> beam.Flatten()
         | "SumStats" >> beam.CombineGlobally(merge_stats)
     )
-    written = []  # only with --provenance: (file_index, [(key, documents, spans)]) -> one file per input file
-    if cfg.provenance:
-        written = beam.pvalue.AsList(
+    written = {"shards": shards, "stats": stats, "dead_letters": dead}
+    if cfg.provenance:  # one file per input file: (file_index, [(key, documents, spans)])
+        written["provenance"] = (
             docs[PROVENANCE]
             | "KeyProvenanceByFile" >> beam.Map(lambda block: (block[0][2], block))
             | "GroupProvenance" >> beam.GroupByKey()
             | "WriteProvenance" >> beam.ParDo(WriteProvenanceFn(cfg, job.run_id))
         )
-    # The manifest is written last: its side inputs exist only once every shard has been written.
-    return (
-        p
-        | "ManifestTrigger" >> beam.Create([None])
-        | "WriteManifest" >> beam.Map(
-            _write_manifest, cfg, tokenizer, dtype, job.run_id,
-            shards=beam.pvalue.AsList(shards), stats=beam.pvalue.AsSingleton(stats),
-            dead_letters=beam.pvalue.AsList(dead), provenance=written,
-        )
-    )
+    # The manifest is written last, once every shard has been written.
+    return gather("Written", **written) | "WriteManifest" >> beam.Map(_write_manifest, cfg, tokenizer, dtype,
+                                                                      job.run_id)
 
 
-def _write_manifest(_, config, tokenizer, dtype, run_id, shards, stats, dead_letters, provenance) -> str:
-    manifest = build_manifest(config, tokenizer, dtype, list(shards), stats, list(dead_letters), run_id,
-                              list(provenance))
+def _source_offsets(layout: fmt.Layout):
+    """((group, source key), (first document, first byte)) of every source of the layout."""
+    for group, (keys, documents, first_bytes) in layout.groups.items():
+        for key, document, first_byte in zip(keys.tolist(), documents.tolist(), first_bytes.tolist(), strict=True):
+            yield (group, key), (document, first_byte)
+
+
+class _OneSource:
+    """The offsets of one source, where AssignShardsFn expects the layout's."""
+
+    def __init__(self, offsets: tuple[int, int]):
+        self._offsets = offsets
+
+    def offsets(self, _group, _key) -> tuple[int, int]:
+        return self._offsets
+
+
+class AssignJoinedFn(beam.DoFn):
+    """(source key, [(source, Documents)], offsets) -> AssignShardsFn's outputs, without a side input."""
+
+    def __init__(self, shard_bytes: int):
+        self._assign = AssignShardsFn(shard_bytes)
+
+    def process(self, element):
+        _, blocks, offsets = element
+        for block in blocks:
+            yield from self._assign.process(block, _OneSource(offsets))
+
+
+def _write_manifest(written: dict, config, tokenizer, dtype, run_id) -> str:
+    (stats,) = written["stats"]
+    manifest = build_manifest(config, tokenizer, dtype, written["shards"], stats, written["dead_letters"], run_id,
+                              written.get("provenance", []))
     path = commit_output(config.output_dir, manifest, config.max_dead_letter_fraction)
     LOG.info("wrote %s: %d .bin/.idx pairs, %d documents", path, len(manifest["shards"]),
              manifest["totals"]["documents"])

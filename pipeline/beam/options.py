@@ -13,7 +13,8 @@ from apache_beam.options.pipeline_options import (
     TestOptions,
 )
 
-from pipeline.core.options import Runner, parse_bool
+from pipeline.core.extras import install_line
+from pipeline.core.options import Runner, UsageError, parse_bool, runner_flag
 
 
 class JavaRunnerOptions(PipelineOptions):
@@ -39,6 +40,8 @@ class JavaRunnerOptions(PipelineOptions):
 
 def unknown_flags(flags: list[str]) -> list[str]:
     """The arguments among `flags` that Beam's PipelineOptions does not accept (stray values included)."""
+    if is_dask(runner_flag(flags)):
+        import_dask_options()
     parsers = []
     # add_extra_args_fn hands over the parser Beam builds from every registered options class.
     # Beam would log the unknown ones as "discarded"; the caller reports them instead.
@@ -61,57 +64,35 @@ def flag_names() -> set[str]:
 BEAM = Runner(unknown=unknown_flags, flags=flag_names)
 
 
-# Beam's in-process workers (DirectRunner's multi_threading) flush their outputs from a timer thread
-# every second. A flush between two writes of one element (the GIL goes to the timer while Python
-# code encodes it: pickling a numpy array's dtype is Python) sends half an element, which its reader
-# cannot decode: the job fails, or runs out of memory on a length read from the wrong bytes. The same
-# workers with a time limit no job reaches flush whole elements only (by size, and when a bundle ends).
-NO_TIMED_FLUSH_MS = 7 * 24 * 3600 * 1000
-_ADVICE = "If direct_num_workers is not equal to 1, direct_running_mode should be"
+DASK = "DaskRunner"
+DASK_NAMES = ("daskrunner", "dask", "apache_beam.runners.dask.dask_runner.daskrunner")
 
 
-class _NoRunningModeAdvice(logging.Filter):
-    """Beam advises against in_memory with several workers: ours are threads, given as their environment."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith(_ADVICE)
+def is_dask(runner: str | None) -> bool:
+    """Whether `runner` (as given to --runner) names Beam's DaskRunner, which Beam knows only by its full path."""
+    return (runner or "").lower() in DASK_NAMES
 
 
-def direct_runner(options: PipelineOptions):
-    """The runner object of a DirectRunner job: Beam's FnApiRunner; None for other runners (Beam makes them).
+def import_dask_options() -> None:
+    """Declare DaskRunner's flags (--dask_client_address, ...): a UsageError when dask is not installed."""
+    try:
+        import apache_beam.runners.dask.dask_runner  # noqa: F401  (registers DaskOptions)
+        import dask.distributed  # noqa: F401
+    except ImportError as e:
+        raise UsageError(f"--runner DaskRunner needs dask and distributed ({e.name} is not installed): "
+                         f"{install_line('dask')}") from None
 
-    Beam's DirectRunner first tries its Prism runner, a Go binary it downloads from GitHub at run
-    time, and falls back to the FnApiRunner when that fails (offline, for one): the same command
-    would run on two different runners depending on the network. Ours always run on the FnApiRunner,
-    with the pipeline options handed to its workers as DirectRunner hands them. Worker threads
-    (`--direct_running_mode multi_threading`) run in the embedded gRPC environment Beam would give
-    them, without its timed flushes (NO_TIMED_FLUSH_MS); worker processes (`multi_processing`) run
-    Beam's SDK worker through pipeline/beam/sdk_worker.py. The options then say in_memory, the mode
-    in which the runner keeps the environment it is given.
+
+def runner_object(options: PipelineOptions):
+    """The runner object of a DaskRunner job (Beam's --runner knows it only by its module path); else None.
+
+    DirectRunner's is pipeline/beam/direct/runner.py's; Beam makes every other runner from its name.
     """
-    if options.view_as(StandardOptions).runner != "DirectRunner":
-        return None
-    from apache_beam.portability.api import beam_provision_api_pb2
-    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
-    from apache_beam.runners.portability.fn_api_runner.fn_runner import ExtendedProvisionInfo
-    from apache_beam.runners.portability.portable_runner import JobServiceHandle
-    from apache_beam.transforms.environments import EmbeddedPythonGrpcEnvironment, SubprocessSDKEnvironment
+    if options.view_as(StandardOptions).runner == DASK:
+        from apache_beam.runners.dask.dask_runner import DaskRunner
 
-    from pipeline.beam.sdk_worker import COMMAND
-
-    direct, environment = options.view_as(DirectOptions), None
-    if direct.direct_running_mode in ("multi_threading", "multi_processing"):
-        if direct.direct_running_mode == "multi_threading":
-            environment = EmbeddedPythonGrpcEnvironment(data_buffer_time_limit_ms=NO_TIMED_FLUSH_MS)
-        else:
-            environment = SubprocessSDKEnvironment.from_command_string(command_string=COMMAND)
-        direct.direct_running_mode = "in_memory"
-        runner_log = logging.getLogger("apache_beam.runners.portability.fn_api_runner.fn_runner")
-        if not any(isinstance(f, _NoRunningModeAdvice) for f in runner_log.filters):
-            runner_log.addFilter(_NoRunningModeAdvice())
-    encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
-    return FnApiRunner(default_environment=environment, provision_info=ExtendedProvisionInfo(
-        beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)))
+        return DaskRunner()
+    return None
 
 
 def running_mode_given(beam_args: list[str]) -> bool:
@@ -138,6 +119,14 @@ def pipeline_options(beam_args: list[str]) -> PipelineOptions:
         # `--setup_file ''` unsets a config file's setup_file (e.g. when a worker image holds the package).
         setup.setup_file = None
     standard = options.view_as(StandardOptions)
+    if is_dask(standard.runner):
+        standard.runner = DASK
+        from apache_beam.runners.dask.dask_runner import DaskOptions
+
+        dask = options.view_as(DaskOptions)
+        if dask.npartitions is None and dask.partition_size is None:
+            # A task per work item: Beam's default puts 128 of them in one task, run by one worker.
+            dask.partition_size = 1
     if standard.runner in (None, "DirectRunner", "direct"):
         standard.runner = "DirectRunner"
         direct = options.view_as(DirectOptions)

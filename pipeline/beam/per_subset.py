@@ -29,6 +29,7 @@ import fsspec
 
 from pipeline.beam import tfrecord
 from pipeline.beam.execution import Workspace
+from pipeline.beam.graph import gather
 from pipeline.beam.preflight import Job
 from pipeline.config.job import PipelineConfig, per_subset_outputs
 from pipeline.format import manifest as manifest_lib
@@ -55,15 +56,15 @@ def subset_config(config: PipelineConfig, name: str, slug: str) -> PipelineConfi
 
 
 class _SubsetOutput(beam.PTransform):
-    """(chunks, read_stats) -> the TFRecord stages for one subset -> (name, its manifest's path or "")."""
+    """The TFRecord stages for one subset, on the read chunks -> (name, its manifest's path or "")."""
 
-    def __init__(self, job: Job, name: str, workspace: Workspace):
+    def __init__(self, job: Job, name: str, workspace: Workspace, chunks, read_stats):
         super().__init__()
         self._job, self._name, self._workspace = job, name, workspace
+        self._chunks, self._read_stats = chunks, read_stats
 
-    def expand(self, pcolls):
-        chunks, read_stats = pcolls
-        written = tfrecord.build_output(chunks.pipeline, self._job, chunks, read_stats, self._workspace,
+    def expand(self, pbegin):
+        written = tfrecord.build_output(pbegin.pipeline, self._job, self._chunks, self._read_stats, self._workspace,
                                         skip_empty=True)
         return written | "Name" >> beam.Map(lambda path, name=self._name: (name, path))
 
@@ -75,14 +76,11 @@ def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) 
     for i, (name, slug) in enumerate(per_subset_outputs(cfg)):
         branch = dataclasses.replace(job, config=subset_config(cfg, name, slug))
         # Every branch sees every chunk: one reports progress, so that the input is counted once.
-        space = workspace if i == 0 else dataclasses.replace(workspace, progress=None)
-        written.append((chunks, read_stats) | f"Subset[{name}]" >> _SubsetOutput(branch, name, space))
+        space = dataclasses.replace(workspace, sink=workspace.sink.within(slug),
+                                    progress=workspace.progress if i == 0 else None)
+        written.append(p | f"Subset[{name}]" >> _SubsetOutput(branch, name, space, chunks, read_stats))
     manifests = tuple(written) | "AllSubsetManifests" >> beam.Flatten()
-    _ = (
-        p
-        | "MixtureTrigger" >> beam.Create([None])
-        | "WriteMixture" >> beam.Map(_write_mixture, cfg, manifests=beam.pvalue.AsList(manifests))
-    )
+    _ = gather("Subsets", manifests=manifests) | "WriteMixture" >> beam.Map(_write_mixture, cfg)
 
 
 def mixture_json(config: PipelineConfig, manifests: dict[str, dict]) -> dict:
@@ -95,8 +93,8 @@ def mixture_json(config: PipelineConfig, manifests: dict[str, dict]) -> dict:
     return {"format": mixture_lib.FORMAT, "format_version": mixture_lib.FORMAT_VERSION, "sources": sources}
 
 
-def _write_mixture(_, config: PipelineConfig, manifests) -> str:
-    found = {name: manifest_lib.load_manifest(path) for name, path in manifests if path}
+def _write_mixture(written: dict, config: PipelineConfig) -> str:
+    found = {name: manifest_lib.load_manifest(path) for name, path in written["manifests"] if path}
     if not found:
         raise OutputRejectedError("the job wrote no records in any subset: no mixture.json was written")
     text = json.dumps(mixture_json(config, found), indent=2, sort_keys=True) + "\n"

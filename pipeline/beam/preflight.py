@@ -21,7 +21,9 @@ from apache_beam.options.pipeline_options import (
     TestOptions,
 )
 
+from pipeline.beam.dask_run import dask_tasks
 from pipeline.beam.execution import Execution, file_sizes, plan_execution
+from pipeline.beam.options import DASK
 from pipeline.beam.remote import check_workers_can_read
 from pipeline.config.job import PipelineConfig
 from pipeline.core.options import UsageError
@@ -34,7 +36,7 @@ from pipeline.io.layout_check import check_layout
 from pipeline.io.outputs import new_run_id
 from pipeline.io.snapshot import take_snapshots
 from pipeline.io.urls import redact_url, refuse_credentials
-from pipeline.tokenize.early_check import EarlyChoice
+from pipeline.startup.early_check import EarlyChoice
 from pipeline.tokenize.kinds.base import SpecialIds, TokenizerFileError
 from pipeline.tokenize.kinds.registry import KINDS
 from pipeline.tokenize.model import TokenizerModel, TokenizerSpec
@@ -137,9 +139,10 @@ def prepare(config: PipelineConfig, options: PipelineOptions, model: TokenizerMo
     eval_files = expand_eval_files(config)
     if model is None or model.path != config.tokenizer_model or model.tiktoken_name != config.tiktoken_encoding:
         model = load_model(config)
-    execution = plan_execution(options.view_as(StandardOptions).runner,
-                               options.view_as(DirectOptions).direct_num_workers, input_files, config.fan_out,
-                               config.tokenizer_threads, sum(file_sizes(input_files)))
+    runner = options.view_as(StandardOptions).runner
+    workers = dask_tasks(options) if runner == DASK else options.view_as(DirectOptions).direct_num_workers
+    execution = plan_execution(runner, workers, input_files, config.fan_out, config.tokenizer_threads,
+                               sum(file_sizes(input_files)))
     return tokenizer_job(config, model, input_files, execution, early,
                          snapshots=take_snapshots(input_files), eval_files=tuple(eval_files))
 

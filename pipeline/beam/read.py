@@ -1,75 +1,46 @@
 """The read stage: input files -> chunks of lines on the workers, for the token-shard job and the tokenizer sample.
 
 Element shapes:
-  (file_index, path[, frame | stripe | row group[, Queued]])
-                                                     -> ReadChunksFn -> Chunk + file stats on STATS
+  (file_index, path[, frame | stripe | row group])   -> ReadChunksFn -> Chunk + file stats on STATS
+  (slot, work items[, removed, verdicts])             -> ReadThenFn (Dask: read, then the next step) -> its outputs
 A frame is one unit of an indexed input (pipeline/io/frames.py); a stripe, every n-th chunk of a file
-read by several DirectRunner workers (pipeline/beam/execution.py); `Queued`: a unit on the run's
-queue, read by the first worker free to take it. Also here: the names every stage
-shares, the metrics namespace and the STATS output (dicts summed into the manifest's counts).
+read by several workers (pipeline/beam/execution.py). DirectRunner's own ways of handing work items
+to its workers are pipeline/beam/direct/read.py's. Also here: the names every stage shares, the
+metrics namespace and the STATS output (dicts summed into the manifest's counts).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import logging
 import pickle
 import time
+from collections.abc import Iterator
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from pipeline.beam.execution import (
-    READ_SHARE,
-    READ_SHARE_FAST,
-    Workspace,
-    balance,
-    file_sizes,
-    queue_groups,
-    share_files,
-    text_bytes_guess,
-)
+from pipeline.beam.execution import READ_SHARE, READ_SHARE_FAST, Workspace, balance, file_sizes, share_files
+from pipeline.beam.graph import Runtime, multi_output
 from pipeline.beam.preflight import Job
 from pipeline.beam.progress import Reporter
 from pipeline.core.documents import PILE, Schema
-from pipeline.io import claims, columnar, frames, inputs
+from pipeline.io import columnar, frames, inputs
 from pipeline.io.frames import Stripe, read_units
 from pipeline.io.snapshot import unchanged
 from pipeline.io.urls import redact_url
-from pipeline.tokenize.engines import BATCHED
 
 LOG = logging.getLogger(__name__)
 NAMESPACE = "pile"
 STATS = "stats"
-QUEUE = -1  # the claims board's key of a run's queue of work items (a file's key is its index, >= 0)
-GROUP_BATCHES = 2  # a group of queued items holds up to this many tokenizer calls of text (`_on_queue`)
-
-
-@dataclasses.dataclass(frozen=True)
-class Queued:
-    """A work item on the queue of a run whose workers are threads of one process (pipeline/io/claims.py).
-
-    Every worker goes through the same queue, largest items first, and reads the items it is the
-    first to take: the workers stay busy until the queue is empty, whatever the estimates got wrong.
-    Consecutive items may be taken as one group (`queue_groups`); the last chunk of a group is
-    tokenized at once, so a group is done when its reading ends.
-    """
-
-    board: str
-    position: int
-    readers: int
-    group: int = 0
-    ends_group: bool = True
 
 
 class ChunkCoder(beam.coders.Coder):
     """A Chunk pickled; its size estimated from its lines, without encoding it.
 
     Beam samples the size of elements a step outputs (its metrics), by encoding them unless the
-    coder can tell: pickling the sampled 4 MB chunks costs CPU and short-lived buffers as large as
-    the chunks, and doubles the encoding of the sampled chunks a fanned-out job sends through its
-    shuffle.
+    coder can tell: pickling the sampled chunks whole costs CPU and short-lived buffers of their size,
+    and doubles the encoding of the sampled chunks a fanned-out job sends through its shuffle.
     """
 
     def encode(self, value: inputs.Chunk) -> bytes:
@@ -121,23 +92,35 @@ class ReadChunksFn(beam.DoFn):
         self._files = counter("files_read")
         self._snapshots = snapshots or {}  # path -> its snapshot at launch (pipeline/io/snapshot.py)
 
-    def process(self, element):
+    @classmethod
+    def like(cls, other: ReadChunksFn) -> ReadChunksFn:
+        """The same reader (its settings, counters and progress), of this class."""
+        fn = cls.__new__(cls)
+        fn.__dict__.update(other.__dict__)
+        return fn
+
+    def _unit_chunks(self, element) -> Iterator[inputs.Chunk]:
+        """The chunks of a work item: a whole file, one frame, one row group or one stripe."""
         file_index, path = element[:2]
         unit = element[2] if len(element) > 2 else None
-        ends_group = len(element) > 3 and element[3].ends_group
+        if columnar.is_columnar(path):
+            return columnar.iter_unit_chunks(path, file_index, unit, self._chunk_bytes, self._schema)
+        return frames.iter_unit_chunks(path, file_index, unit, self._chunk_bytes, self._max_line_bytes)
+
+    def _taken(self, chunks: Iterator[inputs.Chunk], element) -> Iterator[inputs.Chunk]:
+        """The chunks as this reader hands them on (all of them)."""
+        return chunks
+
+    def process(self, element):
+        file_index, path = element[:2]
         shown = redact_url(path)
         lines = size = chunks = 0
         start = time.monotonic()
         LOG.info("reading %s", shown)
         file_stats: dict = {}
         try:
-            if columnar.is_columnar(path):
-                chunks_of = columnar.iter_unit_chunks(path, file_index, unit, self._chunk_bytes, self._schema)
-            else:
-                chunks_of = frames.iter_unit_chunks(path, file_index, unit, self._chunk_bytes, self._max_line_bytes)
-            chunks_of = unchanged(chunks_of, path, self._snapshots.get(path))
-            # A queued group is taken until its chunks are tokenized: none waits for a batch after it.
-            for chunk in _last_marked(chunks_of) if ends_group else chunks_of:
+            chunks_of = unchanged(self._unit_chunks(element), path, self._snapshots.get(path))
+            for chunk in self._taken(chunks_of, element):
                 lines += len(chunk.lines)
                 size += chunk.num_bytes
                 chunks += 1
@@ -167,27 +150,88 @@ class ReadChunksFn(beam.DoFn):
         self._progress.close()
 
 
-def _last_marked(chunks):
-    """The chunks, the last (also the last before damage) marked `tokenize_now`; each held until the next is read."""
-    held = None
-    try:
-        for chunk in chunks:
-            if held is not None:
-                yield held
-            held = chunk
-    except inputs.CorruptInputError:
-        if held is not None:
-            yield dataclasses.replace(held, tokenize_now=True)
-        raise
-    if held is not None:
-        yield dataclasses.replace(held, tokenize_now=True)
+@dataclasses.dataclass(frozen=True)
+class Unread:
+    """Chunks not read yet, where the step that takes them reads them itself (`chunk_stage`).
+
+    items: one element per task, (slot, work items) or, once dedup's removals are joined,
+    (slot, work items, {(file_index, chunk_index): {line: removed record}}, the stages' verdicts the
+    same way or None); read_fn: what reads a work item; slots_of_file: the slots that read each file.
+    """
+
+    items: beam.PCollection
+    read_fn: ReadChunksFn
+    slots_of_file: dict
+
+
+class ReadThenFn(beam.DoFn):
+    """A task's work items read, and each chunk handed to `stage` as it is read; the read stats on STATS."""
+
+    def __init__(self, read_fn: ReadChunksFn, stage: beam.DoFn):
+        self._read, self._stage = read_fn, stage
+
+    def setup(self):
+        self._read.setup()
+        self._stage.setup()
+
+    def start_bundle(self):
+        self._read.start_bundle()
+        self._stage.start_bundle()
+
+    def process(self, element):
+        _, units, *joined = element
+        removed, verdicts = (*joined, None, None)[:2]
+        for unit in units:
+            for out in self._read.process(unit):
+                if isinstance(out, beam.pvalue.TaggedOutput):
+                    yield out
+                    continue
+                key = (out.file_index, out.chunk_index)
+                item = out if removed is None else (out, removed.get(key, {})) if verdicts is None else (
+                    out, removed.get(key, {}), verdicts.get(key, {}))
+                yield from self._stage.process(item) or ()
+
+    def finish_bundle(self):
+        self._read.finish_bundle()
+        yield from self._stage.finish_bundle() or ()
+
+    def teardown(self):
+        self._read.teardown()
+        self._stage.teardown()
+
+
+def chunk_stage(chunks, label: str, fn: beam.DoFn, *tags: str, main: str, runtime: Runtime):
+    """The first step that takes the read chunks (tokenizing, dedup's documents), with its outputs.
+
+    Where chunks are `Unread` the step reads them itself, in the same task: the read stats come out
+    on its STATS, which must be among `tags`.
+    """
+    if isinstance(chunks, Unread):
+        if STATS not in tags:
+            tags = (*tags, STATS)
+        return multi_output(chunks.items, label, ReadThenFn(chunks.read_fn, fn), *tags, main=main, runtime=runtime)
+    return multi_output(chunks, label, fn, *tags, main=main, runtime=runtime)
+
+
+def _tasks(job: Job, files: list[tuple[int, str]], frames_of: dict) -> tuple[list[tuple], dict]:
+    """Each task's (slot, work items) for `Execution.tasks`, balanced by estimated cost; the slots of each file."""
+    units, costs = work_items(job, files, frames_of)
+    slot_of = balance(costs, job.execution.workers, [u[0] if isinstance(u[2], Stripe) else None for u in units])
+    by_slot: dict[int, list] = {}
+    slots_of_file: dict[int, list[int]] = {}
+    for slot, unit in sorted(zip(slot_of, units, strict=True), key=lambda item: (item[0], item[1][:2])):
+        by_slot.setdefault(slot, []).append(unit)
+        if slot not in slots_of_file.setdefault(unit[0], []):
+            slots_of_file[unit[0]].append(slot)
+    return [(slot, tuple(items)) for slot, items in sorted(by_slot.items())], slots_of_file
 
 
 def read_chunks(p: beam.Pipeline, job: Job, workspace: Workspace):
     """Read the inputs into chunks on the workers: (chunks, read stats).
 
-    Fanned out (distributed runners), any worker tokenizes any chunk. On DirectRunner each worker
-    reads and tokenizes its own work items, balanced by size (pipeline/beam/execution.py).
+    Fanned out (Dataflow, Flink, Spark), any worker tokenizes any chunk; on Dask each task reads its
+    own work items (`Unread`); on DirectRunner the workspace's reader gives each worker its own
+    work items, balanced by size (pipeline/beam/direct/read.py).
     """
     cfg, execution = job.config, job.execution
     files = list(enumerate(job.input_files))  # (file_index, path)
@@ -197,79 +241,26 @@ def read_chunks(p: beam.Pipeline, job: Job, workspace: Workspace):
     # Parquet file one row group per work item (pipeline/io/columnar.py).
     frames_of = {i: columnar.read_units(path) if columnar.is_columnar(path) else
                  read_units(path, cfg.chunk_bytes, cfg.max_line_bytes) for i, path in files}
-    if execution.fan_out:
+    if execution.tasks:  # read by the step that takes the chunks, in its own tasks (`chunk_stage`)
+        items, slots_of_file = _tasks(job, files, frames_of)
+        return Unread(p | "ListInputs" >> beam.Create(items), read_fn, slots_of_file), None
+    if execution.fan_out or workspace.reader is None:
         units = [(i, path, unit) for i, path in files for unit in frames_of[i]]
-        read_out = p | "ListInputs" >> beam.Create(units) | "ReadChunks" >> beam.ParDo(read_fn).with_output_types(
-            inputs.Chunk).with_outputs(STATS, main="chunks")
+        read_out = multi_output(p | "ListInputs" >> beam.Create(units), "ReadChunks", read_fn, STATS, main="chunks",
+                                runtime=workspace.runtime, main_type=inputs.Chunk)
         # A .zst file cannot be split: fan its chunks out so that 30 files do not cap parallelism.
         return read_out.chunks | "FanOut" >> beam.Reshuffle(), read_out[STATS]
-    units, costs = _work_items(job, files, frames_of, workspace.board)
-    if workspace.board and execution.workers > 1:
-        batch = execution.encode_batch_bytes if job.tokenizer.backend.name in BATCHED else 0
-        by_slot = _on_queue(units, costs, execution.workers, workspace.board, batch)
-    else:
-        # The stripes of a file go to different workers (each reads the whole file for its share).
-        slot_of = balance(costs, execution.workers, [u[0] if isinstance(u[2], Stripe) else None for u in units])
-        by_slot = sorted(zip(slot_of, units, strict=True), key=lambda item: (item[0], item[1][0]))
-    read_out = (
-        p
-        | "ListInputs" >> beam.Create(by_slot, reshuffle=False)
-        # One group per worker: DirectRunner hands each worker whole groups.
-        | "GroupFilesByWorker" >> beam.GroupByKey()
-        | "FilesOfWorker" >> beam.FlatMap(lambda kv: _worker_order(kv[1]))
-        | "ReadChunks" >> beam.ParDo(read_fn).with_output_types(inputs.Chunk).with_outputs(STATS, main="chunks")
-    )
-    return read_out.chunks, read_out[STATS]
+    # DirectRunner: each worker reads its own work items (pipeline/beam/direct/read.py).
+    return workspace.reader.read(p, job, read_fn, files, frames_of)
 
 
-def _on_board(unit: tuple) -> bool:
-    return len(unit) > 2 and isinstance(unit[2], Stripe) and unit[2].board is not None
-
-
-def _on_queue(units: list[tuple], costs: list[float], workers: int, board: str,
-              batch_bytes: int = 0) -> list[tuple[int, tuple]]:
-    """(worker, unit) for threads of one process: every worker gets the queue, largest first, and its stripes.
-
-    `batch_bytes`: the text the tokenizer takes per call (0: a chunk per call); items are then taken
-    in groups of up to twice that (`queue_groups`, sizes guessed from the stored ones).
-    """
-    order = sorted((j for j, unit in enumerate(units) if not _on_board(unit)), key=lambda j: (-costs[j], j))
-    if batch_bytes:
-        after = sum(text_bytes_guess(unit[1], cost) for unit, cost in zip(units, costs, strict=True)
-                    if _on_board(unit))
-        groups = queue_groups([text_bytes_guess(units[j][1], costs[j]) for j in order], after, workers,
-                              GROUP_BATCHES * batch_bytes)
-    else:
-        groups = list(range(len(order)))
-    queue = [(*units[j], Queued(board, position, workers, group, position + 1 == len(order) or
-                                groups[position + 1] != group))
-             for position, (j, group) in enumerate(zip(order, groups, strict=True))]
-    shared = [unit for unit in units if _on_board(unit)]
-    return [(w, unit) for w in range(workers) for unit in queue] + [(u[2].index % workers, u) for u in shared]
-
-
-def _worker_order(units):
-    """A worker's units in reading order: the queue's items it takes first, then the files it shares.
-
-    The readers of a shared file take its chunks as they are free, evening out the end.
-    """
-    units = list(units)
-    queue = sorted((u for u in units if len(u) > 3), key=lambda u: u[3].position)
-    if queue:
-        first = queue[0][3]
-        groups = [list(group) for _, group in itertools.groupby(queue, key=lambda u: u[3].group)]
-        for group in claims.claimed(iter(groups), first.board, QUEUE, first.readers, index=lambda g: g[0][3].group):
-            yield from group
-    yield from sorted((u for u in units if len(u) <= 3), key=lambda u: u[:2])
-
-
-def _work_items(job: Job, files: list[tuple[int, str]], frames_of: dict,
+def work_items(job: Job, files: list[tuple[int, str]], frames_of: dict,
                 board: str | None = None) -> tuple[list[tuple], list[float]]:
-    """DirectRunner's work items ((file_index, path, Frame | Stripe | None)) and their estimated costs.
+    """Work items of a job whose workers read their own ((file_index, path, Frame | Stripe | None)), and their costs.
 
-    With a `board` (the workers are threads of this process) the other items go on a queue the
-    workers take them from (`_on_queue`) and the largest whole file is shared by every worker, its
-    chunks claimed as the workers get free (pipeline/io/claims.py), last: whatever the estimates got
+    With a `board` (DirectRunner's workers are threads of this process) the other items go on a
+    queue the workers take them from and the largest whole file is shared by every worker, its
+    chunks claimed as the workers get free (pipeline/beam/direct/), last: whatever the estimates got
     wrong, the workers finish together.
     """
     sizes = file_sizes([path for _, path in files])

@@ -16,7 +16,10 @@ unless the workers run in Docker (Beam mounts no host directory into them).
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import socket
+import urllib.parse
 
 from apache_beam.options.pipeline_options import (
     FlinkRunnerOptions,
@@ -26,6 +29,7 @@ from apache_beam.options.pipeline_options import (
     StandardOptions,
 )
 
+from pipeline.beam.options import import_dask_options
 from pipeline.core.options import UsageError
 
 LOCAL_RUNNERS = ("direct", "prism", "interactive", "switching")
@@ -62,6 +66,8 @@ def workers_of(options: PipelineOptions) -> Workers:
     environment = (portable.environment_type or "").upper()
     if name in LOCAL_RUNNERS or environment == "LOOPBACK":
         return Workers(True)
+    if name == "dask":
+        return dask_workers(options)
     if name == "dataflow":
         return Workers(False, where="DataflowRunner's workers are Google Cloud VMs")
     hosts = environment in ("EXTERNAL", "PROCESS")  # workers on the cluster's hosts, not in containers
@@ -85,6 +91,50 @@ def workers_of(options: PipelineOptions) -> Workers:
             return Workers(False, where="the workers run in Docker containers")
         return Workers(False, hosts, f"the job server at {endpoint} runs the workers elsewhere")
     return Workers(False, hosts, f"{runner}'s workers run elsewhere")
+
+
+def dask_workers(options: PipelineOptions) -> Workers:
+    """DaskRunner's workers: a cluster of this machine's processes, or a scheduler's workers on other hosts.
+
+    Without --dask_client_address (or --dask_scheduler_file) Beam starts a local cluster of worker
+    processes, which read this machine's files. A scheduler on this machine (loopback or one of its
+    own addresses) is taken as a cluster on it; one on another host has workers there, which see a
+    network filesystem mounted here only if it is mounted on their hosts too.
+    """
+    import_dask_options()
+    from apache_beam.runners.dask.dask_runner import DaskOptions
+
+    dask = options.view_as(DaskOptions)
+    address = dask.address
+    if not address and dask.scheduler_file:
+        address = scheduler_file_address(dask.scheduler_file)
+    if not address:
+        return Workers(True)
+    host = urllib.parse.urlsplit(address if "://" in address else f"tcp://{address}").hostname or ""
+    if _on_this_machine(host):
+        return Workers(True)
+    return Workers(False, True, f"DaskRunner's workers run on the cluster of the scheduler at {address}")
+
+
+def scheduler_file_address(path: str) -> str | None:
+    """The scheduler address a scheduler file names (None if it cannot be read)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            address = json.load(f).get("address")
+    except (OSError, ValueError, AttributeError):
+        return None  # Beam's client reports it
+    return address if isinstance(address, str) else None
+
+
+def _on_this_machine(host: str) -> bool:
+    if host in ("localhost", "") or host.startswith("127.") or host == "::1":
+        return True
+    try:
+        ours = {socket.gethostname(), socket.getfqdn()}
+        ours |= {info[4][0] for name in list(ours) for info in socket.getaddrinfo(name, None)}
+    except OSError:
+        return False
+    return host in ours
 
 
 def is_local_path(path: str) -> bool:

@@ -6,15 +6,14 @@ chosen one alone, so `pile-pipeline show` does not load Beam.
 
 from __future__ import annotations
 
-import gc
 import importlib
 import platform
 import sys
 
-from pipeline.beam.lean_import import one_command_per_process
 from pipeline.core.extras import guarded
 from pipeline.core.versions import created_by
 from pipeline.io.signals import leave_if_stopped
+from pipeline.startup import command
 
 COMMANDS = {
     "run": ("pipeline.cli.run", "JSON-lines files -> token shards + manifest (the Beam job)"),
@@ -54,20 +53,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def exiting(status: int) -> int:
-    """`status`, for a process about to exit: the objects alive now are left out of garbage collection.
+    """`status`, for a process about to exit (pipeline/startup/command.py `exiting`).
 
-    The interpreter's shutdown collects garbage over every object again; after a Beam job (thousands
-    of modules loaded) that is a walk over every one of them, for nothing. Only for the last step of
-    a process: whatever is frozen is never collected. A run stopped by a signal exits here at once (`leave_if_stopped`).
+    A run stopped by a signal exits here at once (`leave_if_stopped`).
     """
     leave_if_stopped(status)
-    gc.freeze()
+    command.exiting()
     return status
 
 
 def console() -> int:
     """The `pile-pipeline` console script."""
-    one_command_per_process()
+    command.one_command_per_process()
     return exiting(main())
 
 

@@ -11,10 +11,10 @@ Our flags are declared on `PipelineConfig` (pipeline/config/job.py); every other
 of Beam's (`--runner`, `--direct_num_workers`, `--project`, ...). `--config FILE` reads a TOML file
 (see beam_configs/) whose [pipeline] and [beam] tables come before the command line.
 
-The tokenizer model is read once, here, and Beam is imported only once a fast tokenizer's
-self-check has started in a process of its own (`EarlyChoice`, handed that model), so that the two
-overlap; Beam without the cloud connectors a job on DirectRunner never uses (pipeline/beam/lean_import.py).
-The job itself is pipeline/beam/launch.py.
+The flags are parsed once. The tokenizer model is read once, here, and Beam is imported only once a
+fast tokenizer's self-check has started in a process of its own (`EarlyChoice`, handed that model),
+so that the two overlap; the start-up tricks of a one-command process are pipeline/startup/'s,
+entered through `tuned_job`. The job itself is pipeline/beam/launch.py.
 """
 
 from __future__ import annotations
@@ -22,17 +22,23 @@ from __future__ import annotations
 import logging
 import sys
 
-from pipeline.beam.lean_import import import_beam
 from pipeline.beam.logs import JobFailed, configure_logging
 from pipeline.config.job import PipelineConfig
 from pipeline.config.stages import add_stage_options, stage_options_from
-from pipeline.core import gc_policy, malloc_policy
-from pipeline.core.options import ArgumentParser, command_parser, options_from, parse_command_line, parse_own_flags
+from pipeline.core.options import (
+    ArgumentParser,
+    check_runner_flags,
+    command_parser,
+    options_from,
+    parse_command_line,
+    parse_own_flags,
+)
 from pipeline.format.manifest import ManifestError
 from pipeline.io.scratch import private_temp_dir
 from pipeline.io.signals import Interrupted, caught_signal, interruptible
 from pipeline.io.urls import is_local_url, refuse_credentials
-from pipeline.tokenize.early_check import EarlyChoice
+from pipeline.startup.command import tuned_job
+from pipeline.startup.early_check import EarlyChoice
 from pipeline.tokenize.kinds.registry import KINDS
 from pipeline.tokenize.model import TokenizerModel
 
@@ -49,33 +55,27 @@ def build_parser() -> ArgumentParser:
 
 def parse_args(argv: list[str]) -> tuple[PipelineConfig, list[str]]:
     """Our config and Beam's flags; any mistake is a UsageError naming the flag."""
-    from pipeline.beam.options import BEAM  # imports Beam (once `import_beam` has)
+    from pipeline.beam.options import BEAM  # imports Beam
 
     namespace, beam_args = parse_command_line(build_parser(), argv, BEAM)
-    return options_from(PipelineConfig, namespace, stage_options=stage_options_from(namespace)), beam_args
+    return config_of(namespace), beam_args
 
 
-def own_flags(argv: list[str]) -> tuple | None:
-    """(our namespace, Beam's flags unchecked); None for --help or when ours do not parse (`parse_args` says why)."""
-    if "-h" in argv or "--help" in argv:
-        return None
-    try:
-        return parse_own_flags(build_parser(), argv)
-    except (ValueError, OSError):
-        return None
+def config_of(namespace) -> PipelineConfig:
+    """The job's config from our parsed flags (a ValueError names a wrong value)."""
+    return options_from(PipelineConfig, namespace, stage_options=stage_options_from(namespace))
 
 
-def early_choice(own: tuple | None) -> tuple[EarlyChoice | None, TokenizerModel | None]:
-    """The tokenizer model, read from our own flags alone (`own_flags`), and its backend self-check, started.
+def early_choice(config: PipelineConfig | None) -> tuple[EarlyChoice | None, TokenizerModel | None]:
+    """The tokenizer model, read before Beam is imported, and its backend self-check, started.
 
-    (None, None) when the flags do not parse, the model cannot be read or is not a local file: any
-    mistake is left for `parse_args` and the job's checks to report, in their order (a model in a
-    store is read after the checks of where the workers run, pipeline/beam/preflight.py).
+    (None, None) when the config is not valid, the model cannot be read or is not a local file: any
+    mistake is left for the job's checks to report, in their order (a model in a store is read
+    after the checks of where the workers run, pipeline/beam/preflight.py).
     """
-    if own is None:
+    if config is None:
         return None, None
     try:
-        config = options_from(PipelineConfig, own[0])
         refuse_credentials([("--input", u) for u in config.inputs] + [("--tokenizer_model", config.tokenizer_model)])
         if not is_local_url(config.tokenizer_model):
             return None, None
@@ -87,16 +87,29 @@ def early_choice(own: tuple | None) -> tuple[EarlyChoice | None, TokenizerModel 
 
 
 def main(argv: list[str] | None = None) -> dict | None:
-    """Run the pipeline; returns the manifest it wrote (None when the job was only translated)."""
-    argv = sys.argv[1:] if argv is None else argv
-    own = own_flags(argv)
-    early, model = early_choice(own)
-    try:
-        import_beam(own[1] if own else [])
-        config, beam_args = parse_args(argv)
-        from pipeline.beam.launch import run_job  # Beam, while the self-check runs
+    """Run the pipeline; returns the manifest it wrote (None when the job was only translated).
 
-        return run_job(config, beam_args, early, model)
+    The command line is parsed once: our flags first (the tokenizer's self-check starts from them,
+    before Beam is imported), Beam's checked once Beam is.
+    """
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    namespace, rest = parse_own_flags(parser, argv)
+    try:
+        config, invalid = config_of(namespace), None
+    except ValueError as e:  # reported after Beam's flags are checked, as `parse_args` orders them
+        config, invalid = None, e
+    early, model = early_choice(config)
+    try:
+        with tuned_job(rest):
+            from pipeline.beam.options import BEAM
+
+            check_runner_flags(parser, rest, BEAM)
+            if invalid is not None:
+                raise invalid
+            from pipeline.beam.launch import run_job  # Beam, while the self-check runs
+
+            return run_job(config, rest, early, model)
     finally:
         if early is not None:
             early.cancel()
@@ -110,8 +123,6 @@ def cli(argv: list[str] | None = None) -> int:
     128 + N: stopped by signal N (143: SIGTERM, 130: SIGINT), its workers stopped and its files removed.
     """
     configure_logging()
-    gc_policy.pause()  # until the job's graph is built (pipeline/beam/launch.py)
-    malloc_policy.keep_freed_memory()
     try:
         try:
             with interruptible(), private_temp_dir():
@@ -129,8 +140,6 @@ def cli(argv: list[str] | None = None) -> int:
     except (ValueError, OSError, ManifestError) as e:
         LOG.error("%s", e)
         return 2
-    finally:
-        gc_policy.resume()
     return 0
 
 

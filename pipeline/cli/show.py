@@ -20,7 +20,6 @@ import fsspec
 import numpy as np
 
 from pipeline.core.extras import missing_extra
-from pipeline.core.native_stderr import quiet_native_notices
 from pipeline.core.options import ArgumentParser, UsageError, parse_bool
 from pipeline.format import megatron
 from pipeline.format.manifest import MANIFEST_NAME, MIXTURE_NAME, ManifestError, OtherFormat, load_manifest
@@ -29,6 +28,7 @@ from pipeline.format.summary import format_summary
 from pipeline.io.files import sha256_of
 from pipeline.io.outputs import LATEST_NAME, latest_run
 from pipeline.io.urls import redact_url
+from pipeline.startup.native_stderr import quiet_native_notices
 
 IDS_SHOWN = 64
 

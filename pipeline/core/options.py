@@ -287,6 +287,12 @@ def parse_command_line(parser: ArgumentParser, argv: list[str],
     The parser should declare --config (for --help); it is handled here.
     """
     namespace, rest = parse_own_flags(parser, argv)
+    check_runner_flags(parser, rest, runner)
+    return namespace, rest
+
+
+def check_runner_flags(parser: ArgumentParser, rest: list[str], runner: Runner | None = None) -> None:
+    """Refuse (UsageError) what is left of a command line after our flags that is not the runner's."""
     unknown = (runner.unknown(rest) if runner else rest) if rest else []
     for arg in unknown:
         if arg.startswith("-"):
@@ -297,7 +303,19 @@ def parse_command_line(parser: ArgumentParser, argv: list[str],
             f"unexpected argument {arg!r}: quote glob patterns ('dir/*.jsonl.zst') so the shell does not "
             "expand them, or give several paths after one --input"
         )
-    return namespace, rest
+
+
+def runner_flag(args: list[str]) -> str | None:
+    """The value of the last --runner among a command's other flags (None: not given).
+
+    As argparse reads it: any unambiguous prefix counts (at least --ru: Beam also has --requirements_file).
+    """
+    runner = None
+    for i, arg in enumerate(args):
+        name, eq, value = arg.partition("=")
+        if len(name) >= 4 and "--runner".startswith(name):
+            runner = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+    return runner
 
 
 def parse_own_flags(parser: ArgumentParser, argv: list[str]) -> tuple[argparse.Namespace, list[str]]:

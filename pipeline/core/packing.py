@@ -130,7 +130,9 @@ def pack(piece: Piece, seq_len: int) -> tuple[np.ndarray, np.ndarray, Piece]:
     if len(rest_starts):
         rest_starts[0] = True
     rest_spans = None if piece.spans is None else provenance.split_spans(piece.spans, cut)[1]
-    remainder = Piece(int(tokens[cut]), piece.labels[cut:], rest_starts, rest_spans)
+    # A copy, not a view: a view would keep the whole stream alive as long as the remainder waits
+    # (on a runner that holds a task's outputs in memory, every chunk's stream until the task ends).
+    remainder = Piece(int(tokens[cut]), piece.labels[cut:].copy(), rest_starts, rest_spans)
     return records, starts, remainder
 
 

@@ -62,18 +62,21 @@ def encode(blocks: list[tuple[tuple, int, np.ndarray]]) -> bytes:
     return buffer.getvalue()
 
 
+def _provenance_urls(manifest_file: str, manifest: dict, what: str, records: str) -> list[str]:
+    """The provenance files a manifest lists, as paths beside it; refused when it lists none."""
+    entry = manifest.get("provenance")
+    if not entry:
+        raise ManifestError(f"{manifest_file}: this {what} was written without --provenance; run the job again "
+                            f"with --provenance to record {records}")
+    base = posixpath.dirname(manifest_file)
+    return [posixpath.join(base, f["path"]) for f in entry["files"]]
+
+
 class ProvenanceIndex:
     """The spans of any record of an output, from its manifest and provenance files."""
 
     def __init__(self, manifest_file: str, manifest: dict):
-        entry = manifest.get("provenance")
-        if not entry:
-            raise ManifestError(
-                f"{manifest_file}: this output was written without --provenance; run the job again "
-                "with --provenance to record where each record comes from"
-            )
-        base = posixpath.dirname(manifest_file)
-        self._urls = [posixpath.join(base, f["path"]) for f in entry["files"]]
+        self._urls = _provenance_urls(manifest_file, manifest, "output", "where each record comes from")
         self._seq_len = int(manifest["seq_len"])
         shuffle = manifest["shuffle"]
         self._num_records = int(manifest["totals"]["records"])
@@ -134,14 +137,7 @@ class StoreProvenance:
     """The input line of any document of a document store, from its manifest and provenance files."""
 
     def __init__(self, manifest_file: str, manifest: dict):
-        entry = manifest.get("provenance")
-        if not entry:
-            raise ManifestError(
-                f"{manifest_file}: this store was written without --provenance; run the job again with "
-                "--provenance to record each document's input line"
-            )
-        base = posixpath.dirname(manifest_file)
-        self._urls = [posixpath.join(base, f["path"]) for f in entry["files"]]
+        self._urls = _provenance_urls(manifest_file, manifest, "store", "each document's input line")
         rows = []  # (group key, copy, file, chunk, documents, file number, block in file)
         for i, url in enumerate(self._urls):
             with fsspec.open(url, "rb") as f, np.load(f) as z:

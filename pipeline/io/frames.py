@@ -33,7 +33,6 @@ from collections.abc import Iterator
 import fsspec
 import zstandard
 
-from pipeline.io import claims
 from pipeline.io.inputs import Chunk, CorruptInputError, iter_chunks
 from pipeline.io.publish import publish
 from pipeline.io.urls import name_part, redact_url
@@ -69,9 +68,9 @@ class Stripe:
     Each worker sharing a file decompresses all of it (cheap beside tokenizing the same bytes)
     and keeps its own chunks, numbered as in the whole file, so the output is the same bytes as one
     reader's; on one machine this spreads a file over the workers without sending its text through
-    the driver (pipeline/beam/execution.py). With a `board` (the run's, when the workers are
-    threads of one process) each of the `count` readers takes the chunks it is first to claim
-    instead (pipeline/io/claims.py): the same chunks in all, split by the time they take.
+    the driver (pipeline/beam/execution.py). With a `board` (the run's, when DirectRunner's workers
+    are threads of one process) each of the `count` readers takes the chunks it is first to claim
+    instead (pipeline/beam/direct/claims.py, which reads such a stripe): the same chunks in all.
     """
 
     index: int
@@ -126,11 +125,6 @@ def iter_unit_chunks(path: str, file_index: int, unit: Frame | Stripe | None, ch
     """The chunks of a work item: the whole file (unit None), one frame or one stripe, numbered as in the whole file."""
     if unit is None:
         yield from iter_chunks(path, file_index, chunk_bytes, max_line_bytes)
-        return
-    if isinstance(unit, Stripe) and unit.board:
-        chunks = claims.claimed(iter_chunks(path, file_index, chunk_bytes, max_line_bytes), unit.board, file_index,
-                                unit.count, lambda chunk: chunk.chunk_index)
-        yield from (dataclasses.replace(chunk, tokenize_now=True) for chunk in chunks)
         return
     if isinstance(unit, Stripe):
         for chunk in iter_chunks(path, file_index, chunk_bytes, max_line_bytes):

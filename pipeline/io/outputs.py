@@ -333,6 +333,23 @@ def remove_unfinished_run(output_dir: str, run_id: str) -> list[str]:
     return removed
 
 
+def remove_temp_files(output_dir: str, run_id: str) -> list[str]:
+    """Remove the temporary files left in run `run_id`'s directories (by writers killed midway); returns them.
+
+    A runner that runs a task again after losing a worker (Dask, Dataflow) leaves what the lost
+    attempt had not renamed yet; the retry wrote the file under its final name. Every run directory
+    of the run counts (a --per_subset output has one per subset).
+    """
+    fs, root = fsspec.core.url_to_fs(output_dir)
+    if not fs.exists(root):
+        return []
+    own = run_dir(run_id)
+    left = sorted(rel for rel in _files(fs, root) if own in rel.split("/")[:-1] and _is_temp(rel))
+    for rel in left:
+        fs.rm_file(posixpath.join(root, rel))
+    return left
+
+
 def dead_letter_lines(records: list[dict]) -> list[bytes]:
     """JSON lines (ending in a newline) of dead-letter records, sorted by (file, line) for byte-identical reruns."""
     records = sorted(records, key=lambda r: (r["file_index"], r["line"]))

@@ -6,7 +6,7 @@ the driver checked), the engine the driver chose (engines.py), long documents in
 (pieces.py) and, with `verify`, the kind's reference on every document. What is derived from a
 tokenizer alone (a model's facts, its converted form, which cuts keep the ids) is computed once per
 process; `derived` and `adopt` carry it from the self-check's process to the driver's
-(pipeline/tokenize/early_check.py), so that DirectRunner's worker threads find it done.
+(pipeline/startup/early_check.py), so that DirectRunner's worker threads find it done.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from sample_corpus import write_sample_corpus
 
 from pipeline.cli import run
 from pipeline.format import manifest as manifest_lib
-from pipeline.io import outputs, spill
+from pipeline.io import outputs, record_files
 from pipeline.io.lock import LOCK_NAME
 
 REPO = Path(__file__).resolve().parents[2]
@@ -172,22 +172,22 @@ def test_files_are_renamed_complete_within_their_directory(corpus, tiny_model, t
 
 def _record_groups(monkeypatch) -> dict:
     """Wrap the DoFns right after each GroupByKey to record the bytes of every group they get."""
-    from pipeline.beam import chunk_documents, tfrecord
+    from pipeline.beam import chunk_documents, tfrecord_pack, tfrecord_shards
 
     groups = {"GroupByShard": [], "GroupTailsByFile": [], "GroupLastTails": [], "WriteDeadLetters/GroupByPart": []}
 
     def piece_bytes(piece):
         return piece.labels.nbytes + piece.starts.nbytes
 
-    write_shard, pack_tails = tfrecord.WriteShardFn.process, tfrecord.PackTailsFn.process
-    pack_final, write_dead = tfrecord.PackFinalFn.process, chunk_documents.WriteDeadLettersFn.process
+    write_shard, pack_tails = tfrecord_shards.WriteShardFn.process, tfrecord_pack.PackTailsFn.process
+    pack_final, write_dead = tfrecord_pack.PackFinalFn.process, chunk_documents.WriteDeadLettersFn.process
 
     def shard(self, element, plan):
         # The records a group stands for (through spill files on DirectRunner, where a block split
         # between shards goes to each whole with the indices of the shard's records): what the
         # writer reads.
-        members = [tfrecord.shard_members(placement, recs)[1] for placement, recs in element[1]]
-        groups["GroupByShard"].append(sum(len(spill.load(recs).data) for recs in members))
+        members = [tfrecord_shards.shard_members(placement, recs)[1] for placement, recs in element[1]]
+        groups["GroupByShard"].append(sum(len(record_files.load(recs).data) for recs in members))
         return write_shard(self, element, plan)
 
     def tails(self, element):
@@ -202,9 +202,9 @@ def _record_groups(monkeypatch) -> dict:
         groups["WriteDeadLetters/GroupByPart"].append(sum(len(lines) for _, lines in element[1]))
         return write_dead(self, element)
 
-    monkeypatch.setattr(tfrecord.WriteShardFn, "process", shard)
-    monkeypatch.setattr(tfrecord.PackTailsFn, "process", tails)
-    monkeypatch.setattr(tfrecord.PackFinalFn, "process", final)
+    monkeypatch.setattr(tfrecord_shards.WriteShardFn, "process", shard)
+    monkeypatch.setattr(tfrecord_pack.PackTailsFn, "process", tails)
+    monkeypatch.setattr(tfrecord_pack.PackFinalFn, "process", final)
     monkeypatch.setattr(chunk_documents.WriteDeadLettersFn, "process", dead)
     return groups
 

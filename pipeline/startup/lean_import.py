@@ -1,8 +1,8 @@
 """Importing Beam for a job that runs in this process, without the cloud connectors it never uses.
 
 `import apache_beam` imports, wherever they are installed, Beam's BigQuery, Pub/Sub and Dataflow
-clients, its GCS and S3 file systems and its pandas type hints: ~0.7 s of its 1.3 s (measured on
-2 cores), on one core while the other waits. A job on DirectRunner uses none of them: our
+clients, its GCS and S3 file systems and its pandas type hints: about half of its import time,
+on one core while the others wait. A job on DirectRunner uses none of them: our
 inputs and outputs go through fsspec (pipeline/io/files.py), never Beam's FileSystems, and no
 transform of ours is a Beam connector. Beam imports each of these under `try/except ImportError`
 (an install without the `gcp`/`aws` extras works that way), so for the length of the import their
@@ -10,14 +10,16 @@ names are set to None in `sys.modules` (Python's documented way to make an impor
 ModuleNotFoundError) and then taken out again: anything imported later (gcsfs, s3fs, pandas) loads
 as usual. Any other runner gets Beam whole: Dataflow needs its client, and the portable runners'
 job services may stage through Beam's file systems. Only in a process that runs one command and
-exits (the command-line entry points call `one_command_per_process`): a program that calls
-`pipeline.cli.run.main` itself may run a Dataflow job after a DirectRunner one, and gets Beam whole.
+exits (`lean=True`, pipeline/startup/command.py): a program that calls `pipeline.cli.run.main`
+itself may run a Dataflow job after a DirectRunner one, and gets Beam whole.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
+
+from pipeline.core.options import runner_flag
 
 # Beam's modules (or the packages they try) that import the connectors; each is optional to Beam.
 CONNECTORS = (
@@ -29,29 +31,20 @@ CONNECTORS = (
     "pandas",  # pandas type hints (apache_beam.typehints)
 )
 IN_PROCESS_RUNNERS = ("DirectRunner", "direct")
-_ONE_COMMAND = [False]
-
-
-def one_command_per_process() -> None:
-    """Say that this process runs one command, then exits (the command-line entry points)."""
-    _ONE_COMMAND[0] = True
 
 
 def runs_in_process(beam_args: list[str]) -> bool:
     """Whether Beam's flags leave the job on DirectRunner, Beam's default."""
-    for i, arg in enumerate(beam_args):
-        name, eq, value = arg.partition("=")
-        # argparse takes any unambiguous prefix of --runner (at least --ru: --requirements_file).
-        if len(name) >= 4 and "--runner".startswith(name):
-            value = value if eq else (beam_args[i + 1] if i + 1 < len(beam_args) else "")
-            if value not in IN_PROCESS_RUNNERS:
-                return False
-    return True
+    runner = runner_flag(beam_args)
+    return runner is None or runner in IN_PROCESS_RUNNERS
 
 
-def import_beam(beam_args: list[str]) -> None:
-    """Import Beam for a job with these flags: without its connectors for a DirectRunner command."""
-    if "apache_beam" in sys.modules or not _ONE_COMMAND[0] or not runs_in_process(beam_args):
+def import_beam(beam_args: list[str], lean: bool = False) -> None:
+    """Import Beam for a job with these flags: without its connectors for a DirectRunner job when `lean`.
+
+    `lean`: this process runs one command, then exits (pipeline/startup/command.py).
+    """
+    if "apache_beam" in sys.modules or not lean or not runs_in_process(beam_args):
         importlib.import_module("apache_beam")
         return
     blocked = [name for name in CONNECTORS if name not in sys.modules]

@@ -2,8 +2,8 @@
 
 Starting a job makes objects that live as long as the process (Beam's ~2,300 modules, the options,
 the job's graph and its translation), and the collector walks them again and again while they are
-being made: ~0.3 s of collections in the driver of a DirectRunner job before its first record,
-measured with gc.callbacks. A command calls `pause()` as it starts and the job calls `resume()` once
+being made: collections that find nothing to free, in the driver of a DirectRunner job before its
+first record (gc.callbacks shows them). A command calls `pause()` as it starts and the job calls `resume()` once
 its graph is built: what exists then is frozen (never walked again; it lives until the process
 ends anyway) and collection goes on as usual for the job's own objects. Reference counting frees
 everything without cycles throughout. Where nothing was paused (a test calling the job in-process),

@@ -6,9 +6,9 @@ mmap until a freed one raises that threshold, and give the top of a heap back to
 more than twice that is free; every new mapping is then faulted in and zeroed again, page by page
 (system time), and every unmapping interrupts the other cores. A command calls
 `keep_freed_memory()` as it starts: blocks up to glibc's largest threshold (32 MB) come from the
-heaps from the first, and freed memory stays in them, in use again at the next batch. Measured on a
-4x pile22 `auto` run (2 cores, 3 alternating rounds): system time 2.1-2.3 -> 1.3-1.5 s, wall
--0.6 s, peak RSS +150-200 MB (what the freed buffers keep; it stays flat as the job goes on).
+heaps from the first, and freed memory stays in them, in use again at the next batch: less system
+time for a little more resident memory (what the freed buffers keep; it stays flat as the job goes
+on). docs/benchmarks.md has the figures.
 Elsewhere than glibc (musl, macOS) nothing changes, nor where the user tuned malloc already
 (`USER_SETTINGS` in the environment, or `glibc.malloc` tunables in `GLIBC_TUNABLES`: theirs stand).
 """
