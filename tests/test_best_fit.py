@@ -12,7 +12,7 @@ import pytest
 from manifest_shape import assert_job_shaped
 from synthetic_output import tokenizer_entry
 
-from pipeline.core import best_fit, packing, provenance
+from pipeline.core import best_fit, best_fit_kernel, packing, provenance
 from pipeline.format import framing, records
 
 EOS = 9
@@ -86,6 +86,24 @@ def test_assign_sequences_is_best_fit_decreasing():
         lengths = rng.integers(1, seq_len + 1, int(rng.integers(0, 60)))
         where, count = best_fit.assign_sequences(lengths, seq_len)
         assert (where.tolist(), count) == _naive_best_fit(lengths.tolist(), seq_len)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_assign_sequences_of_many_items_both_loops(compiled, monkeypatch):
+    # Windows above best_fit_kernel.MIN_ITEMS: numba's loop (where installed) and Python's, the same decisions.
+    if compiled:
+        pytest.importorskip("numba")
+        monkeypatch.setattr(best_fit_kernel, "WARM_ITEMS", 0)
+    rng = np.random.default_rng(1)
+    for _ in range(60):
+        seq_len = int(rng.choice([3, 40, 2048]))
+        n = int(rng.integers(best_fit_kernel.MIN_ITEMS, 400))
+        lengths = (np.minimum(seq_len, rng.geometric(min(1.0, 3 / seq_len), n)) if rng.integers(2)
+                   else rng.integers(1, seq_len + 1, n))
+        where, count = best_fit.assign_sequences(lengths, seq_len, compiled=compiled)
+        assert (where.tolist(), count) == _naive_best_fit(lengths.tolist(), seq_len)
+    if compiled:
+        assert best_fit_kernel._kernel[0] is not None
 
 
 def _random_docs(rng, n, seq_len):

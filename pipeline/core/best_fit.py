@@ -68,11 +68,11 @@ import dataclasses
 
 import numpy as np
 
-from pipeline.core import packing, provenance
+from pipeline.core import best_fit_kernel, packing, provenance
 
 DEFAULT_WINDOW = 1024  # items per window: <= 1% padding at seq_len 2048 and 4096 (docs/benchmarks.md)
 PAD_FILE = -1  # the file index of provenance rows that stand for padding
-_BIN_BITS = 32  # a sequence's room and its index share one sorted integer key
+_BIN_BITS = best_fit_kernel.BIN_BITS  # a sequence's room and its index share one sorted integer key
 _VIEW_TOKENS = 64  # mean item length from which a view per item costs less than a gather
 
 
@@ -390,12 +390,13 @@ def split_documents(stream: packing.Piece, sizes, seq_len: int, subsets=None) ->
     return records.packed(), items
 
 
-def assign_sequences(lengths: np.ndarray, seq_len: int) -> tuple[np.ndarray, int]:
+def assign_sequences(lengths: np.ndarray, seq_len: int, compiled: bool = True) -> tuple[np.ndarray, int]:
     """Best fit decreasing: the sequence of each item (lengths in [1, seq_len]), and how many.
 
     Items are placed largest first (ties in input order), each into the open sequence with the least
     room that fits it (ties: the one opened first), else into a new one. Sequences are numbered in
-    the order they are opened.
+    the order they are opened. `compiled`: place many items with pipeline/core/best_fit_kernel.py
+    where numba is installed (the same decisions as the loop below).
 
     >>> assign_sequences(np.array([3, 2, 2, 2]), 4)
     (array([0, 1, 1, 2]), 3)
@@ -413,18 +414,31 @@ def assign_sequences(lengths: np.ndarray, seq_len: int) -> tuple[np.ndarray, int
     # Open sequences as sorted keys room << 32 | index: the first key >= L << 32 is the best fit.
     keys = sorted(((room[room > 0] << _BIN_BITS) | np.flatnonzero(room > 0)).tolist())
     opened = big
+    small = lengths[order[big:]]
+    if compiled and len(small) >= best_fit_kernel.MIN_ITEMS:
+        placed = best_fit_kernel.place_items(keys, small, seq_len, opened)
+        if placed is not None:
+            where[order[big:]] = placed[0]
+            return where, placed[1]
     mask = (1 << _BIN_BITS) - 1
-    for i, size in zip(order[big:].tolist(), lengths[order[big:]].tolist(), strict=True):
-        j = bisect.bisect_left(keys, size << _BIN_BITS)
+    # A sequence opened now has the most room of all (seq_len - L >= seq_len / 2 > any big item's
+    # room, and earlier items were no smaller), so its key goes last; the one an item goes into
+    # only loses room, so its new key goes before the old one's place.
+    chosen = []
+    find, put = bisect.bisect_left, bisect.insort
+    for size in (small << _BIN_BITS).tolist():
+        j = find(keys, size)
         if j == len(keys):
-            b, left = opened, seq_len - size
+            b = opened
             opened += 1
+            keys.append(((seq_len << _BIN_BITS) - size) | b)
         else:
             key = keys.pop(j)
-            b, left = key & mask, (key >> _BIN_BITS) - size
-        where[i] = b
-        if left:
-            bisect.insort(keys, (left << _BIN_BITS) | b)
+            b = key & mask
+            if key - size > mask:  # room left
+                put(keys, key - size, 0, j)
+        chosen.append(b)
+    where[order[big:]] = chosen
     return where, opened
 
 

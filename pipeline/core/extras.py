@@ -32,7 +32,7 @@ EXTRAS = {
     "gigatoken": ("fast", "the gigatoken backend"),
     "awkward": ("fast", "the gigatoken backend"),
     "kitoken": ("fast", "the kitoken backend"),
-    "numba": ("fast", "near dedup's compiled signatures"),
+    "numba": ("fast", "near dedup's compiled signatures, best fit's compiled loop"),
     "s3fs": ("cloud", "s3:// paths"),
     "gcsfs": ("cloud", "gs:// paths"),
     "matplotlib": ("report", "the report's chart"),

@@ -261,36 +261,73 @@ class Stacked:
 
 def best_fit_layout(docs, keys, starts, lengths, seq_len: int) -> Layout:
     """Fragments (document, key, first token, tokens), in input order, packed by best fit (module docstring)."""
-    docs, keys, starts, lengths = _int64(docs), _int64(keys), _int64(starts), _int64(lengths)
-    if len(lengths) and int(lengths.min()) < 1:
-        raise ValueError("fragments hold at least one token")
-    full = lengths // seq_len
-    rest = lengths - full * seq_len
-    # Pieces: piece p of fragment f starts at starts[f] + p * seq_len; one sequence each.
-    p_owner = np.repeat(np.arange(len(lengths)), full)
-    p_start = starts[p_owner] + (np.arange(len(p_owner)) - np.repeat(np.cumsum(full) - full, full)) * seq_len
-    n_pieces = len(p_owner)
-    # Items: each fragment's last piece of fewer than seq_len tokens.
-    has = rest > 0
-    i_doc, i_key = docs[has], keys[has]
-    i_start, i_len = (starts + full * seq_len)[has], rest[has]
-    where, opened = assign_sequences(i_len, seq_len)
-    order = np.argsort(where, kind="stable")  # by sequence, then input order
-    per_seq = np.bincount(where, minlength=opened)
-    firsts = np.cumsum(per_seq) - per_seq
-    i_len_o = i_len[order]
-    before = np.cumsum(i_len_o) - i_len_o  # tokens of the items before, over all sequences
-    pos = before - np.repeat(before[firsts], per_seq)
-    seq = np.concatenate([np.arange(n_pieces), n_pieces + where[order]]).astype(np.int64)
-    rows = (seq, np.concatenate([np.zeros(n_pieces, np.int64), pos]),
-            np.concatenate([docs[p_owner], i_doc[order]]), np.concatenate([keys[p_owner], i_key[order]]),
-            np.concatenate([p_start, i_start[order]]), np.concatenate([np.full(n_pieces, seq_len), i_len_o]))
-    # A sequence's context: the separator when its first row starts a document, else the token before.
-    first_row = np.concatenate([np.arange(n_pieces), n_pieces + firsts]).astype(np.int64)
-    f_doc, f_start = rows[2][first_row], rows[4][first_row]
-    ctx_doc = np.where(f_start > 0, f_doc, SEPARATOR).astype(np.int64)
-    ctx_tok = np.where(f_start > 0, f_start - 1, 0).astype(np.int64)
-    return Layout(seq_len, n_pieces + opened, ctx_doc, ctx_tok, *(np.asarray(x, np.int64) for x in rows))
+    return BestFitPack(docs, keys, starts, lengths, seq_len).layout()
+
+
+class BestFitPack:
+    """Fragments packed by best fit (`best_fit_layout`): the count at once, the rows when first selected.
+
+    A stream's ranks all need every packing window's count; only the ranks reading a window's
+    sequences need its rows.
+    """
+
+    def __init__(self, docs, keys, starts, lengths, seq_len: int):
+        self.fragments = (_int64(docs), _int64(keys), _int64(starts), _int64(lengths))
+        lengths = self.fragments[3]
+        if len(lengths) and int(lengths.min()) < 1:
+            raise ValueError("fragments hold at least one token")
+        self.seq_len = seq_len
+        self._full = lengths // seq_len
+        rest = lengths - self._full * seq_len
+        self._where, self._opened = assign_sequences(rest[rest > 0], seq_len)
+        self.count = int(self._full.sum()) + self._opened
+        self._layout: Layout | None = None
+
+    def __len__(self) -> int:
+        return self.count
+
+    def real(self) -> int:
+        """Sequences holding at least one label (all of them)."""
+        return self.count
+
+    def select(self, sequences) -> Layout:
+        """The given sequences, in the given order, as a `Layout`."""
+        return self.layout().select(sequences)
+
+    def layout(self) -> Layout:
+        """The packing's rows (made once)."""
+        if self._layout is None:
+            self._layout = self._rows()
+        return self._layout
+
+    def _rows(self) -> Layout:
+        (docs, keys, starts, lengths), seq_len, full = self.fragments, self.seq_len, self._full
+        where, opened = self._where, self._opened
+        rest = lengths - full * seq_len
+        # Pieces: piece p of fragment f starts at starts[f] + p * seq_len; one sequence each.
+        p_owner = np.repeat(np.arange(len(lengths)), full)
+        p_start = starts[p_owner] + (np.arange(len(p_owner)) - np.repeat(np.cumsum(full) - full, full)) * seq_len
+        n_pieces = len(p_owner)
+        # Items: each fragment's last piece of fewer than seq_len tokens.
+        has = rest > 0
+        i_doc, i_key = docs[has], keys[has]
+        i_start, i_len = (starts + full * seq_len)[has], rest[has]
+        order = np.argsort(where, kind="stable")  # by sequence, then input order
+        per_seq = np.bincount(where, minlength=opened)
+        firsts = np.cumsum(per_seq) - per_seq
+        i_len_o = i_len[order]
+        before = np.cumsum(i_len_o) - i_len_o  # tokens of the items before, over all sequences
+        pos = before - np.repeat(before[firsts], per_seq)
+        seq = np.concatenate([np.arange(n_pieces), n_pieces + where[order]]).astype(np.int64)
+        rows = (seq, np.concatenate([np.zeros(n_pieces, np.int64), pos]),
+                np.concatenate([docs[p_owner], i_doc[order]]), np.concatenate([keys[p_owner], i_key[order]]),
+                np.concatenate([p_start, i_start[order]]), np.concatenate([np.full(n_pieces, seq_len), i_len_o]))
+        # A sequence's context: the separator when its first row starts a document, else the token before.
+        first_row = np.concatenate([np.arange(n_pieces), n_pieces + firsts]).astype(np.int64)
+        f_doc, f_start = rows[2][first_row], rows[4][first_row]
+        ctx_doc = np.where(f_start > 0, f_doc, SEPARATOR).astype(np.int64)
+        ctx_tok = np.where(f_start > 0, f_start - 1, 0).astype(np.int64)
+        return Layout(seq_len, n_pieces + opened, ctx_doc, ctx_tok, *(np.asarray(x, np.int64) for x in rows))
 
 
 def leftover(layout: Layout, consumed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

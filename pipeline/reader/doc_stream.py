@@ -38,6 +38,7 @@ from pipeline.core.shuffle import Permutation
 
 _DOC_ORDER_TAG = 0x444F  # "DO": domain separation of the epochs' document permutations
 _KEEP_EPOCHS = 4
+_BLOCK = 1 << 16  # positions of an epoch's order whose documents and lengths are looked up together
 
 
 class DocumentOrder:
@@ -70,9 +71,31 @@ class _Stream:
         self._lengths = lengths
         self.order = order
         self.end_epoch = end_epoch
+        self._block_at: tuple[int, int] | None = None
+        self._block: tuple[np.ndarray, np.ndarray] = ()
 
     def _ended(self, epoch: int) -> bool:
         return self.end_epoch is not None and epoch >= self.end_epoch
+
+    def _documents(self, epoch: int, first: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        """The documents at positions [first, stop) of the epoch's order, and their lengths.
+
+        Looked up a block of positions at a time, the last block kept: every rank walks every
+        position, and one call per block costs less than one per window.
+        """
+        parts = []
+        while first < stop:
+            b = first // _BLOCK
+            if self._block_at != (epoch, b):
+                docs = self.order.docs(epoch, np.arange(b * _BLOCK, min((b + 1) * _BLOCK, self.order.n)))
+                self._block, self._block_at = (docs, self._lengths(docs)), (epoch, b)
+            end = min(stop, (b + 1) * _BLOCK)
+            parts.append(tuple(x[first - b * _BLOCK : end - b * _BLOCK] for x in self._block))
+            first = end
+        if len(parts) == 1:
+            return parts[0][0].copy(), parts[0][1].copy()
+        z = [np.zeros(0, np.int64)]
+        return np.concatenate([p[0] for p in parts] + z), np.concatenate([p[1] for p in parts] + z)
 
 
 class ConcatStream(_Stream):
@@ -111,8 +134,7 @@ class ConcatStream(_Stream):
         while got <= labels and not self._ended(epoch):
             take = min(ask, n - position)
             pos = np.arange(position, position + take, dtype=np.int64)
-            docs = self.order.docs(epoch, pos)
-            lengths = self._lengths(docs)
+            docs, lengths = self._documents(epoch, position, position + take)
             parts.append((docs, pos, lengths, np.full(take, epoch, np.int64)))
             got += int(lengths.sum())
             position += take
@@ -188,15 +210,15 @@ class BestFitStream(_Stream):
         n = self.order.n
         first = self.window * self.pack_window
         pos = np.arange(first, min(first + self.pack_window, n), dtype=np.int64)
-        docs = self.order.docs(self.epoch, pos)
-        return docs, pos, np.zeros(len(pos), np.int64), self._lengths(docs)
+        docs, lengths = self._documents(self.epoch, first, first + len(pos))
+        return docs, pos, np.zeros(len(pos), np.int64), lengths
 
-    def _replay(self) -> read_packing.Layout:
+    def _replay(self) -> read_packing.BestFitPack:
         # The current packing from the cursor: the window at its first seq_len, then each change's leftover.
-        layout = read_packing.best_fit_layout(*self._window_fragments(), self.chain[0][0])
+        pack = read_packing.BestFitPack(*self._window_fragments(), self.chain[0][0])
         for (_, taken), (seq_len, _) in zip(self.chain[:-1], self.chain[1:], strict=True):
-            layout = read_packing.best_fit_layout(*read_packing.leftover(layout, taken), seq_len)
-        return layout
+            pack = read_packing.BestFitPack(*read_packing.leftover(pack.layout(), taken), seq_len)
+        return pack
 
     def _next_window(self) -> None:
         self.window += 1
@@ -209,11 +231,11 @@ class BestFitStream(_Stream):
         parts = []
         while count and not self._ended(self.epoch):
             if not self.chain:
-                self._current = read_packing.best_fit_layout(*self._window_fragments(), seq_len)
+                self._current = read_packing.BestFitPack(*self._window_fragments(), seq_len)
                 self.chain = [[seq_len, 0]]
             elif self.chain[-1][0] != seq_len:
-                self._current = read_packing.best_fit_layout(*read_packing.leftover(self._current,
-                                                                                   self.chain[-1][1]), seq_len)
+                self._current = read_packing.BestFitPack(
+                    *read_packing.leftover(self._current.layout(), self.chain[-1][1]), seq_len)
                 self.chain.append([seq_len, 0])
             taken = self.chain[-1][1]
             m = min(count, self._current.count - taken)
@@ -228,9 +250,9 @@ class BestFitStream(_Stream):
 
 
 class _Slice:
-    """Sequences [first, first + count) of a layout, selected lazily (a rank takes its own only)."""
+    """Sequences [first, first + count) of a packing, selected lazily (a rank takes its own only)."""
 
-    def __init__(self, layout: read_packing.Layout, first: int, count: int):
+    def __init__(self, layout: read_packing.BestFitPack, first: int, count: int):
         self.layout, self.first, self.count, self.seq_len = layout, first, count, layout.seq_len
 
     def real(self) -> int:
