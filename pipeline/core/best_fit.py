@@ -177,16 +177,6 @@ def concat_packed(parts: list[Packed], seq_len: int) -> Packed:
                   sum(p.documents_cut for p in parts), spans, counts)
 
 
-def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Indices starts[i] .. starts[i] + lengths[i] - 1 of every range, back to back."""
-    lengths = np.asarray(lengths, np.int64)
-    total = int(lengths.sum())
-    if not total:
-        return np.zeros(0, np.int64)
-    firsts = np.cumsum(lengths) - lengths
-    return np.repeat(np.asarray(starts, np.int64) - firsts, lengths) + np.arange(total, dtype=np.int64)
-
-
 def _cut_spans(spans: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The spans of label ranges [starts[i], starts[i] + lengths[i]) (each >= 1), and each row's range."""
     spans = np.asarray(spans, np.int64).reshape(-1, 4)
@@ -196,7 +186,7 @@ def _cut_spans(spans: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tu
     stops = starts + np.asarray(lengths, np.int64)
     lo = np.searchsorted(ends, starts, side="right")  # first span ending after the range's start
     hi = np.searchsorted(begins, stops, side="left")  # spans beginning before its stop
-    row = _ranges(lo, hi - lo)
+    row = packing.ranges(lo, hi - lo)
     owner = np.repeat(np.arange(len(starts)), hi - lo)
     first = np.maximum(begins[row], starts[owner])
     last = np.minimum(ends[row], stops[owner])
@@ -280,7 +270,7 @@ class _Records:
             real = np.arange(seq_len)[None, :] < (seq_len - pad)[:, None]
             body = block[:, 1:]
             body[~real] = self._pad[0]
-            body[real] = items.labels[_ranges(item_starts[order], size)]
+            body[real] = items.labels[packing.ranges(item_starts[order], size)]
             self._runs.append(block.reshape(-1))
         # Segments: a sequence's items (ids 1, 2, ...) then its padding (id 0, maybe of length 0).
         ids = np.zeros(n + count, np.int64)
@@ -327,7 +317,7 @@ class _Records:
         positions = np.repeat((starts % max(n, 1)).astype(dtype), lengths).reshape(k, n)
         np.subtract(np.arange(n, dtype=dtype), positions, out=positions)
         padding = (ids == 0) & (lengths > 0)
-        positions.reshape(-1)[_ranges(starts[padding], lengths[padding])] = 0
+        positions.reshape(-1)[packing.ranges(starts[padding], lengths[padding])] = 0
         spans = None if self.spans is None else provenance.concat_spans(self.spans)
         return Packed(tokens, segment_ids, positions, self.padding, self.documents_cut, spans, self.counts)
 
@@ -369,7 +359,7 @@ def _split(records: _Records, stream: packing.Piece, sizes, subsets=None) -> Ite
         item_labels = np.concatenate([labels[a : a + m] for a, m in zip(item_start.tolist(), item_len.tolist(),
                                                                         strict=True)])
     else:
-        item_labels = labels[_ranges(item_start, item_len)]
+        item_labels = labels[packing.ranges(item_start, item_len)]
     items = Items(item_labels, item_len, contexts, None if subsets is None else subsets[has_item])
     if stream.spans is not None:
         items.spans = _cut_spans(stream.spans, item_start, item_len)[0] if len(item_len) else provenance.empty()

@@ -174,3 +174,13 @@ def segment_features(starts: np.ndarray, valid_labels: int | None = None) -> tup
         segment_ids[:, valid_labels:] = 0
         positions[:, valid_labels:] = 0
     return segment_ids, positions
+
+
+def ranges(starts, lengths) -> np.ndarray:
+    """starts[i], starts[i] + 1, ..., starts[i] + lengths[i] - 1 for every i, back to back (int64)."""
+    lengths = np.asarray(lengths, np.int64)
+    total = int(lengths.sum())
+    if not total:
+        return np.zeros(0, np.int64)
+    firsts = np.cumsum(lengths) - lengths
+    return np.repeat(np.asarray(starts, np.int64) - firsts, lengths) + np.arange(total, dtype=np.int64)

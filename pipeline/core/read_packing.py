@@ -55,16 +55,6 @@ SEPARATOR = -1  # ctx_doc of a sequence whose context is the separator token
 _ROW_LABELS = 48  # mean labels per row from which segment ids are set a row at a time
 
 
-def _ranges(starts, lengths) -> np.ndarray:
-    """starts[i], starts[i] + 1, ..., starts[i] + lengths[i] - 1 for every i, back to back."""
-    lengths = np.asarray(lengths, np.int64)
-    total = int(lengths.sum())
-    if not total:
-        return np.zeros(0, np.int64)
-    firsts = np.cumsum(lengths) - lengths
-    return np.repeat(np.asarray(starts, np.int64) - firsts, lengths) + np.arange(total, dtype=np.int64)
-
-
 def _int64(values) -> np.ndarray:
     return np.asarray(values, np.int64).reshape(-1)
 
@@ -112,7 +102,7 @@ class Layout:
         sequences = _int64(sequences)
         bounds = self.row_bounds()
         per = bounds[sequences + 1] - bounds[sequences]
-        rows = _ranges(bounds[sequences], per)
+        rows = packing.ranges(bounds[sequences], per)
         new_seq = np.repeat(np.arange(len(sequences), dtype=np.int64), per)
         return Layout(self.seq_len, len(sequences), self.ctx_doc[sequences], self.ctx_tok[sequences], new_seq,
                       self.pos[rows], self.doc[rows], self.key[rows], self.start[rows], self.length[rows])
@@ -186,7 +176,7 @@ class ConcatRun:
         j1 = np.searchsorted(s, np.maximum(hi, lo + 1) - 1, side="right") - 1
         per = np.where(live, j1 - j0 + 1, 0)
         owner = np.repeat(np.arange(k, dtype=np.int64), per)
-        d = _ranges(j0, per)
+        d = packing.ranges(j0, per)
         r_lo = np.maximum(s[d], lo[owner])
         r_hi = np.minimum(e[d], hi[owner])
         c = lo - 1  # each sequence's context: the label before it (the separator before label 0)
