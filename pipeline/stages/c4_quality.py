@@ -25,8 +25,8 @@ import dataclasses
 import re
 
 from pipeline.core.options import option, parse_bool
-from pipeline.stages.base import Doc, DocumentStage, Keep, Remove
-from pipeline.stages.words import check_spacy, thread_words
+from pipeline.stages.base import Doc, Keep, Remove
+from pipeline.stages.words import SpacyStage, thread_words
 
 CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
 END_PUNCTUATION = (".", "?", "!", '"', "'")
@@ -86,15 +86,11 @@ def c4_quality(text: str, opts: C4QualityOptions, sentence_count) -> tuple[str |
     return None, "\n".join(kept).strip()
 
 
-class C4Quality(DocumentStage):
+class C4Quality(SpacyStage):
     """--filters c4_quality (the module docstring): removes documents, or keeps them with lines cut."""
 
     name = "c4_quality"
     Options = C4QualityOptions
-
-    def check(self) -> None:
-        """Refuse a job without spaCy."""
-        check_spacy(self.name)
 
     def apply(self, doc: Doc) -> Remove | Keep | None:
         """Removed with its rule; kept with datatrove's modified text, a cut when it changed."""

@@ -18,10 +18,10 @@ from __future__ import annotations
 import dataclasses
 
 from pipeline.core.options import option, parse_bool
-from pipeline.stages.base import Doc, DocumentStage, Remove
+from pipeline.stages.base import Doc, Remove
 from pipeline.stages.gopher_repetition import duplicates
 from pipeline.stages.punctuation import TERMINAL
-from pipeline.stages.words import check_spacy, thread_words
+from pipeline.stages.words import SpacyStage, thread_words
 
 TERMINAL_ENDINGS = tuple(TERMINAL)
 
@@ -60,15 +60,11 @@ def fineweb_quality_rule(text: str, words_of, opts: FineWebQualityOptions) -> st
     return None
 
 
-class FineWebQuality(DocumentStage):
+class FineWebQuality(SpacyStage):
     """--filters fineweb_quality (the module docstring)."""
 
     name = "fineweb_quality"
     Options = FineWebQualityOptions
-
-    def check(self) -> None:
-        """Refuse a job without spaCy."""
-        check_spacy(self.name)
 
     def apply(self, doc: Doc) -> Remove | None:
         """Removed with the first rule it fails."""

@@ -28,9 +28,9 @@ import itertools
 import operator
 
 from pipeline.core.options import option
-from pipeline.stages.base import Doc, DocumentStage, Remove
+from pipeline.stages.base import Doc, Remove
 from pipeline.stages.punctuation import PUNCTUATION_SET
-from pipeline.stages.words import check_spacy, thread_words
+from pipeline.stages.words import SpacyStage, thread_words
 
 STOP_WORDS = ("the", "be", "to", "of", "and", "that", "have", "with")
 
@@ -127,15 +127,11 @@ def gopher_quality_rule(text: str, words: list[str], opts: GopherQualityOptions)
     return None
 
 
-class GopherQuality(DocumentStage):
+class GopherQuality(SpacyStage):
     """--filters gopher_quality (the module docstring)."""
 
     name = "gopher_quality"
     Options = GopherQualityOptions
-
-    def check(self) -> None:
-        """Refuse a job without spaCy."""
-        check_spacy(self.name)
 
     def apply(self, doc: Doc) -> Remove | None:
         """Removed with the first rule it fails."""

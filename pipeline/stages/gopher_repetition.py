@@ -30,8 +30,8 @@ from collections import Counter
 from operator import itemgetter
 
 from pipeline.core.options import option
-from pipeline.stages.base import Doc, DocumentStage, Remove
-from pipeline.stages.words import check_spacy, thread_words
+from pipeline.stages.base import Doc, Remove
+from pipeline.stages.words import SpacyStage, thread_words
 
 _PARAGRAPHS = re.compile(r"\n{2,}")
 _LINES = re.compile("\n+")
@@ -150,15 +150,11 @@ def gopher_repetition_rule(text: str, words: list[str], opts: GopherRepetitionOp
     return None
 
 
-class GopherRepetition(DocumentStage):
+class GopherRepetition(SpacyStage):
     """--filters gopher_repetition (the module docstring)."""
 
     name = "gopher_repetition"
     Options = GopherRepetitionOptions
-
-    def check(self) -> None:
-        """Refuse a job without spaCy."""
-        check_spacy(self.name)
 
     def apply(self, doc: Doc) -> Remove | None:
         """Removed with the first rule it fails."""

@@ -29,6 +29,8 @@ import re
 import threading
 import unicodedata
 
+from pipeline.stages.base import DocumentStage
+
 # Bounded memory: two generations of at most this many chunks each (~30 MB each). When the table is
 # full it becomes the older generation, from which the chunks seen again move back; the rest go.
 MAX_CHUNKS = 150_000
@@ -292,9 +294,12 @@ def thread_words() -> SpacyWords:
     return words
 
 
-def check_spacy(stage: str) -> None:
-    """Refuse, in the driver, a quality filter without spaCy (ValueError naming the stage and the extra)."""
-    try:
-        import spacy  # noqa: F401
-    except ImportError as e:
-        raise ValueError(f"--filters {stage} needs spaCy: pip install 'pile-pipeline[filters]'") from e
+class SpacyStage(DocumentStage):
+    """A stage that counts spaCy's words (a quality filter): refused in the driver without spaCy."""
+
+    def check(self) -> None:
+        """Refuse a job without spaCy (ValueError naming the stage and the extra)."""
+        try:
+            import spacy  # noqa: F401
+        except ImportError as e:
+            raise ValueError(f"--filters {self.name} needs spaCy: pip install 'pile-pipeline[filters]'") from e
