@@ -17,7 +17,9 @@ uses is decided where it runs, never by the steps:
 from __future__ import annotations
 
 import hashlib
+import logging
 import posixpath
+import time
 
 import fsspec
 import numpy as np
@@ -26,6 +28,8 @@ from pipeline.format.framing import FramedRecords
 from pipeline.io.inputs import Chunk
 from pipeline.io.publish import publish, temp_name
 from pipeline.io.record_files import SpilledChunk, SpilledRecords
+
+LOG = logging.getLogger(__name__)
 
 
 class RecordSink:
@@ -84,12 +88,25 @@ def store_folder(output_dir: str) -> str:
     return posixpath.join(output_dir.rstrip("/"), temp_name("records"))
 
 
-def remove_folder(folder: str | None) -> None:
-    """Delete a job's record folder and what is in it (after success or failure); nothing if there is none."""
+def remove_folder(folder: str | None, attempts: int = 5) -> None:
+    """Delete a job's record folder and what is in it (after success or failure); nothing if there is none.
+
+    After a failure, workers the job lost (its scheduler gone) may still be writing into it: tried
+    again a few times, then left with a warning (a temp name: the next --overwrite removes it), so
+    that the job's own failure is the error reported.
+    """
     if not folder:
         return
     fs, root = fsspec.core.url_to_fs(folder)
-    try:
-        fs.rm(root, recursive=True)
-    except FileNotFoundError:
-        pass
+    for attempt in range(attempts):
+        try:
+            fs.rm(root, recursive=True)
+            return
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            if attempt == attempts - 1:
+                LOG.warning("could not remove the job's record folder %s (%s); the next --overwrite removes it",
+                            folder, e)
+                return
+            time.sleep(0.2 * (attempt + 1))
