@@ -7,6 +7,7 @@ check below is exact. The reader over a store the job wrote: tests/test_docstore
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -248,3 +249,39 @@ def test_a_schedule_entry_is_taken_at_a_window_start_and_refused_inside_a_dealt_
     with pytest.raises(StoreStateError, match="seed"):
         StoreOrder(None, {"store": "fake", "packing": "concat"}, parse_schedule(24, 32), seed=6, shuffle=True,
                    window=96, token_bytes=2, state=at_start)
+
+
+def test_one_order_shared_by_threads_gives_every_thread_the_same_batches(monkeypatch):
+    """Two iterators of one dataset share its order (and its anchors, pruned as it goes): no thread
+    sees an anchor vanish or the anchors change size under it, and each gets the single-thread batches."""
+    import threading
+
+    from pipeline.reader import doc_plan
+
+    monkeypatch.setattr(doc_plan, "_KEEP_ANCHORS", 2)  # prune all the time
+    store = FakeStore(LENGTHS)
+    starts = [0, 3, 7, 11, 16, 20, 26]
+    alone = {k: rank_steps(make_order(store, window=24), 0, 1, store, 6, start=k) for k in starts}
+    shared = make_order(store, window=24)
+    got, errors = [], []
+
+    def read(seed):
+        try:
+            for k in np.random.default_rng(seed).choice(starts, 40):
+                got.append((int(k), rank_steps(shared, 0, 1, store, 6, start=int(k))))
+        except Exception as e:  # noqa: BLE001 -- reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=read, args=(s,)) for s in range(4)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch between any two bytecodes
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []
+    assert len(got) == 160
+    assert all(all(np.array_equal(a, b) for a, b in zip(batches, alone[k], strict=True)) for k, batches in got)

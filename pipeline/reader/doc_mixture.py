@@ -123,7 +123,7 @@ class StoreMixtureOrder:
         return self._known[w]
 
     def _nearest(self, w: int) -> int:
-        known = [k for k in self._known if k <= w]
+        known = [k for k in list(self._known) if k <= w]  # list(): a copy taken at once (GIL)
         if not known:
             raise ValueError(f"window {w} is before the resume point (step {self.start_step})")
         return max(known)
@@ -133,8 +133,12 @@ class StoreMixtureOrder:
         from_step = self.start_step if from_step is None else int(from_step)
         per = self.blend.window_steps
         first_w = from_step // per
-        w = self._nearest(first_w)
-        streams = [open_stream(cursor) for open_stream, cursor in zip(self._openers, self._known[w], strict=True)]
+        while True:  # two iterators may share this reader: an anchor another pruned is looked up again
+            w = self._nearest(first_w)
+            cursors = self._known.get(w)
+            if cursors is not None:
+                break
+        streams = [open_stream(cursor) for open_stream, cursor in zip(self._openers, cursors, strict=True)]
         g, seq_len = self.settings.global_batch_size, self.settings.seq_len
         while stop_window is None or w < stop_window:
             src, samples = self.blend.window_samples(w)
@@ -163,7 +167,7 @@ class StoreMixtureOrder:
         self._known[w] = cursors
         if len(self._known) > 512:
             for k in sorted(self._known)[:-256]:
-                del self._known[k]
+                self._known.pop(k, None)
 
 
 class MixtureStoreReader:

@@ -136,6 +136,8 @@ class Window:
         return np.ascontiguousarray(out[first:])
 
 
+_GONE = object()  # a pruned anchor
+
 class StoreOrder:
     """The global order of a store's batches for a schedule, seed and window (module docstring).
 
@@ -236,7 +238,7 @@ class StoreOrder:
         return self._known[first]
 
     def _nearest(self, step: int) -> int:
-        known = [k for k in self._known if k <= step]
+        known = [k for k in list(self._known) if k <= step]  # list(): a copy taken at once (GIL)
         if not known:
             raise ValueError(f"step {step} is before the resume point (step {self.start_step})")
         return max(known)
@@ -251,8 +253,8 @@ class StoreOrder:
         """
         from_step = self.start_step if from_step is None else int(from_step)
         first, _, _ = self.window_bounds(from_step)
-        anchor = self._nearest(first)
-        stream = self._open(self._known[anchor])
+        anchor, cursor = self._anchor(first)
+        stream = self._open(cursor)
         step = anchor
         while stop is None or step < stop:
             w_first, w_end, seg = self.window_bounds(step)
@@ -272,12 +274,20 @@ class StoreOrder:
                 return
             step = w_end
 
+    def _anchor(self, step: int) -> tuple[int, dict | None]:
+        # Two iterators of one dataset may share this order: an anchor another pruned is looked up again.
+        while True:
+            anchor = self._nearest(step)
+            cursor = self._known.get(anchor, _GONE)
+            if cursor is not _GONE:
+                return anchor, cursor
+
     def _remember(self, first: int, cursor) -> None:
         self._known[first] = cursor
         if len(self._known) > 2 * _KEEP_ANCHORS:
             for k in sorted(self._known)[:-_KEEP_ANCHORS]:
                 if k != 0:
-                    del self._known[k]
+                    self._known.pop(k, None)
 
     def batch(self, step: int) -> tuple[Window, np.ndarray]:
         """The window holding global step `step` and the indices of its G sequences in batch order."""
