@@ -41,11 +41,21 @@ def command_env(extra: dict | None = None) -> dict:
     return env | (extra or {})
 
 
-def _status(proc) -> str | None:
+def _stopped(proc) -> bool:
+    """Every thread of the process stopped (or it is gone): /proc's process status is its main
+    thread's, and another thread finishes a write it is in before it stops."""
     try:
-        return proc.status()
-    except psutil.Error:
-        return None
+        tasks = os.listdir(f"/proc/{proc.pid}/task")
+    except OSError:
+        return True
+    for tid in tasks:
+        try:
+            stat = Path(f"/proc/{proc.pid}/task/{tid}/stat").read_text()
+        except OSError:
+            continue  # the thread ended
+        if stat[stat.rindex(")") + 2] not in "TtZX":
+            return False
+    return True
 
 
 class Job:
@@ -72,7 +82,7 @@ class Job:
                 group = [root, *root.children(recursive=True)]
             except psutil.Error:
                 return
-            if all(_status(p) in (psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE, None) for p in group):
+            if all(_stopped(p) for p in group):
                 return
             assert time.monotonic() < deadline, "the job did not stop"
             time.sleep(0.005)
