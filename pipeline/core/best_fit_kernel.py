@@ -35,18 +35,22 @@ def _compile():
         return None
 
     @numba.njit(nogil=True, cache=True)
+    def bisect_left(keys, hi, value):  # pragma: no cover -- compiled
+        lo = 0
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if keys[mid] < value:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    @numba.njit(nogil=True, cache=True)
     def place(keys, count, sizes, seq_len, opened, out):  # pragma: no cover -- compiled
         mask = (1 << 32) - 1
         for t in range(len(sizes)):
             size = sizes[t] << 32
-            lo, hi = 0, count
-            while lo < hi:
-                mid = (lo + hi) >> 1
-                if keys[mid] < size:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            j = lo
+            j = bisect_left(keys, count, size)
             if j == count:
                 b = opened
                 opened += 1
@@ -57,13 +61,7 @@ def _compile():
                 b = key & mask
                 new = key - size
                 if new > mask:  # room left: its key moves down to its place among keys[:j]
-                    lo, hi = 0, j
-                    while lo < hi:
-                        mid = (lo + hi) >> 1
-                        if keys[mid] < new:
-                            lo = mid + 1
-                        else:
-                            hi = mid
+                    lo = bisect_left(keys, j, new)
                     for q in range(j, lo, -1):
                         keys[q] = keys[q - 1]
                     keys[lo] = new
