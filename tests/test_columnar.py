@@ -28,6 +28,16 @@ FLAGS = ["--text_key", "body", "--subset_key", "source.name", "--subset_names", 
 SCHEMA = pa.schema([("id", pa.string()), ("body", pa.string()), ("source", pa.struct([("name", pa.string())]))])
 
 
+def save_to_disk(saved: Path, table: pa.Table) -> None:
+    """`datasets`' save_to_disk layout of one split: an Arrow stream and its two JSON files."""
+    saved.mkdir()
+    with pa.ipc.new_stream(saved / "data-00000-of-00001.arrow", SCHEMA) as writer:
+        writer.write_table(table, max_chunksize=1000)
+    (saved / "dataset_info.json").write_text(json.dumps({"features": {"body": {"dtype": "string"}}}))
+    (saved / "state.json").write_text(json.dumps({"_data_files": [{"filename": "data-00000-of-00001.arrow"}],
+                                                  "_fingerprint": "f", "_split": "train"}))
+
+
 def _rows() -> list[dict]:
     rows = []
     for raw in NOTES.read_bytes().splitlines():
@@ -67,13 +77,7 @@ def corpus(tmp_path_factory):
     pq.write_table(table, root / "groups.parquet", row_group_size=7)
     with pa.ipc.new_file(root / "notes.arrow", SCHEMA) as writer:
         writer.write_table(table)  # one batch: batches cut chunks, as row groups do
-    saved = root / "saved"
-    saved.mkdir()
-    with pa.ipc.new_stream(saved / "data-00000-of-00001.arrow", SCHEMA) as writer:
-        writer.write_table(table, max_chunksize=1000)
-    (saved / "dataset_info.json").write_text(json.dumps({"features": {"body": {"dtype": "string"}}}))
-    (saved / "state.json").write_text(json.dumps({"_data_files": [{"filename": "data-00000-of-00001.arrow"}],
-                                                  "_fingerprint": "f", "_split": "train"}))
+    save_to_disk(root / "saved", table)
     return root
 
 

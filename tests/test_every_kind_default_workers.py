@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from corpus_helpers import FAST_BEAM, output_digests, write_lines
-from test_columnar import FLAGS, SCHEMA, _rows, _shards
+from test_columnar import FLAGS, SCHEMA, _rows, _shards, save_to_disk
 
 from pipeline.cli import run
 
@@ -44,13 +44,7 @@ def corpus(tmp_path_factory):
         writer.write_table(table)
     with pa.ipc.new_stream(root / "stream.arrow", SCHEMA) as writer:
         writer.write_table(table)
-    saved = root / "saved"
-    saved.mkdir()
-    with pa.ipc.new_stream(saved / "data-00000-of-00001.arrow", SCHEMA) as writer:
-        writer.write_table(table, max_chunksize=1000)
-    (saved / "dataset_info.json").write_text(json.dumps({"features": {"body": {"dtype": "string"}}}))
-    (saved / "state.json").write_text(json.dumps({"_data_files": [{"filename": "data-00000-of-00001.arrow"}],
-                                                  "_fingerprint": "f", "_split": "train"}))
+    save_to_disk(root / "saved", table)
     return root
 
 

@@ -72,7 +72,20 @@ def _provenance_urls(manifest_file: str, manifest: dict, what: str, records: str
     return [posixpath.join(base, f["path"]) for f in entry["files"]]
 
 
-class ProvenanceIndex:
+class _SpanFiles:
+    """The provenance files' spans, each file loaded once, when first asked for."""
+
+    _urls: list[str]
+    _loaded: dict[int, tuple[np.ndarray, np.ndarray]]
+
+    def _spans_of_file(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        if i not in self._loaded:
+            with fsspec.open(self._urls[i], "rb") as f, np.load(f) as z:
+                self._loaded[i] = (z["span_starts"], z["spans"])
+        return self._loaded[i]
+
+
+class ProvenanceIndex(_SpanFiles):
     """The spans of any record of an output, from its manifest and provenance files."""
 
     def __init__(self, manifest_file: str, manifest: dict):
@@ -102,12 +115,6 @@ class ProvenanceIndex:
             )
         self._loaded: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
-    def _spans_of_file(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-        if i not in self._loaded:
-            with fsspec.open(self._urls[i], "rb") as f, np.load(f) as z:
-                self._loaded[i] = (z["span_starts"], z["spans"])
-        return self._loaded[i]
-
     def global_index(self, shard_index, positions_in_shard) -> np.ndarray:
         """The job's global record index of records given as (shard, record in shard)."""
         bounds = self._plan.bounds()
@@ -133,7 +140,7 @@ def group_key(group: str) -> int:
     return stable_hash("megatron-group", group) >> 1
 
 
-class StoreProvenance:
+class StoreProvenance(_SpanFiles):
     """The input line of any document of a document store, from its manifest and provenance files."""
 
     def __init__(self, manifest_file: str, manifest: dict):
@@ -159,12 +166,6 @@ class StoreProvenance:
                 raise ManifestError(f"{manifest_file}: the provenance files account for {int(mine[:, 4].sum())} "
                                     f"documents of a group that holds {count}")
         self._loaded: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-
-    def _spans_of_file(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-        if i not in self._loaded:
-            with fsspec.open(self._urls[i], "rb") as f, np.load(f) as z:
-                self._loaded[i] = (z["span_starts"], z["spans"])
-        return self._loaded[i]
 
     def line_of(self, shard: int, document: int) -> tuple[int, int]:
         """(input file index, line) of document `document` of shard `shard` (manifest order)."""
