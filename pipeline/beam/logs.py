@@ -56,25 +56,35 @@ def failure_line(exc: BaseException) -> str | None:
     return None
 
 
+# Beam's SDK worker stops without waiting for its bundles in flight (its thread pool is shared and never
+# waits): a bundle the runner gave up on, as a job fails, ends in a KeyError when it returns its
+# processor to a cache the shutdown emptied. Its traceback is an echo of the failure, never a cause.
+_ABANDONED_BUNDLE = re.compile(r"in release\n.*KeyError: 'bundle_\d+'\s*$", re.S)
+
+
 class _QuietJobErrors:
     """sys.stderr, less the tracebacks Beam's workers print of a bundle that failed on one of our JobErrors.
 
     Beam's SDK worker prints each failed bundle's traceback itself (`print(..., file=sys.stderr)`)
     before the job fails with it; the job then ends with that error's one line (`failure_line`).
-    So do its bundles that fail as a signal stops the run (which ends with its own one line). Any
-    other traceback is printed as it is.
+    So do its bundles that fail as a signal stops the run (which ends with its own one line), and
+    the bundles cut short as the runner stops its workers after such a failure (`_ABANDONED_BUNDLE`,
+    and any traceback after a JobError's in this process). Any other traceback is printed as it is.
     """
 
     def __init__(self, stream):
         self._stream = stream
         self._dropped = False
+        self._failed = False  # a bundle in this process failed on a JobError
 
     def write(self, text: str) -> int:
         dropped, self._dropped = self._dropped, False
-        if text.startswith("Traceback (most recent call last)") and (
-                caught_signal() is not None or failure_line(Exception(text)) is not None):
-            self._dropped = True
-            return len(text)
+        if text.startswith("Traceback (most recent call last)"):
+            if failure_line(Exception(text)) is not None:
+                self._failed = True
+            if self._failed or caught_signal() is not None or _ABANDONED_BUNDLE.search(text):
+                self._dropped = True
+                return len(text)
         if dropped and text == "\n":  # print's line end after the traceback
             return len(text)
         return self._stream.write(text)
@@ -85,13 +95,21 @@ class _QuietJobErrors:
 
 @contextlib.contextmanager
 def quiet_job_error_tracebacks():
-    """While the job runs in this process, Beam's tracebacks of bundles that failed on a JobError are left out."""
+    """While the job runs in this process, Beam's tracebacks of bundles that failed on a JobError are left out.
+
+    After a job stopped by a signal or failed on a JobError the filter stays: worker threads the
+    runner gave up on may still print as they end.
+    """
     stream = sys.stderr
     sys.stderr = _QuietJobErrors(stream)
+    keep = False
     try:
         yield
+    except BaseException as e:
+        keep = failure_line(e) is not None
+        raise
     finally:
-        if caught_signal() is None:  # stopped by a signal, the worker threads may still print as they go
+        if not keep and caught_signal() is None:
             sys.stderr = stream
 
 
