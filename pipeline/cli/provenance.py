@@ -101,19 +101,7 @@ def _documents(manifest: dict, index: ProvenanceIndex, positions, shards, record
     """The records (shard, record) at these positions of a global batch, with their documents."""
     spans = index.spans(shards, records)
     inputs = [entry["path"] for entry in manifest["inputs"]]
-    max_line = int(float(manifest["config"].get("max_line_mb", 64.0)) * (1 << 20))
-    schema = schema_of(manifest["config"])
-    wanted: dict[int, set[int]] = {}
-    for rows in spans:
-        for file_index, line, _, _ in rows.tolist():
-            wanted.setdefault(file_index, set()).add(line)
-    documents = {}
-    for file_index, numbers in sorted(wanted.items()):
-        for number, line in lines_at(inputs[file_index], numbers, max_line, schema).items():
-            try:
-                documents[file_index, number] = parse_line(line, max_line, schema)
-            except BadRecord as e:
-                raise LookupError(f"{inputs[file_index]} line {number} is not the document it was ({e})") from e
+    documents = _texts(manifest, [(file_index, line) for rows in spans for file_index, line, _, _ in rows.tolist()])
     out = []
     for position, shard, record, rows in zip(np.asarray(positions).tolist(), shards.tolist(), records.tolist(), spans,
                                              strict=True):
