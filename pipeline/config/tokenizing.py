@@ -13,9 +13,12 @@ from pipeline.core.option_groups import OptionGroup
 from pipeline.core.options import Bounds, option
 from pipeline.io.urls import is_local_url, redact_url
 from pipeline.tokenize.kinds.base import MAX_TOKEN_ID
-from pipeline.tokenize.kinds.registry import BACKENDS  # which apply depends on the kind (pipeline/beam/preflight.py)
+from pipeline.tokenize.kinds.registry import BACKENDS, KINDS
 
 VERIFY_TOKENIZER_MODES = ("off", "dead_letter", "fail")
+# --tokenizer_backend's choices are every kind's; which apply depends on the kind (pipeline/beam/preflight.py).
+_REFERENCES = [kind.reference for kind in KINDS.values()]
+_FAST = "; ".join(f"{', '.join(kind.fast)} ({kind.label})" for kind in KINDS.values() if kind.fast)
 TOKEN_ID_BOUNDS = Bounds(0, MAX_TOKEN_ID, why="the records hold ids as int32",
                          low_why="a token id is >= 0 (leave the flag out to use the model's)")
 
@@ -55,9 +58,9 @@ class TokenizerOptions(OptionGroup):
     pad_id: int | None = option(None, recorded=False, shown_default="the model's, else the separator",
                                 bounds=TOKEN_ID_BOUNDS, help="id of padded positions instead of the model's")
     tokenizer_backend: str | None = option(
-        None, choices=BACKENDS, shown_default="the kind's own library: sentencepiece, tokenizers or tiktoken",
-        help="auto or a fast engine, used only when its ids equal the kind's own library's: gigatoken, kitoken "
-        "(SentencePiece); tokenizers_batch, gigatoken (tokenizer.json); tiktoken_batch (tiktoken)")
+        None, choices=BACKENDS,
+        shown_default="the kind's own library: " + ", ".join(_REFERENCES[:-1]) + " or " + _REFERENCES[-1],
+        help=f"auto or a fast engine, used only when its ids equal the kind's own library's: {_FAST}")
     verify_tokenizer: str = option(
         "off", choices=VERIFY_TOKENIZER_MODES, const="dead_letter",
         help="also run the reference (the kind's own library) on every document and dead-letter (or fail on) "
