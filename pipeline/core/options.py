@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import functools
 import inspect
 import math
 import re
@@ -161,7 +162,17 @@ def _describe(value) -> str:
 
 def declaring_class(cls, name: str) -> type:
     """The class of `cls`'s MRO that declares the field `name` (its own annotation)."""
-    return next(c for c in cls.__mro__ if name in inspect.get_annotations(c))
+    return _declaring(cls)[name]
+
+
+@functools.cache
+def _declaring(cls) -> dict[str, type]:
+    """Field name -> the class declaring it, for every annotated name of `cls`'s MRO (computed once per class)."""
+    out: dict[str, type] = {}
+    for c in cls.__mro__:
+        for name in inspect.get_annotations(c):
+            out.setdefault(name, c)
+    return out
 
 
 def _section(cls, name: str) -> type | None:
