@@ -1,7 +1,6 @@
 """Tokenizer backends: parity with SentencePiece, the self-check and its fallback, static model checks."""
 
 import ctypes
-import dataclasses
 import json
 import os
 import pickle
@@ -67,8 +66,7 @@ def _tokenizer(proto: bytes) -> SentencePieceTokenizer:
 
 def _only_auto(monkeypatch, *names):
     """`auto` tries only these engines for a SentencePiece model."""
-    row = registry.KINDS["sentencepiece"]
-    monkeypatch.setitem(registry.KINDS, "sentencepiece", dataclasses.replace(row, auto=names))
+    monkeypatch.setattr(registry.KINDS["sentencepiece"], "auto", names)
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from pipeline.cli import run
 from pipeline.config import tokenizer as tconfig
 from pipeline.format import manifest as manifest_lib
 from pipeline.tokenize import trainer as ttrainer
-from pipeline.tokenize.model import load_processor, resolve_special_ids
+from pipeline.tokenize.kinds.detect import load_tokenizer
 
 
 def train_tiny(prefix, texts, **overrides) -> str:
@@ -49,29 +49,29 @@ def without_eos(tmp_path_factory, texts) -> str:
 
 
 def test_the_model_has_llamas_layout(llama_like):
-    sp = load_processor(llama_like)
+    sp = load_tokenizer(llama_like).processor
     assert (sp.unk_id(), sp.bos_id(), sp.eos_id(), sp.pad_id()) == (0, 1, 2, -1)
     assert [sp.id_to_piece(i) for i in range(3)] == ["<unk>", "<s>", "</s>"]
     assert sp.id_to_piece(3) == "<0x00>" and sp.id_to_piece(258) == "<0xFF>"  # byte pieces follow
 
 
 def test_special_ids_come_from_the_model(llama_like):
-    sp = load_processor(llama_like)
-    eos_only = resolve_special_ids(sp, add_bos=False, add_eos=True)
+    tok = load_tokenizer(llama_like)
+    eos_only = tok.special_ids(add_bos=False, add_eos=True)
     assert (eos_only.bos_id, eos_only.eos_id, eos_only.unk_id, eos_only.pad_id) == (1, 2, 0, -1)
     assert eos_only.separator_id == 2
     assert eos_only.padding_id == 2  # no PAD piece: padded positions hold the separator (masked by valid_labels)
-    both = resolve_special_ids(sp, add_bos=True, add_eos=True)
+    both = tok.special_ids(add_bos=True, add_eos=True)
     assert (both.add_bos, both.add_eos, both.separator_id) == (True, True, 2)
-    bos_only = resolve_special_ids(sp, add_bos=True, add_eos=False)
+    bos_only = tok.special_ids(add_bos=True, add_eos=False)
     assert bos_only.separator_id == 1
 
 
 def test_a_model_without_eos_gives_a_clear_error(without_eos, tmp_path):
-    sp = load_processor(without_eos)
-    assert sp.eos_id() == -1
-    with pytest.raises(ValueError, match=r"no EOS id .* pass --eos_id N"):
-        resolve_special_ids(sp, add_bos=False, add_eos=True)
+    tok = load_tokenizer(without_eos)
+    assert tok.eos_id == -1
+    with pytest.raises(ValueError, match=r"no EOS id \(looked for the model's own eos piece\) .* pass --eos_id N"):
+        tok.special_ids(add_bos=False, add_eos=True)
     # The pipeline refuses before any worker starts, with the same message.
     write_lines(str(tmp_path / "in" / "a.jsonl.zst"), [pile_line("hello world")])
     with pytest.raises(ValueError, match="no EOS id"):
@@ -79,8 +79,8 @@ def test_a_model_without_eos_gives_a_clear_error(without_eos, tmp_path):
                            "--tokenizer_model", without_eos, *FAST_BEAM])
     assert not os.path.exists(tmp_path / "out" / manifest_lib.MANIFEST_NAME)
     # An explicit id works, and BOS alone is a valid boundary for such a model.
-    assert resolve_special_ids(sp, add_bos=False, add_eos=True, eos_id=1).eos_id == 1
-    assert resolve_special_ids(sp, add_bos=True, add_eos=False).separator_id == 1
+    assert tok.special_ids(add_bos=False, add_eos=True, eos_id=1).eos_id == 1  # <s>: a control piece
+    assert tok.special_ids(add_bos=True, add_eos=False).separator_id == 1
 
 
 def _label_tokens(output_dir: str, manifest: dict) -> np.ndarray:

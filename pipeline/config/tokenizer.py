@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from pipeline.config.inputs import DocumentLayout
+from pipeline.config.inputs import CHUNK_BOUNDS, CORRUPT_FILE_POLICIES, MAX_LINE_BOUNDS, DocumentLayout
 from pipeline.config.stages import StageChoice
+from pipeline.core.option_groups import check_groups
 from pipeline.core.options import option, recorded
 from pipeline.core.subsets import (
     ALL_NAMES,
@@ -59,23 +60,19 @@ class SampleConfig(DocumentLayout, StageChoice, ChunkSizes):
                                               help="comma list of subsets to leave out")
     seed: int = option(0, help="sampling and trainer seed")
     max_doc_chars: int = option(100_000, help="documents are cut to this many characters before sampling")
-    chunk_mb: float = option(4.0, help="decompressed MiB per unit of work after the fan-out")
-    max_line_mb: float = option(64.0, help="longer input lines are counted as bad and skipped")
-    on_corrupt_file: str = option("fail", choices=("fail", "skip"),
+    chunk_mb: float = option(4.0, bounds=CHUNK_BOUNDS, help="decompressed MiB per unit of work after the fan-out")
+    max_line_mb: float = option(64.0, bounds=MAX_LINE_BOUNDS, help="longer input lines are counted as bad and skipped")
+    on_corrupt_file: str = option("fail", choices=CORRUPT_FILE_POLICIES,
                                   help="fail on a damaged input file, or keep what was read before the damage")
 
     def __post_init__(self):
-        self.resolve_subset_names()
+        check_groups(self)  # every option's choices and bounds; the layout's names resolved, its keys checked
         if not self.inputs:
             raise ValueError("No --input given: pass one or more globs or URLs of .jsonl[.zst|.gz] files")
         if self.sample_bytes <= 0:
             raise ValueError("--sample_mb must be > 0")
         if self.max_doc_chars <= 0:
             raise ValueError("--max_doc_chars must be > 0")
-        self.check_chunk_sizes()
-        if self.on_corrupt_file not in ("fail", "skip"):
-            raise ValueError("--on_corrupt_file must be 'fail' or 'skip'")
-        self.schema  # noqa: B018 -- checks the keys and --default_subset
         subsets, exclude = resolve_selection(self.subsets, self.exclude_subsets, self.any_names)
         object.__setattr__(self, "subsets", subsets)
         object.__setattr__(self, "exclude_subsets", exclude)

@@ -9,6 +9,12 @@
 and required marks); `values_from(Config, namespace)` turns what was given into constructor
 arguments, running each option's `parse` and naming the flag in any error.
 
+Numbers: `bounds=Bounds(low, high, why=...)` declares an option's physical range; `check_declared`
+refuses a value outside it, or outside its `choices`, with one line naming the flag. The manifest:
+`recorded` gives the options that decide an output's bytes, each as its `record` turns it (a URL
+redacted), when its `recorded` (True, or a predicate of the config) and its group's
+`recorded_when` hold; the groups a config is made of are pipeline/core/option_groups.py's.
+
 `parse_command_line` is the whole front door of a command: an optional `--config FILE` (TOML whose
 [pipeline] table holds our options and [beam] table the runner's, both applied as if they came
 first on the command line, so they are checked the same way), our flags, and everything else for
@@ -24,6 +30,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import functools
+import inspect
 import math
 import re
 import sys
@@ -45,8 +53,45 @@ PLACEHOLDER = re.compile(r"\bmy-(?:bucket|project)\b|\bCHANGE(?:[_-]?ME)?\b|<[^<
 
 
 @dataclasses.dataclass(frozen=True)
+class Bounds:
+    """A numeric option's physical range: `low` <= value <= `high` (None: no limit there), and why it stops there.
+
+    `above`: the value must exceed `low` (a size in MiB: more than 0). `why` is shown with a value
+    above `high`, `low_why` with one below `low`.
+
+        >>> Bounds(1, 1 << 20).problem("--seq_len", 0)
+        '--seq_len 0 is below 1'
+        >>> Bounds(0, 1024, above=True, why="zstd's window").problem("--max_line_mb", 4096.0)
+        "--max_line_mb 4096 is above 1024: zstd's window"
+    """
+
+    low: float | None = None
+    high: float | None = None
+    above: bool = False
+    why: str = ""
+    low_why: str = ""
+
+    def problem(self, flag: str, value) -> str | None:
+        """The one line refusing `value` (naming the flag), or None when it is inside the range (or None)."""
+        if value is None:
+            return None
+        if self.low is not None and (value <= self.low if self.above else value < self.low):
+            where = f"must be above {_number(self.low)}" if self.above else f"is below {_number(self.low)}"
+            why = self.low_why
+        elif self.high is not None and value > self.high:
+            where, why = f"is above {_number(self.high)}", self.why
+        else:
+            return None
+        return f"{flag} {_number(value)} {where}" + (f": {why}" if why else "")
+
+
+def _number(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+@dataclasses.dataclass(frozen=True)
 class Option:
-    """How one dataclass field appears on the command line."""
+    """How one dataclass field appears on the command line (and in the manifest)."""
 
     help: str
     parse: Callable[[Any], Any] | None = None  # the flag's text (or a TOML value) -> the field's value
@@ -55,7 +100,11 @@ class Option:
     metavar: str | None = None
     required: bool = False
     many: bool = False  # repeatable, each taking one or more values: --input a b --input c
-    recorded: bool = True  # part of the output's identity (the manifest's config)
+    # Part of the output's identity (the manifest's config): True, False, or a predicate of the config
+    # (recorded only when it holds, so that a job without the feature keeps its manifest's bytes).
+    recorded: bool | Callable[[Any], bool] = True
+    record: Callable[[Any], Any] | None = None  # the value as the manifest records it (a URL redacted)
+    bounds: Bounds | None = None  # a number's physical range
     flag: str | None = None  # the flag, when not --<field name>
     shown_default: str | None = None  # the default as --help shows it, when not the value itself
     cli: bool = True  # False: set by the program, not a flag of its own
@@ -111,41 +160,97 @@ def _describe(value) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
+def declaring_class(cls, name: str) -> type:
+    """The class of `cls`'s MRO that declares the field `name` (its own annotation)."""
+    return _declaring(cls)[name]
+
+
+@functools.cache
+def _declaring(cls) -> dict[str, type]:
+    """Field name -> the class declaring it, for every annotated name of `cls`'s MRO (computed once per class)."""
+    out: dict[str, type] = {}
+    for c in cls.__mro__:
+        for name in inspect.get_annotations(c):
+            out.setdefault(name, c)
+    return out
+
+
+def _section(cls, name: str) -> type | None:
+    """The class whose `title` heads the --help section of a field: its declaring class, when titled."""
+    owner = declaring_class(cls, name)
+    return owner if owner.__dict__.get("title") else None
+
+
+def _section_place(cls, owner: type | None) -> tuple[int, int]:
+    """Where a section goes in --help: the parser's own flags first, then `cls`'s groups in the order of its bases.
+
+    A group's parent (a layout both inputs and selection derive from) comes right after the first group
+    deriving from it.
+    """
+    if owner is None:
+        return -1, -1
+    mro = cls.__mro__
+    return next((i for i, c in enumerate(mro) if i and issubclass(c, owner)), 0), mro.index(owner)
+
+
+def _sections(cls) -> list[tuple[type | None, list[tuple[dataclasses.Field, Option]]]]:
+    """The command-line options of `cls` by --help section: (the titled group declaring them or None, options)."""
+    fields = options_of(cls, cli=True)
+    owners = {field.name: _section(cls, field.name) for field, _ in fields}
+    order = sorted(dict.fromkeys(owners.values()), key=lambda c: _section_place(cls, c))
+    return [(owner, [(f, o) for f, o in fields if owners[f.name] is owner]) for owner in order]
+
+
 def add_options(parser: argparse.ArgumentParser, cls, title: str | None = None) -> None:
-    """Add a flag for every option of `cls` (values stay unparsed text until `values_from`)."""
-    target = parser.add_argument_group(title) if title else parser
-    for field, opt in options_of(cls, cli=True):
-        kind = _argparse_type(field, opt)
-        help_text = opt.help
-        if opt.required:
-            help_text += " (required)"
-        elif opt.shown_default is not None:
-            help_text += f" (default: {opt.shown_default})"
-        elif "default:" not in help_text:  # else the help text says what happens without the flag
-            help_text += f" (default: {_describe(field.default)})"
-        kwargs: dict = {"dest": field.name, "default": argparse.SUPPRESS, "help": help_text}
-        if opt.choices:
-            kwargs["choices"] = opt.choices
-        if opt.const is not None:
-            kwargs.update(nargs="?", const=opt.const)
-        if opt.metavar:
-            kwargs["metavar"] = opt.metavar
-        if kind is bool:
-            kwargs.update(nargs="?", const="true", metavar=opt.metavar or "BOOL")
-        elif kind is not None:
-            kwargs["type"] = kind
-        if opt.many:
-            kwargs.update(action="extend", nargs="+")
-        target.add_argument(flag(field), **kwargs)
-        if isinstance(parser, ArgumentParser):
-            parser.flags.add(flag(field))
+    """Add a flag for every option of `cls` (values stay unparsed text until `values_from`).
+
+    With a `title`, every flag goes into one section of --help so named; without one, each flag
+    goes into the section of the group that declares it (its class's `title`, in the order of
+    `cls`'s bases), or among the parser's own when that class has none.
+    """
+    if title:
+        target = parser.add_argument_group(title)
+        for field, opt in options_of(cls, cli=True):
+            _add_flag(parser, target, field, opt)
+        return
+    for owner, section in _sections(cls):
+        target = parser if owner is None else parser.add_argument_group(owner.title)
+        for field, opt in section:
+            _add_flag(parser, target, field, opt)
+
+
+def _add_flag(parser: argparse.ArgumentParser, target, field: dataclasses.Field, opt: Option) -> None:
+    kind = _argparse_type(field, opt)
+    help_text = opt.help
+    if opt.required:
+        help_text += " (required)"
+    elif opt.shown_default is not None:
+        help_text += f" (default: {opt.shown_default})"
+    elif "default:" not in help_text:  # else the help text says what happens without the flag
+        help_text += f" (default: {_describe(field.default)})"
+    kwargs: dict = {"dest": field.name, "default": argparse.SUPPRESS, "help": help_text}
+    if opt.choices:
+        kwargs["choices"] = opt.choices
+    if opt.const is not None:
+        kwargs.update(nargs="?", const=opt.const)
+    if opt.metavar:
+        kwargs["metavar"] = opt.metavar
+    if kind is bool:
+        kwargs.update(nargs="?", const="true", metavar=opt.metavar or "BOOL")
+    elif kind is not None:
+        kwargs["type"] = kind
+    if opt.many:
+        kwargs.update(action="extend", nargs="+")
+    target.add_argument(flag(field), **kwargs)
+    if isinstance(parser, ArgumentParser):
+        parser.flags.add(flag(field))
 
 
 def values_from(cls, namespace: argparse.Namespace) -> dict:
     """Constructor arguments of `cls` from parsed flags: each given option, parsed; missing ones left out."""
     given = vars(namespace)
     values, missing = {}, []
-    for field, opt in options_of(cls, cli=True):
+    for field, opt in (pair for _, section in _sections(cls) for pair in section):  # missing flags in --help's order
         if field.name not in given:
             if opt.required:
                 missing.append(flag(field))
@@ -168,9 +273,30 @@ def values_from(cls, namespace: argparse.Namespace) -> dict:
     return values
 
 
+def check_declared(config) -> None:
+    """Refuse a value outside its option's `choices` or `bounds` (ValueError naming the flag)."""
+    for field, opt in options_of(type(config)):
+        value = getattr(config, field.name)
+        if opt.choices and value is not None and value not in opt.choices:
+            raise ValueError(f"{flag(field)} must be one of {', '.join(map(str, opt.choices))}; got {value!r}")
+        if opt.bounds is not None and (problem := opt.bounds.problem(flag(field), value)):
+            raise ValueError(problem)
+
+
 def recorded(config) -> dict:
-    """The options of a config instance that are part of its output's identity, by name."""
-    return {field.name: getattr(config, field.name) for field, opt in options_of(type(config)) if opt.recorded}
+    """The options of a config instance that are part of its output's identity, by name, as the manifest records them.
+
+    An option is recorded when its `recorded` holds (True, or a predicate of the config) and the
+    class declaring it, if it has a `recorded_when(config)`, says that its options are recorded now.
+    """
+    out = {}
+    for field, opt in options_of(type(config)):
+        when = getattr(declaring_class(type(config), field.name), "recorded_when", None)
+        if not (opt.recorded(config) if callable(opt.recorded) else opt.recorded) or (when and not when(config)):
+            continue
+        value = getattr(config, field.name)
+        out[field.name] = opt.record(value) if opt.record is not None else value
+    return out
 
 
 class ArgumentParser(argparse.ArgumentParser):

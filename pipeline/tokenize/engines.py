@@ -13,7 +13,10 @@
     tiktoken        tiktoken          Encoding.encode_ordinary per text (the reference)
                     tiktoken_batch    Encoding.encode_ordinary_batch on `threads` threads
 
-Which backends a kind has, and which `auto` tries, is its row in kinds/registry.py. Every engine is
+Which backends a kind has, and which `auto` tries, is its class (kinds/registry.py); a kind's
+reference is `ReferenceEngine` (its `Tokenizer.encode`) unless the table names an engine of its own
+(SentencePiece's, which sets its threads). An engine that is a package of its own (the `fast`
+extra) says so (`package`): those are `FAST_BACKENDS`. Every engine is
 built from a loaded `Tokenizer` (the kind's file is the single source of truth) and encodes a batch
 of texts into (ids, offsets): one flat int32 array of every text's ids (special-token strings as
 text, no BOS/EOS) and int64 offsets, text i being ids[offsets[i]:offsets[i + 1]]. Flat arrays spare
@@ -32,17 +35,9 @@ import sentencepiece as spm
 from pipeline.core import versions
 from pipeline.core.errors import JobError
 from pipeline.core.memo import ProcessMemo
-from pipeline.tokenize.kinds.base import HUGGINGFACE, Tokenizer, flatten
+from pipeline.tokenize.kinds.base import Tokenizer, flatten
 from pipeline.tokenize.kinds.registry import AUTO, KINDS
 from pipeline.tokenize.pieces import PIECE_CHARS
-
-# The fast engines that are packages of their own (the `fast` extra): their version is recorded; the
-# other engines are the kind's own library's.
-FAST_BACKENDS = ("gigatoken", "kitoken")
-_PACKAGES = {"sentencepiece": "sentencepiece", "gigatoken": "gigatoken", "kitoken": "kitoken",
-             "tokenizers": "tokenizers", "tokenizers_batch": "tokenizers", "tiktoken": "tiktoken",
-             "tiktoken_batch": "tiktoken"}
-_MODULES = {"gigatoken": ("awkward", "gigatoken"), "kitoken": ("kitoken",)}
 
 # Engines each of whose calls starts with an empty word cache: fewer, larger calls cost less CPU per
 # token (gigatoken's encode_batch). The others gain nothing from larger calls, and SentencePiece's
@@ -59,8 +54,10 @@ class TokenizerMismatch(JobError, RuntimeError):
 
 
 def package_version(backend: str) -> str | None:
-    """Installed version of a backend's package, or None when it is not installed."""
-    return versions.package_version(_PACKAGES[backend])
+    """Installed version of a backend's package (its own, else its kind's library's), or None when not installed."""
+    package = getattr(_ENGINES.get(backend), "package", None) or next(
+        (kind.package for kind in KINDS.values() if backend in kind.backends and backend != AUTO), None)
+    return versions.package_version(package) if package else None
 
 
 def backend_version(backend: str, tokenizer: Tokenizer) -> str | None:
@@ -72,16 +69,11 @@ def backend_version(backend: str, tokenizer: Tokenizer) -> str | None:
 
 def import_backend(backend: str) -> None:
     """Import a fast backend's modules now, if installed (so that engines built later start at once)."""
-    for name in _MODULES.get(backend, ()):
+    for name in getattr(_ENGINES.get(backend), "modules", ()):
         try:
             importlib.import_module(name)
         except ImportError:
             return
-
-
-def _tokenizers_pool_off() -> None:
-    """`tokenizers`' batches on the calling thread, for the whole process (the library reads this at every call)."""
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
 
 class SentencePieceEngine:
@@ -101,6 +93,9 @@ class SentencePieceEngine:
 
 class KitokenEngine:
     """kitoken over a SentencePiece model; a literal "<s>" in a document is text (encode_specials=False)."""
+
+    package = "kitoken"
+    modules = ("kitoken",)
 
     def __init__(self, tokenizer: Tokenizer, threads: int | None = None):
         try:
@@ -125,7 +120,10 @@ _GIGATOKENS = ProcessMemo(2)
 
 
 class GigatokenEngine:
-    """gigatoken over the tokenizer.json its kind gives it (`Kind.gigatoken_json`), one encoder per process and file."""
+    """gigatoken over the tokenizer.json its kind gives it (`gigatoken_json`), one encoder per process and file."""
+
+    package = "gigatoken"
+    modules = ("awkward", "gigatoken")
 
     def __init__(self, tokenizer: Tokenizer, threads: int | None = None):
         try:
@@ -136,9 +134,9 @@ class GigatokenEngine:
         self._ak = awkward
         # Parallel only when this process has cores to itself (threads > 1).
         self._parallel = threads is None or threads > 1
-        convert = KINDS[tokenizer.kind].gigatoken_json
         try:
-            self._tok = _GIGATOKENS.get(tokenizer.sha256, lambda: gigatoken.Tokenizer.from_json(convert(tokenizer)))
+            self._tok = _GIGATOKENS.get(tokenizer.sha256,
+                                        lambda: gigatoken.Tokenizer.from_json(tokenizer.gigatoken_json()))
         except Exception as e:  # the converter raises ValueError; the Rust loader its own errors
             raise BackendUnavailable(f"gigatoken cannot load the tokenizer: {e}") from None
 
@@ -166,8 +164,8 @@ class ReferenceEngine:
 
     def __init__(self, tokenizer: Tokenizer, threads: int | None = None):
         self._tokenizer = tokenizer
-        if threads == 1 and tokenizer.kind == HUGGINGFACE:
-            _tokenizers_pool_off()
+        if threads == 1:
+            tokenizer.single_thread()
 
     def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """(ids, offsets) of the texts."""
@@ -185,7 +183,7 @@ class TokenizersBatchEngine:
     def __init__(self, tokenizer: Tokenizer, threads: int | None = None):
         self._tok = tokenizer.library
         if threads == 1:
-            _tokenizers_pool_off()
+            tokenizer.single_thread()
 
     def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """(ids, offsets) of the texts."""
@@ -211,9 +209,12 @@ class TiktokenBatchEngine:
         return flatten(self._enc.encode_ordinary_batch(list(texts), num_threads=self._threads))
 
 
+# By --tokenizer_backend name; a kind's reference not named here is `ReferenceEngine`.
 _ENGINES = {"sentencepiece": SentencePieceEngine, "gigatoken": GigatokenEngine, "kitoken": KitokenEngine,
-            "tokenizers": ReferenceEngine, "tokenizers_batch": TokenizersBatchEngine, "tiktoken": ReferenceEngine,
-            "tiktoken_batch": TiktokenBatchEngine}
+            "tokenizers_batch": TokenizersBatchEngine, "tiktoken_batch": TiktokenBatchEngine}
+# The fast engines that are packages of their own (the `fast` extra): their version is recorded; the
+# other engines are their kind's own library's.
+FAST_BACKENDS = tuple(name for name, engine in _ENGINES.items() if getattr(engine, "package", None))
 
 
 def load_engine(backend: str, tokenizer: Tokenizer, threads: int | None = None):
@@ -221,14 +222,17 @@ def load_engine(backend: str, tokenizer: Tokenizer, threads: int | None = None):
 
     `threads`: how many threads one batch may use (None: the engine's default, all cores).
     """
-    row = KINDS[tokenizer.kind]
-    if backend not in row.backends or backend == AUTO:
+    kind = KINDS[tokenizer.kind]
+    if backend not in kind.backends or backend == AUTO:
         raise BackendUnavailable(f"tokenizer backend {backend!r} does not encode {tokenizer.kind} tokenizers; "
-                                 f"choose one of {row.backends}")
-    problems = row.engine_problems(backend, tokenizer)
+                                 f"choose one of {kind.backends}")
+    problems = tokenizer.engine_problems(backend)
     if problems:
         raise BackendUnavailable("; ".join(problems))
-    return _ENGINES[backend](tokenizer, threads)
+    engine = _ENGINES.get(backend, ReferenceEngine if backend == kind.reference else None)
+    if engine is None:
+        raise BackendUnavailable(f"tokenizer backend {backend!r} has no engine")
+    return engine(tokenizer, threads)
 
 
 def mismatched(expected: tuple[np.ndarray, np.ndarray], got: tuple[np.ndarray, np.ndarray]) -> list[int]:

@@ -12,41 +12,10 @@ manifest's description; each worker turns it into its `Encoder` (pipeline/tokeni
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 
-import sentencepiece as spm
-
-from pipeline.io.files import NotAFileError, read_bytes
-from pipeline.io.urls import redact_url
 from pipeline.tokenize.encoder import Encoder
-from pipeline.tokenize.kinds import detect
-from pipeline.tokenize.kinds.base import HUGGINGFACE, SENTENCEPIECE, SpecialIds, Tokenizer, TokenizerFileError
-from pipeline.tokenize.kinds.registry import KINDS
-from pipeline.tokenize.kinds.sp_model import SentencePieceTokenizer, special_ids_of
-
-
-def load_processor(path: str, flag: str = "--tokenizer_model") -> spm.SentencePieceProcessor:
-    """Load a SentencePiece model from a local path or fsspec URL; errors name `flag`.
-
-    Only a regular file of at most `MAX_READ_BYTES` is read (not a device, a FIFO or a folder).
-    """
-    try:
-        proto = read_bytes(path)
-    except NotAFileError as e:
-        raise NotAFileError(f"{flag} {redact_url(path)!r}: {e}") from None
-    sp = spm.SentencePieceProcessor()
-    try:
-        sp.LoadFromSerializedProto(proto)
-    except Exception as e:  # sentencepiece raises RuntimeError/OSError variants
-        raise ValueError(f"{flag} {redact_url(path)} is not a SentencePiece model: {e}") from e
-    return sp
-
-
-def resolve_special_ids(sp: spm.SentencePieceProcessor, *, add_bos: bool, add_eos: bool, bos_id: int | None = None,
-                        eos_id: int | None = None) -> SpecialIds:
-    """Apply the BOS/EOS policy to a loaded SentencePiece model (`sp_model.special_ids_of`)."""
-    return special_ids_of(sp.get_piece_size(), sp.bos_id(), sp.eos_id(), sp.pad_id(), sp.unk_id(),
-                          add_bos=add_bos, add_eos=add_eos, bos_id=bos_id, eos_id=eos_id)
+from pipeline.tokenize.kinds.base import SpecialIds, Tokenizer
+from pipeline.tokenize.kinds.detect import load_tokenizer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,25 +74,7 @@ class TokenizerModel:
         FileNotFoundError when there is none; TokenizerFileError (a ValueError naming the file) when it
         is of no known kind or cannot be used.
         """
-        directory = detect.is_dir(path)
-        data = None if directory else read_bytes(path)
-        kind = HUGGINGFACE if directory else detect.kind_of(redact_url(path), data)
-        if kind == SENTENCEPIECE:
-            if tiktoken_name is not None:
-                raise TokenizerFileError(f"{redact_url(path)}: a SentencePiece model, not a tiktoken ranks "
-                                         f"file: --tiktoken_encoding {tiktoken_name} does not apply")
-            return cls.from_bytes(path, data)
-        expected = None if data is None else hashlib.sha256(data).hexdigest()
-        return cls(path, detect.load_tokenizer(path, tiktoken_name=tiktoken_name, expected_sha256=expected),
-                   tiktoken_name)
-
-    @classmethod
-    def from_bytes(cls, path: str, data: bytes) -> TokenizerModel:
-        """The SentencePiece model held in `data` (read from `path`); ValueError when it is not one."""
-        try:
-            return cls(path, SentencePieceTokenizer(redact_url(path), data))
-        except TokenizerFileError as e:
-            raise ValueError(str(e)) from None  # the line names the file already
+        return cls(path, load_tokenizer(path, tiktoken_name=tiktoken_name), tiktoken_name)
 
     def special_ids(self, *, add_bos: bool, add_eos: bool, bos_id: int | None = None,
                     eos_id: int | None = None, pad_id: int | None = None, allow_text: bool = False) -> SpecialIds:
@@ -136,7 +87,7 @@ class TokenizerModel:
 
     def facts(self) -> dict | None:
         """The tokenizer's description for the manifest (its kind's `manifest_facts`; None for SentencePiece)."""
-        out = KINDS[self.kind].manifest_facts(self.tokenizer)
+        out = self.tokenizer.manifest_facts()
         if out is not None and self.tiktoken_name is not None:
             out["tiktoken_encoding"] = self.tiktoken_name
         return out

@@ -6,7 +6,7 @@ chunk's documents in one batch (~4 MB); a document longer than LONG_TEXT_CHARS i
 of about PIECE_CHARS, encoded BATCH_CHARS of pieces at a time (or what the engine asks for:
 `piece_batch_chars`), and the pieces' ids are joined.
 
-Where a cut is safe is the kind's `CutRules` (its registry row: kinds/sp_model.py for SentencePiece,
+Where a cut is safe is the kind's `CutRules` (its `cuts`: kinds/sp_model.py's for SentencePiece,
 kinds/byte_level.py for tokenizer.json and tiktoken). Whether an engine and a tokenizer qualify is
 decided when the engine loads (`check_cuts`): the rules' static checks, then a self-test: tricky
 texts cut at every candidate place must encode to their whole-text ids, for each kind of cut on its
@@ -21,7 +21,6 @@ import numpy as np
 
 from pipeline.core.memo import ProcessMemo
 from pipeline.tokenize.kinds.base import CutRules, Tokenizer
-from pipeline.tokenize.kinds.registry import KINDS
 
 LOG = logging.getLogger(__name__)
 
@@ -79,7 +78,7 @@ def check_cuts(engine, tokenizer: Tokenizer) -> tuple[bool, bool, str]:
 
     Once per process, engine type and tokenizer: engines of one type over one tokenizer give the same ids.
     """
-    rules = KINDS[tokenizer.kind].cuts
+    rules = tokenizer.cuts
     return CUTS.get((type(engine), rules.identity(tokenizer)), lambda: _check(engine, tokenizer, rules))
 
 
@@ -113,7 +112,7 @@ class PieceEncoder:
     def __init__(self, engine, tokenizer: Tokenizer, *, long_chars: int = LONG_TEXT_CHARS,
                  piece_chars: int = PIECE_CHARS, batch_chars: int | None = None):
         self._engine = engine
-        self._rules = KINDS[tokenizer.kind].cuts
+        self._rules = tokenizer.cuts
         self._long = long_chars
         self._piece = piece_chars
         self._batch = batch_chars or getattr(engine, "piece_batch_chars", BATCH_CHARS)

@@ -126,7 +126,7 @@ def sample_documents(input_files: list[str], total_bytes: int = SAMPLE_BYTES,
 
 def check_texts(tokenizer: Tokenizer, long_line: int = 1 << 16) -> list[str]:
     """The adversarial strings of the self-check for this tokenizer (its kind's own strings inside text)."""
-    return adversarial_texts(KINDS[tokenizer.kind].check_strings(tokenizer), long_line)
+    return adversarial_texts(tokenizer.check_strings(), long_line)
 
 
 def reference_ids(tokenizer: Tokenizer, texts: list[str], adversarial: list[str]) -> dict:
@@ -204,7 +204,7 @@ def choose_backend(requested: str, tokenizer: Tokenizer | str, input_files: list
     checks = []
     with ThreadPoolExecutor(2) as pool:
         for backend in row.auto if requested == AUTO else (requested,):
-            if expected is None and not row.engine_problems(backend, tok) and package_version(backend):
+            if expected is None and not tok.engine_problems(backend) and package_version(backend):
                 # The reference's ids, computed once, only when some engine can be checked, and while the
                 # engine loads (the reference libraries release the GIL; converting a model holds it).
                 expected = pool.submit(reference_ids, tok, texts, adversarial)

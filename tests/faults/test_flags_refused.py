@@ -77,7 +77,7 @@ def test_an_empty_output_dir_is_not_the_current_directory(tmp_path):
 def test_a_negative_special_id_is_named_as_such(tmp_path, flag):
     """`--eos_id -3` said that the model has no EOS id (it has one)."""
     _, line = _run(tmp_path, flag, "-3", "--add_bos", "True")
-    assert f"{flag} -3: a token id is >= 0" in line and "has no" not in line
+    assert f"{flag} -3 is below 0: a token id is >= 0" in line and "has no" not in line
 
 
 @pytest.mark.parametrize("flag", ["--max_line_mb", "--shard_size_mb", "--chunk_mb", "--max_dead_letter_fraction",

@@ -105,5 +105,6 @@ def test_a_rerun_after_a_refused_output_needs_overwrite_and_clears_it(six_percen
 
 @pytest.mark.parametrize("value", ["-0.1", "1.5"])
 def test_the_threshold_is_a_fraction(value, tmp_path):
-    with pytest.raises(ValueError, match="--max_dead_letter_fraction must be within \\[0, 1\\]"):
+    with pytest.raises(ValueError, match=rf"^--max_dead_letter_fraction {value} is (below 0|above 1): a share of the "
+                       r"lines, within \[0, 1\]$"):
         run.parse_args(_job("x", tmp_path, "--max_dead_letter_fraction", value))

@@ -1,11 +1,24 @@
 """What every kind of tokenizer file offers the pipeline: `Tokenizer`, `CutRules`, the errors of loading one.
 
+A kind is one subclass of `Tokenizer` (one module of kinds/ and one row of kinds/registry.py). The
+class says what the kind is, the instance is a file of it loaded:
+
+    detection   `looks_like(data, parsed)`: a file's bytes (and their JSON object, if they are one)
+    loading     `load(files, tiktoken_name=)`: the main file's bytes and the files beside it
+                (`TokenizerFiles`); a directory holds a tokenizer when the kind names its `directory_file`
+    engines     `reference` (the owning library's encode, the `--tokenizer_backend` fast engines are
+                checked against), `fast` (as --help lists them), `auto` (the order `auto` tries them),
+                `engine_problems(backend)` (what an engine is known to get wrong for this file), and
+                `gigatoken_json()` where gigatoken is one of them
+    self-check  `check_strings()`: the strings that must stay text (its special tokens, control pieces)
+    long texts  `cuts`: its `CutRules`, where very long texts may be cut (pipeline/tokenize/pieces.py)
+    manifest    `manifest_facts()`: the manifest's description of the tokenizer
+
 A `Tokenizer` is loaded from the user's files only (nothing is ever downloaded). Its `encode` is the
 reference: the owning library's own encode of each text, with special-token strings in the text
 encoded as text (never as control ids), no BOS/EOS. Its ids fit below `vocab_size`; its special ids
 (`bos_id`, `eos_id`, `pad_id`, `unk_id`, -1 when absent) come from the tokenizer's own files, and
 `special_sources` says which file named each; `special_ids` applies the job's boundary policy.
-A kind's `CutRules` say where its very long texts may be cut (pipeline/tokenize/pieces.py).
 """
 
 from __future__ import annotations
@@ -13,13 +26,16 @@ from __future__ import annotations
 import abc
 import dataclasses
 import itertools
-from collections.abc import Hashable
+import json
+import posixpath
+from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
 
 SENTENCEPIECE = "sentencepiece"
 HUGGINGFACE = "huggingface"
 TIKTOKEN = "tiktoken"
+AUTO = "auto"  # the --tokenizer_backend that tries a kind's fast engines in order
 
 
 class TokenizerFileError(ValueError):
@@ -28,6 +44,38 @@ class TokenizerFileError(ValueError):
 
 class UnknownTokenizerKind(TokenizerFileError):
     """A file that is none of the kinds the pipeline takes."""
+
+
+class TokenizerFileMissing(TokenizerFileError, FileNotFoundError):
+    """No tokenizer file where one was named."""
+
+
+def json_object(data: bytes, path: str) -> dict | None:
+    """The JSON object a file's bytes hold (a byte-order mark and leading blanks skipped), else None."""
+    text = data.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if not text.startswith(b"{"):
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+    except RecursionError:
+        raise TokenizerFileError(f"{path}: JSON nested too deeply to be a tokenizer file") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenizerFiles:
+    """A tokenizer's files as its kind's `load` gets them: the main file's bytes, and the files beside it."""
+
+    shown: str  # the location as given, credentials redacted: what messages and the manifest show
+    main: str  # the main file's location (a directory's `directory_file`): read, never shown
+    data: bytes  # the main file's bytes
+    read: Callable[[str], bytes | None]  # a location's bytes, None when there is no such file
+
+    def beside(self, name: str) -> bytes | None:
+        """The bytes of the file `name` in the main file's folder, or None when there is none."""
+        folder = posixpath.dirname(self.main)
+        return self.read(posixpath.join(folder, name) if folder else name)
 
 
 MAX_TOKEN_ID = 2**31 - 1  # the records and every engine hold ids as int32
@@ -78,17 +126,27 @@ class SpecialIds:
         return self.pad_id if self.pad_id >= 0 else self.separator_id
 
 
-# Where each kind's own special ids are looked for (the error when one the job needs is missing).
-_LOOKED_FOR = {
-    HUGGINGFACE: "{role}_token in tokenizer_config.json / special_tokens_map.json, the post-processor's template",
-    TIKTOKEN: "{role}_token in the ranks file's JSON or the built-in encoding",
-}
-
-
 class Tokenizer(abc.ABC):
-    """A loaded tokenizer of one kind. Subclasses set the attributes in their constructor."""
+    """A kind of tokenizer file (the class) and one loaded (an instance): see the module docstring.
 
-    kind: str  # its row in kinds/registry.py's KINDS
+    A subclass declares the kind's attributes below and sets the instance's in its constructor.
+    """
+
+    # The kind, declared by each subclass.
+    kind: str  # its name: its row in kinds/registry.py's KINDS, the manifest's `tokenizer.kind`
+    described: str  # how a message names a file of the kind ("a SentencePiece .model")
+    label: str  # how --help names the kind ("SentencePiece", "tokenizer.json")
+    directory_file: str | None = None  # the main file's name in a directory that holds the tokenizer
+    reference: str  # the --tokenizer_backend of the owning library's own encode
+    reference_name: str  # how messages name the reference ("ids different from SentencePiece's")
+    package: str  # the owning library's package (the reference's and its own batch engines')
+    fast: tuple[str, ...] = ()  # the fast engines, as --help lists them
+    auto: tuple[str, ...] = ()  # the fast engines `auto` tries, in order: fastest first
+    backends: tuple[str, ...] = ()  # every --tokenizer_backend of the kind: reference, fast engines, auto (derived)
+    cuts: CutRules  # where its very long texts may be cut
+    specials_looked_for: str = "its files"  # where its own special ids are looked for ("{role}": bos, eos)
+
+    # A file of it, loaded.
     path: str  # the location it was loaded from, as shown (a URL with credentials redacted)
     sha256: str  # of the main file: the .model, tokenizer.json or the ranks file
     files: dict  # every file read: name -> sha256 (companions included)
@@ -99,6 +157,51 @@ class Tokenizer(abc.ABC):
     unk_id: int = -1
     special_sources: dict  # "bos"/"eos"/"pad"/"unk" -> where the id came from
     special_tokens: dict  # control strings -> id: never produced from text by `encode`
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if hasattr(cls, "reference"):
+            cls.backends = (cls.reference, *cls.fast, AUTO)
+
+    @classmethod
+    @abc.abstractmethod
+    def looks_like(cls, data: bytes, parsed: dict | None) -> bool:
+        """Whether a file's bytes are of this kind (`parsed`: the JSON object they hold, None when they hold none)."""
+
+    @classmethod
+    def load(cls, files: TokenizerFiles, *, tiktoken_name: str | None = None) -> Tokenizer:
+        """The tokenizer of these files: by default the main file's bytes alone.
+
+        `tiktoken_name`: a built-in pattern and special tokens, which only a tiktoken ranks file takes.
+        """
+        cls.refuse_encoding_name(files, tiktoken_name)
+        return cls(files.shown, files.data)
+
+    @classmethod
+    def refuse_encoding_name(cls, files: TokenizerFiles, tiktoken_name: str | None) -> None:
+        """Refuse a tiktoken encoding name for a file of a kind that has none."""
+        if tiktoken_name is not None:
+            raise TokenizerFileError(f"{files.shown}: a {cls.kind} file, not a tiktoken ranks file: "
+                                     f"--tiktoken_encoding {tiktoken_name} does not apply")
+
+    def check_strings(self) -> Sequence[str]:
+        """The strings the self-check puts in text, where they must stay text: by default the special tokens."""
+        return list(self.special_tokens)
+
+    def engine_problems(self, backend: str) -> list[str]:
+        """What the engine `backend` is known to get wrong for this file, before it is loaded (by default, nothing)."""
+        return []
+
+    def gigatoken_json(self) -> str:
+        """The tokenizer.json gigatoken loads for this file, its special tokens as text."""
+        raise ValueError(f"a {self.kind} tokenizer has no tokenizer.json for gigatoken")
+
+    def single_thread(self) -> None:  # noqa: B027 -- most kinds' references use the calling thread already
+        """Keep the reference's batches on the calling thread (a worker process that owns one core)."""
+
+    def manifest_facts(self) -> dict | None:
+        """The manifest's description of the tokenizer beyond the ids: by default `to_json`."""
+        return self.to_json()
 
     @abc.abstractmethod
     def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -143,7 +246,7 @@ class Tokenizer(abc.ABC):
             if value is not None and not 0 <= value < self.vocab_size:
                 raise ValueError(f"{flag}={value} is outside the vocabulary of {self.path} (size {self.vocab_size})")
             if wanted and chosen[role] < 0:
-                looked = _LOOKED_FOR.get(self.kind, "its files").format(role=role)
+                looked = self.specials_looked_for.format(role=role)
                 raise ValueError(f"The tokenizer {self.path} ({self.kind}) has no {role.upper()} id (looked for "
                                  f"{looked}) and the pipeline is asked to add {role.upper()}: pass {flag} N (an id "
                                  f"below {self.vocab_size}; an ordinary token's with --allow_text_eos) or turn "

@@ -1,4 +1,4 @@
-r"""What Hugging Face and tiktoken tokenizers share in their registry rows: cuts, self-check strings, gigatoken's JSON.
+r"""Where a byte-level BPE's very long texts may be cut: the cuts Hugging Face and tiktoken tokenizers share.
 
 Cuts (`ByteLevelCuts`): a very long document is encoded in pieces with the whole text's ids
 (pipeline/tokenize/pieces.py). A byte-level BPE attaches a space to the word after it (" word") and
@@ -116,23 +116,3 @@ class ByteLevelCuts(CutRules):
 
 CUT_RULES = ByteLevelCuts()
 
-
-def check_strings(tokenizer: Tokenizer) -> list[str]:
-    """The tokenizer's special tokens: strings the self-check puts in text, where they must stay text."""
-    return list(tokenizer.special_tokens)
-
-
-def gigatoken_json(tokenizer) -> str:
-    """The tokenizer.json gigatoken loads: without truncation, padding and special added tokens.
-
-    gigatoken matches added tokens in the text: a special one's string in a document would become its id.
-    """
-    spec = json.loads(tokenizer.data)
-    spec["added_tokens"] = [t for t in spec.get("added_tokens") or [] if not t.get("special")]
-    spec["truncation"] = spec["padding"] = None
-    return json.dumps(spec, ensure_ascii=False)
-
-
-def manifest_facts(tokenizer: Tokenizer) -> dict:
-    """The manifest's description of the tokenizer (kind, files, where each special id came from, versions)."""
-    return tokenizer.to_json()

@@ -1,4 +1,4 @@
-"""Which kind a tokenizer file is, from its bytes, and the `Tokenizer` loaded from it.
+"""Which kind a tokenizer file is, from its bytes, and the `Tokenizer` loaded from it: every kind of the registry asked.
 
     a SentencePiece .model                  a serialized ModelProto           -> SentencePieceTokenizer
     a Hugging Face tokenizer.json           JSON with a model and its pipeline -> HuggingFaceTokenizer
@@ -6,32 +6,29 @@
     a tiktoken BPE ranks file               `base64 rank` lines                -> TiktokenTokenizer
       (its pattern and special tokens from <file>.json or a built-in name)
 
-The extension says nothing (Llama 3's tiktoken file is called `tokenizer.model`). Anything else is
-`UnknownTokenizerKind`, one line naming the file. Locations are local paths or fsspec URLs; what
-errors and the manifest show of them is redacted (no credentials).
+The extension says nothing (Llama 3's tiktoken file is called `tokenizer.model`): each kind's
+`looks_like` looks at the bytes; a directory is a tokenizer when it holds a kind's `directory_file`.
+Anything else is `UnknownTokenizerKind`, one line naming the file. Locations are local paths or
+fsspec URLs; what errors and the manifest show of them is redacted (no credentials).
 """
 
 from __future__ import annotations
 
-import json
 import posixpath
 
 import fsspec
 
 from pipeline.io.files import NotAFileError, read_bytes
 from pipeline.io.urls import redact_url
-from pipeline.tokenize.kinds import hf_json, sp_model, tiktoken_bpe
 from pipeline.tokenize.kinds.base import (
-    HUGGINGFACE,
-    SENTENCEPIECE,
-    TIKTOKEN,
     Tokenizer,
     TokenizerFileError,
+    TokenizerFileMissing,
+    TokenizerFiles,
     UnknownTokenizerKind,
+    json_object,
 )
-
-_KNOWN = ("a SentencePiece .model, a Hugging Face tokenizer.json (or a directory holding one) or a tiktoken "
-          "BPE ranks file")
+from pipeline.tokenize.kinds.registry import KINDS
 
 
 def _read(url: str) -> bytes | None:
@@ -51,44 +48,50 @@ def is_dir(url: str) -> bool:
     return fs.isdir(path)
 
 
-def _json(data: bytes, path: str):
-    text = data.lstrip(b"\xef\xbb\xbf \t\r\n")
-    if not text.startswith(b"{"):
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return None
-    except RecursionError:
-        raise TokenizerFileError(f"{path}: JSON nested too deeply to be a tokenizer file") from None
+def _expected() -> str:
+    """The kinds, as a message lists them: "a, b or c"."""
+    described = [kind.described for kind in KINDS.values()]
+    return ", ".join(described[:-1]) + " or " + described[-1] if len(described) > 1 else described[0]
+
+
+def _directory_files() -> list[str]:
+    return [kind.directory_file for kind in KINDS.values() if kind.directory_file]
 
 
 def kind_of(path: str, data: bytes) -> str:
     """The kind of a file's bytes; UnknownTokenizerKind (naming `path`) when none fits."""
-    spec = _json(data, path)
-    if spec is not None:
-        if hf_json.looks_like(spec):
-            return HUGGINGFACE
-        raise UnknownTokenizerKind(f"{path}: JSON but not a Hugging Face tokenizer.json (pass the tokenizer.json, "
-                                   f"or the directory that holds it); expected {_KNOWN}")
-    if tiktoken_bpe.looks_like(data):
-        return TIKTOKEN
-    if sp_model.looks_like(data):
-        return SENTENCEPIECE
-    raise UnknownTokenizerKind(f"{path}: not a tokenizer file of a known kind; expected {_KNOWN}")
+    parsed = json_object(data, path)
+    for kind in KINDS.values():
+        if kind.looks_like(data, parsed):
+            return kind.kind
+    if parsed is not None:
+        named = " or ".join(f"the {name}" for name in _directory_files())
+        raise UnknownTokenizerKind(f"{path}: JSON but not a tokenizer file of a known kind (pass {named}, or the "
+                                   f"directory that holds it); expected {_expected()}")
+    raise UnknownTokenizerKind(f"{path}: not a tokenizer file of a known kind; expected {_expected()}")
+
+
+def _main_file(path: str) -> tuple[str, bytes]:
+    """(the main file's location, its bytes): the file itself, or the file a kind names in a directory."""
+    shown = redact_url(path)
+    if is_dir(path):
+        for name in _directory_files():
+            main = posixpath.join(path.rstrip("/"), name)
+            data = _read(main)
+            if data is not None:
+                return main, data
+        raise UnknownTokenizerKind(f"{shown}: a directory without {' or '.join(_directory_files())}; "
+                                   f"expected {_expected()}")
+    data = _read(path)
+    if data is None:
+        raise TokenizerFileMissing(f"{shown}: no such tokenizer file")
+    return path, data
 
 
 def detect_kind(path: str) -> str:
-    """The kind of the tokenizer at `path` (a file or a Hugging Face directory)."""
-    shown = redact_url(path)
-    if is_dir(path):
-        if _read(posixpath.join(path.rstrip("/"), hf_json.TOKENIZER_JSON)) is None:
-            raise UnknownTokenizerKind(f"{shown}: a directory without {hf_json.TOKENIZER_JSON}; expected {_KNOWN}")
-        return HUGGINGFACE
-    data = _read(path)
-    if data is None:
-        raise TokenizerFileError(f"{shown}: no such tokenizer file")
-    return kind_of(shown, data)
+    """The kind of the tokenizer at `path` (a file or a directory holding one)."""
+    main, data = _main_file(path)
+    return kind_of(redact_url(main), data)
 
 
 def load_tokenizer(path: str, *, tiktoken_name: str | None = None, expected_sha256: str | None = None) -> Tokenizer:
@@ -96,43 +99,13 @@ def load_tokenizer(path: str, *, tiktoken_name: str | None = None, expected_sha2
 
     `tiktoken_name`: a built-in pattern and special tokens for a ranks file (tiktoken_bpe.BUILTINS),
     instead of the `<file>.json` beside it. `expected_sha256`: refuse a main file whose sha256 differs
-    (a worker loading what the driver checked).
+    (a worker loading what the driver checked). A missing file is `TokenizerFileMissing`, also a
+    FileNotFoundError.
     """
-    shown = redact_url(path)
-    directory = None
-    if is_dir(path):
-        directory = path.rstrip("/")
-        main = posixpath.join(directory, hf_json.TOKENIZER_JSON)
-    else:
-        main = path
-    data = _read(main)
-    if data is None:
-        if directory is not None:
-            raise UnknownTokenizerKind(f"{shown}: a directory without {hf_json.TOKENIZER_JSON}; expected {_KNOWN}")
-        raise TokenizerFileError(f"{shown}: no such tokenizer file")
-    kind = kind_of(redact_url(main), data)
-    if tiktoken_name is not None and kind != TIKTOKEN:
-        raise TokenizerFileError(f"{shown}: a {kind} file, not a tiktoken ranks file: a tiktoken encoding name "
-                                 f"({tiktoken_name!r}) does not apply")
-    if kind == HUGGINGFACE:
-        base = directory or posixpath.dirname(main)
-        companions = {}
-        for name in hf_json.COMPANIONS:
-            raw = _read(posixpath.join(base, name)) if base else _read(name)
-            if raw is not None:
-                companions[name] = raw
-        tokenizer: Tokenizer = hf_json.HuggingFaceTokenizer(shown, data, companions)
-    elif kind == TIKTOKEN:
-        spec_bytes = _read(tiktoken_bpe.spec_path(main))
-        spec = None
-        if spec_bytes is not None:
-            spec = _json(spec_bytes, tiktoken_bpe.spec_path(redact_url(main)))
-            if not isinstance(spec, dict):
-                raise TokenizerFileError(f"{tiktoken_bpe.spec_path(redact_url(main))}: not a JSON object")
-        tokenizer = tiktoken_bpe.TiktokenTokenizer(shown, data, name=tiktoken_name, spec=spec, spec_bytes=spec_bytes)
-    else:
-        tokenizer = sp_model.SentencePieceTokenizer(shown, data)
+    main, data = _main_file(path)
+    kind = KINDS[kind_of(redact_url(main), data)]
+    tokenizer = kind.load(TokenizerFiles(redact_url(path), main, data, _read), tiktoken_name=tiktoken_name)
     if expected_sha256 is not None and tokenizer.sha256 != expected_sha256:
-        raise TokenizerFileError(f"{shown}: sha256 {tokenizer.sha256} differs from the checked {expected_sha256}: "
-                                 "the tokenizer changed while the job ran")
+        raise TokenizerFileError(f"{tokenizer.path}: sha256 {tokenizer.sha256} differs from the checked "
+                                 f"{expected_sha256}: the tokenizer changed while the job ran")
     return tokenizer

@@ -8,30 +8,38 @@ pad documents silently). Special ids, in order of precedence: `tokenizer_config.
 `bos_token`/`eos_token`/`pad_token`/`unk_token`, then `special_tokens_map.json`'s, then the
 post-processor's template (the special token before the sequence is BOS, the one after it EOS), then
 the model's `unk_token`.
+
+The kind (`HuggingFaceTokenizer`): a JSON object with a model and the pipeline around it, or a
+directory holding `tokenizer.json`; its fast engines the library's own batch encode and gigatoken
+(`gigatoken_json`: the file without its special added tokens); cuts of long texts as every
+byte-level BPE's (kinds/byte_level.py).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 
 import numpy as np
 
 from pipeline.core import versions
-from pipeline.tokenize.kinds.base import HUGGINGFACE, Tokenizer, TokenizerFileError, check_ids_fit, flatten
+from pipeline.tokenize.kinds import byte_level
+from pipeline.tokenize.kinds.base import (
+    HUGGINGFACE,
+    Tokenizer,
+    TokenizerFileError,
+    TokenizerFiles,
+    check_ids_fit,
+    flatten,
+)
 
 TOKENIZER_JSON = "tokenizer.json"
 CONFIG_JSON = "tokenizer_config.json"
 SPECIAL_MAP_JSON = "special_tokens_map.json"
 COMPANIONS = (CONFIG_JSON, SPECIAL_MAP_JSON)
 _ROLES = ("bos", "eos", "pad", "unk")
-
-
-def looks_like(spec: object) -> bool:
-    """Whether parsed JSON is a tokenizer.json (a model and the pipeline around it)."""
-    return isinstance(spec, dict) and isinstance(spec.get("model"), dict) and (
-        "added_tokens" in spec or "pre_tokenizer" in spec or "normalizer" in spec)
 
 
 def byte_decoder() -> dict[str, int]:
@@ -90,6 +98,19 @@ class HuggingFaceTokenizer(Tokenizer):
     """A tokenizer.json and its companions (name -> bytes, read from beside it)."""
 
     kind = HUGGINGFACE
+    described = "a Hugging Face tokenizer.json (or a directory holding one)"
+    label = "tokenizer.json"
+    directory_file = TOKENIZER_JSON
+    reference = "tokenizers"
+    reference_name = "tokenizers"
+    package = "tokenizers"
+    # gigatoken's per-call word cache makes it many times `tokenizers`' encode per core on real text, the
+    # library's batch encode a little faster (scripts/bench/bench_tokenizer_kinds.py).
+    fast = ("tokenizers_batch", "gigatoken")
+    auto = ("gigatoken", "tokenizers_batch")
+    cuts = byte_level.CUT_RULES
+    specials_looked_for = ("{role}_token in tokenizer_config.json / special_tokens_map.json, the post-processor's "
+                           "template")
 
     def __init__(self, path: str, data: bytes, companions: dict[str, bytes] | None = None):
         from tokenizers import Tokenizer as HFTokenizer
@@ -152,6 +173,19 @@ class HuggingFaceTokenizer(Tokenizer):
             setattr(self, f"{role}_id", token_id)
             self.special_sources[role] = f"{source} ({token!r})"
 
+    @classmethod
+    def looks_like(cls, data: bytes, parsed: dict | None) -> bool:
+        """Whether the bytes are a tokenizer.json: a JSON object with a model and the pipeline around it."""
+        return isinstance(parsed, dict) and isinstance(parsed.get("model"), dict) and (
+            "added_tokens" in parsed or "pre_tokenizer" in parsed or "normalizer" in parsed)
+
+    @classmethod
+    def load(cls, files: TokenizerFiles, *, tiktoken_name: str | None = None) -> HuggingFaceTokenizer:
+        """The tokenizer.json with the companions found beside it."""
+        cls.refuse_encoding_name(files, tiktoken_name)
+        companions = {name: raw for name in COMPANIONS if (raw := files.beside(name)) is not None}
+        return cls(files.shown, files.data, companions)
+
     def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """The reference (ids, offsets) of the texts.
 
@@ -175,6 +209,20 @@ class HuggingFaceTokenizer(Tokenizer):
     def library(self):
         """The loaded `tokenizers.Tokenizer` (special tokens encoded as text, no truncation or padding)."""
         return self._tok
+
+    def single_thread(self) -> None:
+        """`tokenizers`' batches on the calling thread, for the whole process (the library reads this at every call)."""
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+
+    def gigatoken_json(self) -> str:
+        """The tokenizer.json gigatoken loads: without truncation, padding and special added tokens.
+
+        gigatoken matches added tokens in the text: a special one's string in a document would become its id.
+        """
+        spec = json.loads(self.data)
+        spec["added_tokens"] = [t for t in spec.get("added_tokens") or [] if not t.get("special")]
+        spec["truncation"] = spec["padding"] = None
+        return json.dumps(spec, ensure_ascii=False)
 
     def byte_level(self) -> bool:
         """Whether the vocabulary is GPT-2's byte-level alphabet (a ByteLevel pre-tokenizer or decoder)."""

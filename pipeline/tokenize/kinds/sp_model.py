@@ -1,10 +1,10 @@
 r"""A SentencePiece `.model` as a `Tokenizer`: the reference is SentencePiece itself.
 
-What the kind's registry row takes from here (pipeline/tokenize/kinds/registry.py): the special-id
-policy of a `.model` (`SentencePieceTokenizer.special_ids`), what each fast engine is known to get
-wrong for a model (`engine_problems`, from its settings: sp_facts.py), the tokenizer.json gigatoken
-loads (`gigatoken_json`: sp_json.py's conversion, control pieces as text), the strings the
-self-check puts in text (`check_strings`) and where a very long text may be cut (`CUT_RULES`).
+The kind (`SentencePieceTokenizer`): a serialized ModelProto, detected by its first byte; its fast
+engines gigatoken and kitoken, each known to get some models wrong (`engine_problems`, from the
+model's settings: sp_facts.py); the tokenizer.json gigatoken loads (`gigatoken_json`: sp_json.py's
+conversion, control pieces as text); the strings the self-check puts in text (`check_strings`)
+and where a very long text may be cut (`CUT_RULES`). Its manifest entry is the ids and sha256 alone.
 
 A model's facts and its converted form are derived once per process and model (ProcessMemo):
 DirectRunner's worker threads reuse what the driver derived for its self-check.
@@ -31,7 +31,6 @@ Newline cuts come first; space cuts only where a stretch of the piece length has
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import re
@@ -42,7 +41,7 @@ import sentencepiece as spm
 from pipeline.core import versions
 from pipeline.core.memo import ProcessMemo
 from pipeline.tokenize.kinds import sp_json
-from pipeline.tokenize.kinds.base import SENTENCEPIECE, CutRules, SpecialIds, Tokenizer, TokenizerFileError, flatten
+from pipeline.tokenize.kinds.base import SENTENCEPIECE, CutRules, Tokenizer, TokenizerFileError, flatten
 from pipeline.tokenize.kinds.sp_facts import ModelFacts, model_problems
 
 NEWLINE = "\n"
@@ -51,144 +50,9 @@ _FACTS = ProcessMemo()  # model bytes -> ModelFacts
 _CONVERTED = ProcessMemo()  # model bytes -> the tokenizer.json gigatoken loads
 
 
-def looks_like(data: bytes) -> bool:
-    """Whether the bytes start like a serialized ModelProto: field 1 (a piece message), length-delimited."""
-    return len(data) > 2 and data[0] == 0x0A
-
-
 def model_facts(proto: bytes) -> ModelFacts:
     """`ModelFacts.from_proto`, once per process and model."""
     return _FACTS.get(proto, lambda: ModelFacts.from_proto(proto))
-
-
-def special_ids_of(vocab: int, model_bos: int, model_eos: int, pad_id: int, unk_id: int, *, add_bos: bool,
-                   add_eos: bool, bos_id: int | None = None, eos_id: int | None = None) -> SpecialIds:
-    """Apply the BOS/EOS policy to a model's ids; errors say what to pass when the model lacks an id."""
-    bos = model_bos if bos_id is None else bos_id
-    eos = model_eos if eos_id is None else eos_id
-    if not (add_bos or add_eos):
-        raise ValueError(
-            "Documents need a boundary token: with neither EOS nor BOS, packed documents would run "
-            "into each other. Keep the default EOS or pass --add_bos."
-        )
-    for name, wanted, value, flag in (("EOS", add_eos, eos, "--eos_id"), ("BOS", add_bos, bos, "--bos_id")):
-        if wanted and value < 0:
-            raise ValueError(
-                f"The tokenizer model has no {name} id and the pipeline is asked to add {name}: pass "
-                f"{flag} N (an id below {vocab}; an ordinary token's with --allow_text_eos) or turn {name} off."
-            )
-        if wanted and value >= vocab:
-            raise ValueError(f"{flag}={value} is outside the vocabulary (size {vocab})")
-    return SpecialIds(vocab, bos, eos, pad_id, unk_id, add_bos, add_eos)
-
-
-class SentencePieceTokenizer(Tokenizer):
-    """A SentencePiece model; `encode` runs SentencePiece on each text (threads: all cores)."""
-
-    kind = SENTENCEPIECE
-
-    def __init__(self, path: str, proto: bytes):
-        self.path = path
-        self.proto = proto
-        self._sp = spm.SentencePieceProcessor()
-        try:
-            self._sp.LoadFromSerializedProto(proto)
-        except Exception as e:  # sentencepiece raises RuntimeError/OSError variants
-            raise TokenizerFileError(f"{path} is not a SentencePiece model: {e}") from None
-        self.sha256 = hashlib.sha256(proto).hexdigest()
-        self.files = {path.rstrip("/").rsplit("/", 1)[-1]: self.sha256}
-        sp = self._sp
-        self.vocab_size = sp.get_piece_size()
-        self.bos_id, self.eos_id, self.pad_id, self.unk_id = sp.bos_id(), sp.eos_id(), sp.pad_id(), sp.unk_id()
-        self.special_sources = {k: "model" for k, v in (("bos", self.bos_id), ("eos", self.eos_id),
-                                                          ("pad", self.pad_id), ("unk", self.unk_id)) if v >= 0}
-
-    @functools.cached_property
-    def special_tokens(self) -> dict:
-        """Control pieces (<s>, </s>) -> id: never produced from text by SentencePiece."""
-        ids = list(range(self.vocab_size))  # SentencePiece's batch calls: one each, not one per id
-        return {p: i for p, i, control in zip(self._sp.id_to_piece(ids), ids, self._sp.is_control(ids), strict=True)
-                if control}
-
-    @property
-    def processor(self) -> spm.SentencePieceProcessor:
-        """The loaded `SentencePieceProcessor`."""
-        return self._sp
-
-    @property
-    def facts(self) -> ModelFacts:
-        """The model's settings that decide whether a fast engine reproduces it (once per process and model)."""
-        return model_facts(self.proto)
-
-    def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """The reference (ids, offsets) of the texts."""
-        return flatten(self._sp.encode(list(texts)) if texts else [])
-
-    def decode(self, ids) -> str:
-        """The text of some ids."""
-        return self._sp.decode([int(i) for i in ids])
-
-    def versions(self) -> dict[str, str]:
-        """The owning library and its version."""
-        return {"sentencepiece": versions.package_version("sentencepiece") or spm.__version__}
-
-    def byte_pieces(self) -> np.ndarray:
-        """Per id, whether it is a byte-fallback piece (<0x..>)."""
-        return np.array(self._sp.is_byte(list(range(self.vocab_size))), dtype=bool)
-
-    def special_ids(self, *, add_bos: bool, add_eos: bool, bos_id: int | None = None, eos_id: int | None = None,
-                    pad_id: int | None = None, allow_text: bool = False) -> SpecialIds:
-        """The model's special ids with the BOS/EOS policy applied (flags win over the model's own ids).
-
-        A --bos_id/--eos_id that is an ordinary piece of the model (not a control one) is refused unless
-        `allow_text`.
-        """
-        special = special_ids_of(self.vocab_size, self.bos_id, self.eos_id, self.pad_id, self.unk_id,
-                                 add_bos=add_bos, add_eos=add_eos, bos_id=bos_id, eos_id=eos_id)
-        if not allow_text:
-            self.refuse_text_boundaries(add_bos=add_bos, add_eos=add_eos, bos_id=bos_id, eos_id=eos_id)
-        if pad_id is None:
-            return special
-        if not 0 <= pad_id < self.vocab_size:
-            raise ValueError(f"--pad_id={pad_id} is outside the vocabulary (size {self.vocab_size})")
-        return dataclasses.replace(special, pad_id=pad_id)
-
-    def shown_token(self, token_id: int) -> str:
-        """The piece of an id, as the model spells it ("▁the", "<0x0A>")."""
-        return self._sp.id_to_piece(token_id)
-
-
-def engine_problems(backend: str, tokenizer: SentencePieceTokenizer) -> list[str]:
-    """Model settings a fast engine is known to get wrong (sp_facts.model_problems); none for SentencePiece."""
-    return [] if backend == SENTENCEPIECE else model_problems(backend, tokenizer.facts)
-
-
-def gigatoken_json(tokenizer: SentencePieceTokenizer) -> str:
-    """The tokenizer.json gigatoken loads for a .model, control pieces as text (once per process and model).
-
-    gigatoken's own loader (`Tokenizer.from_sentencepiece`) lists control pieces (<s>, </s>) as
-    added special tokens, which it matches in the text: a literal "<s>" in a document would become
-    id 1. sp_json.py converts the model without them.
-    """
-    proto = tokenizer.proto
-    return _CONVERTED.get(proto, lambda: sp_json.tokenizer_json(proto, model_facts(proto)))
-
-
-def check_strings(tokenizer: SentencePieceTokenizer) -> list[str]:
-    """The model's own pieces a fast engine might match in text: control and user-defined pieces."""
-    facts = tokenizer.facts
-    return [p for p in facts.control_pieces + facts.user_defined_pieces if p]
-
-
-def derived() -> dict:
-    """What this process derived from models (facts, conversions), for `adopt`."""
-    return {"facts": _FACTS.items(), "converted": _CONVERTED.items()}
-
-
-def adopt(items: dict) -> None:
-    """Take what another process derived from models as this one's."""
-    _FACTS.adopt(items["facts"])
-    _CONVERTED.adopt(items["converted"])
 
 
 class SentencePieceCuts(CutRules):
@@ -260,3 +124,111 @@ class SentencePieceCuts(CutRules):
 
 
 CUT_RULES = SentencePieceCuts()
+
+
+class SentencePieceTokenizer(Tokenizer):
+    """A SentencePiece model; `encode` runs SentencePiece on each text (threads: all cores)."""
+
+    kind = SENTENCEPIECE
+    described = "a SentencePiece .model"
+    label = "SentencePiece"
+    reference = "sentencepiece"
+    reference_name = "SentencePiece"
+    package = "sentencepiece"
+    # gigatoken is ~13x SentencePiece per core, kitoken ~5-7x (docs/backends.md).
+    fast = ("gigatoken", "kitoken")
+    auto = ("gigatoken", "kitoken")
+    specials_looked_for = "the model's own {role} piece"
+    cuts = CUT_RULES
+
+    def __init__(self, path: str, proto: bytes):
+        self.path = path
+        self.proto = proto
+        self._sp = spm.SentencePieceProcessor()
+        try:
+            self._sp.LoadFromSerializedProto(proto)
+        except Exception as e:  # sentencepiece raises RuntimeError/OSError variants
+            raise TokenizerFileError(f"{path} is not a SentencePiece model: {e}") from None
+        self.sha256 = hashlib.sha256(proto).hexdigest()
+        self.files = {path.rstrip("/").rsplit("/", 1)[-1]: self.sha256}
+        sp = self._sp
+        self.vocab_size = sp.get_piece_size()
+        self.bos_id, self.eos_id, self.pad_id, self.unk_id = sp.bos_id(), sp.eos_id(), sp.pad_id(), sp.unk_id()
+        self.special_sources = {k: "model" for k, v in (("bos", self.bos_id), ("eos", self.eos_id),
+                                                          ("pad", self.pad_id), ("unk", self.unk_id)) if v >= 0}
+
+    @functools.cached_property
+    def special_tokens(self) -> dict:
+        """Control pieces (<s>, </s>) -> id: never produced from text by SentencePiece."""
+        ids = list(range(self.vocab_size))  # SentencePiece's batch calls: one each, not one per id
+        return {p: i for p, i, control in zip(self._sp.id_to_piece(ids), ids, self._sp.is_control(ids), strict=True)
+                if control}
+
+    @property
+    def processor(self) -> spm.SentencePieceProcessor:
+        """The loaded `SentencePieceProcessor`."""
+        return self._sp
+
+    @property
+    def facts(self) -> ModelFacts:
+        """The model's settings that decide whether a fast engine reproduces it (once per process and model)."""
+        return model_facts(self.proto)
+
+    def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """The reference (ids, offsets) of the texts."""
+        return flatten(self._sp.encode(list(texts)) if texts else [])
+
+    def decode(self, ids) -> str:
+        """The text of some ids."""
+        return self._sp.decode([int(i) for i in ids])
+
+    def versions(self) -> dict[str, str]:
+        """The owning library and its version."""
+        return {"sentencepiece": versions.package_version("sentencepiece") or spm.__version__}
+
+    def byte_pieces(self) -> np.ndarray:
+        """Per id, whether it is a byte-fallback piece (<0x..>)."""
+        return np.array(self._sp.is_byte(list(range(self.vocab_size))), dtype=bool)
+
+    def shown_token(self, token_id: int) -> str:
+        """The piece of an id, as the model spells it ("▁the", "<0x0A>")."""
+        return self._sp.id_to_piece(token_id)
+
+    @classmethod
+    def looks_like(cls, data: bytes, parsed: dict | None) -> bool:
+        """Whether the bytes start like a serialized ModelProto: field 1 (a piece message), length-delimited."""
+        return parsed is None and len(data) > 2 and data[0] == 0x0A
+
+    def engine_problems(self, backend: str) -> list[str]:
+        """Model settings a fast engine is known to get wrong (sp_facts.model_problems); none for SentencePiece."""
+        return [] if backend == self.reference else model_problems(backend, self.facts)
+
+    def gigatoken_json(self) -> str:
+        """The tokenizer.json gigatoken loads for a .model, control pieces as text (once per process and model).
+
+        gigatoken's own loader (`Tokenizer.from_sentencepiece`) lists control pieces (<s>, </s>) as
+        added special tokens, which it matches in the text: a literal "<s>" in a document would become
+        id 1. sp_json.py converts the model without them.
+        """
+        proto = self.proto
+        return _CONVERTED.get(proto, lambda: sp_json.tokenizer_json(proto, model_facts(proto)))
+
+    def check_strings(self) -> list[str]:
+        """The model's own pieces a fast engine might match in text: control and user-defined pieces."""
+        facts = self.facts
+        return [p for p in facts.control_pieces + facts.user_defined_pieces if p]
+
+    def manifest_facts(self) -> None:
+        """Nothing beyond the ids and sha256: a .model's entry is as it always was."""
+        return None
+
+
+def derived() -> dict:
+    """What this process derived from models (facts, conversions), for `adopt`."""
+    return {"facts": _FACTS.items(), "converted": _CONVERTED.items()}
+
+
+def adopt(items: dict) -> None:
+    """Take what another process derived from models as this one's."""
+    _FACTS.adopt(items["facts"])
+    _CONVERTED.adopt(items["converted"])

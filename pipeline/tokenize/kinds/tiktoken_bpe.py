@@ -11,7 +11,9 @@ given when loading (BUILTINS: r50k_base/gpt2, cl100k_base, o200k_base, llama3; t
 below, as tiktoken and Meta's Llama 3 code define them). Nothing is downloaded. A built-in's special
 ids follow its ranks, so its ranks file must hold exactly its number of ranks.
 
-The reference ids are tiktoken's `encode_ordinary`: special-token strings in a text are text.
+The reference ids are tiktoken's `encode_ordinary`: special-token strings in a text are text. The
+kind (`TiktokenTokenizer`): a file whose first line is `base64 rank`; its fast engine tiktoken's
+own batch encode; cuts of long texts as every byte-level BPE's (kinds/byte_level.py).
 """
 
 from __future__ import annotations
@@ -19,12 +21,22 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import posixpath
 import re
 
 import numpy as np
 
 from pipeline.core import versions
-from pipeline.tokenize.kinds.base import TIKTOKEN, Tokenizer, TokenizerFileError, check_ids_fit, flatten
+from pipeline.tokenize.kinds import byte_level
+from pipeline.tokenize.kinds.base import (
+    TIKTOKEN,
+    Tokenizer,
+    TokenizerFileError,
+    TokenizerFiles,
+    check_ids_fit,
+    flatten,
+    json_object,
+)
 
 ENDOFTEXT = "<|endoftext|>"
 R50K_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
@@ -59,12 +71,6 @@ BUILTINS = {
 }
 BUILTINS["gpt2"] = BUILTINS["r50k_base"]
 _LINE = re.compile(rb"[A-Za-z0-9+/]+={0,2} [0-9]+")
-
-
-def looks_like(data: bytes) -> bool:
-    """Whether the bytes start like a ranks file: a `base64 rank` line."""
-    first = data[:4096].split(b"\n", 1)[0].rstrip(b"\r")
-    return bool(_LINE.fullmatch(first))
 
 
 def spec_path(path: str) -> str:
@@ -130,6 +136,15 @@ class TiktokenTokenizer(Tokenizer):
     """A ranks file and its pattern and special tokens; `encode` is tiktoken's `encode_ordinary`."""
 
     kind = TIKTOKEN
+    described = "a tiktoken BPE ranks file"
+    label = "tiktoken"
+    reference = "tiktoken"
+    reference_name = "tiktoken"
+    package = "tiktoken"
+    fast = ("tiktoken_batch",)
+    auto = ("tiktoken_batch",)
+    cuts = byte_level.CUT_RULES
+    specials_looked_for = "{role}_token in the ranks file's JSON or the built-in encoding"
 
     def __init__(self, path: str, data: bytes, *, name: str | None = None, spec: dict | None = None,
                  spec_bytes: bytes | None = None):
@@ -173,6 +188,23 @@ class TiktokenTokenizer(Tokenizer):
             setattr(self, f"{role}_id", specials[token])
             self.special_sources[role] = f"{origin} ({token!r})"
         self.library_version = versions.package_version("tiktoken") or tiktoken.__version__
+
+    @classmethod
+    def looks_like(cls, data: bytes, parsed: dict | None) -> bool:
+        """Whether the bytes start like a ranks file: a `base64 rank` line."""
+        first = data[:4096].split(b"\n", 1)[0].rstrip(b"\r")
+        return parsed is None and bool(_LINE.fullmatch(first))
+
+    @classmethod
+    def load(cls, files: TokenizerFiles, *, tiktoken_name: str | None = None) -> TiktokenTokenizer:
+        """The ranks file with its pattern and specials: `tiktoken_name`'s, and/or the JSON beside it."""
+        spec_bytes = files.beside(spec_path(posixpath.basename(files.main)))
+        spec = None
+        if spec_bytes is not None:
+            spec = json_object(spec_bytes, spec_path(files.shown))
+            if not isinstance(spec, dict):
+                raise TokenizerFileError(f"{spec_path(files.shown)}: not a JSON object")
+        return cls(files.shown, files.data, name=tiktoken_name, spec=spec, spec_bytes=spec_bytes)
 
     def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """The reference (ids, offsets) of the texts."""

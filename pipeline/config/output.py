@@ -1,0 +1,54 @@
+"""Where the output goes and what it is: `OutputOptions` of `pile-pipeline run` (format, shards, extras)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from pipeline.core.option_groups import OptionGroup
+from pipeline.core.options import Bounds, option
+
+OUTPUT_FORMATS = ("tfrecord", "megatron")  # pipeline/beam/formats.py's FORMATS
+_SPLIT_NAME = re.compile(r"^[A-Za-z0-9_]+$")
+MAX_SHARD_MB = 5 << 20  # 5 TiB: the largest object S3 and Google Cloud Storage hold
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class OutputOptions(OptionGroup):
+    """--output_dir, the output format, the shards' size and names, and what else is written beside them."""
+
+    title = "output"
+
+    output_dir: str = option(help="local path, EFS mount or s3:// URL", metavar="DIR", recorded=False)
+    overwrite: bool = option(False, recorded=False,
+                             help="replace a previous output of this pipeline in --output_dir")
+    # Not recorded here: a TFRecord output does not depend on them; the Megatron manifest records
+    # them itself (pipeline/beam/megatron.py).
+    output_format: str = option(
+        "tfrecord", choices=OUTPUT_FORMATS, recorded=False,
+        help="tfrecord: packed records for the tf.data reader; megatron: Megatron's indexed dataset "
+        "(.bin + .idx, one document per sequence) for Megatron-LM and NeMo (docs/megatron.md)")
+    per_subset: bool = option(
+        False, recorded=False,
+        help="megatron: separate .bin/.idx files per subset, so that a blend can weigh subsets "
+        "(pile-pipeline data-path --epochs pile_paper); tfrecord: one output per subset in OUT/<subset> and "
+        "OUT/mixture.json for tfdata.make_dataset, --epochs as its weights (docs/reader.md)")
+    shard_size_mb: float = option(
+        1024.0, bounds=Bounds(0, MAX_SHARD_MB, above=True, why="5 TiB is the largest object S3 and GCS hold"),
+        help="upper bound per shard in MiB (+ one record)")
+    split: str = option("train", help="shard name prefix: train-00000-of-00042.tfrecord")
+    provenance: bool = option(False, recorded=False,
+                              help="also write provenance/: each record's source spans (file, line, tokens), "
+                              "for `pile-pipeline provenance`; the shards are the same bytes")
+
+    def check(self) -> None:
+        """A non-empty --output_dir; a --split name of letters, digits and underscores."""
+        if not self.output_dir.strip():
+            raise ValueError("--output_dir is empty: give the output directory (a path or an s3:// URL)")
+        if not _SPLIT_NAME.match(self.split):
+            raise ValueError(f"--split {self.split!r}: use letters, digits and underscores only")
+
+    @property
+    def shard_bytes(self) -> int:
+        """Shard size bound in bytes (at least one)."""
+        return max(1, int(self.shard_size_mb * (1 << 20)))
