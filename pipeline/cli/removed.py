@@ -44,7 +44,8 @@ def build_parser() -> ArgumentParser:
                    "the flag, or a,b; default: every reason)")
     p.add_argument("--rule", action="append", metavar="RULE", help="only records of this rule (gopher_short_doc, "
                    "c4_lines_removed, ...; default: every rule)")
-    p.add_argument("--subset", action="append", metavar="NAME", help="only documents of this subset (default: every subset)")
+    p.add_argument("--subset", action="append", metavar="NAME",
+                   help="only documents of this subset (default: every subset)")
     p.add_argument("--sample", type=int, metavar="N", help="N records chosen by a seeded hash (default: every record)")
     p.add_argument("--seed", type=int, default=0, help="the sample's seed (default: 0)")
     p.add_argument("--per_rule", action="store_true", help="with --sample: N records of each reason and rule "
