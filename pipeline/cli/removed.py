@@ -51,7 +51,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--per_rule", action="store_true", help="with --sample: N records of each reason and rule "
                    "(default: N in all)")
     p.add_argument("--format", choices=("text", "json"), default="text",
-                   help="text for a person (default), or JSON lines: the record, text, text_after for a cut")
+                   help="text for a person, or JSON lines: the record, text, text_after for a cut (default: text)")
     p.add_argument("--chars", type=int, metavar="N", help=f"characters of each text shown, 0 for all (default: "
                    f"{TEXT_CHARS} as text, all as JSON)")
     return p
