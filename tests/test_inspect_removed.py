@@ -4,7 +4,7 @@ The job runs the stages, exact dedup and decontamination (cutting) on four input
 (zstd, gzip, plain JSON lines, Parquet: tests/inspect_corpus.py). The command prints every record
 of removed/ with the input's text, a cut with the text the job kept (checked against the stages
 applied in process, and the eval spans cut), filters and samples reproducibly, and refuses an input
-that changed since the run, naming it.
+that changed since the run, naming it; a Megatron output's too.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import shutil
 import inspect_corpus
 import pytest
 from corpus_helpers import FAST_BEAM
+from report_page import check_numbers, render
 
 from pipeline.cli import removed as removed_cli
 from pipeline.cli import run
@@ -177,3 +178,21 @@ def test_a_removed_file_edited_after_the_run_is_refused(cleaned, capsys, tmp_pat
     target.write_bytes(bytes(data))
     status, _, err = _run(capsys, copy)
     assert status == 2 and "not the file the manifest lists" in err
+
+
+def test_a_megatron_output_too(cleaned, capsys, tmp_path, tiny_model):
+    root, _, _, docs, _ = cleaned
+    out = tmp_path / "megatron"
+    manifest = run.main(["--input", str(root / "c.jsonl"), str(root / "d.parquet"), "--output_dir", str(out),
+                         "--tokenizer_model", tiny_model, "--output_format", "megatron",
+                         *inspect_corpus.flags(root), *FAST_BEAM])
+    capsys.readouterr()  # the job's summary
+    shown = _json(capsys, out, "--reason", "c4_quality_cut,gopher_quality")
+    assert shown and len(shown) == sum(1 for r in _records(out, manifest)
+                                       if r["reason"] in ("c4_quality_cut", "gopher_quality"))
+    names = [str(root / "c.jsonl"), str(root / "d.parquet")]
+    for item in shown:
+        assert item["text"] == docs[(inspect_corpus.FILES.index(item["file"].rsplit("/", 1)[1]), item["line"])][0]
+        assert item["file"] in names
+    page, _ = render([out], capsys, tmp_path)  # and its report, every number the manifest's
+    check_numbers(page, [(out, manifest)], least=20)

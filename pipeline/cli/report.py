@@ -63,10 +63,10 @@ def main(argv=None) -> str:
         if _inside(args.html, folder):
             raise UsageError(f"--html {args.html}: inside the output {folder}, whose files are the manifest's "
                              "only (--overwrite refuses a directory holding others); write it elsewhere")
-    labels = ("A", "B") if args.compare else ("",)
-    runs = [collect(location, label or location, args.examples, args.seed, not args.no_inputs)
-            for location, label in zip(filter(None, (args.output_dir, args.compare)), labels, strict=True)]
-    publish_text(args.html, build(runs, args.chars))
+    locations = [args.output_dir] + ([args.compare] if args.compare else [])
+    labels = ["A", "B"] if args.compare else [args.output_dir]
+    runs, comparison = collect(locations, labels, args.examples, args.seed, not args.no_inputs)
+    publish_text(args.html, build(runs, args.chars, comparison))
     return args.html
 
 

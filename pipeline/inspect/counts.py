@@ -20,11 +20,16 @@ from pipeline.stages.rules import DEDUP_REASONS, EMPTY_TEXT, NOT_SELECTED
 
 @dataclasses.dataclass(frozen=True)
 class Cell:
-    """A number on the page and its source: `m`, a manifest expression, or `r`, a count of removed/ records."""
+    """A number on the page and its source.
+
+    m: a manifest expression; r: a count of removed/ records; f: documents of two runs by their fates
+    (pipeline/inspect/fates.py: {"a": [reason, rule] or None for kept, "b": ...}).
+    """
 
     value: int | float | None
     m: tuple | None = None
     r: dict | None = None
+    f: dict | None = None
 
 
 def _walk(obj, path: list) -> list:

@@ -6,7 +6,8 @@ text that escaping missed still could not run or call out. Every text from the d
 subset and rule names, record fields, paths) goes through `esc`: cut to a length, control characters
 made visible, then `html.escape`. Every number is a `<td class="n">` whose `data-src` names where it
 comes from (pipeline/inspect/counts.py): `{"run": i, "m": expression}`, `{"run": i, "r": records}`,
-or `{"delta": [a, b]}` (b minus a), so that a test can check each against the manifests.
+`{"f": fates}` (two runs' documents by fate) or `{"delta": [a, b]}` (b minus a), so that a test can
+check each against the manifests and removed/ files.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ def _format(value) -> str:
 
 def source(cell: Cell, run: int) -> dict:
     """The cell's source as the page records it."""
+    if cell.f is not None:
+        return {"f": cell.f}
     return {"run": run, "m": cell.m} if cell.m is not None else {"run": run, "r": cell.r}
 
 
@@ -80,12 +83,13 @@ def table(header: list[str], rows: list[str], caption: str = "") -> str:
     return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def figure(png: bytes | None, alt: str) -> str:
-    """A figure as an inline PNG (nothing when there is none)."""
+def figure(png: bytes | None, alt: str, caption: str = "") -> str:
+    """A figure as an inline PNG (nothing when there is none), with a caption of ours (escaped all the same)."""
     if not png:
         return ""
     data = base64.b64encode(png).decode("ascii")
-    return f'<figure><img src="data:image/png;base64,{data}" alt="{esc(alt)}"></figure>'
+    cap = f'<figcaption class="note">{esc(caption, 400)}</figcaption>' if caption else ""
+    return f'<figure><img src="data:image/png;base64,{data}" alt="{esc(alt)}">{cap}</figure>'
 
 
 def note(text: str) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 
 from pipeline.inspect import counts, sections
+from pipeline.inspect.fates import Fates, fates, same_inputs, wanted_lines
 from pipeline.inspect.output import Output
 from pipeline.inspect.page import page
 from pipeline.inspect.scan import InputStats, RecordStats, read_inputs, read_records
@@ -49,18 +50,37 @@ class Run:
         self.labels = counts.label_rows(manifest)
 
 
-def collect(location: str, label: str, examples: int = 3, seed: int = 0, inputs: bool = True) -> Run:
-    """Read one output: its manifest, its records, and (unless `inputs` is false) its inputs."""
-    output = Output.open(location)
-    records = read_records(output, examples if inputs else 0, seed)
-    if not inputs:
-        return Run(label, output, records, None, "left out: --no_inputs")
-    stats = read_inputs(output, records)
-    return Run(label, output, records, stats, f"yes: {len(output.inputs)} input file(s), unchanged since the run")
+def collect(locations: list[str], labels: list[str], examples: int = 3, seed: int = 0,
+            inputs: bool = True) -> tuple[list[Run], Comparison | None]:
+    """Read one output, or two (with the documents whose fate differs): manifests, records, inputs."""
+    outputs = [Output.open(location) for location in locations]
+    records = [read_records(output, examples if inputs else 0, seed) for output in outputs]
+    comparison = None
+    if len(outputs) == 2:
+        why = same_inputs(*outputs)
+        comparison = Comparison(why, fates(*outputs, examples if inputs else 0, seed) if why is None else None)
+    runs = []
+    for k, (output, stats, label) in enumerate(zip(outputs, records, labels, strict=True)):
+        if not inputs:
+            runs.append(Run(label, output, stats, None, "left out: --no_inputs"))
+            continue
+        texts = wanted_lines(comparison.fates) if k == 0 and comparison and comparison.fates else None
+        read = read_inputs(output, stats, texts)
+        note = f"yes: {len(output.inputs)} input file(s), unchanged since the run"
+        runs.append(Run(label, output, stats, read, note))
+    return runs, comparison
 
 
-def build(runs: list[Run], chars: int = 2000) -> str:
-    """The page for one run, or two side by side."""
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """Two runs' documents side by side: their fates where the inputs are the same (`why_not` otherwise)."""
+
+    why_not: str | None
+    fates: Fates | None
+
+
+def build(runs: list[Run], chars: int = 2000, comparison: Comparison | None = None) -> str:
+    """The page for one run, or two side by side (`comparison`: their documents' fates)."""
     title = ("What the run did: " + runs[0].output.shown if len(runs) == 1
              else f"{runs[0].output.shown} and {runs[1].output.shown}, side by side")
     for run in runs:
@@ -68,4 +88,6 @@ def build(runs: list[Run], chars: int = 2000) -> str:
     parts = [sections.overview(runs), sections.funnel(runs), sections.subsets(runs), sections.rules(runs),
              sections.lengths(runs), sections.values(runs), sections.labels(runs), sections.dedup(runs),
              sections.packing(runs), sections.examples(runs, chars)]
+    if comparison is not None:
+        parts.insert(4, sections.fates(runs, comparison, chars))
     return page(title, parts)

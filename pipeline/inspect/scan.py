@@ -114,6 +114,7 @@ class InputStats:
 
     lengths: dict = dataclasses.field(default_factory=dict)  # (reason, rule) -> counts per LENGTH_EDGES bin
     examples: list = dataclasses.field(default_factory=list)  # [Shown]
+    texts: dict = dataclasses.field(default_factory=dict)  # (file, line) -> input text, of the lines asked for
 
     def add_length(self, group: tuple[str, str], chars: int) -> None:
         """One document's length."""
@@ -126,7 +127,9 @@ class InputStats:
 class _Walk:
     """An input's lines in order beside its records (in line order): each document's length and group."""
 
-    def __init__(self, output: Output, file_index: int, stats: InputStats, wanted: set[int], selected):
+    def __init__(self, output: Output, file_index: int, stats: InputStats, wanted: set[int], selected,
+                 texts: set[int]):
+        self._file_index, self._texts = file_index, texts
         self._cuts = frozenset(output.cut_reasons())
         self._records: Iterator[dict] = output.records(file_index) if output.removed is not None else iter(())
         self._next = next(self._records, None)
@@ -147,6 +150,8 @@ class _Walk:
             doc = validate(line, self._max, self._schema, self._file_stats)
         except BadRecord:
             return
+        if line.number in self._texts:
+            self._stats.texts[self._file_index, line.number] = doc.text
         if doc.subset not in self._selected or not doc.text or doc.text.isspace():
             return
         removal = [r for r in records if r["reason"] not in self._cuts]
@@ -154,8 +159,11 @@ class _Walk:
         self._stats.add_length(group, len(doc.text))
 
 
-def read_inputs(output: Output, records: RecordStats) -> InputStats:
-    """One pass over each input: length histograms, and `records.examples` read back and decided again."""
+def read_inputs(output: Output, records: RecordStats, texts: dict[int, set[int]] | None = None) -> InputStats:
+    """One pass over each input: length histograms, `records.examples` read back and decided again.
+
+    texts: {input file: lines} whose input texts to keep too (`InputStats.texts`).
+    """
     stats = InputStats()
     replay = Replay(output.manifest) if records.examples else None
     selected = {name for name, s in output.manifest.get("subsets", {}).items() if s.get("selected", True)}
@@ -165,7 +173,7 @@ def read_inputs(output: Output, records: RecordStats) -> InputStats:
     for file_index, entry in enumerate(output.inputs):
         chosen = examples.get(file_index, [])
         wanted = {r["line"] for r in chosen}
-        walk = _Walk(output, file_index, stats, wanted, selected)
+        walk = _Walk(output, file_index, stats, wanted, selected, (texts or {}).get(file_index, set()))
         lines = read_input(entry, output.config, wanted, visit=walk)
         if chosen:
             decided = {d.line: d for d in replay.decide(file_index, entry["path"], lines, walk.by_line)}

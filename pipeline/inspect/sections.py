@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 
 from pipeline.inspect import counts, figures
+from pipeline.inspect.counts import Cell
 from pipeline.inspect.page import delta, document, esc, figure, note, number, table, text_cell
+from pipeline.inspect.removed import OWN_KEYS
 from pipeline.inspect.scan import LENGTH_EDGES
 from pipeline.stages import registry
 
@@ -135,8 +137,11 @@ def values(runs) -> tuple[str, str, str]:
             thresholds = sorted(t for (r, u, f), c in run.records.thresholds.items()
                                 if (r, u) == (reason, rule) and _pairs(f, field, run, reason, rule) for t in c)[:3]
             drawn.append((run.label, found.array() if found else [], thresholds))
+        caption = "; ".join(f"{', '.join(f'{t:g}' for t in ts)}" + (f" ({label})" if len(runs) > 1 else "")
+                            for label, _, ts in drawn if ts)
         parts.append(figure(figures.values(drawn, f"{reason} / {rule or '-'}: {field}"),
-                            f"{field} of the documents {reason} / {rule} removed"))
+                            f"{field} of the documents {reason} / {rule} removed",
+                            f"thresholds drawn: {caption}" if caption else ""))
     if not parts:
         return "values", "Deciding values", note(
             "The removed/ records of this run carry no numeric field besides their own keys (no deciding value "
@@ -218,3 +223,40 @@ def examples(runs, chars: int) -> tuple[str, str, str]:
     if not body:
         body = note("No document was removed or cut.")
     return "examples", "Removed documents, a few of each rule", body
+
+
+def _fate(fate) -> str:
+    return "kept" if fate is None else " / ".join(filter(None, fate)) if fate[1] else fate[0]
+
+
+def fates(runs, comparison, chars: int) -> tuple[str, str, str]:
+    """Documents removed by one run and not by the other (or by another rule): counts, and a few of each."""
+    title = "Documents whose fate changed"
+    if comparison.why_not:
+        return "fates", title, note(f"Not compared: {comparison.why_not}.")
+    found = comparison.fates
+    if not found.counts:
+        return "fates", title, note("Every document has the same fate in both runs.")
+    pairs = sorted(found.counts, key=lambda p: (-found.counts[p], _fate(p[0]), _fate(p[1])))
+    rows = [text_cell(_fate(a)) + text_cell(_fate(b)) + number(Cell(found.counts[a, b], f={"a": a, "b": b}))
+            for a, b in pairs]
+    body = table([f"fate in {runs[0].label}", f"fate in {runs[1].label}", "documents"], rows,
+                 "documents removed by a rule in one run and kept, or removed by another rule, in the other")
+    texts = runs[0].inputs.texts if runs[0].inputs is not None else {}
+    for a, b in pairs:
+        for file_index, line, record_a, record_b in found.examples.get((a, b), []):
+            path = runs[0].output.inputs[file_index]["path"]
+            fields = [f"{run.label}: {_fate(fate)}" + _fields(record) for run, fate, record
+                      in ((runs[0], a, record_a), (runs[1], b, record_b))]
+            body += f"<h4>{esc(f'{path}:{line} — ' + ' — '.join(fields), 600)}</h4>"
+            if (file_index, line) in texts:
+                body += document(texts[file_index, line], chars)
+    return "fates", title, body
+
+
+def _fields(record: dict | None) -> str:
+    if record is None:
+        return ""
+    extra = {k: v for k, v in record.items() if k not in OWN_KEYS}
+    return (" (" + ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in sorted(extra.items())) + ")"
+            if extra else "")
