@@ -9,6 +9,7 @@ import pytest
 
 from pipeline.cli import main as main_module
 from pipeline.inspect.counts import Cell, funnel, value
+from pipeline.inspect.figures import _leading_number
 from pipeline.inspect.page import esc, number
 from pipeline.inspect.select import Selection, sample
 from pipeline.inspect.text import clip, lines_cut, shown, visible
@@ -80,3 +81,7 @@ def test_a_missing_browser_fails_where_scripts_test_sh_requires_one(monkeypatch)
     monkeypatch.delenv("PILE_REQUIRE_BROWSER")
     with pytest.raises(pytest.skip.Exception, match="NOT checked in a browser"):
         browser.chromium()
+
+
+def test_score_buckets_are_drawn_in_order_of_their_numbers():
+    assert [_leading_number(k) for k in ("0.8-0.9", ".5", "1e-3", "en", 3)] == [0.8, 0.5, 0.001, None, 3.0]

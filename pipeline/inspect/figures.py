@@ -14,6 +14,7 @@ beside the first) and returns PNG bytes, or None when there is nothing to draw.
 from __future__ import annotations
 
 import io
+import re
 
 import numpy as np
 
@@ -27,6 +28,14 @@ def _label(text) -> str:
     text = str(text)
     text = text if len(text) <= LABEL_CHARS else text[:LABEL_CHARS - 1] + "…"
     return visible(text).replace("$", r"\$")
+
+
+def _leading_number(key) -> float | None:
+    """The number a category starts with (a score bucket's lower bound), or None."""
+    if isinstance(key, int | float):
+        return float(key)
+    match = re.match(r"\s*[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?", str(key))
+    return float(match.group()) if match else None
 
 
 def _png(fig) -> bytes:
@@ -168,9 +177,10 @@ def bars(runs: list[tuple[str, dict]], title: str, xlabel: str, ylabel: str, log
     if not totals:
         return None
     numeric = all(isinstance(k, int | float) for k in totals)
-    keys = sorted(totals) if numeric else sorted(totals, key=lambda k: -totals[k])[:top]
-    if numeric and len(keys) > top:
-        keys = sorted(sorted(totals, key=lambda k: -totals[k])[:top])
+    ordered = all(_leading_number(k) is not None for k in totals)  # score buckets ("0.8", "0.8-0.9"): in order
+    keys = sorted(totals, key=lambda k: -totals[k])[:top]
+    if numeric or ordered:
+        keys = sorted(keys, key=lambda k: (_leading_number(k), str(k)))
     fig = _figure(max(5, 0.35 * len(keys) * len(runs) + 2), 3.5)
     ax = fig.add_subplot()
     width = 0.8 / len(runs)

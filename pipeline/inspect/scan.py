@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from pipeline.core.documents import BadRecord, Line, validate
+from pipeline.core.documents import BadRecord, Line, file_stats, validate
 from pipeline.core.hashing import stable_hash
 from pipeline.inspect.output import Output, rule_of
 from pipeline.inspect.readback import max_line_bytes, read_input, schema_of
@@ -135,7 +135,7 @@ class _Walk:
         self._next = next(self._records, None)
         self._stats, self._wanted, self._selected = stats, wanted, selected
         self._max, self._schema = max_line_bytes(output.config), schema_of(output.config)
-        self._file_stats = {"byte_order_mark": 0, "duplicate_keys": {"ambiguous": 0, "elsewhere": 0}}
+        self._file_stats = file_stats()
         self.by_line: dict[int, list[dict]] = {}  # the wanted lines' records
 
     def __call__(self, line: Line) -> None:
