@@ -158,13 +158,16 @@ def test_an_input_changed_since_the_run_is_refused_naming_it(cleaned, capsys):
     assert _run(capsys, out, "--reason", "c4_quality_cut")[0] == 0
 
 
-def test_an_output_without_removals_is_refused(cleaned, capsys, tmp_path, tiny_model):
+def test_an_output_without_removals_is_refused_and_reported(cleaned, capsys, tmp_path, tiny_model):
     root, _, _, _, _ = cleaned
     plain = tmp_path / "plain"
-    run.main(["--input", str(root / "c.jsonl"), "--output_dir", str(plain), "--tokenizer_model", tiny_model,
-              "--seq_len", "64", *FAST_BEAM])
+    manifest = run.main(["--input", str(root / "c.jsonl"), "--output_dir", str(plain), "--tokenizer_model",
+                         tiny_model, "--seq_len", "64", *FAST_BEAM])
     status, _, err = _run(capsys, plain)
     assert status == 2 and "lists no removed documents" in err
+    page, text = render([plain], capsys, tmp_path)  # its report has no rules, every document kept
+    check_numbers(page, [(plain, manifest)], least=15)
+    assert "No document was removed or cut by a rule." in text
 
 
 def test_a_removed_file_edited_after_the_run_is_refused(cleaned, capsys, tmp_path):
