@@ -20,6 +20,8 @@ COMMANDS = {
     "show": ("pipeline.cli.show", "an output's summary and its first batch, detokenized"),
     "data-path": ("pipeline.cli.data_path", "Megatron's --data-path / NeMo's data_prefix for a Megatron output"),
     "provenance": ("pipeline.cli.provenance", "the documents in global step k of a training run (--provenance)"),
+    "removed": ("pipeline.cli.removed", "the documents a run removed or cut, with their text and deciding values"),
+    "report": ("pipeline.cli.report", "one self-contained HTML page of what a run did (plots, counts, examples)"),
     "train-tokenizer": ("pipeline.cli.train_tokenizer", "train a SentencePiece model on a stratified sample"),
     "tokenizer-report": ("pipeline.cli.tokenizer_report", "compare tokenizers per subset (table, PNG, JSON)"),
     "reframe": ("pipeline.cli.reframe", "rewrite .jsonl.zst inputs as indexed frames, read in parallel by a job"),
