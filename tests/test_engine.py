@@ -108,7 +108,7 @@ def test_a_result_reads_back_from_its_bytes(fruit, tmp_path, tiny_model):
     lines[20] = {"text": 5, "id": "bad-20"}
     result = engine.process(_items(lines, len(lines))[0])
     assert result.blocks and result.tails and result.dead_letters and result.removed
-    assert all(b.spans is not None for b in result.blocks) and result.stats.subsets["Pile-CC"].cut
+    assert all(b.spans is not None for b in result.blocks) and result.stats.subsets["Pile-CC"].cut_rules
     data = result.to_bytes()
     assert data.startswith(MAGIC)
     back = ChunkResult.from_bytes(data)

@@ -49,12 +49,13 @@ def removed_entry(subsets: dict, files: dict) -> dict:
 
     A cut document is kept with a changed text and listed in removed/ (`contaminated_cut`, a stage's
     `<name>_cut`): `cut` counts them, `cut_by_reason` each reason (a document cut twice, twice).
+    `rules` and `cut_rules` are the subsets' summed, each only when some subset has any.
     """
     totals: dict = {}
-    for key in ("removed", "removed_tokens", "cut_by_reason"):
+    for key in ("removed", "removed_tokens", "cut_by_reason", "rules", "cut_rules"):
         for s in subsets.values():
             merge_into(totals.setdefault(key, {}), s.get(key, {}))
-    return {
+    entry = {
         "by_reason": totals["removed"],
         "tokens_by_reason": totals["removed_tokens"],
         "cut": sum(s.get("cut", 0) for s in subsets.values()),
@@ -62,6 +63,8 @@ def removed_entry(subsets: dict, files: dict) -> dict:
         "records": sum(f["records"] for f in files.values()),
         "files": [files[k] for k in sorted(files)],
     }
+    entry.update({key: totals[key] for key in ("rules", "cut_rules") if totals[key]})
+    return entry
 
 
 def tokenizer_json(job) -> dict:

@@ -99,10 +99,11 @@ class SubsetStats(Counts):
 
     documents: valid lines; kept: written; filtered: left out by reason, not listed (subset not
     selected, empty text, a filtering stage); removed / removed_tokens: listed in removed/, by
-    reason, with the tokens they would have had (BOS/EOS included); cut / cut_by_reason: kept
-    documents with cut records; tallies: a stage's counts ({stage: {key: n}}); labels: written
-    documents and their tokens by label ({key: {value: {"documents", "tokens"}}});
-    padding_labels / documents_cut: best_fit's packing.
+    reason, with the tokens they would have had (BOS/EOS included); rules: the same by reason and
+    rule ({"documents", "tokens"}); cut / cut_by_reason / cut_rules: kept documents with cut
+    records; tallies: a stage's counts ({stage: {key: n}}); labels: written documents and their
+    tokens by label ({key: {value: {"documents", "tokens"}}}); padding_labels / documents_cut:
+    best_fit's packing.
     """
 
     documents: int = counted(0, ALWAYS)
@@ -113,8 +114,10 @@ class SubsetStats(Counts):
     tokens_with_epochs: int | None = counted(None, ONCE_SET)
     removed: dict | None = counted(None, ONCE_SET)
     removed_tokens: dict | None = counted(None, ONCE_SET)
+    rules: dict = counted({}, NON_ZERO)
     cut: int = counted(0, NON_ZERO)
     cut_by_reason: dict = counted({}, NON_ZERO)
+    cut_rules: dict = counted({}, NON_ZERO)
     tallies: dict = counted({}, NON_ZERO)
     labels: dict = counted({}, NON_ZERO)
     padding_labels: int | None = counted(None, ONCE_SET)
@@ -129,22 +132,27 @@ class SubsetStats(Counts):
             entry["documents"] += 1
             entry["tokens"] += tokens
 
-    def add_removed(self, reason: str) -> None:
+    def add_removed(self, reason: str, rule: str) -> None:
         """One document listed in removed/ (its tokens added once they are known: `add_removed_tokens`)."""
         self.removed = self.removed if self.removed is not None else {}
         self.removed[reason] = self.removed.get(reason, 0) + 1
+        entry = self.rules.setdefault(reason, {}).setdefault(rule, {"documents": 0, "tokens": 0})
+        entry["documents"] += 1
 
-    def add_removed_tokens(self, reason: str, tokens: int) -> None:
-        """Tokens of a removed document, under its reason."""
+    def add_removed_tokens(self, reason: str, rule: str, tokens: int) -> None:
+        """Tokens of a removed document, under its reason and rule."""
         if self.removed_tokens is None:
             return
         self.removed_tokens[reason] = self.removed_tokens.get(reason, 0) + tokens
+        self.rules[reason][rule]["tokens"] += tokens
 
-    def add_cut(self, reasons: list[str]) -> None:
-        """A kept document with cut records: the reason of each record."""
+    def add_cut(self, reasons_and_rules: list[tuple[str, str]]) -> None:
+        """A kept document with cut records: one (reason, rule) per record."""
         self.cut += 1
-        for reason in reasons:
+        for reason, rule in reasons_and_rules:
             self.cut_by_reason[reason] = self.cut_by_reason.get(reason, 0) + 1
+            entry = self.cut_rules.setdefault(reason, {}).setdefault(rule, {"documents": 0})
+            entry["documents"] += 1
 
 
 @dataclasses.dataclass

@@ -92,6 +92,11 @@ class Documents:
                 self.stats.subsets[subset].add_written(size, count, label)
 
 
+def _rule(record: dict) -> str:
+    """A removed/ record's rule: dedup's and decontamination's have none but their reason."""
+    return record.get("rule", record["reason"])
+
+
 def count(s: SubsetStats, outcome: policy.Outcome) -> None:
     """Add a valid document's outcome to its subset's counts (a removal's tokens come later)."""
     s.documents += 1
@@ -99,11 +104,11 @@ def count(s: SubsetStats, outcome: policy.Outcome) -> None:
         if outcome.counts_as == FILTERED:
             s.filtered[outcome.reason] = s.filtered.get(outcome.reason, 0) + 1
         else:
-            s.add_removed(outcome.reason)
+            s.add_removed(outcome.reason, _rule(outcome.records[0]))
         return
     s.kept += 1
     if outcome.records:  # a kept document's records are its cuts
-        s.add_cut([r["reason"] for r in outcome.records])
+        s.add_cut([(r["reason"], _rule(r)) for r in outcome.records])
     for stage, counts in (outcome.tally or {}).items():
         mine = s.tallies.setdefault(stage, {})
         for key, n in counts.items():
@@ -151,8 +156,8 @@ class DocumentEngine:
     def validate(self, item: WorkItem) -> Validated:
         """The work item's lines through the document policy: texts to tokenize, dead letters, removals, counts.
 
-        A removed document is counted per subset by reason with its tokens; a cut one is kept with
-        its cut text.
+        A removed document is counted per subset by reason and rule with its tokens; a cut one is
+        kept with its cut text.
         """
         chunk = item.chunk
         file_stats = documents.file_stats()
@@ -188,7 +193,7 @@ class DocumentEngine:
         _, offsets, _ = self.encoder.encode_verified(texts)
         extra = self._special.add_bos + self._special.add_eos
         for (s, outcome), n in zip(removed_of, np.diff(offsets).tolist(), strict=True):
-            s.add_removed_tokens(outcome.reason, n + extra)
+            s.add_removed_tokens(outcome.reason, _rule(outcome.records[0]), n + extra)
 
     def tokenize(self, batch: list[Validated]) -> list[Documents]:
         """The work items' kept documents, tokenized in one encoder call, each as if alone."""
