@@ -10,9 +10,9 @@ document giving the reason, exactly as `pile-pipeline run --filters ...` runs th
 classes, pipeline/stages/); each worker sets them up once. A kept document is the input dict with
 its text replaced when a stage changed it (and, when a stage labelled it, `labels` added:
 {"language": "en"}). A record is {"reason": stage, "rule", "subset", its fields, "document": the
-input dict} for a removal, reason "<stage>_cut" for a kept document whose text a stage cut. A
-stage must decide from the document alone, so the result is the same on any runner. The work is
-pipeline/process/clean.py's.
+input dict} for a removal, reason "<stage>_cut" for a kept document whose text a stage cut (with
+the pii stage among them, redacted). A stage must decide from the document alone, so the result is
+the same on any runner. The work is pipeline/process/clean.py's.
 """
 
 from __future__ import annotations

@@ -5,13 +5,15 @@
 The stages run in the order given, each on the text the one before left, the first that removes a
 document giving the reason. A kept document is the input dict with its text replaced when a stage
 changed it (and `labels` added when a stage labelled it). A record is {"reason": stage, "rule",
-"subset", its fields, "document": the input dict}.
+"subset", its fields, "document": the input dict}; with the pii stage among the stages, every
+string of a record is redacted as the job's are (pipeline/process/redaction.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+from pipeline.process.redaction import Redaction
 from pipeline.stages.base import Doc, DocumentStage, Keep, Remove
 
 
@@ -46,6 +48,7 @@ class Cleaner:
     def __init__(self, stages: tuple[DocumentStage, ...], text_key: str = "text",
                  subset_key: str = "meta.pile_set_name"):
         self._stages, self._text_key, self._subset_key = tuple(stages), text_key, subset_key
+        self._redaction = Redaction.of(self._stages)
 
     def setup(self) -> None:
         """The stages' heavy state, once per process."""
@@ -76,4 +79,5 @@ class Cleaner:
         return Cleaned(kept, records)
 
     def _record(self, reason: str, rule: str, subset, fields, document: dict) -> dict:
-        return {"reason": reason, "rule": rule, "subset": subset, **fields, "document": document}
+        return self._redaction.record({"reason": reason, "rule": rule, "subset": subset, **fields,
+                                       "document": document})

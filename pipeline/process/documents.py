@@ -16,11 +16,12 @@ import numpy as np
 
 from pipeline.config.job import PipelineConfig
 from pipeline.core import documents
-from pipeline.core.documents import Line, line_prefix
+from pipeline.core.documents import Line
 from pipeline.core.epochs import copies_of
 from pipeline.core.stats import JobStats, SubsetStats
 from pipeline.io.inputs import Chunk
 from pipeline.io.urls import redact_url
+from pipeline.process.redaction import Redaction
 from pipeline.stages import policy
 from pipeline.stages.base import FILTERED, REMOVED
 from pipeline.tokenize.engines import TokenizerMismatch
@@ -128,6 +129,7 @@ class DocumentEngine:
         self._policy = config.document_policy()
         self._schema = config.schema
         self._lists_removed = config.lists_removed
+        self.redaction = Redaction.of(self._policy.stages)
         # With dedup the stages ran in its input (pipeline/beam/dedup_stage.py): their verdicts are replayed here.
         self._runs_stages = not config.dedup_enabled
 
@@ -138,19 +140,20 @@ class DocumentEngine:
             self._policy.setup()
 
     def dead_letter(self, chunk: Chunk, line: Line, reason: str, detail: str) -> dict:
-        """The dead-letter record of a bad line."""
+        """The dead-letter record of a bad line (redacted with --pii)."""
+        redaction = self.redaction
         record = {
             "file": redact_url(chunk.path),
             "file_index": chunk.file_index,
             "line": line.number,
             "offset": line.offset,
             "reason": reason,
-            "detail": detail[:200],
-            "prefix": line_prefix(line),
+            "detail": redaction.detail(detail),
+            "prefix": redaction.prefix(line),
         }
         ident = documents.line_id(line, self._schema) if self._schema.id_key else None
         if ident is not None:
-            record["id"] = ident
+            record["id"] = redaction.value(ident)
         return record
 
     def validate(self, item: WorkItem) -> Validated:
@@ -186,6 +189,7 @@ class DocumentEngine:
             labels.append(outcome.labels)
         if removed_texts and self._lists_removed:
             self._count_removed_tokens(removed_texts, removed_of)
+        records = [self.redaction.record(r) for r in records]
         return Validated(chunk, texts, lines, subsets, labels if any(labels) else None, stats, dead_letters,
                          records)
 
