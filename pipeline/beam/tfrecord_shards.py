@@ -1,6 +1,6 @@
 """The TFRecord output's shards: the job's record count, each block's place in the global shuffle, the writers.
 
-  JobStats + (source_id, n)             -> TotalsFn       -> (stats, counts) -> offsets -> ShardPlan
+  JobStats + (source_id, n)              -> TotalsFn       -> (stats, counts) -> offsets -> ShardPlan
   (source_id, Records) + offsets + plan  -> AssignShardsFn -> (shard, (placement, Records))
   (shard, [(placement, Records)]) + plan -> WriteShardFn   -> shard info dict
 Where side inputs are not computed once (pipeline/beam/graph.py), AssignJoinedFn and
