@@ -18,6 +18,8 @@ SHAPE_FILE = Path(__file__).parent / "data" / "manifest_shape.json"
 # Objects whose keys are names in the data (subsets, reasons, file names), not fields: "*" stands for any.
 MAPS = ("subsets", "subsets.*.filtered", "subsets.*.removed", "subsets.*.removed_tokens", "dead_letters.by_reason",
         "removed.by_reason", "removed.tokens_by_reason", "removed.cut_by_reason", "tokenizer.files",
+        *(f"{where}{rules}{names}" for where in ("subsets.*.", "removed.") for rules in ("rules", "cut_rules")
+          for names in ("", ".*")),
         "tokenizer.special_sources", "tokenizer.versions")
 # Recorded options: keys and types vary with the options (and null means "not set"); shown as one object.
 OPAQUE = ("config",)

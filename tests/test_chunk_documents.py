@@ -54,13 +54,14 @@ def _fn(tiny_model, tmp_path, calls, batch_bytes=64 << 10, backend="gigatoken"):
     model = TokenizerModel.load(tiny_model)
     spec = model.spec(BackendChoice(backend, "", {}), model.special_ids(add_bos=False, add_eos=True))
     fn = ProcessChunkFn(config, spec, encode_batch_bytes=batch_bytes)
-    encode = fn._encoder.encode_verified
+    encoder = fn._engine.documents.encoder
+    encode = encoder.encode_verified
 
     def counted(texts):
         calls.append(len(texts))
         return encode(texts)
 
-    fn._encoder.encode_verified = counted
+    encoder.encode_verified = counted
     return fn
 
 

@@ -135,6 +135,17 @@ def test_the_pytorch_reader_imports_without_tensorflow(entry):
     assert result.returncode == 0, result.stderr[-2000:]
 
 
+def test_the_engine_imports_no_beam():
+    """pipeline/process/ (the per-work-item engine) never imports apache_beam, even inside a function."""
+    found = set()
+    for path in (PACKAGE / "process").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+            found |= {(path.name, n) for n in names if n.split(".")[0] == "apache_beam"}
+    assert found == set() and (PACKAGE / "process" / "engine.py").exists()
+
+
 def test_layers_are_the_ones_on_disk():
     assert {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()} == set(ORDER) | {
         "reader"}

@@ -53,6 +53,17 @@ def shape_of_jobs(manifests: list[dict]) -> dict:
     return {"types": {p: sorted(k) for p, k in sorted(types.items())}, "always": sorted(always or ())}
 
 
+def dump_shape(found: dict) -> str:
+    """The shape as JSON, a path's few types on its own line (the file stays short enough to read)."""
+    text = json.dumps(found, indent=1)
+    few = re.compile(r'\[\n\s+("[^"\n]*"(?:,\n\s+"[^"\n]*"){0,3})\n\s+\]')
+    return few.sub(lambda m: "[" + re.sub(r",\n\s+", ", ", m.group(1)) + "]", text) + "\n"
+
+
+def test_the_pinned_shape_file_is_its_dump():
+    assert SHAPE_FILE.read_text() == dump_shape(pinned())
+
+
 @pytest.mark.slow
 def test_the_jobs_manifests_have_the_pinned_shape(tmp_path):
     assert shape_of_jobs(job_manifests(tmp_path)) == pinned(), "regenerate: python tests/test_manifest_shape.py"
@@ -97,5 +108,5 @@ def test_the_pin_is_a_real_jobs_shape():
 if __name__ == "__main__":
     sys.path[:0] = [str(TESTS), str(REPO / "scripts" / "datagen")]
     with tempfile.TemporaryDirectory() as tmp:
-        SHAPE_FILE.write_text(json.dumps(shape_of_jobs(job_manifests(Path(tmp))), indent=1) + "\n")
+        SHAPE_FILE.write_text(dump_shape(shape_of_jobs(job_manifests(Path(tmp)))))
     print(f"wrote {SHAPE_FILE}")

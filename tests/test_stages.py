@@ -256,7 +256,7 @@ def test_the_tokenizer_sample_takes_the_same_stages(stages, tmp_path):
     texts = [value[1][5] for value in out if not hasattr(value, "tag")]
     (stats,) = [value.value for value in out if hasattr(value, "tag")]
     assert texts == ["kept", "fine"]
-    assert stats["subsets"]["Pile-CC"]["filtered"] == {"word": 1, "empty_text": 1}
+    assert stats.subsets["Pile-CC"].filtered == {"word": 1, "empty_text": 1}
 
 
 def test_id_key_reads_the_document_s_own_id():

@@ -8,9 +8,9 @@ Element shapes:
   Chunk keyed by (file_index, chunk)     -> (Chunk, {line: record}[, {line: Verdict}]): what the formats tokenize
     (with a spill directory, DirectRunner: a SpilledChunk, the chunk's lines written once to a local
     spill file as it is read, so that the join moves references, not the text: pipeline/beam/direct/spill.py)
-DocumentsOfFn applies the document policy (pipeline/stages/policy.py) with its stages, so dedup sees
+DocumentsOfFn applies the document policy (pipeline/process/dedup_input.py) with its stages, so dedup sees
 the text the stages left and never a document they removed; the stages run only there, and their
-verdicts travel with the chunk. The formats' tokenizing stage (pipeline/beam/chunk_documents.py)
+verdicts travel with the chunk. The formats' tokenizing stage (pipeline/process/engine.py)
 replays them, skips the removed lines, counts them per subset by reason with their tokens,
 tokenizes a `contaminated_cut` document's cut text, and emits every record to the removed/ writer
 (pipeline/beam/removed.py). Dedup runs on the documents as read, so before epochs: an epoch copy is
@@ -32,6 +32,7 @@ from pipeline.config.job import PipelineConfig
 from pipeline.io import inputs
 from pipeline.io.sinks import KEEP, RecordSink
 from pipeline.io.urls import redact_url
+from pipeline.process.dedup_input import DedupInput
 
 VERDICTS = "verdicts"  # DocumentsOfFn's output of the stages' verdicts per chunk
 
@@ -40,28 +41,20 @@ class DocumentsOfFn(beam.DoFn):
     """Chunk -> each document the policy keeps: ((file_index, line), {"text", "subset", "chunk"[, "id"]}).
 
     With stages, also ((file_index, chunk), {line: Verdict}) on VERDICTS for every chunk (empty when
-    they changed nothing), for the tokenizing stage to replay.
+    they changed nothing), for the tokenizing stage to replay (pipeline/process/dedup_input.py).
     """
 
     def __init__(self, config: PipelineConfig):
-        self._policy = config.document_policy()
+        self._input = DedupInput(config)
 
     def setup(self):
-        self._policy.setup()  # the stages' heavy state, once per worker: they run here, not when tokenizing
+        self._input.setup()
 
     def process(self, chunk: inputs.Chunk):
-        # Dead letters and validation's counts are the tokenizing stage's: the file stats are thrown away.
-        verdicts = {}
-        for outcome in self._policy.decide(chunk):
-            if outcome.verdict is not None:
-                verdicts[outcome.line.number] = outcome.verdict
-            if outcome.kept:
-                doc = {"text": outcome.text, "subset": outcome.subset, "chunk": chunk.chunk_index}
-                if outcome.id is not None:
-                    doc["id"] = outcome.id  # copied into its removed record by Dedup
-                yield (chunk.file_index, outcome.line.number), doc
-        if self._policy.stages:
-            yield beam.pvalue.TaggedOutput(VERDICTS, ((chunk.file_index, chunk.chunk_index), verdicts))
+        found = self._input.process(chunk)
+        yield from found.documents
+        if found.verdicts is not None:
+            yield beam.pvalue.TaggedOutput(VERDICTS, ((chunk.file_index, chunk.chunk_index), found.verdicts))
 
 
 class SpillChunksFn(beam.DoFn):

@@ -6,44 +6,41 @@ add their own entries and totals to these.
 
 from __future__ import annotations
 
-from pipeline.beam.removed import REMOVED_FILES
 from pipeline.config.job import PipelineConfig
 from pipeline.core import documents
-from pipeline.core.stats import merge_into
+from pipeline.core.stats import JobStats, merge_into
 from pipeline.core.versions import created_by
 
 
-def shared_entries(config: PipelineConfig, run_id: str, stats: dict, dead_letters: list[dict]) -> dict:
+def shared_entries(config: PipelineConfig, run_id: str, stats: JobStats, dead_letters: list[dict]) -> dict:
     """Who wrote the output, the split, per-subset counts, dead letters, inputs; totals of documents and lines.
 
-    `stats`: the job's merged STATS outputs; its subsets gain their epochs and whether they were selected.
+    `stats`: the job's summed stats; its subsets gain their epochs and whether they were selected.
     """
-    subsets = stats.get("subsets", {})
+    subsets = stats.manifest_subsets()
     selection = config.selection()
     for name, s in subsets.items():
         s["epochs"] = config.epochs_of(name)
         s["selected"] = name in selection
-    inputs = stats.get("inputs", {})
-    removed = stats.get(REMOVED_FILES)
     entries = {
         "created_by": created_by(),
         "run_id": run_id,
         "split": config.split,
         "totals": {
-            "documents_kept": sum(s.get("kept", 0) for s in subsets.values()),
-            "lines": stats.get("lines", 0),
+            "documents_kept": sum(s.kept for s in stats.subsets.values()),
+            "lines": stats.lines,
         },
         "subsets": subsets,
         "dead_letters": {
-            "by_reason": stats.get("dead_letters", {}),
+            "by_reason": dict(stats.dead_letters),
             "records": sum(d["records"] for d in dead_letters),
             "files": sorted(dead_letters, key=lambda d: d["path"]),
         },
         # Validation's per-file counts are there for every file, read or empty.
-        "inputs": [merge_into(documents.file_stats(), inputs[k]) for k in sorted(inputs)],
+        "inputs": stats.manifest_inputs(documents.file_stats()),
     }
     if config.lists_removed:  # only then, so that the default output keeps its manifest's bytes
-        entries["removed"] = removed_entry(subsets, removed or {})
+        entries["removed"] = removed_entry(subsets, stats.removed_files)
     return entries
 
 
@@ -52,22 +49,22 @@ def removed_entry(subsets: dict, files: dict) -> dict:
 
     A cut document is kept with a changed text and listed in removed/ (`contaminated_cut`, a stage's
     `<name>_cut`): `cut` counts them, `cut_by_reason` each reason (a document cut twice, twice).
+    `rules` and `cut_rules` are the subsets' summed, each only when some subset has any.
     """
-    by_reason: dict = {}
-    tokens: dict = {}
-    cut_by_reason: dict = {}
-    for s in subsets.values():
-        merge_into(by_reason, s.get("removed", {}))
-        merge_into(tokens, s.get("removed_tokens", {}))
-        merge_into(cut_by_reason, s.get("cut_by_reason", {}))
-    return {
-        "by_reason": by_reason,
-        "tokens_by_reason": tokens,
+    totals: dict = {}
+    for key in ("removed", "removed_tokens", "cut_by_reason", "rules", "cut_rules"):
+        for s in subsets.values():
+            merge_into(totals.setdefault(key, {}), s.get(key, {}))
+    entry = {
+        "by_reason": totals["removed"],
+        "tokens_by_reason": totals["removed_tokens"],
         "cut": sum(s.get("cut", 0) for s in subsets.values()),
-        "cut_by_reason": cut_by_reason,
+        "cut_by_reason": totals["cut_by_reason"],
         "records": sum(f["records"] for f in files.values()),
         "files": [files[k] for k in sorted(files)],
     }
+    entry.update({key: totals[key] for key in ("rules", "cut_rules") if totals[key]})
+    return entry
 
 
 def tokenizer_json(job) -> dict:

@@ -42,25 +42,21 @@ from pipeline.beam.execution import Workspace
 from pipeline.beam.graph import gather, join_each, multi_output
 from pipeline.beam.manifest import shared_entries, tokenizer_json
 from pipeline.beam.preflight import Job
-from pipeline.beam.progress import Reporter
 from pipeline.beam.read import STATS, chunk_stage, counter, reporter
 from pipeline.beam.removed import REMOVED, removed_files
 from pipeline.beam.tfrecord import WriteProvenanceFn
 from pipeline.beam.tfrecord_pack import PROVENANCE
 from pipeline.config.job import PipelineConfig
-from pipeline.core import packing, provenance
-from pipeline.core.stats import merge_stats, sorted_dict
+from pipeline.core.stats import JobStats, merge_stats, sorted_dict
 from pipeline.format import megatron as fmt
 from pipeline.format import provenance as provenance_files
 from pipeline.format.framing import FramedRecords
 from pipeline.io.outputs import LATEST_NAME, commit_output, latest_run, run_path
 from pipeline.io.publish import publish
 from pipeline.io.record_files import SpilledRecords, load
-from pipeline.io.sinks import RecordSink
-from pipeline.tokenize.model import TokenizerSpec
+from pipeline.process.megatron import DocumentSequences
 
 LOG = logging.getLogger(__name__)
-NO_TOKENS = "no_tokens"  # filter reason: text that encodes to no ids (preprocess_data.py writes nothing for it)
 USED = "used"
 COPY_BYTES = 8 << 20  # read size when copying a shard out of its spool
 # Options of the TFRecord job's packing: they do not change a Megatron output, so its config leaves them out.
@@ -77,46 +73,21 @@ def _sizes(block: FramedRecords | SpilledRecords) -> np.ndarray:
 class TokenizeDocumentsFn(ChunkDocumentsFn):
     """Chunk -> the kept documents' tokens, one block per (group, epoch copy); see the module docstring."""
 
-    def __init__(self, config: PipelineConfig, tokenizer: TokenizerSpec, encode_threads: int | None = None,
-                 sink: RecordSink | None = None, progress: Reporter | None = None, encode_batch_bytes: int = 0):
-        super().__init__(config, tokenizer, fmt.token_dtype(tokenizer.special.vocab_size), encode_threads, sink,
-                         progress, encode_batch_bytes)
+    writer = DocumentSequences
 
-    def _chunk_out(self, chunk, docs, dead_letters):
-        cfg, special = self._config, self._special
-        yield from self._dead_letters_out(chunk, dead_letters)
-        copies = docs.copies
-        for i in np.flatnonzero((np.diff(docs.offsets) == 0) & (copies >= 0)).tolist():
-            filtered = docs.unkeep(i)["filtered"]
-            filtered[NO_TOKENS] = filtered.get(NO_TOKENS, 0) + 1
-            self._filtered.inc()
-
-        groups = np.array([subset if cfg.per_subset else "" for subset in docs.subsets], object)
-        itemsize = self._dtype.itemsize
+    def _blocks_out(self, result):
         counts: dict[str, list] = {}
-        for group in sorted(set(groups[copies > 0].tolist())):
-            in_group = groups == group
-            for copy in range(int(copies[in_group].max())):
-                chosen = in_group & (copies > copy)
-                stream = packing.build_stream_flat(
-                    docs.ids, docs.offsets, chosen, bos_id=special.bos_id if special.add_bos else None,
-                    eos_id=special.eos_id if special.add_eos else None, separator_id=special.separator_id,
-                )
-                nbytes = docs.sizes[chosen].astype(np.int64) * itemsize
-                block = FramedRecords(stream.labels.astype(self._dtype).tobytes(), np.cumsum(nbytes))
-                source = (group, copy, chunk.file_index, chunk.chunk_index)
-                self._tokens.inc(len(stream.labels))
-                yield source, emitted(self._sink, block, source)
-                if cfg.provenance:  # each document's input line (pipeline/format/provenance.py)
-                    numbers = np.array([line.number for line in docs.lines], np.int64)[chosen]
-                    spans = provenance.document_spans(chunk.file_index, numbers, docs.sizes[chosen])
-                    key = (provenance_files.group_key(group), copy, chunk.file_index, chunk.chunk_index)
-                    yield beam.pvalue.TaggedOutput(PROVENANCE, (key, len(nbytes), spans))
-                counts.setdefault(group, []).append((fmt.source_key(*source[1:]), len(nbytes),
-                                                     int(nbytes.sum()) + fmt.INDEX_BYTES_PER_DOCUMENT * len(nbytes)))
+        for block in result.blocks:
+            group, *key = block.source
+            yield block.source, emitted(self._sink, block.records, block.source)
+            if block.spans is not None:  # each document's input line (pipeline/format/provenance.py)
+                yield beam.pvalue.TaggedOutput(PROVENANCE, ((provenance_files.group_key(group), *key),
+                                                            len(block.records), block.spans))
+            n = len(block.records)
+            counts.setdefault(group, []).append((fmt.source_key(*key), n,
+                                                 len(block.records.data) + fmt.INDEX_BYTES_PER_DOCUMENT * n))
         if counts:
             yield beam.pvalue.TaggedOutput(COUNTS, {g: np.array(c, np.int64) for g, c in counts.items()})
-        yield self._stats_out(chunk, docs)
 
 
 class AssignShardsFn(beam.DoFn):
@@ -193,7 +164,7 @@ def recorded_config(config: PipelineConfig) -> dict:
     return out
 
 
-def build_manifest(config: PipelineConfig, tokenizer: dict, dtype: np.dtype, shards: list[dict], stats: dict,
+def build_manifest(config: PipelineConfig, tokenizer: dict, dtype: np.dtype, shards: list[dict], stats: JobStats,
                    dead_letters: list[dict], run_id: str, provenance: list[dict] | None = None) -> dict:
     """The manifest of a Megatron output (pure, so tests can check it without Beam)."""
     shards = sorted(shards, key=lambda s: s["path"])

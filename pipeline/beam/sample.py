@@ -25,16 +25,16 @@ from pipeline.beam.direct.runner import fn_api_runner
 from pipeline.beam.options import pipeline_options, runner_object
 from pipeline.beam.read import STATS, ReadChunksFn
 from pipeline.config.tokenizer import SampleConfig
-from pipeline.core.stats import merge_stats, sorted_dict
+from pipeline.core.stats import sorted_dict
 from pipeline.io import columnar, inputs
 from pipeline.io.publish import publish, publish_text
 from pipeline.io.urls import refuse_credentials
+from pipeline.process.sample import SampleKeys, SampleStats, SampleSubsetStats, merge_sample_stats
 from pipeline.tokenize.sample import (
     NATURAL_STRATUM,
     SAMPLE_FILE,
     SAMPLE_STATS_FILE,
     SampleDoc,
-    document_key,
     load_sample_stats,
     take_smallest,
 )
@@ -48,46 +48,21 @@ def _counter(name: str):
 
 
 class KeyDocumentsFn(beam.DoFn):
-    """Chunk -> (stratum, SampleDoc) for each document the policy keeps; the rest is counted.
-
-    A document a stage removes is counted per subset under `filtered` by the stage's name.
-    """
+    """Chunk -> (stratum, SampleDoc) of each document the policy keeps, the rest counted: process/sample.py's."""
 
     def __init__(self, config: SampleConfig):
-        self._config = config
-        self._policy = config.document_policy()
-        self._natural = config.is_natural
+        self._keys = SampleKeys(config)
 
     def setup(self):
-        self._policy.setup()  # the stages' heavy state, once per worker
+        self._keys.setup()  # the stages' heavy state, once per worker
 
     def process(self, chunk: inputs.Chunk):
         """Validate, select, apply the stages, cut and key each document of a chunk."""
-        cfg = self._config
-        subsets: dict = {}
-        dead: dict[str, int] = {}
-        for outcome in self._policy.decide(chunk):
-            line, text, subset = outcome.line, outcome.text, outcome.subset
-            if outcome.bad is not None:
-                dead[outcome.bad.reason] = dead.get(outcome.bad.reason, 0) + 1
-                continue
-            s = subsets.setdefault(subset, {"documents": 0, "bytes": 0, "cut": 0, "filtered": {}})
-            stratum = NATURAL_STRATUM if self._natural else subset
-            reason = outcome.reason
-            if reason:
-                s["filtered"][reason] = s["filtered"].get(reason, 0) + 1
-                continue
-            if len(text) > cfg.max_doc_chars:
-                text = text[: cfg.max_doc_chars]
-                s["cut"] += 1
-            size = len(text.encode("utf-8"))
-            s["documents"] += 1
-            s["bytes"] += size
-            key = document_key(cfg.seed, chunk.file_index, line.number)
-            yield stratum, (key, chunk.file_index, line.number, size, subset, text)
+        keyed = self._keys.process(chunk)
+        yield from keyed.docs
         _counter("lines").inc(len(chunk.lines))
-        _counter("bad_lines").inc(sum(dead.values()))
-        yield beam.pvalue.TaggedOutput(STATS, {"subsets": subsets, "dead_letters": dead, "lines": len(chunk.lines)})
+        _counter("bad_lines").inc(sum(keyed.stats.dead_letters.values()))
+        yield beam.pvalue.TaggedOutput(STATS, keyed.stats)
 
 
 class SmallestKeysFn(beam.CombineFn):
@@ -158,7 +133,7 @@ def build_sample_pipeline(p, config: SampleConfig, input_files: list[str], work_
     stats = (
         (read_out[STATS], keyed[STATS])
         | "AllStats" >> beam.Flatten()
-        | "SumStats" >> beam.CombineGlobally(merge_stats)
+        | "SumStats" >> beam.CombineGlobally(merge_sample_stats)
     )
     _ = (
         keyed.docs  # (stratum, SampleDoc)
@@ -186,7 +161,7 @@ def draw_sample(config: SampleConfig, work_dir: str, beam_args: list[str]) -> di
     return load_sample_stats(work_dir)
 
 
-def write_sample(strata: list, config: SampleConfig, work_dir: str, stats: dict) -> dict:
+def write_sample(strata: list, config: SampleConfig, work_dir: str, stats: SampleStats) -> dict:
     """Write the sampled documents in key order (one JSON object a line) and their statistics.
 
     Both files are published complete or not at all (pipeline/io/publish.py; a DoFn may run twice).
@@ -209,20 +184,20 @@ def write_sample(strata: list, config: SampleConfig, work_dir: str, stats: dict)
     return sample_stats
 
 
-def sample_statistics(config: SampleConfig, stats: dict, sampled: dict[str, dict], sha256: str) -> dict:
+def sample_statistics(config: SampleConfig, stats: SampleStats, sampled: dict[str, dict], sha256: str) -> dict:
     """The sample's description for the card: what was available, targeted and taken per subset."""
     weights = config.normalized_weights()
     budgets = config.budgets()
-    available = stats.get("subsets", {})
+    available = stats.subsets
     subsets = {}
     for name in sorted(set(available) | set(sampled)):
-        seen = available.get(name, {})
+        seen = available.get(name, SampleSubsetStats())
         took = sampled.get(name, {"documents": 0, "bytes": 0})
         entry = {
-            "documents_available": seen.get("documents", 0),
-            "bytes_available": seen.get("bytes", 0),
-            "documents_cut": seen.get("cut", 0),
-            "filtered": seen.get("filtered", {}),
+            "documents_available": seen.documents,
+            "bytes_available": seen.bytes,
+            "documents_cut": seen.cut,
+            "filtered": dict(seen.filtered),
             "documents": took["documents"],
             "bytes": took["bytes"],
         }
@@ -231,15 +206,15 @@ def sample_statistics(config: SampleConfig, stats: dict, sampled: dict[str, dict
             entry["target_bytes"] = budgets.get(name, 0)
             entry["short"] = entry["bytes"] < entry["target_bytes"]
         subsets[name] = entry
-    inputs = stats.get("inputs", {})
+    inputs = stats.inputs
     return sorted_dict({
         "sha256": sha256,
         "documents": sum(s["documents"] for s in sampled.values()),
         "bytes": sum(s["bytes"] for s in sampled.values()),
         "target_bytes": config.sample_bytes,
         "subsets": subsets,
-        "dead_letters": stats.get("dead_letters", {}),
-        "lines": stats.get("lines", 0),
+        "dead_letters": dict(stats.dead_letters),
+        "lines": stats.lines,
         "damaged_files": [inputs[k]["path"] for k in sorted(inputs) if "damaged" in inputs[k]],
         "config": config.to_json(),
     })

@@ -6,7 +6,7 @@ Element shapes:
                                                                  + dead letters, stats, counts (source_id, n)
   ((copy, file), [(chunk, Piece)])         -> PackTailsFn       -> (source_id, Records) + Piece
   (None, [((copy, file), Piece)])          -> PackFinalFn       -> (source_id, Records) + stats
-  stats dicts + (source_id, n)             -> TotalsFn          -> (stats, counts) -> offsets -> ShardPlan
+  JobStats + (source_id, n)                -> TotalsFn          -> (stats, counts) -> offsets -> ShardPlan
   (source_id, Records) + offsets + plan    -> AssignShardsFn    -> (shard, (placement, Records))
   (shard, [(placement, Records)]) + plan   -> WriteShardFn      -> shard info dict
   (file or -1, [(source_id, n, spans)])    -> WriteProvenanceFn -> provenance file info dict
@@ -40,7 +40,7 @@ from pipeline.beam.manifest import shared_entries, tokenizer_json
 from pipeline.beam.preflight import Job
 from pipeline.beam.read import STATS, chunk_stage, reporter
 from pipeline.beam.removed import REMOVED, removed_files
-from pipeline.beam.tfrecord_pack import PROVENANCE, TAILS, PackFinalFn, PackTailsFn, ProcessChunkFn, packs_best_fit
+from pipeline.beam.tfrecord_pack import PROVENANCE, TAILS, PackFinalFn, PackTailsFn, ProcessChunkFn
 from pipeline.beam.tfrecord_shards import (
     AssignJoinedFn,
     AssignShardsFn,
@@ -52,7 +52,7 @@ from pipeline.beam.tfrecord_shards import (
     totals_offsets,
 )
 from pipeline.config.job import PipelineConfig
-from pipeline.core.stats import sorted_dict
+from pipeline.core.stats import JobStats, sorted_dict
 from pipeline.format import framing, records
 from pipeline.format import manifest as manifest_lib
 from pipeline.format import provenance as provenance_files
@@ -61,6 +61,7 @@ from pipeline.io import outputs
 from pipeline.io.outputs import commit_output
 from pipeline.io.publish import publish
 from pipeline.io.urls import redact_url
+from pipeline.process.tfrecord import packs_best_fit
 
 LOG = logging.getLogger(__name__)
 
@@ -90,12 +91,12 @@ class WriteProvenanceFn(beam.DoFn):
         yield {"path": name, "bytes": size, "sha256": sha}
 
 
-def build_manifest(job: Job, shards: list[dict], stats: dict, dead_letters: list[dict], num_shards: int,
+def build_manifest(job: Job, shards: list[dict], stats: JobStats, dead_letters: list[dict], num_shards: int,
                    provenance: list[dict] | None = None) -> dict:
     """The manifest's content (pure, so tests can check it without Beam)."""
     cfg = job.config
     shards = sorted(shards, key=lambda s: s["path"])
-    packing_stats = stats.get("packing", {})
+    packing_stats = stats.manifest_packing()
     num_records = sum(s["records"] for s in shards)
     manifest = shared_entries(cfg, job.run_id, stats, dead_letters)
     manifest["totals"].update(

@@ -1,6 +1,6 @@
 """The TFRecord output's shards: the job's record count, each block's place in the global shuffle, the writers.
 
-  stats dicts + (source_id, n)           -> TotalsFn       -> (stats, counts) -> offsets -> ShardPlan
+  JobStats + (source_id, n)              -> TotalsFn       -> (stats, counts) -> offsets -> ShardPlan
   (source_id, Records) + offsets + plan  -> AssignShardsFn -> (shard, (placement, Records))
   (shard, [(placement, Records)]) + plan -> WriteShardFn   -> shard info dict
 Where side inputs are not computed once (pipeline/beam/graph.py), AssignJoinedFn and
@@ -22,7 +22,7 @@ from pipeline.beam.read import counter
 from pipeline.config.job import PipelineConfig
 from pipeline.core.shuffle import Permutation, ShardPlan
 from pipeline.core.sources import SourceOffsets
-from pipeline.core.stats import merge_into
+from pipeline.core.stats import JobStats
 from pipeline.io import outputs
 from pipeline.io.publish import publish
 from pipeline.io.record_files import RecordReader, SpilledRecords
@@ -33,15 +33,15 @@ LOG = logging.getLogger(__name__)
 
 
 class TotalsFn(beam.CombineFn):
-    """STATS dicts and COUNTS (source_id, n) -> (summed stats, [(source_id, n)]): one combine for both."""
+    """STATS (JobStats, or the read stage's dicts) and COUNTS (source_id, n) -> (summed stats, [(source_id, n)])."""
 
     def create_accumulator(self):
-        return {}, []
+        return JobStats(), []
 
     def add_input(self, accumulator, element):
         stats, counts = accumulator
-        if isinstance(element, dict):
-            merge_into(stats, element)
+        if isinstance(element, JobStats | dict):
+            stats.merge(JobStats.of(element))
         else:
             counts.append(element)
         return accumulator
@@ -49,7 +49,7 @@ class TotalsFn(beam.CombineFn):
     def merge_accumulators(self, accumulators):
         stats, counts = self.create_accumulator()
         for more_stats, more_counts in accumulators:
-            merge_into(stats, more_stats)
+            stats.merge(more_stats)
             counts += more_counts
         return stats, counts
 
@@ -57,12 +57,12 @@ class TotalsFn(beam.CombineFn):
         return accumulator
 
 
-def totals_stats(totals: tuple[dict, list]) -> dict:
+def totals_stats(totals: tuple[JobStats, list]) -> JobStats:
     """The job's summed stats, from TotalsFn's output."""
     return totals[0]
 
 
-def totals_offsets(totals: tuple[dict, list]) -> SourceOffsets:
+def totals_offsets(totals: tuple[JobStats, list]) -> SourceOffsets:
     """Where each record source starts in the job's global record order, from TotalsFn's output."""
     return SourceOffsets.from_counts(totals[1])
 
@@ -228,12 +228,12 @@ class WriteShardFn(beam.DoFn):
         return {"path": name, "records": records, "bytes": size, "sha256": sha}
 
 
-def summary_and_plan(totals: tuple[dict, list], shard_bytes: int, size: int) -> tuple[dict, ShardPlan]:
+def summary_and_plan(totals: tuple[JobStats, list], shard_bytes: int, size: int) -> tuple[JobStats, ShardPlan]:
     """(the job's summed stats, the shard plan) from TotalsFn's output."""
     return totals_stats(totals), plan_shards(totals_offsets(totals), shard_bytes, size)
 
 
-def placed_sources(totals: tuple[dict, list], shard_bytes: int, size: int):
+def placed_sources(totals: tuple[JobStats, list], shard_bytes: int, size: int):
     """(source, (its first record's global index, the plan)) of every record source, from TotalsFn's output."""
     offsets = totals_offsets(totals)
     plan = plan_shards(offsets, shard_bytes, size)

@@ -42,7 +42,7 @@ import numpy as np
 
 from pipeline.core.tables import format_table
 from pipeline.format import manifest as manifest_lib
-from pipeline.format.summary import has_removals, removed_documents, removed_line
+from pipeline.format.summary import cleaning_lines, has_removals, removed_documents
 
 FORMAT = manifest_lib.FORMAT_MEGATRON  # the manifest's `format`: "pile-megatron-indexed"
 FORMAT_VERSION = 1
@@ -353,8 +353,7 @@ def format_summary(manifest: dict, seconds: float | None = None, root: str | Non
         f"{len(manifest['shards'])} .bin/.idx pair(s), {totals['bytes'] / 1e6:.1f} MB",
         f"dead letters: {dead['records']} {dict(sorted(dead['by_reason'].items()))}",
     ]
-    if "removed" in manifest:
-        lines.append(removed_line(manifest))
+    lines += cleaning_lines(manifest)
     if 0 < len(manifest["shards"]) <= 16:
         pairs = blend(manifest)
         pairs = via_link(pairs, manifest["run_id"], link) if link else pairs

@@ -97,9 +97,7 @@ def format_summary(manifest: dict, seconds: float | None = None, output_dir: str
         where = posixpath.join(output_dir.rstrip("/"), *([run_dir(manifest["run_id"])] if "run_id" in manifest else []),
                                "dead_letters")
         lines[-1] += f" in {where}/ ({len(dead['files'])} files)"
-    if "removed" in manifest:
-        lines.append(removed_line(manifest, output_dir))
-    lines += label_lines(manifest)
+    lines += cleaning_lines(manifest, output_dir)
     layout = sum(dead["by_reason"].get(reason, 0) for reason in _LAYOUT_REASONS)
     hints = sorted({hint for reason, hint in _LAYOUT_REASONS.items() if dead["by_reason"].get(reason)})
     if hints and layout >= 0.01 * max(totals.get("lines", 0), 1):  # a pattern, not a stray broken line
@@ -153,6 +151,52 @@ def removed_line(manifest: dict, output_dir: str | None = None) -> str:
         where = posixpath.join(output_dir.rstrip("/"), run_dir(manifest["run_id"]), "removed")
         line += f" in {where}/ ({len(removed['files'])} files)"
     return line
+
+
+def cleaning_lines(manifest: dict, output_dir: str | None = None) -> list[str]:
+    """What the cleaning did (every format's summary): removals, their rules, the stages' tallies, labels."""
+    lines = [removed_line(manifest, output_dir)] if "removed" in manifest else []
+    return lines + rule_lines(manifest) + tally_lines(manifest) + label_lines(manifest)
+
+
+def _summed(manifest: dict, key: str) -> dict:
+    """The subsets' `key` ({reason: {rule: counts}}) summed, with each (reason, rule)'s documents by subset."""
+    out: dict = {}
+    for name, s in manifest["subsets"].items():
+        for reason, rules in s.get(key, {}).items():
+            for rule, counts in rules.items():
+                entry = out.setdefault((reason, rule), {"documents": 0, "tokens": 0, "subsets": {}})
+                entry["documents"] += counts["documents"]
+                entry["tokens"] += counts.get("tokens", 0)
+                entry["subsets"][name] = counts["documents"]
+    return out
+
+
+def _by_subset(subsets: dict, shown: int = 3) -> str:
+    top = sorted(subsets.items(), key=lambda kv: (-kv[1], kv[0]))
+    text = ", ".join(f"{name} {n:,}" for name, n in top[:shown])
+    return text + (f", {len(top) - shown} more" if len(top) > shown else "")
+
+
+def rule_lines(manifest: dict) -> list[str]:
+    """A table of the documents removed (with the tokens they held) and cut, by reason and rule, and by subset."""
+    rows = [("removed or cut (reason / rule)", "docs", "tokens", "subsets (most first)")]
+    for key in ("rules", "cut_rules"):  # a cut's reason says so (`<stage>_cut`); it removed no tokens
+        for (reason, rule), entry in sorted(_summed(manifest, key).items()):
+            tokens = f"{entry['tokens']:,}" if key == "rules" else "-"
+            rows.append((f"{reason} / {rule}", f"{entry['documents']:,}", tokens, _by_subset(entry["subsets"])))
+    return [format_table(rows)] if len(rows) > 1 else []
+
+
+def tally_lines(manifest: dict) -> list[str]:
+    """One line per stage that tallied (the pii stage's replacements): its counts over every subset."""
+    totals: dict[str, dict[str, int]] = {}
+    for s in manifest["subsets"].values():
+        for stage, counts in s.get("tallies", {}).items():
+            for key, n in counts.items():
+                totals.setdefault(stage, {})[key] = totals.get(stage, {}).get(key, 0) + n
+    return [f"{stage}: " + ", ".join(f"{key} {n:,}" for key, n in sorted(counts.items()))
+            for stage, counts in sorted(totals.items())]
 
 
 def _selected_but_unseen(manifest: dict) -> list[str]:
