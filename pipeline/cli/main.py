@@ -21,6 +21,7 @@ COMMANDS = {
     "data-path": ("pipeline.cli.data_path", "Megatron's --data-path / NeMo's data_prefix for a Megatron output"),
     "provenance": ("pipeline.cli.provenance", "the documents in global step k of a training run (--provenance)"),
     "train-tokenizer": ("pipeline.cli.train_tokenizer", "train a SentencePiece model on a stratified sample"),
+    "train-classifier": ("pipeline.cli.train_classifier", "train a fastText quality classifier (positive vs negative)"),
     "tokenizer-report": ("pipeline.cli.tokenizer_report", "compare tokenizers per subset (table, PNG, JSON)"),
     "reframe": ("pipeline.cli.reframe", "rewrite .jsonl.zst inputs as indexed frames, read in parallel by a job"),
 }
