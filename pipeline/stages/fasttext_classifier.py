@@ -96,18 +96,18 @@ def score_bin(score: float, bins: int) -> str:
     return f"{index / bins:.{max(2, len(str(bins)))}f}"
 
 
-def decide(scores: dict[str, float], opts: FastTextClassifierOptions) -> tuple[str, str, float] | None:
+def decide(scores: dict[str, float], keep_labels: tuple, remove_labels: tuple) -> tuple[str, str, float] | None:
     """(rule, deciding label, its threshold) of a removal, or None when kept; `scores` by label, no prefix.
 
     keep labels: removed when none reaches its threshold (the deciding label: the one closest to it);
     remove labels: removed by the first that reaches its threshold, in the order given.
     """
-    if opts.fasttext_keep_labels:
-        if any(scores.get(label, MISSING) >= low for label, low in opts.fasttext_keep_labels):
+    if keep_labels:
+        if any(scores.get(label, MISSING) >= low for label, low in keep_labels):
             return None
-        label, low = max(opts.fasttext_keep_labels, key=lambda pair: scores.get(pair[0], MISSING) - pair[1])
+        label, low = max(keep_labels, key=lambda pair: scores.get(pair[0], MISSING) - pair[1])
         return KEEP_BELOW, label, low
-    for label, low in opts.fasttext_remove_labels:
+    for label, low in remove_labels:
         if scores.get(label, MISSING) >= low:
             return REMOVE_AT, label, low
     return None
@@ -179,7 +179,7 @@ class FastTextClassifier(DocumentStage):
         opts, bins = self.options, self.options.fasttext_score_bins
         out = []
         for scores in self.scores([doc.text for doc in docs]):
-            verdict = decide(scores, opts)
+            verdict = decide(scores, opts.fasttext_keep_labels, opts.fasttext_remove_labels)
             if verdict is None:
                 out.append(Keep(labels={f"fasttext.{label}": score_bin(s, bins) for label, s in scores.items()}))
                 continue
