@@ -94,6 +94,23 @@ class StageChoice:
                                  f"to --filters (--filters {name})")
         object.__setattr__(self, "_stages_on", on)
 
+    def __getstate__(self):
+        """The config as pickled: the stages of the user's own package by name (pipeline/stages/external.py).
+
+        A process that cannot import their module (Dask's scheduler, a worker) can still unpickle it.
+        """
+        state = dict(self.__dict__)
+        state["stage_options"] = tuple(external.carry(o) for o in self.stage_options)
+        if "_stages_on" in state:
+            state["_stages_on"] = tuple((external.carry(c), external.carry(o)) for c, o in state["_stages_on"])
+        return state
+
+    def __setstate__(self, state):
+        state["stage_options"] = tuple(external.restore(o) for o in state["stage_options"])
+        if "_stages_on" in state:
+            state["_stages_on"] = tuple((external.restore(c), external.restore(o)) for c, o in state["_stages_on"])
+        self.__dict__.update(state)
+
     def stage_names(self) -> tuple[str, ...]:
         """The stages on, in the order they run: those named in --filters, then those their own options switch on."""
         return tuple(cls.name for cls, _ in self._stages_on)

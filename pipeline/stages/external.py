@@ -10,9 +10,11 @@ registered as the built-in stages are (its flags, its checks), and marked extern
 
 On the workers an external stage travels as an `ExternalStage`: its module's name, its class's
 name and its options as plain values, never the class itself (a worker that cannot import the
-module would fail while unpickling the job, before any of our code runs, which a cluster reports
-as a lost task). `setup()` imports the module on the worker and rebuilds the stage; a worker
-without it fails the job with `StageModuleMissing`, one line naming the module and the fix.
+module would fail while unpickling the job, before any of our code runs, and Dask's scheduler,
+which unpickles the graph too, drops the whole job). `setup()` imports the module on the worker
+and rebuilds the stage; a worker without it fails the job with `StageModuleMissing`, one line
+naming the module and the fix. The config the job carries holds the stage's class and options the
+same way (`carry` / `restore`, in `StageChoice`'s pickling).
 """
 
 from __future__ import annotations
@@ -78,35 +80,77 @@ def _register(cls: type[DocumentStage]) -> None:
     EXTERNAL[cls.name] = cls.__module__
 
 
-def instance(cls: type[DocumentStage], options) -> DocumentStage:
-    """The stage the job carries: an `ExternalStage` for a stage from outside, else `cls(options)`."""
-    return ExternalStage(cls, options) if EXTERNAL.get(cls.name) == cls.__module__ else cls(options)
+@dataclasses.dataclass(frozen=True)
+class Carried:
+    """An external stage's class (values None) or options instance (its field values), by name."""
+
+    module: str
+    qualname: str
+    name: str
+    counts_as: str
+    values: tuple | None = None
+
+
+def _is_external(cls) -> bool:
+    return isinstance(cls, type) and cls.__module__ in EXTERNAL.values()
+
+
+def carry(item):
+    """An external stage's class or options as a `Carried`; anything else as it is."""
+    if _is_external(item) and issubclass(item, DocumentStage):
+        return Carried(item.__module__, item.__qualname__, item.name, item.counts_as)
+    if _is_external(type(item)) and dataclasses.is_dataclass(item):
+        owner = next(c for c in registry.STAGES.values() if c.Options is type(item))
+        return Carried(type(item).__module__, type(item).__qualname__, owner.name, owner.counts_as,
+                       tuple((f.name, getattr(item, f.name)) for f in dataclasses.fields(item)))
+    return item
+
+
+def restore(item):
+    """A `Carried` as its class or options again where its module imports; else the `Carried` itself."""
+    if not isinstance(item, Carried):
+        return item
+    try:
+        cls = _resolve(item.module, item.qualname)
+    except ImportError:
+        return item
+    return cls if item.values is None else cls(**dict(item.values))
+
+
+def _resolve(module_name: str, qualname: str):
+    found = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        found = getattr(found, part)
+    return found
+
+
+def instance(cls, options) -> DocumentStage:
+    """The stage the job carries: an `ExternalStage` for a stage from outside (or a `Carried`), else `cls(options)`."""
+    if isinstance(cls, Carried) or _is_external(cls):
+        return ExternalStage(carry(cls), carry(options))
+    return cls(options)
 
 
 class ExternalStage(DocumentStage):
     """A stage of the user's module, carried by name and rebuilt on each worker (the module docstring)."""
 
-    def __init__(self, cls: type[DocumentStage], options):
+    def __init__(self, cls: Carried, options: Carried | None):
         super().__init__(None)
         self.name, self.counts_as = cls.name, cls.counts_as
-        self.module, self.qualname = cls.__module__, cls.__qualname__
-        self.values = None if options is None else {f.name: getattr(options, f.name)
-                                                    for f in dataclasses.fields(options)}
-        self._stage: DocumentStage | None = cls(options)
+        self.module, self.qualname = cls.module, cls.qualname
+        self.values = None if options is None else dict(options.values)
+        self._stage: DocumentStage | None = None
 
     def __getstate__(self):
         return {**self.__dict__, "_stage": None}
 
     def _build(self) -> DocumentStage:
         try:
-            module = importlib.import_module(self.module)
+            cls = _resolve(self.module, self.qualname)
         except ImportError as e:
             raise StageModuleMissing(
                 f"stage {self.name}: this worker cannot import its module {self.module} ({e}): install the package "
                 f"that holds it on every worker (or put its folder on the workers' PYTHONPATH)") from None
-        cls = module
-        for part in self.qualname.split("."):
-            cls = getattr(cls, part)
         return cls(None if self.values is None else cls.Options(**self.values))
 
     def check(self) -> None:

@@ -121,7 +121,9 @@ class HfClassifier(DocumentStage):
             return
         import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        from transformers.utils import logging as hf_logging
 
+        hf_logging.disable_progress_bar()  # its weight-loading bars, once per worker, in the job's log
         opts = self.options
         if opts.hf_threads:
             torch.set_num_threads(opts.hf_threads)

@@ -16,6 +16,7 @@ from pipeline.stages.fasttext_classifier import FastTextClassifier
 from pipeline.stages.fineweb_quality import FineWebQuality
 from pipeline.stages.gopher_quality import GopherQuality
 from pipeline.stages.gopher_repetition import GopherRepetition
+from pipeline.stages.hf_classifier import HfClassifier
 from pipeline.stages.language import Language
 from pipeline.stages.pii import Pii
 from pipeline.stages.rules import DEDUP_REASONS, EmptyText, SubsetSelection
@@ -84,5 +85,5 @@ def choices() -> list[str]:
 for _stage in (SubsetSelection, EmptyText, GopherQuality, GopherRepetition, C4Quality, FineWebQuality, Language, Pii):
     register(_stage)
 # The classifiers and the URL filter: a model or lists of the user's decide (docs/classifiers.md).
-for _stage in (UrlFilter, FastTextClassifier):
+for _stage in (UrlFilter, FastTextClassifier, HfClassifier):
     register(_stage)
