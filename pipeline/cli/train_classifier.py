@@ -66,10 +66,14 @@ class TrainClassifierCommand(DocumentLayout):
     overwrite: bool = option(False, help="replace an existing model file and card")
 
 
+def build_parser():
+    """The command's flags."""
+    return command_parser("pile-pipeline train-classifier", __doc__, (TrainClassifierCommand, "command"))
+
+
 def parse_args(argv: list[str]):
     """The command's options (UsageError naming the flag)."""
-    parser = command_parser("pile-pipeline train-classifier", __doc__, (TrainClassifierCommand, "command"))
-    namespace, rest = parse_command_line(parser, argv, None)
+    namespace, rest = parse_command_line(build_parser(), argv, None)
     if rest:
         raise UsageError(f"unrecognized arguments: {' '.join(rest)}")
     return options_from(TrainClassifierCommand, namespace)

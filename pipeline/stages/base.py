@@ -43,7 +43,8 @@ class Doc:
     subset: str
     file_index: int  # the input file's index: seeded decisions hash (seed, file_index, line)
     line: int  # 1-based line (row) number in that file
-    raw: Line | None = None  # the input line itself, for a stage that reads another field of it (a URL)
+    # The input line itself, for a stage that reads another field of it (a URL); not part of equality.
+    raw: Line | None = dataclasses.field(default=None, compare=False)
 
 
 @dataclasses.dataclass(frozen=True)
