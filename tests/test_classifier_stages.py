@@ -86,6 +86,8 @@ def test_fasttext_stage_records_and_labels(model):
     stage.check()
     good, bad = stage.apply_many([Doc(HQ[0] + "\n" + HQ[1], "s", 0, 1), Doc(CC[0], "s", 0, 2)])
     assert isinstance(good, Keep) and set(good.labels) == {"fasttext.hq", "fasttext.cc"}
+    (scores,) = stage.scores([HQ[0] + "\n" + HQ[1]])
+    assert good.labels == {f"fasttext.{k}": score_bin(v, 20) for k, v in scores.items()}
     assert isinstance(bad, Remove) and bad.rule == "keep_labels_below_min"
     assert bad.fields["label"] == "hq" and bad.fields["threshold"] == 0.5 and bad.fields["score"] < 0.5
     assert set(bad.fields["scores"]) == {"hq", "cc"} and json.dumps(bad.fields)  # rounded, JSON-ready

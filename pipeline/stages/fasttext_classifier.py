@@ -122,6 +122,8 @@ class FastTextClassifier(DocumentStage):
     def __init__(self, options=None):
         super().__init__(options)
         self._model = None
+        bins = self.options.fasttext_score_bins
+        self._bins = [score_bin((i + 0.5) / bins, bins) for i in range(bins)]  # each bin's name, made once
 
     def __getstate__(self):
         return {**self.__dict__, "_model": None}  # the model loads on the workers (setup)
@@ -176,12 +178,18 @@ class FastTextClassifier(DocumentStage):
 
     def apply_many(self, docs: list[Doc]) -> list[Remove | Keep]:
         """A chunk's documents, scored together."""
-        opts, bins = self.options, self.options.fasttext_score_bins
+        opts, bins, names = self.options, self.options.fasttext_score_bins, self._bins
+        keep, remove, last = opts.fasttext_keep_labels, opts.fasttext_remove_labels, len(self._bins) - 1
+        keys: dict[str, str] = {}
         out = []
         for scores in self.scores([doc.text for doc in docs]):
-            verdict = decide(scores, opts.fasttext_keep_labels, opts.fasttext_remove_labels)
+            verdict = decide(scores, keep, remove)
             if verdict is None:
-                out.append(Keep(labels={f"fasttext.{label}": score_bin(s, bins) for label, s in scores.items()}))
+                labels = {}
+                for label, s in scores.items():
+                    key = keys.get(label) or keys.setdefault(label, "fasttext." + label)
+                    labels[key] = names[min(max(int(s * bins), 0), last)]  # score_bin's, by table
+                out.append(Keep(labels=labels))
                 continue
             rule, label, low = verdict
             out.append(Remove(rule, {"label": label, "score": round(scores.get(label, MISSING), SCORE_DIGITS),
