@@ -177,6 +177,7 @@ def test_hf_scores_are_transformers_forward_pass(kinds, tmp_path):
     assert max(abs(a - b) for a, b in zip(ours, reference, strict=True)) <= 1e-4
     assert [int_score(s) for s in ours] == [int_score(s) for s in reference]
     assert len(set(int_score(s) for s in ours)) >= 5  # the head spreads the scores over FineWeb-Edu's range
+    assert len(tokenizer) == 2000  # the vocabulary trained in the test, not an empty tokenizer
     assert any(len(tokenizer(t)["input_ids"]) > 512 for t in texts)  # truncation is exercised
     verdicts = stage.apply_many([Doc(t, "s", 0, i + 1) for i, t in enumerate(texts)])
     for score, verdict in zip(ours, verdicts, strict=True):

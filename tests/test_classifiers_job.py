@@ -50,6 +50,23 @@ def setup(tmp_path_factory) -> dict:
     return {"root": root, "ft": str(root / "ft.bin"), "edu": edu, "banned": str(root / "banned.txt")}
 
 
+def test_check_refuses_a_model_without_its_tokenizer_or_with_the_wrong_head(setup, tmp_path):
+    import shutil
+
+    from pipeline.stages.hf_classifier import HfClassifier, HfClassifierOptions
+
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(Path(setup["edu"]) / name, bare / name)
+    with pytest.raises(ValueError, match="--hf_model .*bare: no tokenizer there"):
+        HfClassifier(HfClassifierOptions(hf_model=str(bare))).check()
+    with pytest.raises(ValueError, match="regression head"):
+        HfClassifier(HfClassifierOptions(hf_model=setup["edu"], hf_keep_labels=(("a", 0.5),))).check()
+    with pytest.raises(ValueError, match="no config.json"):
+        HfClassifier(HfClassifierOptions(hf_model=str(tmp_path))).check()
+
+
 def _argv(s: dict, out: Path, model: str, *more: str) -> list[str]:
     return ["--input", str(s["root"] / "*.jsonl.zst"), "--output_dir", str(out), "--tokenizer_model", model,
             "--seq_len", "32", "--chunk_mb", "0.002",

@@ -32,6 +32,9 @@ from pipeline.stages.base import Doc, DocumentStage, Keep, Remove
 from pipeline.stages.fasttext_classifier import decide, parse_label_scores
 
 SCORE_DIGITS = 4
+# The files a tokenizer is loaded from (fast, WordPiece, BPE, SentencePiece), one of which must be there.
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "tokenizer.model", "spiece.model",
+                   "sentencepiece.bpe.model")
 SCORE_BELOW, INT_SCORE_BELOW = "score_below_min", "int_score_below_min"
 
 
@@ -91,11 +94,22 @@ class HfClassifier(DocumentStage):
         if not os.path.isfile(os.path.join(opts.hf_model, "config.json")):
             raise ValueError(f"--hf_model {opts.hf_model}: no config.json there (a save_pretrained directory)")
         try:
-            from transformers import AutoConfig
+            from transformers import AutoConfig, AutoTokenizer
         except ImportError as e:
             raise ValueError(f"--filters {self.name} needs transformers and torch: "
                              f"pip install 'pile-pipeline[classifiers]' ({e})") from None
         config = AutoConfig.from_pretrained(opts.hf_model, local_files_only=True)
+        # transformers makes an empty tokenizer (every word [UNK]) for a directory without one: refuse it.
+        if not any(os.path.isfile(os.path.join(opts.hf_model, name)) for name in TOKENIZER_FILES):
+            raise ValueError(f"--hf_model {opts.hf_model}: no tokenizer there ({', '.join(TOKENIZER_FILES)}); "
+                             "save the model's tokenizer beside it (tokenizer.save_pretrained)")
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(opts.hf_model, local_files_only=True)
+        except (OSError, ValueError, TypeError) as e:
+            raise ValueError(f"--hf_model {opts.hf_model}: its tokenizer does not load ({type(e).__name__}: "
+                             f"{str(e).splitlines()[0] if str(e) else ''})") from None
+        if len(tokenizer) <= len(tokenizer.all_special_ids):
+            raise ValueError(f"--hf_model {opts.hf_model}: its tokenizer has no vocabulary beyond its special tokens")
         regression = config.num_labels == 1
         if regression and (opts.hf_keep_labels or opts.hf_remove_labels):
             raise ValueError("--hf_keep_labels/--hf_remove_labels: the model has a regression head (one score); "

@@ -41,10 +41,14 @@ def write_fineweb_edu_like(folder: str, texts: list[str], size: str = "tiny", la
                            seed: int = 0) -> str:
     """The model directory (see the module docstring); returns `folder`."""
     import torch
-    from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+    from transformers import BertConfig, BertForSequenceClassification, BertTokenizer
 
     vocab = train_wordpiece(texts[:400], 2000 if size == "tiny" else 30522, folder)
-    tokenizer = BertTokenizerFast(vocab_file=vocab, do_lower_case=True, model_max_length=512)
+    # transformers 5's BertTokenizer (the fast one) takes the vocabulary as `vocab`; it ignores
+    # `vocab_file` and makes a tokenizer of its five special tokens alone.
+    tokenizer = BertTokenizer(vocab=vocab, do_lower_case=True, model_max_length=512)
+    if len(tokenizer) < 100:
+        raise RuntimeError(f"the tokenizer of {vocab} has {len(tokenizer)} tokens")
     head = ({"num_labels": len(labels), "id2label": dict(enumerate(labels)),
              "label2id": {name: i for i, name in enumerate(labels)}}
             if labels else {"num_labels": 1, "problem_type": "regression"})
