@@ -172,12 +172,16 @@ def main() -> None:
     print("| stage | documents | ours: CPU s (docs/s) | limit: CPU s (docs/s) | ours / limit | datatrove: CPU s "
           "(docs/s) | ours vs datatrove |")
     print("|---|---|---|---|---|---|---|")
+    def rate(seconds: float) -> str:
+        per = n / seconds
+        return f"{seconds:.2f} ({per:,.0f})" if per >= 10 else f"{seconds:.2f} ({per:.2f})"
+
     for name, n, ours, limit, theirs in rows:
-        lim = "-" if limit is None else f"{limit:.2f} ({n / limit:,.0f})"
+        lim = "-" if limit is None else rate(limit)
         ratio = "-" if limit is None else f"{ours / limit:.2f}x"
-        dt = "-" if theirs is None else f"{theirs:.2f} ({n / theirs:,.0f})"
+        dt = "-" if theirs is None else rate(theirs)
         speed = "-" if theirs is None else f"{theirs / ours:.1f}x faster"
-        print(f"| {name} | {n:,} | {ours:.2f} ({n / ours:,.0f}) | {lim} | {ratio} | {dt} | {speed} |")
+        print(f"| {name} | {n:,} | {rate(ours)} | {lim} | {ratio} | {dt} | {speed} |")
 
 
 if __name__ == "__main__":
