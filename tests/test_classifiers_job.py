@@ -107,3 +107,21 @@ def test_the_three_stages_in_the_job(setup, tiny_model, tmp_path):
         assert all(int(k) >= 2 for k in s["labels"]["hf.int_score"])
     again = run.main(_argv(setup, tmp_path / "one", tiny_model) + FAST_BEAM)
     assert output_digests(tmp_path / "one") == output_digests(out) and run_free(again) == run_free(manifest)
+
+
+def test_train_classifier_from_an_output_kept_against_removed(setup, tiny_model, tmp_path):
+    from pipeline.cli import train_classifier
+
+    out = tmp_path / "out"
+    manifest = run.main(["--input", str(setup["root"] / "*.jsonl.zst"), "--output_dir", str(out), "--tokenizer_model",
+                         tiny_model, "--seq_len", "32", "--filters", "url_filter", "--url_banned_words",
+                         setup["banned"], "--subsets", "Pile-CC"] + FAST_BEAM)
+    card = train_classifier.main(["--from_output", str(out), "--model", str(tmp_path / "m.bin"), "--dim", "8"])
+    kept = sum(s["kept"] for s in manifest["subsets"].values())
+    assert card["documents"]["positive"] == kept == manifest["subsets"]["Pile-CC"]["kept"]  # Github not selected
+    assert card["documents"]["negative"] == manifest["removed"]["by_reason"]["url_filter"] > 0
+    assert card["arguments"]["from_output"] == str(out)
+    assert train_classifier.cli(["--from_output", str(out), "--model", str(tmp_path / "n.bin"),
+                                 "--removed_reason", "fasttext_classifier"]) == 2  # no document removed so
+    assert train_classifier.cli(["--from_output", str(out), "--positive", "x", "--model",
+                                 str(tmp_path / "n.bin")]) == 2

@@ -52,5 +52,5 @@ def test_refusals_are_one_line_exit_2(sides, caplog):
     assert train_classifier.cli(["--positive", str(empty), "--negative", str(sides / "neg.jsonl"), "--model",
                                  str(sides / "x.bin"), "--text_key", "body"]) == 2
     assert "--positive: no document with a non-empty `body`" in caplog.text
-    with pytest.raises(Exception, match="--negative"):
-        train_classifier.parse_args(["--positive", "a", "--model", "m.bin"])
+    assert train_classifier.cli(["--positive", "a", "--model", str(sides / "y.bin")]) == 2
+    assert "missing required flags: --positive and --negative (or --from_output)" in caplog.text

@@ -20,6 +20,7 @@ from pipeline.config.inputs import DocumentLayout
 from pipeline.core.documents import Schema
 from pipeline.core.extras import require
 from pipeline.core.options import UsageError, command_parser, option, options_from, parse_command_line
+from pipeline.stages import classifier_sides
 from pipeline.stages import classifier_training as recipe
 
 LOG = logging.getLogger("pipeline.train_classifier")
@@ -47,8 +48,17 @@ def parse_positive(value) -> int:
 class TrainClassifierCommand(DocumentLayout):
     """Every flag of train-classifier."""
 
-    positive: tuple = option(many=True, metavar="PATTERN", help="positive (kept) documents: " + SIDE_HELP)
-    negative: tuple = option(many=True, metavar="PATTERN", help="negative documents: " + SIDE_HELP)
+    positive: tuple = option((), many=True, metavar="PATTERN", shown_default="none: required without --from_output",
+                             help="positive (kept) documents: " + SIDE_HELP)
+    negative: tuple = option((), many=True, metavar="PATTERN", shown_default="none: required without --from_output",
+                             help="negative documents: " + SIDE_HELP)
+    from_output: str | None = option(None, metavar="DIR", shown_default="none",
+                                     help="instead of --positive/--negative: a job's output; its inputs' documents "
+                                     "the job kept are positive, those it removed negative")
+    removed_reason: tuple = option((), parse=lambda v: tuple(x for x in str(v).split(",") if x), metavar="NAMES",
+                                   shown_default="every reason",
+                                   help="with --from_output: only documents removed for these reasons (stage names) "
+                                   "are negative")
     model: str = option(metavar="PATH", help="the model file to write (.bin); its card goes beside it (.card.json)")
     word_ngrams: int = option(2, parse=parse_positive, metavar="N", help="word n-grams (2: bigrams, DCLM's)")
     dim: int = option(100, parse=parse_positive, metavar="N", help="the word vectors' dimension")
@@ -87,18 +97,33 @@ def main(argv: list[str] | None = None) -> dict:
     existing = [path for path in (command.model, card) if os.path.exists(path)]
     if existing and not command.overwrite:
         raise FileExistsError(f"{existing[0]} exists: pass --overwrite to replace the model")
-    schema = Schema(command.text_key, command.subset_key, command.default_subset or "unnamed", True)
     max_bytes = command.max_line_mb << 20
-    positive = list(recipe.read_texts(command.positive, schema, max_bytes, command.max_documents))
-    negative = list(recipe.read_texts(command.negative, schema, max_bytes, command.max_documents))
+    if command.from_output:
+        if command.positive or command.negative:
+            raise UsageError("--from_output takes both sides from the output: drop --positive and --negative")
+        positive, negative = [], []
+        for removed, text in classifier_sides.sides(command.from_output, command.removed_reason, max_bytes):
+            side = negative if removed else positive
+            if not command.max_documents or len(side) < command.max_documents:
+                side.append(text)
+        what = f"in the inputs of {command.from_output} (positive: kept by the job, negative: removed)"
+    else:
+        if not command.positive or not command.negative:
+            raise UsageError("missing required flags: --positive and --negative (or --from_output)")
+        schema = Schema(command.text_key, command.subset_key, command.default_subset or "unnamed", True)
+        positive = list(recipe.read_texts(command.positive, schema, max_bytes, command.max_documents))
+        negative = list(recipe.read_texts(command.negative, schema, max_bytes, command.max_documents))
+        what = "in the files given"
     for flag, texts in (("--positive", positive), ("--negative", negative)):
         if not texts:
-            raise ValueError(f"{flag}: no document with a non-empty `{command.text_key}` in the files given")
+            raise ValueError(f"{flag}: no document with a non-empty `{command.text_key}` {what}")
     settings = recipe.FastTextSettings(command.word_ngrams, command.dim, command.epoch, command.lr,
                                        command.min_count, command.threads, command.seed)
     measures, counts = recipe.train(positive, negative, command.model, settings, command.held_out)
     arguments = {"positive": list(command.positive), "negative": list(command.negative),
                  "text_key": command.text_key, "held_out": command.held_out, "max_documents": command.max_documents}
+    if command.from_output:
+        arguments.update(from_output=command.from_output, removed_reason=list(command.removed_reason))
     written = recipe.write_card(command.model, arguments, settings, counts, measures)
     print(f"documents: {counts['positive']} positive, {counts['negative']} negative; trained on {counts['train']}, "
           f"held out {measures.documents}")
