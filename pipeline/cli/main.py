@@ -23,6 +23,7 @@ COMMANDS = {
     "removed": ("pipeline.cli.removed", "the documents a run removed or cut, with their text and deciding values"),
     "report": ("pipeline.cli.report", "one self-contained HTML page of what a run did (plots, counts, examples)"),
     "train-tokenizer": ("pipeline.cli.train_tokenizer", "train a SentencePiece model on a stratified sample"),
+    "train-classifier": ("pipeline.cli.train_classifier", "train a fastText quality classifier (positive vs negative)"),
     "tokenizer-report": ("pipeline.cli.tokenizer_report", "compare tokenizers per subset (table, PNG, JSON)"),
     "reframe": ("pipeline.cli.reframe", "rewrite .jsonl.zst inputs as indexed frames, read in parallel by a job"),
 }

@@ -6,6 +6,11 @@ stage's module); the command's parser gets a group of flags per registered stage
 and `stage_options_from` makes the instances of those given. The manifest (or the tokenizer's card)
 records a stage's options only when the stage is on, flat beside the command's own, so that a job
 without stages keeps its bytes.
+
+Stages of the user's own package (pipeline/stages/external.py) join the registry before the flags
+are parsed: every `pile_pipeline.stages` entry point when a parser is made, and each
+`--stage_module PKG.MODULE` of the command line (or --config file) just before it is parsed, so that
+their flags parse as the built-in stages' do.
 """
 
 from __future__ import annotations
@@ -13,8 +18,17 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from pipeline.core.options import ArgumentParser, add_options, flag, option, options_from, options_of, recorded
-from pipeline.stages import registry
+from pipeline.core.options import (
+    ArgumentParser,
+    UsageError,
+    add_options,
+    flag,
+    option,
+    options_from,
+    options_of,
+    recorded,
+)
+from pipeline.stages import external, registry
 from pipeline.stages.base import DocumentStage
 
 
@@ -39,6 +53,10 @@ class StageChoice:
     stage_options: tuple = option(
         (), cli=False, recorded=False,
         help="the stages' Options instances (from their flags); a stage without one takes its defaults")
+    stage_module: tuple = option(
+        (), many=True, metavar="PKG.MODULE", recorded=False,
+        help="a module of your own whose DocumentStage classes become stages (named in --filters, their options "
+        "flags); it must be importable here and on every worker (docs/classifiers.md)")
 
     def check_stages(self) -> None:
         """Refuse an unknown or repeated stage, and options of a stage that is not on (ValueError naming the flag).
@@ -46,6 +64,9 @@ class StageChoice:
         Resolves the stages on from the registry once, here: a worker that unpickles the config
         never looks them up (a stage registered at run time is in the driver's registry only).
         """
+        external.load_entry_points()
+        for module in self.stage_module:
+            external.load_module(module)
         for name in self.filters:
             registry.stage_class(name)
         if len(set(self.filters)) != len(self.filters):
@@ -73,6 +94,23 @@ class StageChoice:
                                  f"to --filters (--filters {name})")
         object.__setattr__(self, "_stages_on", on)
 
+    def __getstate__(self):
+        """The config as pickled: the stages of the user's own package by name (pipeline/stages/external.py).
+
+        A process that cannot import their module (Dask's scheduler, a worker) can still unpickle it.
+        """
+        state = dict(self.__dict__)
+        state["stage_options"] = tuple(external.carry(o) for o in self.stage_options)
+        if "_stages_on" in state:
+            state["_stages_on"] = tuple((external.carry(c), external.carry(o)) for c, o in state["_stages_on"])
+        return state
+
+    def __setstate__(self, state):
+        state["stage_options"] = tuple(external.restore(o) for o in state["stage_options"])
+        if "_stages_on" in state:
+            state["_stages_on"] = tuple((external.restore(c), external.restore(o)) for c, o in state["_stages_on"])
+        self.__dict__.update(state)
+
     def stage_names(self) -> tuple[str, ...]:
         """The stages on, in the order they run: those named in --filters, then those their own options switch on."""
         return tuple(cls.name for cls, _ in self._stages_on)
@@ -86,7 +124,7 @@ class StageChoice:
 
     def configured_stages(self) -> tuple[DocumentStage, ...]:
         """The stages on, each made with its options (set up later, on the workers)."""
-        return tuple(cls(options) for cls, options in self._stages_on)
+        return tuple(external.instance(cls, options) for cls, options in self._stages_on)
 
     def check_stages_ready(self) -> None:
         """Each stage on's own check (`DocumentStage.check`), in the driver before the job starts."""
@@ -98,6 +136,8 @@ class StageChoice:
         if not self._stages_on:
             return {}
         out: dict = {"filters": list(self.filters)}
+        if self.stage_module:
+            out["stage_module"] = list(self.stage_module)
         for _, options in self._stages_on:
             if options is not None:
                 out.update({k: list(v) if isinstance(v, tuple) else v for k, v in recorded(options).items()})
@@ -114,14 +154,53 @@ def _given_flag(options) -> str:
 
 
 def add_stage_options(parser: ArgumentParser) -> None:
-    """A group of flags per registered stage with options (after the command's own); a flag taken already is refused."""
+    """A group of flags per registered stage with options (after the command's own); a flag taken already is refused.
+
+    The stages of installed entry points are registered first; those of the --stage_module modules
+    named in the arguments are registered, and their flags added, when the parser parses them.
+    """
+    external.load_entry_points()
+    added: set[str] = set()
+    _add_groups(parser, added)
+    parse = parser.parse_known_args
+
+    def parse_known_args(args=None, namespace=None):
+        for module in _stage_modules(args):
+            try:
+                external.load_module(module)
+            except ValueError as e:
+                raise UsageError(str(e)) from None
+        _add_groups(parser, added)
+        return parse(args, namespace)
+
+    parser.parse_known_args = parse_known_args  # argparse's parse_args calls it too
+
+
+def _stage_modules(args) -> list[str]:
+    """The values of --stage_module in a command line (`--stage_module A B`, `--stage_module=A`)."""
+    args, out, taking = list(args or ()), [], False
+    for arg in args:
+        if arg == "--stage_module":
+            taking = True
+        elif arg.startswith("--stage_module="):
+            out.append(arg.split("=", 1)[1])
+            taking = False
+        elif taking and not arg.startswith("-"):
+            out.append(arg)
+        else:
+            taking = False
+    return out
+
+
+def _add_groups(parser: ArgumentParser, added: set[str]) -> None:
     for name, cls in registry.STAGES.items():
-        if cls.Options is None:
+        if cls.Options is None or name in added:
             continue
         clash = sorted(parser.flags & {flag(f) for f, _ in options_of(cls.Options, cli=True)})
         if clash:
             raise ValueError(f"stage {name}: flag(s) {clash} are the command's own already")
         add_options(parser, cls.Options, title=f"stage {name}")
+        added.add(name)
 
 
 def stage_options_from(namespace: argparse.Namespace) -> tuple:

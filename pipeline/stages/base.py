@@ -27,6 +27,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import ClassVar
 
+from pipeline.core.documents import Line
+
 REMOVED = "removed"  # counts_as: listed in removed/, counted per subset under removed and removed_tokens
 FILTERED = "filtered"  # counts_as: counted per subset under filtered, not listed (built-in rules)
 # A removed/ record's own keys: a stage's extra fields may not use them.
@@ -41,6 +43,8 @@ class Doc:
     subset: str
     file_index: int  # the input file's index: seeded decisions hash (seed, file_index, line)
     line: int  # 1-based line (row) number in that file
+    # The input line itself, for a stage that reads another field of it (a URL); not part of equality.
+    raw: Line | None = dataclasses.field(default=None, compare=False)
 
 
 @dataclasses.dataclass(frozen=True)

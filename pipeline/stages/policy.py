@@ -152,7 +152,7 @@ class DocumentPolicy:
         touched: dict[int, Outcome] = {}
         original = {id(o): o.text for o in alive}
         for stage in self.stages:
-            docs = [Doc(o.text, o.subset, chunk.file_index, o.line.number) for o in alive]
+            docs = [Doc(o.text, o.subset, chunk.file_index, o.line.number, o.line) for o in alive]
             if not docs:
                 break
             results = stage.apply_many(docs)

@@ -12,12 +12,15 @@ import dataclasses
 from pipeline.core.options import options_of
 from pipeline.stages.base import FILTERED, REMOVED, DocumentStage
 from pipeline.stages.c4_quality import C4Quality
+from pipeline.stages.fasttext_classifier import FastTextClassifier
 from pipeline.stages.fineweb_quality import FineWebQuality
 from pipeline.stages.gopher_quality import GopherQuality
 from pipeline.stages.gopher_repetition import GopherRepetition
+from pipeline.stages.hf_classifier import HfClassifier
 from pipeline.stages.language import Language
 from pipeline.stages.pii import Pii
 from pipeline.stages.rules import DEDUP_REASONS, EmptyText, SubsetSelection
+from pipeline.stages.url_filter import UrlFilter
 
 STAGES: dict[str, type[DocumentStage]] = {}
 # Reasons the job writes without a stage class of its own (dedup's), so no stage may take them.
@@ -80,4 +83,7 @@ def choices() -> list[str]:
 # The rows: the built-in rules, then each stage a user can name in --filters (one row per stage);
 # language and pii, which their own flags turn on, run after the stages --filters names, in this order.
 for _stage in (SubsetSelection, EmptyText, GopherQuality, GopherRepetition, C4Quality, FineWebQuality, Language, Pii):
+    register(_stage)
+# The classifiers and the URL filter: a model or lists of the user's decide (docs/classifiers.md).
+for _stage in (UrlFilter, FastTextClassifier, HfClassifier):
     register(_stage)
