@@ -194,3 +194,21 @@ def test_an_external_stage_travels_by_name(tmp_path, monkeypatch):
     finally:
         registry.unregister("ext_stage")
         external.EXTERNAL.pop("ext_stage", None)
+
+
+def test_the_url_filter_reads_the_url_of_a_document_cleaned_without_a_line(tmp_path):
+    """The Cleaner (CleanDocuments' engine) hands a stage the whole document, so the URL filter sees its URL."""
+    from pipeline.process.clean import Cleaner
+    from pipeline.stages.url_filter import UrlFilter, UrlFilterOptions
+
+    blocked = tmp_path / "domains.txt"
+    blocked.write_text("blocked.com\n")
+    stage = UrlFilter(UrlFilterOptions(url_blocked_domains=str(blocked)))
+    cleaner = Cleaner((stage,))
+    cleaner.setup()
+    text = "A document of several words."
+    kept = cleaner.clean({"text": text, "url": "https://fine.com/page", "meta": {"pile_set_name": "Pile-CC"}})
+    removed = cleaner.clean({"text": text, "url": "https://www.blocked.com/x", "meta": {"pile_set_name": "Pile-CC"}})
+    assert kept.kept is not None and not kept.records
+    assert removed.kept is None
+    assert [(r["reason"], r["rule"]) for r in removed.records] == [("url_filter", "domain")]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from pipeline.core.documents import Line
 from pipeline.process.redaction import Redaction
 from pipeline.stages.base import Doc, DocumentStage, Keep, Remove
 
@@ -61,8 +62,9 @@ class Cleaner:
         if not isinstance(text, str):
             raise ValueError(f"CleanDocuments: a document without a text string at {self._text_key!r}")
         records, labels = [], {}
+        raw = Line(0, 0, b"", row=document)  # the whole document, for a stage that reads another field (a URL)
         for stage in self._stages:
-            verdict = stage.apply(Doc(text, str(subset), 0, 0))
+            verdict = stage.apply(Doc(text, str(subset), 0, 0, raw))
             if isinstance(verdict, Remove):
                 return Cleaned(None, [self._record(stage.name, verdict.rule, subset, verdict.fields, document)])
             if isinstance(verdict, Keep):
