@@ -14,10 +14,10 @@ Importable with only torch, NumPy and fsspec (no TensorFlow, no Beam)::
     saved = loader.state_dict()             # with StatefulDataLoader: every worker's position
 
 Global step k holds the same sequences as `tfdata.make_dataset(store, ...)` gives with the same
-arguments, for any number of ranks: both iterate `pipeline.reader.doc_reader.StoreReader`.
+arguments, for any number of ranks: both iterate `pipeline.reader.engine.doc_reader.StoreReader`.
 
 **State.** `state_dict()` is the order's state at the next step this dataset (or this DataLoader
-worker) yields: the step, the stream's cursor and the schedule (pipeline/reader/doc_plan.py).
+worker) yields: the step, the stream's cursor and the schedule (pipeline/reader/engine/doc_plan.py).
 `load_state_dict(state)` continues from it, also a state saved on another number of ranks, and
 `StoreDataset(..., state=saved)` starts there. This is the protocol torchdata's
 `StatefulDataLoader` uses: it saves each worker's `state_dict()` with the loader's and calls
@@ -43,9 +43,9 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from pipeline.core.read_packing import loss_mask
 from pipeline.format.mixture import Mixture, is_mixture, load_mixture
-from pipeline.reader.doc_mixture import open_reader, store_state
-from pipeline.reader.doc_reader import DEFAULT_PACK_WINDOW, StoreSettings
-from pipeline.reader.errors import ShardIntegrityError
+from pipeline.reader.engine.doc_mixture import open_reader, store_state
+from pipeline.reader.engine.doc_reader import DEFAULT_PACK_WINDOW, StoreSettings
+from pipeline.reader.engine.errors import ShardIntegrityError
 
 __all__ = ["Mixture", "ShardIntegrityError", "StoreDataset", "store_state"]
 
@@ -71,7 +71,7 @@ class StoreDataset(IterableDataset):
     Args:
         store: the store: an output directory of `--output_format megatron`, or its manifest.json;
             or a mixture of stores (a mixture.json, a `Mixture`, a list of (name, store, weight):
-            pipeline/reader/doc_mixture.py).
+            pipeline/reader/engine/doc_mixture.py).
         global_batch_size: sequences per global step, over all ranks (the first segment's).
         seq_len: labels per sequence (the first segment's).
         dp_rank: this rank's data-parallel index.

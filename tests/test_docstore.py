@@ -29,8 +29,8 @@ from pipeline import tfdata
 from pipeline.cli.provenance import store_documents
 from pipeline.format.mixture import Mixture
 from pipeline.pytorch import StoreDataset
-from pipeline.reader.doc_mixture import MixtureStoreReader, step_layouts
-from pipeline.reader.doc_reader import StoreReader, StoreSettings
+from pipeline.reader.engine.doc_mixture import MixtureStoreReader, step_layouts
+from pipeline.reader.engine.doc_reader import StoreReader, StoreSettings
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,7 @@ from pipeline import tfdata
 from pipeline.core import blend as blend_module
 from pipeline.core.blend import blend, counts_after, integer_weights
 from pipeline.format.mixture import MixtureError, load_mixture
-from pipeline.reader.mixture import MixtureOrder
+from pipeline.reader.engine.mixture import MixtureOrder
 
 SEQ_LEN = 8
 G = 24  # divisible by 1, 2, 3, 4, 8

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from pipeline.core import best_fit, packing
 from pipeline.core import read_packing as rp
-from pipeline.reader.doc_plan import StoreOrder, StoreStateError, parse_schedule
-from pipeline.reader.doc_stream import BestFitStream, ConcatStream, DocumentOrder
+from pipeline.reader.engine.doc_plan import StoreOrder, StoreStateError, parse_schedule
+from pipeline.reader.engine.doc_stream import BestFitStream, ConcatStream, DocumentOrder
 
 EOS = 2
 
@@ -256,7 +256,7 @@ def test_one_order_shared_by_threads_gives_every_thread_the_same_batches(monkeyp
     sees an anchor vanish or the anchors change size under it, and each gets the single-thread batches."""
     import threading
 
-    from pipeline.reader import doc_plan
+    from pipeline.reader.engine import doc_plan
 
     monkeypatch.setattr(doc_plan, "_KEEP_ANCHORS", 2)  # prune all the time
     store = FakeStore(LENGTHS)

@@ -15,7 +15,7 @@ from synthetic_output import record_ids, record_tokens, write_output
 from pipeline import tfdata
 from pipeline.core import hashing
 from pipeline.format.manifest import ManifestError
-from pipeline.reader import plan
+from pipeline.reader.engine import plan
 
 SEQ_LEN = 8
 # 8 uneven shards and 3 big ones (more ranks than shards).

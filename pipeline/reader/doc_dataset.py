@@ -1,4 +1,4 @@
-"""make_dataset for a document store: read-time packing (pipeline/reader/doc_reader.py) as a tf.data dataset.
+"""make_dataset for a document store: read-time packing (pipeline/reader/engine/doc_reader.py) as a tf.data dataset.
 
 The graph: a generator of the rank's chunks of steps (the order, computed in Python once per
 window; each chunk's plan kept aside under a key) -> a parallel, deterministic map that fills each
@@ -18,10 +18,10 @@ import numpy as np
 import tensorflow as tf
 
 from pipeline.format.mixture import Mixture
-from pipeline.reader.doc_mixture import open_reader
-from pipeline.reader.doc_reader import StoreSettings
+from pipeline.reader.engine.doc_mixture import open_reader
+from pipeline.reader.engine.doc_reader import StoreSettings
+from pipeline.reader.engine.request import ReadRequest
 from pipeline.reader.graph import UNKNOWN, finish, no_autograph
-from pipeline.reader.request import ReadRequest
 
 _KEYS = itertools.count()
 

@@ -18,7 +18,7 @@ delivers and with the whole output.
 With --mixture_sources N: N synthetic outputs of different sizes (--records_per_shard x 1..4
 records each, one shard), mixed with the `tokens` preset (each source in proportion to its
 records); raw reads the same N shards through one TFRecordDataset. The reader's path is the
-mixture's: the blend, per-source streams and windows (pipeline/reader/mixture.py). Bytes per rank
+mixture's: the blend, per-source streams and windows (pipeline/reader/engine/mixture.py). Bytes per rank
 are counted over as many steps as the sources hold records.
 
 With --mixture_sources, each path is also timed in its steady state: a fresh run of twice

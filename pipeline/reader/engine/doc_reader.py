@@ -1,7 +1,7 @@
 """One rank's batches of a document store, packed at read time, as NumPy arrays: the engine of both readers.
 
-`StoreReader` checks and opens the store (pipeline/reader/store.py), builds its order
-(pipeline/reader/doc_plan.py over the stream of pipeline/reader/doc_stream.py) and, window after
+`StoreReader` checks and opens the store (pipeline/reader/engine/store.py), builds its order
+(pipeline/reader/engine/doc_plan.py over the stream of pipeline/reader/engine/doc_stream.py) and, window after
 window, fills the rank's sequences from the store (`pipeline.core.read_packing.fill`). The tf.data
 reader (pipeline/reader/doc_dataset.py) and the PyTorch one (pipeline/pytorch.py) both iterate it,
 so they give the same batches by construction. No TensorFlow and no torch here.
@@ -19,10 +19,10 @@ import logging
 import numpy as np
 
 from pipeline.core import read_packing
-from pipeline.reader.doc_plan import StoreOrder, Window, parse_schedule
-from pipeline.reader.doc_stream import BestFitStream, ConcatStream, DocumentOrder
-from pipeline.reader.request import OPTIONAL_FEATURES, select_features
-from pipeline.reader.store import DocStore, check_store, load_store
+from pipeline.reader.engine.doc_plan import StoreOrder, Window, parse_schedule
+from pipeline.reader.engine.doc_stream import BestFitStream, ConcatStream, DocumentOrder
+from pipeline.reader.engine.request import OPTIONAL_FEATURES, select_features
+from pipeline.reader.engine.store import DocStore, check_store, load_store
 
 log = logging.getLogger(__name__)
 

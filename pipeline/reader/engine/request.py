@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from pipeline.format import records
-from pipeline.reader.plan import DEFAULT_PARALLEL_READS
+from pipeline.reader.engine.plan import DEFAULT_PARALLEL_READS
 
 OPTIONAL_FEATURES = (records.SEGMENT_IDS, records.POSITIONS)
 DEFAULT_READ_BUFFER_BYTES = 8 << 20  # large sequential reads: few round trips on EFS / NFS

@@ -8,7 +8,7 @@ weights, the global batch size G, the seed and the window, never of the number o
    any n samples of the segment every source's count is within 1 of n x its weight.
 2. **Per-source streams.** Source d's j-th sample (counted over the whole run) is record
    ``j mod N_d`` of its epoch ``j div N_d``: its shards in a per-(seed, source, epoch) order,
-   rotated to a seeded start, as the single-output reader's stream (pipeline/reader/plan.py).
+   rotated to a seeded start, as the single-output reader's stream (pipeline/reader/engine/plan.py).
    A source that runs out starts its own next epoch; the others are unaffected.
 3. **Windows.** Steps are grouped in windows of S = max(1, window // G) steps, from step 0; a
    schedule step inside a window splits it in parts (a window without one is one part). Within a
@@ -36,7 +36,7 @@ from pipeline.core.blend import blend, segment_of
 from pipeline.core.hashing import fold64, mix64, stable_hash
 from pipeline.format.manifest import load_manifest
 from pipeline.format.mixture import MixtureError, load_mixture
-from pipeline.reader.plan import default_window, shard_order
+from pipeline.reader.engine.plan import default_window, shard_order
 
 MIXTURE_ORDER = "mixture-edf-columns-1"  # names this algorithm; a state under another is refused
 _SOURCE_TAG = 0x4D53  # "MS"

@@ -1,6 +1,6 @@
 """A document store's stream of sequences, packed at read time, and the cursor that resumes it.
 
-Pure NumPy over a store's document lengths (`lengths(doc_ids)`; pipeline/reader/store.py); no
+Pure NumPy over a store's document lengths (`lengths(doc_ids)`; pipeline/reader/engine/store.py); no
 token is read here. Every rank computes the same stream.
 
 **Document order.** Epoch e reads every document of the store once, in the order of a keyed

@@ -1,12 +1,12 @@
 """A mixture of document stores, packed when read: which source and which of its sequences fill global batch k.
 
-The blend and the dealing are the packed-record mixtures' (pipeline/reader/mixture.py,
+The blend and the dealing are the packed-record mixtures' (pipeline/reader/engine/mixture.py,
 `MixtureOrder`): global step k holds the mixture's samples [k*G, (k+1)*G); within a segment of the
 mixture's schedule (its weights), after any n samples every source's count is within 1 of n x its
 weight; steps form windows of S = max(1, window // G) steps, split in parts at schedule steps, and
 in each part every source's next samples are dealt column by column, so rank r's columns hold one
 contiguous run of each source's samples. Here a source's sample j is the j-th *sequence* of its
-own stream (pipeline/reader/doc_stream.py: the store's documents in its own per-(seed, source,
+own stream (pipeline/reader/engine/doc_stream.py: the store's documents in its own per-(seed, source,
 epoch) order, packed at the mixture's seq_len): the proportions are exact in sequences (in label
 tokens too for concat, whose sequences are all seq_len labels; best_fit sequences hold padding).
 Each source runs through its own epochs, the others unaffected.
@@ -28,11 +28,11 @@ import numpy as np
 from pipeline.core import read_packing
 from pipeline.core.hashing import fold64, stable_hash
 from pipeline.format.mixture import Mixture, MixtureError, is_mixture, load_mixture
-from pipeline.reader.doc_reader import StoreReader, StoreSettings, arrays_of, chunks, reshaped, stream_opener
-from pipeline.reader.mixture import MixtureOrder
-from pipeline.reader.plan import default_window
-from pipeline.reader.request import OPTIONAL_FEATURES, select_features
-from pipeline.reader.store import DocStore, check_store, is_store, load_store
+from pipeline.reader.engine.doc_reader import StoreReader, StoreSettings, arrays_of, chunks, reshaped, stream_opener
+from pipeline.reader.engine.mixture import MixtureOrder
+from pipeline.reader.engine.plan import default_window
+from pipeline.reader.engine.request import OPTIONAL_FEATURES, select_features
+from pipeline.reader.engine.store import DocStore, check_store, is_store, load_store
 
 STORE_MIXTURE_ORDER = "docstore-mixture-1"
 _SOURCE_TAG = 0x4D44  # "MD"

@@ -1,6 +1,6 @@
 """The global order of a document store read at any length: which sequences form global batch k, and the state.
 
-Pure NumPy over a stream of sequences (pipeline/reader/doc_stream.py), the same on every rank.
+Pure NumPy over a stream of sequences (pipeline/reader/engine/doc_stream.py), the same on every rank.
 
 **Schedule.** Segments ``(step, global batch G, seq_len L)``, the first at step 0: from its step on,
 each global step takes G sequences of L labels from the stream (`schedule` entries change either or
@@ -36,7 +36,7 @@ import numpy as np
 
 from pipeline.core import read_packing
 from pipeline.core.hashing import fold64, mix64
-from pipeline.reader.plan import default_window
+from pipeline.reader.engine.plan import default_window
 
 STORE_ORDER = "docstore-columns-1"  # names this algorithm; a state under another is refused
 _COLUMN_TAG = 0x4443  # "DC"

@@ -3,7 +3,7 @@
 The store is every .bin/.idx pair its manifest lists (pipeline/format/megatron.py has the format),
 its documents numbered 0..N-1 in manifest order (shard by shard, each shard's documents in order).
 Each document is ``[BOS] ids EOS`` as the job wrote it; the reader packs documents at read time
-(pipeline/reader/doc_stream.py), so one store serves any sequence length.
+(pipeline/reader/engine/doc_stream.py), so one store serves any sequence length.
 
 Before step 0, on every rank (`check_store`): every listed .bin and .idx exists with the manifest's
 byte size (one directory listing per directory); every .idx is read whole (20 bytes per document:
@@ -36,7 +36,7 @@ import numpy as np
 
 from pipeline.format import megatron as fmt
 from pipeline.format.manifest import MAX_MANIFEST_BYTES, ManifestError, manifest_path
-from pipeline.reader.errors import ShardIntegrityError
+from pipeline.reader.engine.errors import ShardIntegrityError
 
 _CHECK_THREADS = 8
 _HASH_BLOCK = 8 << 20
