@@ -46,6 +46,7 @@ from pipeline.format.mixture import Mixture, is_mixture, load_mixture
 from pipeline.reader.engine.doc_mixture import open_reader, store_state
 from pipeline.reader.engine.doc_reader import DEFAULT_PACK_WINDOW, StoreSettings
 from pipeline.reader.engine.errors import ShardIntegrityError
+from pipeline.reader.engine.request import MAX_PARALLEL_READS, check_ranks, integer
 
 __all__ = ["Mixture", "ShardIntegrityError", "StoreDataset", "store_state"]
 
@@ -99,13 +100,13 @@ class StoreDataset(IterableDataset):
                  shuffle_buffer: int | None = None, pack_window: int = DEFAULT_PACK_WINDOW, schedule=None,
                  state: dict | None = None, verify: bool = False, features=None, read_ahead: int = 2):
         settings = StoreSettings(
-            global_batch_size=int(global_batch_size), seq_len=int(seq_len), packing=packing, seed=seed,
+            global_batch_size=global_batch_size, seq_len=seq_len, packing=packing, seed=seed,
             shuffle=shuffle, epoch=epoch, start_step=start_step, num_epochs=num_epochs, num_steps=num_steps,
-            shuffle_buffer=shuffle_buffer, pack_window=pack_window, schedule=tuple(schedule or ()), state=state,
-            verify=verify, features=None if features is None else tuple(features))
-        self._threads = max(1, int(read_ahead))
+            shuffle_buffer=shuffle_buffer, pack_window=pack_window, schedule=schedule, state=state,
+            verify=verify, features=features)
+        self._threads = integer("read_ahead", read_ahead, 1, MAX_PARALLEL_READS)
         self._location = load_mixture(store) if is_mixture(store) else store
-        self._ranks = (int(dp_rank), int(dp_size))
+        self._ranks = check_ranks(dp_rank, dp_size)
         self._reader = open_reader(self._location, settings, *self._ranks)
         self._next = self._reader.start
         self._own = False  # whether _next is this copy's own position (a worker's, once restored or iterated)

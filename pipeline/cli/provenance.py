@@ -138,7 +138,7 @@ def store_documents(location: str, step: int, global_batch_size: int, seed: int 
     mixture = load_mixture(location) if is_mixture(location) else None
     settings = StoreSettings(global_batch_size=global_batch_size, seq_len=seq_len, packing=packing, seed=seed,
                              shuffle=shuffle, epoch=epoch, shuffle_buffer=shuffle_buffer,
-                             schedule=tuple(schedule or ()), **({"pack_window": pack_window} if pack_window else {}))
+                             schedule=schedule, **({"pack_window": pack_window} if pack_window is not None else {}))
     reader = open_reader(mixture or location, settings, check=False)
     stores = reader.stores if mixture else [reader.store]
     names = list(mixture.names) if mixture else [""]

@@ -68,7 +68,13 @@ from pipeline.reader.engine.plan import (
     steps_for,
     window_gather,
 )
-from pipeline.reader.engine.request import DEFAULT_READ_BUFFER_BYTES, ReadRequest, read_request, select_features
+from pipeline.reader.engine.request import (
+    DEFAULT_READ_BUFFER_BYTES,
+    ReadRequest,
+    check_step_sizes,
+    read_request,
+    select_features,
+)
 from pipeline.reader.engine.store import is_store
 from pipeline.reader.graph import PIECE_FIELDS, finish, no_autograph, parse_spec, window_pipeline
 from pipeline.reader.mixture_dataset import mixture_dataset, mixture_state  # noqa: F401 (re-exported)
@@ -204,6 +210,7 @@ def _output_dataset(manifest, request: ReadRequest) -> tf.data.Dataset:
     source = load_source(manifest)
     optional = select_features(r.features, source.optional, "the manifest")
     global_batch = rank_batch * dp_size
+    check_step_sizes(source.manifest_file, global_batch, source.seq_len, r.shuffle_buffer)
     steps = steps_for(sum(source.counts), global_batch)
     if steps == 0:
         raise ValueError(

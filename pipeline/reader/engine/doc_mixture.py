@@ -31,7 +31,7 @@ from pipeline.format.mixture import Mixture, MixtureError, is_mixture, load_mixt
 from pipeline.reader.engine.doc_reader import StoreReader, StoreSettings, arrays_of, chunks, reshaped, stream_opener
 from pipeline.reader.engine.mixture import MixtureOrder
 from pipeline.reader.engine.plan import default_window
-from pipeline.reader.engine.request import OPTIONAL_FEATURES, select_features
+from pipeline.reader.engine.request import MAX_STEPS, OPTIONAL_FEATURES, check_ranks, integer, select_features
 from pipeline.reader.engine.store import DocStore, check_store, is_store, load_store
 
 STORE_MIXTURE_ORDER = "docstore-mixture-1"
@@ -190,7 +190,8 @@ class MixtureStoreReader:
         if len({s.dtype.name for s in sources}) > 1 or len({s.separator_id for s in sources}) > 1:
             raise MixtureError(f"mixture {mixture.description}: its stores differ in token dtype or separator")
         g = settings.global_batch_size
-        if dp_size < 1 or g % dp_size or not 0 <= dp_rank < dp_size:
+        dp_rank, dp_size = check_ranks(dp_rank, dp_size)
+        if g % dp_size:
             raise ValueError(f"global batch {g} is not split by dp_size {dp_size} (dp_rank {dp_rank})")
         self.mixture, self.settings = mixture, settings
         self.stores = [DocStore(s) for s in sources]
@@ -281,9 +282,10 @@ def store_state(store, global_batch_size: int, seq_len: int, step: int, *, state
     Save the result beside the checkpoint of step k; resume with `state=` on any number of ranks.
     """
     location = load_mixture(store) if is_mixture(store) else store
-    schedule = tuple(settings.pop("schedule", None) or ())
+    schedule = settings.pop("schedule", None)
     reader = open_reader(location, StoreSettings(global_batch_size=global_batch_size, seq_len=seq_len,
                                                  state=state, schedule=schedule, **settings), check=False)
+    step = integer("step", step, 0, MAX_STEPS)
     if step < reader.start:
         raise ValueError(f"step {step} is before the given state's step {reader.start}")
     return reader.state(step)

@@ -37,6 +37,7 @@ import numpy as np
 from pipeline.core import read_packing
 from pipeline.core.hashing import fold64, mix64
 from pipeline.reader.engine.plan import default_window
+from pipeline.reader.engine.request import MAX_SEQ_LEN, MAX_STEP_LABELS, MAX_STEPS, integer
 
 STORE_ORDER = "docstore-columns-1"  # names this algorithm; a state under another is refused
 _COLUMN_TAG = 0x4443  # "DC"
@@ -56,34 +57,63 @@ class Segment:
     seq_len: int
 
 
-def parse_schedule(global_batch: int, seq_len: int, schedule=None) -> tuple[Segment, ...]:
+_ENTRY_KEYS = ("step", "seq_len", "global_batch_size")
+
+
+def schedule_entries(schedule) -> tuple:
+    """A schedule as a tuple of entries (None: none); a dict or a string is refused, not iterated."""
+    if schedule is None:
+        return ()
+    if isinstance(schedule, dict | str | bytes) or not isinstance(schedule, list | tuple):
+        raise ValueError(f"schedule {schedule!r}: a list of entries, [{{\"step\": k, \"seq_len\": L, "
+                         "\"global_batch_size\": G}, ...]")
+    return tuple(schedule)
+
+
+def parse_schedule(global_batch: int, seq_len: int, schedule=None, error=ValueError) -> tuple[Segment, ...]:
     """The segments: (0, global_batch, seq_len), then each entry's changes from its step on.
 
     An entry is ``{"step": k, "seq_len": L, "global_batch_size": G}`` (either may be left out:
-    unchanged) or ``[k, G, L]`` (the state's form). Steps must be > 0 and increasing.
+    unchanged) or ``[k, G, L]`` (the state's form). Steps must be > 0 and increasing; every value
+    an integer within the readers' limits (pipeline/reader/engine/request.py). `error`: the type
+    raised (a state's schedule: StoreStateError).
     """
-    if global_batch < 1 or seq_len < 1:
-        raise ValueError(f"global_batch_size ({global_batch}) and seq_len ({seq_len}) must be >= 1")
-    segments = [Segment(0, int(global_batch), int(seq_len))]
-    for i, entry in enumerate(schedule or []):
+    segments = [Segment(0, *_segment_sizes("", integer("global_batch_size", global_batch, 1, MAX_STEP_LABELS,
+                                                                error=error),
+                                           integer("seq_len", seq_len, 1, MAX_SEQ_LEN, error=error), error))]
+    for i, entry in enumerate(schedule_entries(schedule)):
         last = segments[-1]
+        where = f"schedule entry {i}"
         if isinstance(entry, dict):
-            unknown = set(entry) - {"step", "seq_len", "global_batch_size"}
-            if unknown or "step" not in entry:
-                raise ValueError(f"schedule entry {i} {entry!r}: give step and seq_len and/or global_batch_size")
+            unknown = sorted(map(str, set(entry) - set(_ENTRY_KEYS)))
+            if unknown:
+                raise error(f"{where} {entry!r}: unknown key {', '.join(map(repr, unknown))} (the keys: "
+                            f"{', '.join(_ENTRY_KEYS)})")
+            if "step" not in entry:
+                raise error(f"{where} {entry!r}: no 'step' (the first global step of its values)")
             step, g, n = entry["step"], entry.get("global_batch_size", last.global_batch), entry.get(
                 "seq_len", last.seq_len)
-        else:
+        elif isinstance(entry, list | tuple) and len(entry) == 3:
             step, g, n = entry
-        for name, value in (("step", step), ("global_batch_size", g), ("seq_len", n)):
-            if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-                raise ValueError(f"schedule entry {i}: {name} {value!r} must be an integer >= 1")
-        if int(step) == 0 and i == 0 and (g, n) == (last.global_batch, last.seq_len):
+        else:
+            raise error(f"{where} {entry!r}: a dict {{\"step\": k, \"seq_len\": L, \"global_batch_size\": G}} "
+                        "or a list [step, global_batch_size, seq_len]")
+        step = integer(f"{where}: step", step, 0, MAX_STEPS, error=error)
+        g = integer(f"{where}: global_batch_size", g, 1, MAX_STEP_LABELS, error=error)
+        n = integer(f"{where}: seq_len", n, 1, MAX_SEQ_LEN, error=error)
+        if step == 0 and i == 0 and (g, n) == (last.global_batch, last.seq_len):
             continue  # the state's form starts with step 0
-        if int(step) <= last.step:
-            raise ValueError(f"schedule steps must be > 0 and increasing (entry {i}: step {step})")
-        segments.append(Segment(int(step), int(g), int(n)))
+        if step <= last.step:
+            raise error(f"schedule steps must be > 0 and increasing ({where}: step {step})")
+        segments.append(Segment(step, *_segment_sizes(f"{where}: ", g, n, error)))
     return tuple(segments)
+
+
+def _segment_sizes(where: str, global_batch: int, seq_len: int, error) -> tuple[int, int]:
+    if global_batch * seq_len > MAX_STEP_LABELS:
+        raise error(f"{where}global_batch_size {global_batch} x seq_len {seq_len}: a global step of more than "
+                    f"{MAX_STEP_LABELS} labels")
+    return global_batch, seq_len
 
 
 def column_picks(seed: int | None, shuffle: bool, first_step: int, steps: int, first_column: int,
