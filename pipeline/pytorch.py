@@ -45,10 +45,11 @@ from pipeline.core.read_packing import loss_mask
 from pipeline.format.mixture import Mixture, is_mixture, load_mixture
 from pipeline.reader.engine.doc_mixture import open_reader, store_state
 from pipeline.reader.engine.doc_reader import DEFAULT_PACK_WINDOW, StoreSettings
+from pipeline.reader.engine.doc_state import StoreStateError, exact_keys
 from pipeline.reader.engine.errors import ShardIntegrityError
-from pipeline.reader.engine.request import MAX_PARALLEL_READS, check_ranks, integer
+from pipeline.reader.engine.request import MAX_PARALLEL_READS, MAX_STEPS, check_ranks, integer
 
-__all__ = ["Mixture", "ShardIntegrityError", "StoreDataset", "store_state"]
+__all__ = ["Mixture", "ShardIntegrityError", "StoreDataset", "StoreStateError", "store_state"]
 
 
 def _tensors(raw: dict, features: tuple[str, ...]) -> dict:
@@ -181,10 +182,27 @@ class StoreDataset(IterableDataset):
         return {"order": self._reader.state(self._next), "next": self._next}
 
     def load_state_dict(self, state: dict) -> None:
-        """Continue from a `state_dict()` (or a `store_state()`), saved on this or another number of ranks."""
-        if state.get("ended"):
-            self._next, self._own, self._ended = int(state["next"]), True, True
+        """Continue from a `state_dict()` (or a `store_state()`), saved on this or another number of ranks.
+
+        Every field is checked (the order's state against the store, pipeline/reader/engine/doc_state.py):
+        `StoreStateError` naming the field.
+        """
+        if not isinstance(state, dict) or "next" not in state:  # a store_state() itself
+            self._reader.resume(state)
+            self._next, self._own, self._ended = self._reader.start, True, False
             return
-        order = state["order"] if "next" in state else state
+        ended = state.get("ended", False)
+        exact_keys(state, ("order", "next", "ended") if "ended" in state else ("order", "next"), "state_dict")
+        if ended is not True and ended is not False:
+            raise StoreStateError(f"state_dict field ended {ended!r}: True or False")
+        step = integer("state_dict field next", state["next"], 0, MAX_STEPS, error=StoreStateError)
+        if ended:
+            if state["order"] is not None:
+                raise StoreStateError("state_dict field order: None once the run has ended")
+            self._next, self._own, self._ended = step, True, True
+            return
+        order = state["order"]
+        if isinstance(order, dict) and order.get("step") != step:
+            raise StoreStateError(f"state_dict field next {step} is not its order's step {order.get('step')!r}")
         self._reader.resume(order)
-        self._next, self._own, self._ended = self._reader.start, True, False
+        self._next, self._own, self._ended = step, True, False

@@ -16,7 +16,8 @@ from pipeline.reader.dataset import (
     steps_per_epoch,
 )
 from pipeline.reader.engine.doc_mixture import store_state
-from pipeline.reader.engine.doc_plan import STORE_ORDER, StoreStateError
+from pipeline.reader.engine.doc_plan import STORE_ORDER
+from pipeline.reader.engine.doc_state import StoreStateError
 from pipeline.reader.engine.mixture import MIXTURE_ORDER, MixtureOrder, open_order
 from pipeline.reader.engine.plan import (
     DEFAULT_PARALLEL_READS,

@@ -29,6 +29,7 @@ from pipeline.core import read_packing
 from pipeline.core.hashing import fold64, stable_hash
 from pipeline.format.mixture import Mixture, MixtureError, is_mixture, load_mixture
 from pipeline.reader.engine.doc_reader import StoreReader, StoreSettings, arrays_of, chunks, reshaped, stream_opener
+from pipeline.reader.engine.doc_state import StoreStateError, check_seal, field, int_field, seal
 from pipeline.reader.engine.mixture import MixtureOrder
 from pipeline.reader.engine.plan import default_window
 from pipeline.reader.engine.request import MAX_STEPS, OPTIONAL_FEATURES, check_ranks, integer, select_features
@@ -70,19 +71,20 @@ class StoreMixtureOrder:
         self.mixture, self.stores, self.settings = mixture, stores, settings
         g, seq_len = settings.global_batch_size, settings.seq_len
         window = settings.shuffle_buffer or default_window(seq_len, stores[0].itemsize)
-        inner = state.get("mixture") if state is not None else None
         if state is not None:
             self._check(state)
         self.blend = MixtureOrder(mixture.names, [[s.num_documents] for s in stores], mixture.schedule, g,
                                   seed=settings.seed, shuffle=settings.shuffle, window_steps=max(1, window // g),
-                                  state=inner)
+                                  state=None if state is None else state["mixture"], state_error=StoreStateError)
         self._openers = []
         for name, store in zip(mixture.names, stores, strict=True):
             seed = fold64(_SOURCE_TAG, settings.seed, stable_hash(name)) if settings.shuffle else None
             source_settings = dataclasses.replace(settings, seed=seed, num_epochs=None, epoch=0)
             self._openers.append(stream_opener(store, source_settings))
         w = self.blend.start_step // self.blend.window_steps
-        self._known = {w: state["cursors"]} if state is not None else {0: [None] * len(stores)}
+        self._known = {w: self._cursors(state, w)} if state is not None else {0: [None] * len(stores)}
+        if state is not None:
+            check_seal(state)  # last: the fields' own checks name what is wrong
         self.start_step = self.blend.start_step
 
     def identity(self) -> dict:
@@ -96,17 +98,43 @@ class StoreMixtureOrder:
 
     def _check(self, state: dict) -> None:
         if not isinstance(state, dict) or state.get("order") != STORE_MIXTURE_ORDER:
-            raise MixtureError(f"the state's order {(state or {}).get('order')!r} is not {STORE_MIXTURE_ORDER!r}")
-        mine = self.identity()
-        names = list(state["mixture"]["sources"])
-        stores = dict(zip(names, state["stores"], strict=True))
-        for key, value in mine.items():
+            order = state.get("order") if isinstance(state, dict) else type(state).__name__
+            raise MixtureError(f"the state's order {order!r} is not {STORE_MIXTURE_ORDER!r}")
+        inner = field(state, "mixture")
+        names = field(inner, "sources", "state field mixture")
+        stored = field(state, "stores")
+        if (not isinstance(names, list) or not isinstance(stored, list) or len(stored) != len(names)
+                or not all(isinstance(n, str) for n in names)):
+            raise StoreStateError(f"state fields stores and mixture.sources: a store per source ({names!r})")
+        stores = dict(zip(names, stored, strict=True))
+        for key, value in self.identity().items():
             if key == "stores":
                 for name, identity in zip(self.mixture.names, value, strict=True):
                     if name in stores and stores[name] != identity:
                         raise MixtureError(f"source {name!r} is another store than when the state was saved")
-            elif state.get(key) != value:
+            elif field(state, key) != value:
                 raise MixtureError(f"the state was saved with {key}={state.get(key)!r}, this reader has {value!r}")
+        cursors = field(state, "cursors")
+        if not isinstance(cursors, list) or len(cursors) != len(names):
+            raise StoreStateError(f"state field cursors: a cursor per source of the state ({len(names)}), got "
+                                  f"{cursors!r:.200}")
+        if int_field(state, "step", 0, MAX_STEPS) != field(inner, "step", "state field mixture"):
+            raise StoreStateError(f"state field step {state['step']} is not the mixture's step {inner['step']!r}")
+
+    def _cursors(self, state: dict, w: int) -> list:
+        """Each source's cursor at window w's start, checked against its store (a source new to the run: None)."""
+        by_name = dict(zip(state["mixture"]["sources"], state["cursors"], strict=True))
+        taken = self.blend.counts_at(w)
+        out = []
+        for d, name in enumerate(self.mixture.names):
+            cursor = by_name.get(name)
+            if cursor is None and taken[d]:
+                raise StoreStateError(f"state field cursors: no cursor of source {name!r}, which the run read")
+            if cursor is not None:
+                n = int(taken[d])
+                self._openers[d](cursor).check_taken(n, n * self.settings.seq_len)
+            out.append(cursor)
+        return out
 
     def state(self, step: int) -> dict:
         """The state after `step` global steps: a small JSON-able dict to save beside a checkpoint."""
@@ -114,7 +142,7 @@ class StoreMixtureOrder:
         cursors = self._cursors_at(w)
         inner = self.blend.state(step)
         inner.pop("epochs", None)  # its "records" are each store's documents; a stream's cursor holds its epoch
-        return {**self.identity(), "mixture": inner, "cursors": cursors, "step": int(step)}
+        return seal({**self.identity(), "mixture": inner, "cursors": cursors, "step": int(step)})
 
     def _cursors_at(self, w: int):
         if w not in self._known:

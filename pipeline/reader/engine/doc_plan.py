@@ -36,16 +36,13 @@ import numpy as np
 
 from pipeline.core import read_packing
 from pipeline.core.hashing import fold64, mix64
+from pipeline.reader.engine.doc_state import StoreStateError, check_seal, field, int_field, seal
 from pipeline.reader.engine.plan import default_window
 from pipeline.reader.engine.request import MAX_SEQ_LEN, MAX_STEP_LABELS, MAX_STEPS, integer
 
 STORE_ORDER = "docstore-columns-1"  # names this algorithm; a state under another is refused
 _COLUMN_TAG = 0x4443  # "DC"
 _KEEP_ANCHORS = 256
-
-
-class StoreStateError(ValueError):
-    """A state that does not belong to this reader, or a schedule that contradicts it."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +104,16 @@ def parse_schedule(global_batch: int, seq_len: int, schedule=None, error=ValueEr
             raise error(f"schedule steps must be > 0 and increasing ({where}: step {step})")
         segments.append(Segment(step, *_segment_sizes(f"{where}: ", g, n, error)))
     return tuple(segments)
+
+
+def _taken_before(segments: tuple[Segment, ...], step: int) -> tuple[int, int]:
+    """(sequences, labels) the steps before `step` take under a schedule."""
+    sequences = labels = 0
+    for seg, nxt in zip(segments, [*segments[1:], None], strict=True):
+        steps = max(0, min(step, nxt.step if nxt else step) - seg.step)
+        sequences += steps * seg.global_batch
+        labels += steps * seg.global_batch * seg.seq_len
+    return sequences, labels
 
 
 def _segment_sizes(where: str, global_batch: int, seq_len: int, error) -> tuple[int, int]:
@@ -223,15 +230,18 @@ class StoreOrder:
     # -- state ---------------------------------------------------------------------------------
 
     def _resume(self, state: dict) -> None:
+        # Every field checked (pipeline/reader/engine/doc_state.py), the seal last: an edit that
+        # passes the fields' own checks still changes the digest.
         if not isinstance(state, dict) or state.get("order") != STORE_ORDER:
-            raise StoreStateError(f"the state's order {(state or {}).get('order')!r} is not {STORE_ORDER!r}: it was "
-                                  "saved by another reader")
+            order = state.get("order") if isinstance(state, dict) else type(state).__name__
+            raise StoreStateError(f"the state's order {order!r} is not {STORE_ORDER!r}: it was saved by another "
+                                  "reader")
         for key, value in self.identity.items():
-            if state.get(key) != value:
+            if field(state, key) != value:
                 raise StoreStateError(f"the state was saved with {key}={state.get(key)!r}, this reader has "
                                       f"{value!r}: resume with the run's store and settings")
-        step = int(state["step"])
-        old = parse_schedule(*state["schedule"][0][1:], state["schedule"][1:])
+        step = int_field(state, "step", 0, MAX_STEPS)
+        old = self._state_schedule(field(state, "schedule"))
         before_old = [s for s in old if s.step < step]
         before_new = [s for s in self.segments if s.step < step]
         if before_old != before_new:
@@ -240,23 +250,35 @@ class StoreOrder:
                 f"the run used ({[dataclasses.astuple(s) for s in before_old]}): steps already run cannot change; "
                 f"change the schedule from step {step} on")
         first, end, seg = self.window_bounds(step, old)
-        if first != int(state["window_start"]):
-            raise StoreStateError(f"the state's window start {state['window_start']} is not the window of step "
-                                  f"{step} under its schedule")
+        window_start = int_field(state, "window_start", 0, MAX_STEPS)
+        if first != window_start:
+            raise StoreStateError(f"state field window_start {window_start} is not the window of step {step} under "
+                                  f"its schedule (it starts at step {first})")
         if step > first and self.window_bounds(step) != (first, end, seg):
             raise StoreStateError(
                 f"the state's step {step} is inside steps {first}..{end - 1}, which the reader deals together "
                 f"(a window of {self.window_steps(seg)} steps): keep the run's schedule before step {end} "
                 f"and change it from step {end} on")
-        self._known = {first: state["cursor"]}
+        cursor = field(state, "cursor")
+        self._open(cursor).check_taken(*_taken_before(old, first))  # the cursor against the store
+        check_seal(state)
+        self._known = {first: cursor}
         self.start_step = step
 
+    @staticmethod
+    def _state_schedule(schedule) -> tuple[Segment, ...]:
+        if (not isinstance(schedule, list) or not schedule or not isinstance(schedule[0], list)
+                or len(schedule[0]) != 3 or schedule[0][0] != 0):
+            raise StoreStateError(f"state field schedule {schedule!r}: a list of [step, global_batch_size, seq_len], "
+                                  "the first at step 0")
+        return parse_schedule(schedule[0][1], schedule[0][2], schedule[1:], error=StoreStateError)
+
     def state(self, step: int) -> dict:
-        """The state after `step` global steps: a small JSON-able dict to save beside a checkpoint."""
+        """The state after `step` global steps: a small JSON-able dict to save beside a checkpoint (sealed)."""
         first, _, _ = self.window_bounds(step)
         cursor = self._cursor_at(first)
-        return {**self.identity, "schedule": [[s.step, s.global_batch, s.seq_len] for s in self.segments],
-                "step": int(step), "window_start": int(first), "cursor": cursor}
+        return seal({**self.identity, "schedule": [[s.step, s.global_batch, s.seq_len] for s in self.segments],
+                     "step": int(step), "window_start": int(first), "cursor": cursor})
 
     def _cursor_at(self, first: int):
         """The stream's cursor at the start of the window that starts at `first` (walking from the nearest known)."""

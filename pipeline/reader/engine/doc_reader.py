@@ -97,19 +97,18 @@ def stream_opener(store: DocStore, settings: StoreSettings):
     source = store.source
     order = DocumentOrder(source.num_documents, settings.seed, settings.shuffle)
     end = None if settings.num_epochs is None else settings.epoch + settings.num_epochs
-    mean = source.num_tokens / max(1, source.num_documents)
 
     def open_stream(cursor):
         if settings.packing == "concat":
-            return ConcatStream(store.lengths, order, mean, end, cursor, settings.epoch)
+            return ConcatStream(store.lengths, order, source.num_tokens, end, cursor, settings.epoch)
         return BestFitStream(store.lengths, order, settings.pack_window, end, cursor, settings.epoch)
 
     return open_stream
 
 
 def store_identity(store: DocStore, settings: StoreSettings) -> dict:
-    """What the order depends on besides the seed, window and schedule."""
-    out = {"store": store.source.identity(), "packing": settings.packing}
+    """What the order depends on besides the seed, window and schedule (the run's first epoch included)."""
+    out = {"store": store.source.identity(), "packing": settings.packing, "epoch": settings.epoch}
     if settings.packing == "best_fit":
         out["pack_window"] = settings.pack_window
     return out
