@@ -120,3 +120,16 @@ def test_a_tampered_mixture_state_is_refused_naming_the_field(doc_stores):
     bad = {k: v for k, v in state.items() if k != "cursors"}
     with pytest.raises(StoreStateError, match="no field 'cursors'"):
         StoreDataset(mix, global_batch_size=4, seq_len=64, state=bad, **KW)
+
+
+def test_a_resumed_mixture_of_stores_keeps_its_resume_point(doc_stores, monkeypatch):
+    from pipeline.reader.engine import doc_mixture
+
+    monkeypatch.setattr(doc_mixture, "_KEEP_ANCHORS", 2)  # prune every few windows
+    mix = Mixture.of([("a", doc_stores[0], 0.6), ("b", doc_stores[1], 0.4)])
+    state = tfdata.store_state(mix, 4, 64, 5, seed=0, shuffle_buffer=4)  # windows of one step
+    ds = tfdata.make_dataset(mix, global_batch_size=4, seq_len=64, seed=0, shuffle_buffer=4, num_steps=12,
+                             state=state)
+    first = [b["labels"].numpy().tolist() for b in ds]  # 12 windows: anchors pruned
+    again = [b["labels"].numpy().tolist() for b in ds]  # a new iterator (Keras makes one per epoch)
+    assert again == first and len(first) == 12

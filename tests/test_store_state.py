@@ -147,3 +147,17 @@ def test_a_finished_runs_cursor_is_checked_as_the_end(store):
         ConcatStream(store.lengths, order, int(LENGTHS.sum()), 1, {**end, "position": 3})
     with pytest.raises(StoreStateError, match="cursor.epoch 2 is outside"):
         ConcatStream(store.lengths, order, int(LENGTHS.sum()), 1, {**end, "epoch": 2})
+
+
+@pytest.mark.parametrize("packing", ["concat", "best_fit"])
+def test_a_resumed_order_keeps_its_resume_point_while_pruning(store, monkeypatch, packing):
+    """A new iterator from the resume step (Keras, a DataLoader: one per epoch) after many windows."""
+    from pipeline.reader.engine import doc_plan
+
+    monkeypatch.setattr(doc_plan, "_KEEP_ANCHORS", 2)  # prune every few windows
+    state = make_order(store, window=24, packing_mode=packing).state(5)  # windows of one step
+    order = make_order(store, window=24, state=state, packing_mode=packing)
+    first = rank_steps(order, 0, 1, store, 12, start=5)  # 12 windows: anchors pruned
+    again = rank_steps(order, 0, 1, store, 12, start=5)  # a new iterator from the resume step
+    assert all(np.array_equal(a, b) for a, b in zip(again, first, strict=True)) and len(again) == 12
+    assert order.state(5) == state

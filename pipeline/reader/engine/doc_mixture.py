@@ -37,6 +37,7 @@ from pipeline.reader.engine.store import DocStore, check_store, is_store, load_s
 
 STORE_MIXTURE_ORDER = "docstore-mixture-1"
 _SOURCE_TAG = 0x4D44  # "MD"
+_KEEP_ANCHORS = 256  # window starts' cursors kept behind the latest (besides the first)
 
 
 @dataclasses.dataclass
@@ -83,6 +84,7 @@ class StoreMixtureOrder:
             self._openers.append(stream_opener(store, source_settings))
         w = self.blend.start_step // self.blend.window_steps
         self._known = {w: self._cursors(state, w)} if state is not None else {0: [None] * len(stores)}
+        self._origin = min(self._known)  # the first anchor (never pruned)
         if state is not None:
             check_seal(state)  # last: the fields' own checks name what is wrong
         self.start_step = self.blend.start_step
@@ -193,9 +195,11 @@ class StoreMixtureOrder:
 
     def _remember(self, w: int, cursors) -> None:
         self._known[w] = cursors
-        if len(self._known) > 512:
-            for k in sorted(self._known)[:-256]:
-                self._known.pop(k, None)
+        if len(self._known) > 2 * _KEEP_ANCHORS:
+            # The start (window 0, or the resume point's) stays: a new iterator from it walks from there.
+            for k in sorted(self._known)[:-_KEEP_ANCHORS]:
+                if k != self._origin:
+                    self._known.pop(k, None)
 
 
 class MixtureStoreReader:

@@ -199,6 +199,7 @@ class StoreOrder:
         self.segments = tuple(segments)
         self.seed, self.shuffle, self.window, self.token_bytes = seed, bool(shuffle), window, int(token_bytes)
         self._known: dict[int, dict | None] = {0: None}  # window start -> the stream's cursor there
+        self._origin = 0  # the first anchor (never pruned)
         self.start_step = 0
         if state is not None:
             self._resume(state)
@@ -263,6 +264,7 @@ class StoreOrder:
         self._open(cursor).check_taken(*_taken_before(old, first))  # the cursor against the store
         check_seal(state)
         self._known = {first: cursor}
+        self._origin = first
         self.start_step = step
 
     @staticmethod
@@ -337,8 +339,9 @@ class StoreOrder:
     def _remember(self, first: int, cursor) -> None:
         self._known[first] = cursor
         if len(self._known) > 2 * _KEEP_ANCHORS:
+            # The start (step 0, or the resume point) stays: a new iterator from it walks from there.
             for k in sorted(self._known)[:-_KEEP_ANCHORS]:
-                if k != 0:
+                if k != self._origin:
                     self._known.pop(k, None)
 
     def batch(self, step: int) -> tuple[Window, np.ndarray]:

@@ -86,6 +86,7 @@ class MixtureOrder:
         # counts at the start of known windows: {window: (counts, counts at its segment's start)}
         k = len(self.names)
         self._known = {0: (np.zeros(k, np.int64), np.zeros(k, np.int64))}
+        self._origin = 0  # the first window known (never pruned)
         self.start_step = 0
         if state is not None:
             self._resume(state)
@@ -193,6 +194,7 @@ class MixtureOrder:
                                f"segment_counts {segment.tolist()} at window {w} of {self.window_steps} steps of "
                                f"{self.global_batch}): the state is damaged")
         self._known = {w: (at_window, segment)}
+        self._origin = w
         self.start_step = step
 
     def _check_part(self, step: int, old_steps: list[int]) -> None:
@@ -256,8 +258,8 @@ class MixtureOrder:
                     seg_next = counts + np.bincount(src[:rows].reshape(-1), minlength=len(self.names))
                 known += 1
                 self._known[known] = (nxt, seg_next)
-                for old in [k for k in self._known if k < known - _KEEP_WINDOWS]:
-                    del self._known[old]
+                for old in [k for k in self._known if k < known - _KEEP_WINDOWS and k != self._origin]:
+                    del self._known[old]  # the start (window 0, or the resume point's) stays
             return self._known[w]
 
     def _sources_from(self, w: int, counts: np.ndarray, segment: np.ndarray) -> np.ndarray:
