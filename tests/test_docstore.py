@@ -28,7 +28,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from pipeline import tfdata
 from pipeline.cli.provenance import store_documents
 from pipeline.format.mixture import Mixture
-from pipeline.pytorch import StoreDataset
+from pipeline.pytorch import ShardIntegrityError, StoreDataset
 from pipeline.reader.engine.doc_mixture import MixtureStoreReader, step_layouts
 from pipeline.reader.engine.doc_reader import StoreReader, StoreSettings
 
@@ -296,6 +296,29 @@ def test_a_store_cut_while_reading_stops_with_the_files_name(store, tmp_path):
     with pytest.raises(tfdata.ShardIntegrityError, match="read 0 tokens"), tfdata.shard_errors():
         for _ in ds:
             pass
+
+
+@pytest.mark.parametrize("damage", ["cut", "cut_to_header", "zeroed"])
+def test_an_index_cut_or_zeroed_while_a_rank_reads_stops_it_naming_the_file(store, tmp_path, damage):
+    """The .idx is read by position, not memory-mapped: no zeros read past its new end, no SIGBUS."""
+    out, manifest = damaged_copy(store, tmp_path)
+    kw = dict(global_batch_size=G, seq_len=64, seed=3, shuffle_buffer=G, num_epochs=2)
+    full = [b["labels"] for b in StoreDataset(str(out), **kw)]
+    ds = StoreDataset(str(out), **kw)
+    it = iter(ds)
+    got = [next(it)["labels"] for _ in range(2)]
+    for shard in manifest["shards"]:
+        path = out / shard["idx"]["path"]
+        size = path.stat().st_size
+        if damage == "zeroed":
+            path.write_bytes(bytes(size))  # in place: the same file, the same size
+        else:
+            os.truncate(path, size // 2 if damage == "cut" else 34)
+    with pytest.raises(ShardIntegrityError, match=r"\.idx: (read short|document .* the index was changed)") as e:
+        for batch in it:
+            got.append(batch["labels"])
+    assert any(e.value.path == str(out / s["idx"]["path"]) for s in manifest["shards"])
+    assert all(torch.equal(a, b) for a, b in zip(got, full, strict=False))  # what came before is the run's
 
 
 def _bytes_read() -> int:
