@@ -7,6 +7,8 @@ wrote: tests/test_docstore.py.
 
 from __future__ import annotations
 
+import types
+
 import numpy as np
 
 from pipeline.core import read_packing as rp
@@ -79,3 +81,20 @@ def rank_steps(order, dp_rank, dp_size, store, steps, start=0):
     return out
 
 
+
+
+class FakeDocStore(FakeStore):
+    """A FakeStore with what the mixture of stores asks of a `DocStore` (counts, identity, token size)."""
+
+    itemsize = 2
+
+    def __init__(self, lengths):
+        super().__init__(lengths)
+        n, tokens = len(self.len), int(self.len.sum())
+        self.source = types.SimpleNamespace(num_documents=n, num_tokens=tokens,
+                                            identity=lambda: {"documents": n, "tokens": tokens, "shards": 1})
+
+    @property
+    def num_documents(self) -> int:
+        """Documents in the store."""
+        return len(self.len)
