@@ -121,6 +121,15 @@ def test_tensorflows_logs_asked_for_pass_the_filter(monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("batch_size", ["1000000", "0"])
+def test_a_batch_the_output_cannot_fill_names_the_flag(output, capsys, batch_size):
+    out, _ = output
+    assert show.cli([str(out), "--batch_size", batch_size]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --batch_size {batch_size}: the output holds ") and err.count("\n") == 1
+
+
+@pytest.mark.slow
 def test_without_the_summary_only_the_batch_is_printed(output, capsys):
     out, _ = output
     assert show.cli([str(out), "--summary", "false"]) == 0
