@@ -146,3 +146,42 @@ def test_a_take_ending_exactly_at_an_epochs_end_gives_the_next_its_last_token_as
     assert (lay.ctx_doc.tolist(), lay.ctx_tok.tolist()) == ([0], [9])  # epoch 0's last document, its last token
     assert (lay.doc.tolist(), lay.start.tolist(), lay.length.tolist()) == ([3, 0], [0, 0], [2, 2])
     assert stream.cursor() == {"label": 65, "epoch": 1, "position": 1, "offset": 2}
+
+
+def _stream_tokens(order: DocumentOrder, lengths: np.ndarray, epochs: int) -> np.ndarray:
+    """The concat stream's labels, epoch after epoch, from the documents' own tokens."""
+    return np.concatenate([doc_tokens(int(d), int(lengths[d])) for e in range(epochs)
+                           for d in order.docs(e, np.arange(len(lengths)))])
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_every_sequence_of_every_take_is_the_streams_labels_after_the_label_before(shuffle):
+    """Context and labels of each sequence, take after take (seq_len changing): labels [lo, hi) after label lo - 1."""
+    store = FakeStore(FIVE)
+    order = DocumentOrder(5, 7, shuffle)
+    expected = _stream_tokens(order, FIVE, 3)
+    stream = ConcatStream(store.lengths, order, int(FIVE.sum()), None)
+    lo = 0
+    for count, seq_len in [(3, 5), (1, 3), (3, 5), (2, 3), (3, 4), (1, 8), (2, 1), (1, 17), (4, 6)]:
+        tokens = filled(stream.take(count, seq_len), store)["tokens"]
+        for row in tokens:
+            context = expected[lo - 1] if lo else 2  # the separator (EOS) before the run's first label
+            assert row.tolist() == [context, *expected[lo : lo + seq_len].tolist()], (lo, seq_len)
+            lo += seq_len
+
+
+def test_a_take_starting_at_label_1_on_a_document_boundary_has_label_0_as_its_context():
+    store = FakeStore(np.array([1, 4, 3]))
+    stream = ConcatStream(store.lengths, DocumentOrder(3, None, False), 8, None)
+    stream.take(1, 1)  # document 0, its one token
+    assert stream.cursor() == {"label": 1, "epoch": 0, "position": 1, "offset": 0}
+    tokens = filled(stream.take(1, 3), store)["tokens"][0]
+    assert tokens.tolist() == [doc_tokens(0, 1)[0], *doc_tokens(1, 4)[:3].tolist()]
+
+
+def test_a_take_ending_exactly_at_the_end_of_a_finite_stream_leaves_the_cursor_at_the_end():
+    stream = ConcatStream(FakeStore(FIVE).lengths, DocumentOrder(5, 7, True), int(FIVE.sum()), 1)
+    run = stream.take(1, 61)  # all of the one epoch, not a label more
+    assert run.real() == 1 and run.end == 61
+    assert stream.cursor() == {"label": 61, "epoch": 1, "position": 0, "offset": 0}
+    assert stream.take(2, 4).real() == 0  # padding from there on
