@@ -49,6 +49,18 @@ def test_a_document_cut_into_pieces_comes_back_as_one_fragment_and_is_cut_again_
     assert again.ctx_doc.tolist() == [3, 3, 3] and again.ctx_tok.tolist() == [29, 49, 69]
 
 
+def test_a_leftover_is_in_input_order_and_joins_only_one_documents_adjacent_rows():
+    # The docstring's example: sequences B[0:4], A, B[4:6]: the rows are not in input (key) order.
+    lay = rp.best_fit_layout([0, 1], [0, 1], [0, 0], [3, 6], 4)
+    assert lay.key.tolist() == [1, 0, 1]
+    assert [x.tolist() for x in rp.leftover(lay, 0)] == [[0, 1], [0, 1], [0, 0], [3, 6]]
+    assert [x.tolist() for x in rp.leftover(lay, 1)] == [[0, 1], [0, 1], [0, 4], [3, 2]]
+    # Adjacent token ranges of another document, or of the same document under another key, stay apart.
+    for docs, keys in (([3, 4], [30, 40]), ([3, 3], [30, 31])):
+        lay = rp.best_fit_layout(docs, keys, [0, 5], [5, 10], 4)
+        assert [x.tolist() for x in rp.leftover(lay, 0)] == [docs, keys, [0, 5], [5, 10]]
+
+
 @pytest.mark.parametrize("entry,message", [({"step": 9, "seqlen": 48}, "unknown key 'seqlen'"),
                                            ({"step": 9, "global_batch": 4}, "unknown key 'global_batch'"),
                                            ({"seq_len": 48}, "no 'step'")])
