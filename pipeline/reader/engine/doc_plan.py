@@ -20,12 +20,15 @@ stream's order).
 same for any W; a rank reads only the documents (and the ranges of them) its sequences hold.
 
 **State** (`StoreOrder.state(step)`): a small dict: the order's identity (store, packing, seed,
-window), the schedule so far, the step, and the stream's cursor at the start of the window holding
-that step (the window is taken again on resume and its first batches dropped). Resume on any number
-of ranks: the same batches. A schedule entry may be added at a resume from the state's step on when
-that step starts a window; a state saved inside a window (its steps dealt together, some consumed)
-takes entries from that window's end on (at most S steps later): an entry inside it would deal the
-consumed steps anew.
+window, first epoch), the schedule so far, the step, and the stream's cursor at the start of the
+window holding that step (the window is taken again on resume and its first batches dropped),
+sealed by a digest of its fields. Resume on any number of ranks: the same batches. A state read
+back is checked field by field against the store, then against its seal
+(pipeline/reader/engine/doc_state.py). The order remembers the cursors at recent window starts and
+always at its first one (step 0, or the resume point), so a new iterator from there finds it. A
+schedule entry may be added at a resume from the state's step on when that step starts a window; a
+state saved inside a window (its steps dealt together, some consumed) takes entries from that
+window's end on (at most S steps later): an entry inside it would deal the consumed steps anew.
 """
 
 from __future__ import annotations
