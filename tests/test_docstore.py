@@ -327,21 +327,30 @@ def _bytes_read() -> int:
 
 
 @pytest.mark.parametrize("packing", ["concat", "best_fit"])
-def test_each_rank_reads_only_the_bytes_it_uses(store, documents, packing):
+def test_each_rank_reads_only_the_bytes_it_uses(store, documents, packing, monkeypatch):
+    from pipeline.reader.engine import store_index
+
     itemsize = 2
     total = sum(len(d) for d in documents) * itemsize
+    index_bytes = len(documents) * (4 + 8 + 8)  # every entry of the .idx files
+    index_reads = []  # bytes of each .idx read (by position)
+    pread = os.pread
+    monkeypatch.setattr(store_index.os, "pread", lambda fd, n, at: index_reads.append(n) or pread(fd, n, at))
     for w in (1, 4):
         for r in range(w):
             reader = StoreReader(store, StoreSettings(global_batch_size=G, seq_len=64, seed=3, num_epochs=1,
                                                       packing=packing), r, w)
+            index_reads.clear()
             before = _bytes_read()
             batches = list(reader)
-            read = _bytes_read() - before
+            read = _bytes_read() - before - sum(index_reads)
             # Its labels and each sequence's context token, and nothing else (+ /proc/self/io itself).
             used = sum(int(b["loss_mask"].sum()) + len(b["labels"]) for b in batches) * itemsize
             assert read <= used + 1024, (w, r, read, used)
             assert read >= sum(int(b["loss_mask"].sum()) for b in batches) * itemsize
             assert read < total / w * 1.2 + 4096, (w, r, read, total)
+            # The index: every length once (every rank walks every document), the rank's pointers.
+            assert 0 < sum(index_reads) <= 2 * index_bytes, (w, r, sum(index_reads), index_bytes)
 
 
 def test_the_documents_of_a_read_time_packed_step_retokenized_are_its_tokens(store, tiny_model):

@@ -194,3 +194,13 @@ def test_a_stores_provenance_file_is_checked_too(doc_stores, tmp_path, capsys, c
     assert cli_main.main(argv) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and re.search(message, err), err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flag,value", [("--step", "-1"), ("--global_batch_size", "0"), ("--epoch", "-2")])
+def test_a_negative_step_or_an_empty_batch_is_refused_naming_the_flag(written, capsys, flag, value):
+    argv = {"--step": "3", "--global_batch_size": str(GLOBAL), "--epoch": "0", flag: value}
+    assert cli_main.main(["provenance", str(written[0]), "--seed", str(SEED),
+                          *[x for k, v in argv.items() for x in (k, v)]]) == 2
+    assert capsys.readouterr().err == f"error: {flag} {value}: must be >= {0 if flag != '--global_batch_size' else 1}\n"
+

@@ -230,6 +230,10 @@ def main(argv=None) -> None:
     args = build_parser().parse_args(argv)
     if args.seed is None and not args.no_shuffle:
         raise UsageError("--seed is required (the reader's seed of the run), or --no_shuffle")
+    for flag, value, lowest in (("--step", args.step, 0), ("--global_batch_size", args.global_batch_size, 1),
+                                ("--epoch", args.epoch, 0), ("--chars", args.chars, 0)):
+        if value < lowest:  # a negative step would wrap around to another step's records
+            raise UsageError(f"{flag} {value}: must be >= {lowest}")
     if _is_store_input(args.output_dir):
         if args.seq_len is None:
             raise UsageError("--seq_len is required for a document store (the reader packs it at that length)")

@@ -17,7 +17,7 @@ byte inside one is found by ``verify=True`` only (a cut or removed .bin is found
 While reading (`DocStore`): the .idx entries a lookup needs are read by position and checked
 (pipeline/reader/engine/store_index.py: never memory-mapped, so an index cut or zeroed since the
 start is an error, not zeros or SIGBUS), and each document range is read with one `os.preadv`
-into the caller's buffer: a rank reads the bytes of the tokens it uses and no others. A .idx or
+into the caller's buffer: a rank reads the bytes of the tokens it uses and no other tokens. A .idx or
 .bin cut, zeroed or removed since the start: `ShardIntegrityError` naming it.
 
 The store is read from a filesystem path (a local disk, EFS, Lustre, NFS): every document is a
