@@ -14,10 +14,10 @@ Importable with only torch, NumPy and fsspec (no TensorFlow, no Beam)::
     saved = loader.state_dict()             # with StatefulDataLoader: every worker's position
 
 Global step k holds the same sequences as `tfdata.make_dataset(store, ...)` gives with the same
-arguments, for any number of ranks: both iterate `pipeline.reader.doc_reader.StoreReader`.
+arguments, for any number of ranks: both iterate `pipeline.reader.engine.doc_reader.StoreReader`.
 
 **State.** `state_dict()` is the order's state at the next step this dataset (or this DataLoader
-worker) yields: the step, the stream's cursor and the schedule (pipeline/reader/doc_plan.py).
+worker) yields: the step, the stream's cursor and the schedule (pipeline/reader/engine/doc_plan.py).
 `load_state_dict(state)` continues from it, also a state saved on another number of ranks, and
 `StoreDataset(..., state=saved)` starts there. This is the protocol torchdata's
 `StatefulDataLoader` uses: it saves each worker's `state_dict()` with the loader's and calls
@@ -43,11 +43,13 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from pipeline.core.read_packing import loss_mask
 from pipeline.format.mixture import Mixture, is_mixture, load_mixture
-from pipeline.reader.doc_mixture import open_reader, store_state
-from pipeline.reader.doc_reader import DEFAULT_PACK_WINDOW, StoreSettings
-from pipeline.reader.errors import ShardIntegrityError
+from pipeline.reader.engine.doc_mixture import open_reader, store_state
+from pipeline.reader.engine.doc_reader import DEFAULT_PACK_WINDOW, StoreSettings
+from pipeline.reader.engine.doc_state import StoreStateError, exact_keys
+from pipeline.reader.engine.errors import ShardIntegrityError
+from pipeline.reader.engine.request import MAX_PARALLEL_READS, MAX_STEPS, check_ranks, integer
 
-__all__ = ["Mixture", "ShardIntegrityError", "StoreDataset", "store_state"]
+__all__ = ["Mixture", "ShardIntegrityError", "StoreDataset", "StoreStateError", "store_state"]
 
 
 def _tensors(raw: dict, features: tuple[str, ...]) -> dict:
@@ -71,7 +73,7 @@ class StoreDataset(IterableDataset):
     Args:
         store: the store: an output directory of `--output_format megatron`, or its manifest.json;
             or a mixture of stores (a mixture.json, a `Mixture`, a list of (name, store, weight):
-            pipeline/reader/doc_mixture.py).
+            pipeline/reader/engine/doc_mixture.py).
         global_batch_size: sequences per global step, over all ranks (the first segment's).
         seq_len: labels per sequence (the first segment's).
         dp_rank: this rank's data-parallel index.
@@ -99,13 +101,13 @@ class StoreDataset(IterableDataset):
                  shuffle_buffer: int | None = None, pack_window: int = DEFAULT_PACK_WINDOW, schedule=None,
                  state: dict | None = None, verify: bool = False, features=None, read_ahead: int = 2):
         settings = StoreSettings(
-            global_batch_size=int(global_batch_size), seq_len=int(seq_len), packing=packing, seed=seed,
+            global_batch_size=global_batch_size, seq_len=seq_len, packing=packing, seed=seed,
             shuffle=shuffle, epoch=epoch, start_step=start_step, num_epochs=num_epochs, num_steps=num_steps,
-            shuffle_buffer=shuffle_buffer, pack_window=pack_window, schedule=tuple(schedule or ()), state=state,
-            verify=verify, features=None if features is None else tuple(features))
-        self._threads = max(1, int(read_ahead))
+            shuffle_buffer=shuffle_buffer, pack_window=pack_window, schedule=schedule, state=state,
+            verify=verify, features=features)
+        self._threads = integer("read_ahead", read_ahead, 1, MAX_PARALLEL_READS)
         self._location = load_mixture(store) if is_mixture(store) else store
-        self._ranks = (int(dp_rank), int(dp_size))
+        self._ranks = check_ranks(dp_rank, dp_size)
         self._reader = open_reader(self._location, settings, *self._ranks)
         self._next = self._reader.start
         self._own = False  # whether _next is this copy's own position (a worker's, once restored or iterated)
@@ -180,10 +182,27 @@ class StoreDataset(IterableDataset):
         return {"order": self._reader.state(self._next), "next": self._next}
 
     def load_state_dict(self, state: dict) -> None:
-        """Continue from a `state_dict()` (or a `store_state()`), saved on this or another number of ranks."""
-        if state.get("ended"):
-            self._next, self._own, self._ended = int(state["next"]), True, True
+        """Continue from a `state_dict()` (or a `store_state()`), saved on this or another number of ranks.
+
+        Every field is checked (the order's state against the store, pipeline/reader/engine/doc_state.py):
+        `StoreStateError` naming the field.
+        """
+        if not isinstance(state, dict) or "next" not in state:  # a store_state() itself
+            self._reader.resume(state)
+            self._next, self._own, self._ended = self._reader.start, True, False
             return
-        order = state["order"] if "next" in state else state
+        ended = state.get("ended", False)
+        exact_keys(state, ("order", "next", "ended") if "ended" in state else ("order", "next"), "state_dict")
+        if ended is not True and ended is not False:
+            raise StoreStateError(f"state_dict field ended {ended!r}: True or False")
+        step = integer("state_dict field next", state["next"], 0, MAX_STEPS, error=StoreStateError)
+        if ended:
+            if state["order"] is not None:
+                raise StoreStateError("state_dict field order: None once the run has ended")
+            self._next, self._own, self._ended = step, True, True
+            return
+        order = state["order"]
+        if isinstance(order, dict) and order.get("step") != step:
+            raise StoreStateError(f"state_dict field next {step} is not its order's step {order.get('step')!r}")
         self._reader.resume(order)
-        self._next, self._own, self._ended = self._reader.start, True, False
+        self._next, self._own, self._ended = step, True, False

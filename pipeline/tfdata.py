@@ -3,7 +3,7 @@
 Importable with only TensorFlow, NumPy and fsspec (no Apache Beam, no SentencePiece). The reader
 lives in pipeline/reader/ (plan: the global order; shards: access and checks; integrity: the one
 error type; dataset: make_dataset); see pipeline/reader/dataset.py for how it is used. A document
-store (a Megatron output) is packed when read: pipeline/reader/doc_reader.py.
+store (a Megatron output) is packed when read: pipeline/reader/engine/doc_reader.py.
 """
 
 from pipeline.format.mixture import Mixture, MixtureError, MixtureSource, load_mixture
@@ -15,11 +15,11 @@ from pipeline.reader.dataset import (
     mixture_state,
     steps_per_epoch,
 )
-from pipeline.reader.doc_mixture import store_state
-from pipeline.reader.doc_plan import STORE_ORDER, StoreStateError
-from pipeline.reader.integrity import ShardIntegrityError, integrity_error, shard_errors
-from pipeline.reader.mixture import MIXTURE_ORDER, MixtureOrder, open_order
-from pipeline.reader.plan import (
+from pipeline.reader.engine.doc_mixture import store_state
+from pipeline.reader.engine.doc_plan import STORE_ORDER
+from pipeline.reader.engine.doc_state import StoreStateError
+from pipeline.reader.engine.mixture import MIXTURE_ORDER, MixtureOrder, open_order
+from pipeline.reader.engine.plan import (
     DEFAULT_PARALLEL_READS,
     ORDER,
     GlobalOrder,
@@ -30,6 +30,7 @@ from pipeline.reader.plan import (
     rank_plan,
     shard_order,
 )
+from pipeline.reader.integrity import ShardIntegrityError, integrity_error, shard_errors
 
 __all__ = [
     "DEFAULT_PARALLEL_READS",

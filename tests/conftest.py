@@ -1,8 +1,15 @@
-"""Shared fixtures: a tiny SentencePiece model and Pile-format corpora written by the tests."""
+"""Shared fixtures: a tiny SentencePiece model and Pile-format corpora written by the tests.
+
+The suite runs in scripts/test.sh's environment whatever the caller's shell holds: a missing fast
+tokenizer engine fails its parity tests rather than skipping them (PILE_REQUIRE_FAST_BACKENDS), and
+TensorFlow's start-up notices are off (TF_CPP_MIN_LOG_LEVEL). A test that needs another value sets
+it itself (monkeypatch).
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import random
 
 import pytest
@@ -10,6 +17,10 @@ import sentencepiece as spm
 from corpus_helpers import FAST_BEAM  # re-exported for tests; the stores' job runs with it
 from sample_corpus import compose_lines
 from tiers import pytest_runtest_makereport, pytest_runtest_setup  # noqa: F401  (the tiers' check)
+
+# Before any test module is imported: some read these at import time.
+os.environ.setdefault("PILE_REQUIRE_FAST_BACKENDS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 @pytest.fixture(scope="session")

@@ -28,9 +28,9 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from pipeline import tfdata
 from pipeline.cli.provenance import store_documents
 from pipeline.format.mixture import Mixture
-from pipeline.pytorch import StoreDataset
-from pipeline.reader.doc_mixture import MixtureStoreReader, step_layouts
-from pipeline.reader.doc_reader import StoreReader, StoreSettings
+from pipeline.pytorch import ShardIntegrityError, StoreDataset
+from pipeline.reader.engine.doc_mixture import MixtureStoreReader, step_layouts
+from pipeline.reader.engine.doc_reader import StoreReader, StoreSettings
 
 pytestmark = pytest.mark.slow
 
@@ -298,27 +298,59 @@ def test_a_store_cut_while_reading_stops_with_the_files_name(store, tmp_path):
             pass
 
 
+@pytest.mark.parametrize("damage", ["cut", "cut_to_header", "zeroed"])
+def test_an_index_cut_or_zeroed_while_a_rank_reads_stops_it_naming_the_file(store, tmp_path, damage):
+    """The .idx is read by position, not memory-mapped: no zeros read past its new end, no SIGBUS."""
+    out, manifest = damaged_copy(store, tmp_path)
+    kw = dict(global_batch_size=G, seq_len=64, seed=3, shuffle_buffer=G, num_epochs=2)
+    full = [b["labels"] for b in StoreDataset(str(out), **kw)]
+    ds = StoreDataset(str(out), **kw)
+    it = iter(ds)
+    got = [next(it)["labels"] for _ in range(2)]
+    for shard in manifest["shards"]:
+        path = out / shard["idx"]["path"]
+        size = path.stat().st_size
+        if damage == "zeroed":
+            path.write_bytes(bytes(size))  # in place: the same file, the same size
+        else:
+            os.truncate(path, size // 2 if damage == "cut" else 34)
+    with pytest.raises(ShardIntegrityError, match=r"\.idx: (read short|document .* the index was changed)") as e:
+        for batch in it:
+            got.append(batch["labels"])
+    assert any(e.value.path == str(out / s["idx"]["path"]) for s in manifest["shards"])
+    assert all(torch.equal(a, b) for a, b in zip(got, full, strict=False))  # what came before is the run's
+
+
 def _bytes_read() -> int:
     with open("/proc/self/io") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
 
 
 @pytest.mark.parametrize("packing", ["concat", "best_fit"])
-def test_each_rank_reads_only_the_bytes_it_uses(store, documents, packing):
+def test_each_rank_reads_only_the_bytes_it_uses(store, documents, packing, monkeypatch):
+    from pipeline.reader.engine import store_index
+
     itemsize = 2
     total = sum(len(d) for d in documents) * itemsize
+    index_bytes = len(documents) * (4 + 8 + 8)  # every entry of the .idx files
+    index_reads = []  # bytes of each .idx read (by position)
+    pread = os.pread
+    monkeypatch.setattr(store_index.os, "pread", lambda fd, n, at: index_reads.append(n) or pread(fd, n, at))
     for w in (1, 4):
         for r in range(w):
             reader = StoreReader(store, StoreSettings(global_batch_size=G, seq_len=64, seed=3, num_epochs=1,
                                                       packing=packing), r, w)
+            index_reads.clear()
             before = _bytes_read()
             batches = list(reader)
-            read = _bytes_read() - before
+            read = _bytes_read() - before - sum(index_reads)
             # Its labels and each sequence's context token, and nothing else (+ /proc/self/io itself).
             used = sum(int(b["loss_mask"].sum()) + len(b["labels"]) for b in batches) * itemsize
             assert read <= used + 1024, (w, r, read, used)
             assert read >= sum(int(b["loss_mask"].sum()) for b in batches) * itemsize
             assert read < total / w * 1.2 + 4096, (w, r, read, total)
+            # The index: every length once (every rank walks every document), the rank's pointers.
+            assert 0 < sum(index_reads) <= 2 * index_bytes, (w, r, sum(index_reads), index_bytes)
 
 
 def test_the_documents_of_a_read_time_packed_step_retokenized_are_its_tokens(store, tiny_model):

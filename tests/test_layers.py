@@ -129,7 +129,7 @@ def test_the_reader_imports_without_beam_sentencepiece_or_zstandard(entry):
 
 # The PyTorch reader and the engine it shares with tf.data: no TensorFlow (and none of the job's packages).
 @pytest.mark.slow
-@pytest.mark.parametrize("entry", ["pipeline.pytorch", "pipeline.reader.doc_reader"])
+@pytest.mark.parametrize("entry", ["pipeline.pytorch", "pipeline.reader.engine.doc_reader"])
 def test_the_pytorch_reader_imports_without_tensorflow(entry):
     result = _import_blocking(entry, (*BLOCKED, "tensorflow", "keras", "tensorboard"))
     assert result.returncode == 0, result.stderr[-2000:]
@@ -144,6 +144,38 @@ def test_the_engine_imports_no_beam():
                 [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
             found |= {(path.name, n) for n in names if n.split(".")[0] == "apache_beam"}
     assert found == set() and (PACKAGE / "process" / "engine.py").exists()
+
+
+# Which modules import a training framework: the tf.data adapters in pipeline/reader/ (and the
+# entry point re-exports them), the PyTorch adapter pipeline/pytorch.py; the engine in pipeline/reader/engine/ none.
+FRAMEWORKS = {"tensorflow": {"pipeline.reader.dataset", "pipeline.reader.doc_dataset",
+                             "pipeline.reader.graph", "pipeline.reader.integrity", "pipeline.reader.mixture_dataset",
+                             "pipeline.reader.shards"},
+              "torch": {"pipeline.pytorch"}}
+
+
+def _third_party(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_only_the_adapters_import_tensorflow_or_torch_and_the_engine_neither():
+    modules = _modules()
+    readers = {m: p for m, p in modules.items() if m.startswith(("pipeline.reader", "pipeline.tfdata",
+                                                                  "pipeline.pytorch"))}
+    for framework, expected in FRAMEWORKS.items():
+        assert {m for m, p in readers.items() if framework in _third_party(p)} == expected, framework
+    engine = {m for m in modules if m.startswith("pipeline.reader.engine")}
+    assert len(engine) > 8
+    # The engine imports nothing of the adapters above it.
+    graph = _graph()
+    assert {(m, d) for m in engine for d in graph[m] if d.startswith("pipeline.reader.")
+            and not d.startswith("pipeline.reader.engine")} == set()
 
 
 def test_layers_are_the_ones_on_disk():

@@ -15,7 +15,7 @@ from pipeline import tfdata
 from pipeline.core import blend as blend_module
 from pipeline.core.blend import blend, counts_after, integer_weights
 from pipeline.format.mixture import MixtureError, load_mixture
-from pipeline.reader.mixture import MixtureOrder
+from pipeline.reader.engine.mixture import MixtureOrder
 
 SEQ_LEN = 8
 G = 24  # divisible by 1, 2, 3, 4, 8
@@ -378,3 +378,19 @@ def test_sources_on_a_filesystem_tensorflow_cannot_open_read_by_byte_range(outpu
         assert _same(got, expected)
     finally:
         fs.rm(root, recursive=True)
+
+
+@pytest.mark.parametrize("resume", [0, 5])
+def test_the_orders_start_is_never_pruned(monkeypatch, resume):
+    """After many windows, the window of the start (step 0, or the resume point) is still known."""
+    from pipeline.reader.engine import mixture as mixture_module
+
+    monkeypatch.setattr(mixture_module, "_KEEP_WINDOWS", 2)
+    kw = dict(seed=1, shuffle=True, window_steps=1)
+    first = MixtureOrder(["a", "b"], [[40, 30], [50]], [(0, (0.5, 0.5))], 8, **kw)
+    state = first.state(resume) if resume else None
+    order = MixtureOrder(["a", "b"], [[40, 30], [50]], [(0, (0.5, 0.5))], 8, state=state, **kw)
+    late = order.state(resume + 20)  # 20 windows walked: the others pruned
+    assert order.state(resume) == first.state(resume)
+    assert [x.tolist() for x in order.batch_records(resume)] == [x.tolist() for x in first.batch_records(resume)]
+    assert late == first.state(resume + 20)

@@ -22,7 +22,7 @@ from pipeline.core.documents import BadRecord, Schema, parse_document
 from pipeline.format.mixture import MixtureError
 from pipeline.io import columnar
 from pipeline.io.inputs import CorruptInputError
-from pipeline.reader.mixture import MixtureOrder
+from pipeline.reader.engine.mixture import MixtureOrder
 
 SCHEMA = Schema(default_subset="web", any_names=True)
 
@@ -142,7 +142,7 @@ def test_counts_that_do_not_add_up_are_refused_in_words(start, counts):
         blend([1, 1], 5, start=start, counts=counts)
 
 
-# --- reader/mixture.py ---------------------------------------------------------------------------
+# --- reader/engine/mixture.py ----------------------------------------------------------------------
 
 NAMES, SHARDS = ["a", "b", "c"], [[30, 20], [7], [25]]
 SCHEDULE = [(0, (0.6, 0.25, 0.15)), (5, (0.2, 0.5, 0.3))]

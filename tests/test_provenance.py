@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -133,3 +134,73 @@ def test_spans_follow_the_labels_through_packing():
     joined = packing.concat_pieces([rest, rest], separator_id=0)
     assert joined.spans.tolist() == [[4, 9, 8, 2], [4, 9, 8, 2]]
     assert packing.concat_pieces([rest, packing.Piece(0, np.ones(2, np.int32), np.ones(2, bool))], 0).spans is None
+
+
+def _tampered_copy(out, tmp_path, change, manifest_follows: bool) -> str:
+    """A copy of an output whose first provenance file's spans are changed (and its manifest entry with them)."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy, symlinks=True)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    entry = manifest["provenance"]["files"][0]
+    path = copy / entry["path"]
+    with np.load(path) as z:
+        arrays = {k: z[k].copy() for k in z.files}
+    change(arrays["spans"])
+    np.savez_compressed(path, **arrays)
+    if manifest_follows:  # as if the manifest had been edited to match
+        import hashlib
+
+        entry["bytes"], entry["sha256"] = path.stat().st_size, hashlib.sha256(path.read_bytes()).hexdigest()
+        (copy / "manifest.json").write_text(json.dumps(manifest))
+    return str(copy)
+
+
+def _line_shifted(spans):
+    spans[:, 1] += 1
+
+
+def _file_index(value):
+    def change(spans):
+        spans[spans[:, 0] >= 0, 0] = value
+    return change
+
+
+CHANGES = [(_line_shifted, False, "a sha256 other than the manifest's"),
+           (_file_index(-1), False, "a sha256 other than the manifest's"),
+           (_file_index(7), True, r"names no line of the 2 input files")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("change,manifest_follows,message", CHANGES)
+def test_a_provenance_file_changed_since_the_job_is_refused_in_one_line(written, tmp_path, capsys, change,
+                                                                         manifest_follows, message):
+    out = _tampered_copy(written[0], tmp_path, change, manifest_follows)
+    argv = ["provenance", out, "--step", "3", "--global_batch_size", str(GLOBAL), "--seed", str(SEED)]
+    assert cli_main.main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("error: ")
+    assert re.search(message, err), err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("change,manifest_follows,message", [(_file_index(-1), True, "names no line of the"),
+                                                             (_file_index(10**6), True, "names no line of the"),
+                                                             (_line_shifted, False, "other than the manifest's")])
+def test_a_stores_provenance_file_is_checked_too(doc_stores, tmp_path, capsys, change, manifest_follows, message):
+    out = _tampered_copy(doc_stores[0], tmp_path, change, manifest_follows)
+    argv = ["provenance", out, "--step", "2", "--global_batch_size", "4", "--seed", "3", "--seq_len", "64"]
+    assert cli_main.main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and re.search(message, err), err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flag,value", [("--step", "-1"), ("--global_batch_size", "0"), ("--epoch", "-2")])
+def test_a_negative_step_or_an_empty_batch_is_refused_naming_the_flag(written, capsys, flag, value):
+    argv = {"--step": "3", "--global_batch_size": str(GLOBAL), "--epoch": "0", flag: value}
+    assert cli_main.main(["provenance", str(written[0]), "--seed", str(SEED),
+                          *[x for k, v in argv.items() for x in (k, v)]]) == 2
+    assert capsys.readouterr().err == f"error: {flag} {value}: must be >= {0 if flag != '--global_batch_size' else 1}\n"
+

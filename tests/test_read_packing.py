@@ -13,45 +13,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from store_fakes import EOS, LENGTHS, FakeStore, doc_tokens, filled, make_order, rank_steps, whole
 
 from pipeline.core import best_fit, packing
 from pipeline.core import read_packing as rp
-from pipeline.reader.doc_plan import StoreOrder, StoreStateError, parse_schedule
-from pipeline.reader.doc_stream import BestFitStream, ConcatStream, DocumentOrder
-
-EOS = 2
-
-
-def doc_tokens(d: int, n: int) -> np.ndarray:
-    """Document d's n tokens: a pattern of its id, EOS last (and nowhere else)."""
-    t = (np.arange(n, dtype=np.int64) * 31 + d * 7919) % 50000 + 3
-    t[-1] = EOS
-    return t
-
-
-class FakeStore:
-    def __init__(self, lengths):
-        self.len = np.asarray(lengths, np.int64)
-
-    def lengths(self, docs):
-        return self.len[np.asarray(docs, np.int64)]
-
-    def read_into(self, buffer, offsets, docs, starts, lengths):
-        for o, d, s, n in zip(offsets.tolist(), docs.tolist(), starts.tolist(), lengths.tolist(), strict=True):
-            buffer[o : o + n] = doc_tokens(d, int(self.len[d]))[s : s + n]
-
-
-def whole(layout) -> rp.Layout:
-    """A stream's take (selected lazily by ranks) as one layout."""
-    return layout if isinstance(layout, rp.Layout) else layout.select(np.arange(layout.count))
-
-
-def filled(layout, store):
-    layout = whole(layout)
-    out = rp.fill(layout, store.read_into, separator=EOS, pad=0)
-    out["loss_mask"] = rp.loss_mask(out["used"], layout.seq_len)
-    return out
-
+from pipeline.reader.engine.doc_plan import StoreOrder, parse_schedule
+from pipeline.reader.engine.doc_state import StoreStateError
+from pipeline.reader.engine.doc_stream import BestFitStream, ConcatStream, DocumentOrder
 
 # ------------------------------------------------------------------------------------------
 # Layouts: the job's own packing, made from lengths
@@ -125,11 +93,8 @@ def test_a_leftover_repacked_at_another_length_keeps_every_token_once(lengths, s
 # Streams: every label once per epoch, whole documents, cursors
 # ------------------------------------------------------------------------------------------
 
-LENGTHS = np.random.default_rng(7).integers(1, 300, 400)
-
-
 def concat_stream(store, cursor=None, shuffle=True, end=None):
-    return ConcatStream(store.lengths, DocumentOrder(len(store.len), 11, shuffle), float(store.len.mean()), end,
+    return ConcatStream(store.lengths, DocumentOrder(len(store.len), 11, shuffle), int(store.len.sum()), end,
                         cursor)
 
 
@@ -187,30 +152,6 @@ def test_a_stream_resumed_from_its_cursor_continues_exactly(make):
 # ------------------------------------------------------------------------------------------
 
 
-def make_order(store, schedule=(), state=None, packing_mode="concat", window=96, shuffle=True):
-    segments = parse_schedule(24, 32, schedule)
-    order = DocumentOrder(len(store.len), 5, shuffle)
-
-    def open_stream(cursor):
-        if packing_mode == "concat":
-            return ConcatStream(store.lengths, order, float(store.len.mean()), None, cursor)
-        return BestFitStream(store.lengths, order, 50, None, cursor)
-
-    return StoreOrder(open_stream, {"store": "fake", "packing": packing_mode}, segments, seed=5, shuffle=shuffle,
-                      window=window, token_bytes=2, state=state)
-
-
-def rank_steps(order, dp_rank, dp_size, store, steps, start=0):
-    out = []
-    for window in order.windows(start):
-        first = max(window.first, start)
-        seqs = window.rank_sequences(dp_rank, dp_size, first)
-        out += [filled(window.layout.select(s), store)["tokens"] for s in seqs]
-        if len(out) >= steps:
-            return out[:steps]
-    return out
-
-
 SCHEDULE = [{"step": 9, "seq_len": 48}, {"step": 14, "global_batch_size": 48}, {"step": 21, "seq_len": 20,
                                                                                "global_batch_size": 24}]
 
@@ -256,7 +197,7 @@ def test_one_order_shared_by_threads_gives_every_thread_the_same_batches(monkeyp
     sees an anchor vanish or the anchors change size under it, and each gets the single-thread batches."""
     import threading
 
-    from pipeline.reader import doc_plan
+    from pipeline.reader.engine import doc_plan
 
     monkeypatch.setattr(doc_plan, "_KEEP_ANCHORS", 2)  # prune all the time
     store = FakeStore(LENGTHS)

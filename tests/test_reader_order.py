@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from pipeline.core.shuffle import Permutation, ShardPlan
-from pipeline.reader import plan as P
+from pipeline.reader.engine import plan as P
 
 RNG = np.random.default_rng(1234)
 

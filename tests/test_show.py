@@ -83,23 +83,50 @@ def test_show_prints_no_tensorflow_start_up_notices(output):
     assert result.stderr == ""  # no oneDNN, CUDA driver, cuInit or absl notices
 
 
-def test_the_filter_keeps_every_other_line_native_code_writes():
-    noise = ("WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
-             "I0000 00:00:1 port.cc:153] oneDNN custom operations are on. You may see ...\n"
-             "E0000 00:00:1 cuda_platform.cc:52] failed call to cuInit: INTERNAL: CUDA error\n")
-    real = "E0000 00:00:1 op_kernel.cc:1] OP_REQUIRES failed: NOT_FOUND: shard.tfrecord\n"
-    assert native_stderr.keep(noise + real) == real
+NOISE = ("WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+         "I0000 00:00:1 port.cc:153] oneDNN custom operations are on. You may see ...\n"
+         "E0000 00:00:1 cuda_platform.cc:52] failed call to cuInit: INTERNAL: CUDA error\n")
+REAL = "E0000 00:00:1 op_kernel.cc:1] OP_REQUIRES failed: NOT_FOUND: shard.tfrecord\n"
+
+
+def _written_to_fd_2_inside_the_filter() -> str:
     fd, path = tempfile.mkstemp()
     saved = os.dup(2)
     os.dup2(fd, 2)
     try:
         with native_stderr.quiet_native_notices():
-            os.write(2, (noise + real).encode())
+            os.write(2, (NOISE + REAL).encode())
     finally:
         os.dup2(saved, 2)
         os.close(saved)
+        os.close(fd)
     with open(path) as f:
-        assert f.read() == real
+        return f.read()
+
+
+@pytest.mark.parametrize("level", ["1", "2", "3", None])
+def test_the_filter_keeps_every_other_line_native_code_writes(monkeypatch, level):
+    # The filter's switch is TensorFlow's own variable: this test sets it, whatever the caller's shell holds.
+    if level is None:  # unset: TensorFlow logs everything, and so the filter lets everything through
+        monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
+    else:
+        monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", level)
+    assert native_stderr.keep(NOISE + REAL) == REAL
+    assert _written_to_fd_2_inside_the_filter() == (REAL if level else NOISE + REAL)
+
+
+def test_tensorflows_logs_asked_for_pass_the_filter(monkeypatch):
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "0")
+    assert _written_to_fd_2_inside_the_filter() == NOISE + REAL
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("batch_size", ["1000000", "0"])
+def test_a_batch_the_output_cannot_fill_names_the_flag(output, capsys, batch_size):
+    out, _ = output
+    assert show.cli([str(out), "--batch_size", batch_size]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --batch_size {batch_size}: the output holds ") and err.count("\n") == 1
 
 
 @pytest.mark.slow

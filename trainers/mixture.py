@@ -1,6 +1,6 @@
 """Training on a mixture (`--train_data mixture.json`): its reader state beside each checkpoint, tokens per source.
 
-A mixture has no epoch of its own (each source runs through its own epochs, pipeline/reader/mixture.py),
+A mixture has no epoch of its own (each source runs through its own epochs, pipeline/reader/engine/mixture.py),
 so the run's data position is its global step. At every checkpoint `ckpt-N`, rank 0 writes
 `mixture_state-N.json` beside it: `tfdata.mixture_state` after N global steps, a small dict. A
 resume from `ckpt-N` reads it and hands it to the reader as `state=` (on any number of ranks); a
@@ -102,7 +102,7 @@ class MixtureRun:
         self.state = self._state_at(step, saved)
 
     def _state_at(self, step: int, state: dict | None = None) -> dict:
-        from pipeline.reader.mixture import open_order
+        from pipeline.reader.engine.mixture import open_order
 
         if self._order is None or state is not None:
             # Checks `state` against the mixture (sources, schedule, order): a mismatch is a MixtureError.

@@ -1,7 +1,7 @@
 """`pile-pipeline provenance OUTPUT_DIR --step K --global_batch_size G --seed S`: the documents in global step k.
 
 For an output written with `--provenance`, prints every record of global batch k as the reader
-(pipeline/reader/plan.py) orders it for that seed, global batch size, epoch and window, and for
+(pipeline/reader/engine/plan.py) orders it for that seed, global batch size, epoch and window, and for
 each record the document pieces it holds: subset, input file, line, token range and first
 characters. The answer does not depend on the number of ranks that trained: the reader gives the
 same global batches to any number of them. `--step` is the global step (it may run past the first
@@ -11,7 +11,7 @@ Pass the reader's settings of the run in question: `--seed`, `--global_batch_siz
 batch x ranks), and `--shuffle_buffer` / `--no_shuffle` when the run changed them.
 
 For a mixture, pass its `mixture.json` (with the run's schedule) instead of the output directory:
-each record is labelled with the source it came from (pipeline/reader/mixture.py).
+each record is labelled with the source it came from (pipeline/reader/engine/mixture.py).
 
 For a document store (`--output_format megatron`, packed when read) or a mixture of stores, pass
 also the reader's `--seq_len`, `--packing`, `--pack_window` and `--schedule` (JSON, as make_dataset's):
@@ -34,11 +34,11 @@ from pipeline.format.megatron import load_manifest as load_store_manifest
 from pipeline.format.mixture import MixtureError, is_mixture, load_mixture
 from pipeline.format.provenance import ProvenanceIndex, StoreProvenance
 from pipeline.io.lookup import lines_at
-from pipeline.reader.doc_mixture import open_reader, step_layouts
-from pipeline.reader.doc_reader import StoreSettings
-from pipeline.reader.mixture import open_order
-from pipeline.reader.plan import batch_records, default_window, global_order, steps_for
-from pipeline.reader.store import is_store
+from pipeline.reader.engine.doc_mixture import open_reader, step_layouts
+from pipeline.reader.engine.doc_reader import StoreSettings
+from pipeline.reader.engine.mixture import open_order
+from pipeline.reader.engine.plan import batch_records, default_window, global_order, steps_for
+from pipeline.reader.engine.store import is_store
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,7 +138,7 @@ def store_documents(location: str, step: int, global_batch_size: int, seed: int 
     mixture = load_mixture(location) if is_mixture(location) else None
     settings = StoreSettings(global_batch_size=global_batch_size, seq_len=seq_len, packing=packing, seed=seed,
                              shuffle=shuffle, epoch=epoch, shuffle_buffer=shuffle_buffer,
-                             schedule=tuple(schedule or ()), **({"pack_window": pack_window} if pack_window else {}))
+                             schedule=schedule, **({"pack_window": pack_window} if pack_window is not None else {}))
     reader = open_reader(mixture or location, settings, check=False)
     stores = reader.stores if mixture else [reader.store]
     names = list(mixture.names) if mixture else [""]
@@ -230,6 +230,10 @@ def main(argv=None) -> None:
     args = build_parser().parse_args(argv)
     if args.seed is None and not args.no_shuffle:
         raise UsageError("--seed is required (the reader's seed of the run), or --no_shuffle")
+    for flag, value, lowest in (("--step", args.step, 0), ("--global_batch_size", args.global_batch_size, 1),
+                                ("--epoch", args.epoch, 0), ("--chars", args.chars, 0)):
+        if value < lowest:  # a negative step would wrap around to another step's records
+            raise UsageError(f"{flag} {value}: must be >= {lowest}")
     if _is_store_input(args.output_dir):
         if args.seq_len is None:
             raise UsageError("--seq_len is required for a document store (the reader packs it at that length)")

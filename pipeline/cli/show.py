@@ -113,6 +113,10 @@ def show(output_dir: str, tokenizer_model: str | None = None, batch_size: int = 
         if e.found != megatron.FORMAT:
             raise
         return _show_megatron(output_dir, tokenizer_model, chars, summary)
+    records = sum(int(shard["records"]) for shard in manifest["shards"])
+    if not 1 <= batch_size <= records:
+        raise UsageError(f"--batch_size {batch_size}: the output holds {records} records; give --batch_size "
+                         f"between 1 and {records}")
     model, note = choose_tokenizer(manifest, tokenizer_model)
     with quiet_native_notices():
         from pipeline.reader.dataset import make_dataset  # TensorFlow loads only here

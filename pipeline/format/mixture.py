@@ -18,7 +18,7 @@ source (0 takes nothing from it from that step on), or gives a preset. The same 
 Every source must come from the same tokenizer (its sha256, vocab size and special ids), seq_len and
 token dtype; anything wrong is one `MixtureError` naming the file(s). The sources are all TFRecord
 outputs, or all document stores (`--output_format megatron` outputs, packed when read;
-pipeline/reader/doc_mixture.py).
+pipeline/reader/engine/doc_mixture.py).
 """
 
 from __future__ import annotations

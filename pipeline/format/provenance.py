@@ -27,6 +27,7 @@ inverse) -> block and record in it -> its spans.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import posixpath
 
@@ -62,45 +63,92 @@ def encode(blocks: list[tuple[tuple, int, np.ndarray]]) -> bytes:
     return buffer.getvalue()
 
 
-def _provenance_urls(manifest_file: str, manifest: dict, what: str, records: str) -> list[str]:
-    """The provenance files a manifest lists, as paths beside it; refused when it lists none."""
+def _provenance_files(manifest_file: str, manifest: dict, what: str, records: str) -> list[tuple[str, int, str]]:
+    """(path, bytes, sha256) of the provenance files a manifest lists, beside it; refused when it lists none."""
     entry = manifest.get("provenance")
     if not entry:
         raise ManifestError(f"{manifest_file}: this {what} was written without --provenance; run the job again "
                             f"with --provenance to record {records}")
     base = posixpath.dirname(manifest_file)
-    return [posixpath.join(base, f["path"]) for f in entry["files"]]
+    out = []
+    for i, f in enumerate(entry["files"]):
+        size, sha = f.get("bytes"), f.get("sha256")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0 or not isinstance(sha, str):
+            raise ManifestError(f"{manifest_file}: provenance.files[{i}] has no byte size and sha256")
+        out.append((posixpath.join(base, f["path"]), size, sha))
+    return out
 
 
 class _SpanFiles:
-    """The provenance files' spans, each file loaded once, when first asked for."""
+    """The provenance files, each read whole and checked against the manifest before it is parsed.
 
-    _urls: list[str]
+    A file whose size or sha256 differs from the manifest's is refused (a line number shifted by one
+    would print another document), and so is a span naming no input file, a line before the first,
+    or an empty or negative token range: `ManifestError` naming the file.
+    """
+
+    _files: list[tuple[str, int, str]]
+    _inputs: int  # input files the manifest lists
+    _padding: bool  # whether rows of file index -1 (a best_fit record's padding) may occur
     _loaded: dict[int, tuple[np.ndarray, np.ndarray]]
+
+    def _setup(self, manifest_file: str, manifest: dict, what: str, records: str, padding: bool) -> None:
+        self._files = _provenance_files(manifest_file, manifest, what, records)
+        self._inputs = len(manifest.get("inputs") or [])
+        self._padding = padding
+        self._loaded = {}
+
+    def _arrays(self, i: int, names: tuple[str, ...]) -> dict[str, np.ndarray]:
+        """Arrays of provenance file i, from bytes whose size and sha256 are the manifest's."""
+        url, size, sha = self._files[i]
+        with fsspec.open(url, "rb") as f:
+            data = f.read(size + 1)
+        if len(data) != size or hashlib.sha256(data).hexdigest() != sha:
+            raise ManifestError(f"{url}: {len(data)} bytes and a sha256 other than the manifest's ({size} bytes): "
+                                "changed since the job wrote it")
+        with np.load(io.BytesIO(data)) as z:
+            return {name: z[name] for name in names}
 
     def _spans_of_file(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         if i not in self._loaded:
-            with fsspec.open(self._urls[i], "rb") as f, np.load(f) as z:
-                self._loaded[i] = (z["span_starts"], z["spans"])
+            z = self._arrays(i, ("span_starts", "spans", "records"))
+            self._loaded[i] = self._checked(i, z["span_starts"], z["spans"], len(z["records"]))
         return self._loaded[i]
+
+    def _checked(self, i: int, starts: np.ndarray, spans: np.ndarray, blocks: int) -> tuple[np.ndarray, np.ndarray]:
+        url = self._files[i][0]
+        spans = np.asarray(spans).reshape(-1, 4) if np.asarray(spans).size else np.zeros((0, 4), np.int64)
+        if len(starts) != blocks + 1 or (len(starts) and (starts[0] != 0 or starts[-1] != len(spans)
+                                                           or (np.diff(starts) < 0).any())):
+            raise ManifestError(f"{url}: its span_starts do not index its spans")
+        file_index, line, first, tokens = spans.T
+        lowest = -1 if self._padding else 0
+        named = file_index >= 0
+        bad = ((file_index < lowest) | (file_index >= self._inputs) | (named & (line < 1)) | (first < 0)
+               | (tokens < 1))
+        if bad.any():
+            row = spans[int(np.flatnonzero(bad)[0])].tolist()
+            raise ManifestError(f"{url}: span {row} (file index, line, first token, tokens) names no line of the "
+                                f"{self._inputs} input files")
+        return starts, spans
 
 
 class ProvenanceIndex(_SpanFiles):
     """The spans of any record of an output, from its manifest and provenance files."""
 
     def __init__(self, manifest_file: str, manifest: dict):
-        self._urls = _provenance_urls(manifest_file, manifest, "output", "where each record comes from")
+        self._setup(manifest_file, manifest, "output", "where each record comes from", padding=True)
         self._seq_len = int(manifest["seq_len"])
         shuffle = manifest["shuffle"]
         self._num_records = int(manifest["totals"]["records"])
         self._plan = ShardPlan(self._num_records, int(shuffle["num_shards"]))
         self._perm = Permutation(self._num_records, int(shuffle["seed"]))
         sources, records, owners = [], [], []
-        for i, url in enumerate(self._urls):
-            with fsspec.open(url, "rb") as f, np.load(f) as z:
-                sources.append(z["sources"])
-                records.append(z["records"])
-                owners.append(np.full(len(z["records"]), i, np.int64))
+        for i in range(len(self._files)):
+            z = self._arrays(i, ("sources", "records"))
+            sources.append(z["sources"])
+            records.append(z["records"])
+            owners.append(np.full(len(z["records"]), i, np.int64))
         self._sources = np.concatenate(sources)
         self._records = np.concatenate(records)
         self._owner = np.concatenate(owners)
@@ -113,7 +161,6 @@ class ProvenanceIndex(_SpanFiles):
                 f"{manifest_file}: the provenance files account for {int(self._offsets[-1])} records, "
                 f"the output holds {self._num_records}"
             )
-        self._loaded: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def global_index(self, shard_index, positions_in_shard) -> np.ndarray:
         """The job's global record index of records given as (shard, record in shard)."""
@@ -144,13 +191,13 @@ class StoreProvenance(_SpanFiles):
     """The input line of any document of a document store, from its manifest and provenance files."""
 
     def __init__(self, manifest_file: str, manifest: dict):
-        self._urls = _provenance_urls(manifest_file, manifest, "store", "each document's input line")
+        self._setup(manifest_file, manifest, "store", "each document's input line", padding=False)
         rows = []  # (group key, copy, file, chunk, documents, file number, block in file)
-        for i, url in enumerate(self._urls):
-            with fsspec.open(url, "rb") as f, np.load(f) as z:
-                n = len(z["records"])
-                rows.append(np.concatenate([z["sources"], z["records"][:, None], np.full((n, 1), i),
-                                            np.arange(n)[:, None]], axis=1))
+        for i in range(len(self._files)):
+            z = self._arrays(i, ("sources", "records"))
+            n = len(z["records"])
+            rows.append(np.concatenate([z["sources"], z["records"][:, None], np.full((n, 1), i),
+                                        np.arange(n)[:, None]], axis=1))
         table = np.concatenate(rows) if rows else np.zeros((0, 7), np.int64)
         self._table = table[np.lexsort(table[:, 3::-1].T)]  # by group, copy, file, chunk: the stored order
         # Each shard's first document within its group: the group's shards in name order.
@@ -165,7 +212,6 @@ class StoreProvenance(_SpanFiles):
             if int(mine[:, 4].sum()) != count:
                 raise ManifestError(f"{manifest_file}: the provenance files account for {int(mine[:, 4].sum())} "
                                     f"documents of a group that holds {count}")
-        self._loaded: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def line_of(self, shard: int, document: int) -> tuple[int, int]:
         """(input file index, line) of document `document` of shard `shard` (manifest order)."""

@@ -195,6 +195,11 @@ def _derived(url: str, rel: str, runs: bool) -> bool:
     return rel in _DERIVED and runs
 
 
+# Megatron-core's GPTDataset, given no path_to_cache (--data-cache-path), caches its indices in
+# <prefix>/cache/GPTDataset_indices/ (megatron/core/datasets/gpt_dataset.py): inside our run directory.
+MEGATRON_CACHE = re.compile(r"(^|/)cache/[A-Za-z]*Dataset_indices/")
+
+
 def _plan_overwrite(url: str, files: list[str], entries: list[str]) -> tuple[list[str], list[str]]:
     """(files to remove, files or folders that are not ours) for --overwrite of the output at `url`."""
     listed: set[str] = set()
@@ -277,9 +282,13 @@ def prepare_output_dir(output_dir: str, overwrite: bool, background: bool = Fals
         remove, unknown = _plan_overwrite(output_dir, sorted(files), entries)
         if unknown:
             more = f" and {len(unknown) - MAX_LISTED} more" if len(unknown) > MAX_LISTED else ""
+            cache = [u for u in unknown if MEGATRON_CACHE.search(u)]
+            note = (f" {len(cache)} of them are Megatron's dataset cache, which GPTDataset writes beside each "
+                    "prefix when given no cache path: remove it, and give Megatron --data-cache-path (or "
+                    "path_to_cache) outside the output." if cache else "")
             raise FileExistsError(
                 f"--overwrite refused: {shown} holds {len(unknown)} file(s) or folder(s) that no output of "
-                f"this pipeline lists: {', '.join(unknown[:MAX_LISTED])}{more}. Move them away or choose "
+                f"this pipeline lists: {', '.join(unknown[:MAX_LISTED])}{more}.{note} Move them away or choose "
                 "another directory; nothing was removed."
             )
         # The manifest first: readers stop trusting the old output at once

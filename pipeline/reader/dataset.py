@@ -10,7 +10,7 @@ Importable with only TensorFlow, NumPy and fsspec (no Apache Beam, no SentencePi
     for batch in ds:  # {"inputs", "labels": int32 [64 / dp_size, L], "loss_mask": float32 [.., L], ...}
         ...
 
-The order (pipeline/reader/plan.py) is a function of the manifest, the global batch size, the seed,
+The order (pipeline/reader/engine/plan.py) is a function of the manifest, the global batch size, the seed,
 the epoch and the window size only: global batch k holds the same records whatever the number of
 ranks, each rank receiving its contiguous slice of it (rank r: positions [r*B, (r+1)*B)). So a
 run checkpointed at global step k on W ranks continues exactly on W' ranks (same global batch
@@ -22,7 +22,7 @@ The graph (pipeline/reader/graph.py), one pipeline over all epochs: the rank's p
 per epoch) -> its pieces (a window's run of records within one shard), each read at its byte offset
 -> one `parse_example` per piece -> a window's pieces joined, put in batch order and converted ->
 one element per batch, a slice of the window. Python runs once per epoch and once per window, never
-per record. The arguments are checked once (pipeline/reader/request.py); a mixture's dataset is
+per record. The arguments are checked once (pipeline/reader/engine/request.py); a mixture's dataset is
 pipeline/reader/mixture_dataset.py.
 
 Layouts: a concat output pads only its one last record (`valid_labels`); a best_fit output
@@ -60,9 +60,7 @@ import tensorflow as tf
 from pipeline.format import records
 from pipeline.format.mixture import is_mixture, load_mixture
 from pipeline.reader.doc_dataset import store_dataset
-from pipeline.reader.graph import PIECE_FIELDS, finish, no_autograph, parse_spec, window_pipeline
-from pipeline.reader.mixture_dataset import mixture_dataset, mixture_state  # noqa: F401 (re-exported)
-from pipeline.reader.plan import (
+from pipeline.reader.engine.plan import (
     DEFAULT_PARALLEL_READS,
     default_window,
     global_order,
@@ -70,7 +68,16 @@ from pipeline.reader.plan import (
     steps_for,
     window_gather,
 )
-from pipeline.reader.request import DEFAULT_READ_BUFFER_BYTES, ReadRequest, read_request, select_features
+from pipeline.reader.engine.request import (
+    DEFAULT_READ_BUFFER_BYTES,
+    ReadRequest,
+    check_step_sizes,
+    read_request,
+    select_features,
+)
+from pipeline.reader.engine.store import is_store
+from pipeline.reader.graph import PIECE_FIELDS, finish, no_autograph, parse_spec, window_pipeline
+from pipeline.reader.mixture_dataset import mixture_dataset, mixture_state  # noqa: F401 (re-exported)
 from pipeline.reader.shards import (
     DTYPES,
     check_checksums,
@@ -78,7 +85,6 @@ from pipeline.reader.shards import (
     load_source,
     locate_records,
 )
-from pipeline.reader.store import is_store
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +121,7 @@ def make_dataset(
     Args:
         manifest: the pipeline's output directory or its manifest.json (local path or fsspec URL);
             or a mixture of outputs: a `mixture.json`, a `Mixture`, or a list of (name, output,
-            weight) (pipeline/format/mixture.py, pipeline/reader/mixture.py); or a document store
+            weight) (pipeline/format/mixture.py, pipeline/reader/engine/mixture.py); or a document store
             (an output of `--output_format megatron`, on a filesystem path), packed when read.
         batch_size: per-rank batch size B (per replica with `input_context`); or give
             `global_batch_size` instead. The global batch B * dp_size fixes the order.
@@ -127,7 +133,7 @@ def make_dataset(
             sets the rank and size from the input pipeline; elements are per-replica batches.
         seed: base seed for the order; required when shuffling.
         shuffle: False reads the manifest's order, each window's records dealt to its batches in
-            turn (pipeline/reader/plan.py).
+            turn (pipeline/reader/engine/plan.py).
         epoch: first epoch to produce (changes the order when shuffling).
         start_step: global batches of `epoch` already consumed (may exceed one epoch).
         num_epochs: epochs to produce, counted from `epoch` (the first starting at `start_step`);
@@ -151,10 +157,10 @@ def make_dataset(
             from step 0 to `start_step` (a mixture's blend, a store's document lengths: seconds
             per million samples).
         seq_len: a store only: labels per sequence (the first segment's, with a schedule).
-        packing: a store only: "concat" (default) or "best_fit" (pipeline/reader/doc_stream.py).
+        packing: a store only: "concat" (default) or "best_fit" (pipeline/reader/engine/doc_stream.py).
         pack_window: a store only, best_fit: documents per packing window (default 1024).
         schedule: a store only: changes of seq_len and/or global batch size from a step on,
-            ``[{"step": k, "seq_len": L, "global_batch_size": G}, ...]`` (pipeline/reader/doc_plan.py).
+            ``[{"step": k, "seq_len": L, "global_batch_size": G}, ...]`` (pipeline/reader/engine/doc_plan.py).
 
     Returns:
         A `tf.data.Dataset` of dicts: "inputs", "labels" int32 [B, L]; "loss_mask" float32 [B, L]
@@ -204,6 +210,7 @@ def _output_dataset(manifest, request: ReadRequest) -> tf.data.Dataset:
     source = load_source(manifest)
     optional = select_features(r.features, source.optional, "the manifest")
     global_batch = rank_batch * dp_size
+    check_step_sizes(source.manifest_file, global_batch, source.seq_len, r.shuffle_buffer)
     steps = steps_for(sum(source.counts), global_batch)
     if steps == 0:
         raise ValueError(

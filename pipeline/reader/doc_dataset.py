@@ -1,4 +1,4 @@
-"""make_dataset for a document store: read-time packing (pipeline/reader/doc_reader.py) as a tf.data dataset.
+"""make_dataset for a document store: read-time packing (pipeline/reader/engine/doc_reader.py) as a tf.data dataset.
 
 The graph: a generator of the rank's chunks of steps (the order, computed in Python once per
 window; each chunk's plan kept aside under a key) -> a parallel, deterministic map that fills each
@@ -18,10 +18,10 @@ import numpy as np
 import tensorflow as tf
 
 from pipeline.format.mixture import Mixture
-from pipeline.reader.doc_mixture import open_reader
-from pipeline.reader.doc_reader import StoreSettings
+from pipeline.reader.engine.doc_mixture import open_reader
+from pipeline.reader.engine.doc_reader import StoreSettings
+from pipeline.reader.engine.request import ReadRequest
 from pipeline.reader.graph import UNKNOWN, finish, no_autograph
-from pipeline.reader.request import ReadRequest
 
 _KEYS = itertools.count()
 
@@ -38,10 +38,10 @@ def store_dataset(location, request: ReadRequest, *, seq_len: int | None, packin
         raise ValueError("a schedule with input_context: pass dp_rank/dp_size instead (each replica's batch would "
                          "change with the global batch)")
     settings = StoreSettings(
-        global_batch_size=r.global_batch, seq_len=int(seq_len), packing=packing or "concat", seed=r.seed,
+        global_batch_size=r.global_batch, seq_len=seq_len, packing=packing or "concat", seed=r.seed,
         shuffle=r.shuffle, epoch=r.epoch, start_step=r.start_step, num_epochs=r.num_epochs, num_steps=r.num_steps,
-        shuffle_buffer=r.shuffle_buffer, **({"pack_window": pack_window} if pack_window else {}),
-        schedule=tuple(schedule or ()), state=r.state, verify=r.verify, features=r.features)
+        shuffle_buffer=r.shuffle_buffer, **({"pack_window": pack_window} if pack_window is not None else {}),
+        schedule=schedule, state=r.state, verify=r.verify, features=r.features)
     reader = open_reader(location, settings, r.dp_rank, r.dp_size)
     raw_names = ("tokens", "used", *reader.features)
     token_dtype = tf.as_dtype(reader.token_dtype.newbyteorder("="))

@@ -15,8 +15,8 @@ from __future__ import annotations
 import tensorflow as tf
 
 from pipeline.format import records
+from pipeline.reader.engine.request import OPTIONAL_FEATURES
 from pipeline.reader.integrity import short_read_message
-from pipeline.reader.request import OPTIONAL_FEATURES
 from pipeline.reader.shards import ShardCache, tf_can_open, tf_path
 
 no_autograph = tf.autograph.experimental.do_not_convert

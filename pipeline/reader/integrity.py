@@ -19,7 +19,7 @@ import re
 
 import tensorflow as tf
 
-from pipeline.reader.errors import MARKER, ShardIntegrityError
+from pipeline.reader.engine.errors import MARKER, ShardIntegrityError
 
 _IN_MESSAGE = re.compile(MARKER + r": (?P<path>.+?): (?P<problem>read -?\d+ (?:records|tokens)[^\]\n]*)")
 

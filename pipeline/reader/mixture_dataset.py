@@ -1,7 +1,7 @@
 """make_dataset for a mixture of TFRecord outputs: the shared graph, fed window by window from the mixture's order.
 
 The order (which source and which of its records fill each position of global batch k) is
-pipeline/reader/mixture.py; here every source is checked before step 0 and the rank's reads of each
+pipeline/reader/engine/mixture.py; here every source is checked before step 0 and the rank's reads of each
 window become the pieces of the graph in pipeline/reader/graph.py.
 """
 
@@ -17,11 +17,11 @@ import tensorflow as tf
 from pipeline.format import records
 from pipeline.format.mixture import Mixture
 from pipeline.reader.doc_dataset import store_dataset
-from pipeline.reader.doc_mixture import is_store_mixture
+from pipeline.reader.engine.doc_mixture import is_store_mixture
+from pipeline.reader.engine.mixture import MixtureOrder, open_order
+from pipeline.reader.engine.plan import default_window
+from pipeline.reader.engine.request import OPTIONAL_FEATURES, ReadRequest, check_step_sizes, select_features
 from pipeline.reader.graph import ENDS_WINDOW, PIECE_FIELDS, finish, no_autograph, parse_spec, window_pipeline
-from pipeline.reader.mixture import MixtureOrder, open_order
-from pipeline.reader.plan import default_window
-from pipeline.reader.request import OPTIONAL_FEATURES, ReadRequest, select_features
 from pipeline.reader.shards import DTYPES, check_checksums, check_sizes, load_source, locate_records
 
 log = logging.getLogger(__name__)
@@ -79,6 +79,7 @@ def mixture_dataset(mixture: Mixture, request: ReadRequest, **store_options) -> 
     optional = select_features(r.features, declared, "every source of the mixture")
     first = sources[0]
     global_batch = rank_batch * dp_size
+    check_step_sizes(f"mixture {mixture.description}", global_batch, first.seq_len, r.shuffle_buffer)
     window = r.shuffle_buffer or default_window(first.seq_len, 2 if first.token_dtype == "uint16" else 4)
     order = MixtureOrder(mixture.names, [s.counts for s in sources], mixture.schedule, global_batch, seed=seed,
                          shuffle=r.shuffle, window_steps=max(1, window // global_batch), state=state)

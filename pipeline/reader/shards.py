@@ -29,8 +29,8 @@ from pipeline.core.hashing import sha256_stream
 from pipeline.format import layout as layout_lib
 from pipeline.format import manifest as manifest_lib
 from pipeline.format import records
+from pipeline.reader.engine.request import OPTIONAL_FEATURES
 from pipeline.reader.integrity import ShardIntegrityError
-from pipeline.reader.request import OPTIONAL_FEATURES
 
 DTYPES = {"uint16": tf.uint16, "int32": tf.int32}
 _PROBE_THREADS = 8

@@ -266,3 +266,25 @@ def test_the_command_refuses_a_foreign_latest_in_one_line(tmp_path):
     (line,) = problem_lines(proc.stderr)
     assert "--overwrite refused" in line and "latest" in line
     assert os.path.islink(out / "latest")
+
+
+def test_megatrons_dataset_cache_inside_the_output_is_named_in_the_refusal(tmp_path):
+    """GPTDataset without --data-cache-path writes <prefix>/cache/GPTDataset_indices/ into the run's folder."""
+    url = str(tmp_path / "out")
+    fs = fsspec.filesystem("file")
+    cache = f"run-{COMMITTED}/train-00000-of-00002/cache/GPTDataset_indices/"
+    names = [cache + "0f6c2e6f9a3d4b1c8e7f6a5b4c3d2e1f-GPTDataset-train-" + part
+             for part in ("description.txt", "document_index.npy", "sample_index.npy", "shuffle_index.npy")]
+    populate(fs, url, LISTED + names)
+    before = listing(fs, url)
+    with pytest.raises(FileExistsError) as refused:
+        outputs.prepare_output_dir(url, overwrite=True)
+    message = str(refused.value)
+    assert "holds 4 file(s)" in message and cache in message and "\n" not in message
+    assert "4 of them are Megatron's dataset cache" in message and "--data-cache-path" in message
+    assert listing(fs, url) == before
+    populate(fs, url, LISTED + ["notes.txt"])  # anything else: no word of Megatron
+    fs.rm(str(tmp_path / "out" / f"run-{COMMITTED}" / "train-00000-of-00002"), recursive=True)
+    with pytest.raises(FileExistsError) as refused:
+        outputs.prepare_output_dir(url, overwrite=True)
+    assert "Megatron" not in str(refused.value) and "notes.txt" in str(refused.value)

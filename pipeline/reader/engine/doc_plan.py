@@ -1,6 +1,6 @@
 """The global order of a document store read at any length: which sequences form global batch k, and the state.
 
-Pure NumPy over a stream of sequences (pipeline/reader/doc_stream.py), the same on every rank.
+Pure NumPy over a stream of sequences (pipeline/reader/engine/doc_stream.py), the same on every rank.
 
 **Schedule.** Segments ``(step, global batch G, seq_len L)``, the first at step 0: from its step on,
 each global step takes G sequences of L labels from the stream (`schedule` entries change either or
@@ -20,12 +20,15 @@ stream's order).
 same for any W; a rank reads only the documents (and the ranges of them) its sequences hold.
 
 **State** (`StoreOrder.state(step)`): a small dict: the order's identity (store, packing, seed,
-window), the schedule so far, the step, and the stream's cursor at the start of the window holding
-that step (the window is taken again on resume and its first batches dropped). Resume on any number
-of ranks: the same batches. A schedule entry may be added at a resume from the state's step on when
-that step starts a window; a state saved inside a window (its steps dealt together, some consumed)
-takes entries from that window's end on (at most S steps later): an entry inside it would deal the
-consumed steps anew.
+window, first epoch), the schedule so far, the step, and the stream's cursor at the start of the
+window holding that step (the window is taken again on resume and its first batches dropped),
+sealed by a digest of its fields. Resume on any number of ranks: the same batches. A state read
+back is checked field by field against the store, then against its seal
+(pipeline/reader/engine/doc_state.py). The order remembers the cursors at recent window starts and
+always at its first one (step 0, or the resume point), so a new iterator from there finds it. A
+schedule entry may be added at a resume from the state's step on when that step starts a window; a
+state saved inside a window (its steps dealt together, some consumed) takes entries from that
+window's end on (at most S steps later): an entry inside it would deal the consumed steps anew.
 """
 
 from __future__ import annotations
@@ -36,15 +39,13 @@ import numpy as np
 
 from pipeline.core import read_packing
 from pipeline.core.hashing import fold64, mix64
-from pipeline.reader.plan import default_window
+from pipeline.reader.engine.doc_state import StoreStateError, check_seal, field, int_field, seal
+from pipeline.reader.engine.plan import default_window
+from pipeline.reader.engine.request import MAX_SEQ_LEN, MAX_STEP_LABELS, MAX_STEPS, integer
 
 STORE_ORDER = "docstore-columns-1"  # names this algorithm; a state under another is refused
 _COLUMN_TAG = 0x4443  # "DC"
 _KEEP_ANCHORS = 256
-
-
-class StoreStateError(ValueError):
-    """A state that does not belong to this reader, or a schedule that contradicts it."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,34 +57,73 @@ class Segment:
     seq_len: int
 
 
-def parse_schedule(global_batch: int, seq_len: int, schedule=None) -> tuple[Segment, ...]:
+_ENTRY_KEYS = ("step", "seq_len", "global_batch_size")
+
+
+def schedule_entries(schedule) -> tuple:
+    """A schedule as a tuple of entries (None: none); a dict or a string is refused, not iterated."""
+    if schedule is None:
+        return ()
+    if isinstance(schedule, dict | str | bytes) or not isinstance(schedule, list | tuple):
+        raise ValueError(f"schedule {schedule!r}: a list of entries, [{{\"step\": k, \"seq_len\": L, "
+                         "\"global_batch_size\": G}, ...]")
+    return tuple(schedule)
+
+
+def parse_schedule(global_batch: int, seq_len: int, schedule=None, error=ValueError) -> tuple[Segment, ...]:
     """The segments: (0, global_batch, seq_len), then each entry's changes from its step on.
 
     An entry is ``{"step": k, "seq_len": L, "global_batch_size": G}`` (either may be left out:
-    unchanged) or ``[k, G, L]`` (the state's form). Steps must be > 0 and increasing.
+    unchanged) or ``[k, G, L]`` (the state's form). Steps must be > 0 and increasing; every value
+    an integer within the readers' limits (pipeline/reader/engine/request.py). `error`: the type
+    raised (a state's schedule: StoreStateError).
     """
-    if global_batch < 1 or seq_len < 1:
-        raise ValueError(f"global_batch_size ({global_batch}) and seq_len ({seq_len}) must be >= 1")
-    segments = [Segment(0, int(global_batch), int(seq_len))]
-    for i, entry in enumerate(schedule or []):
+    segments = [Segment(0, *_segment_sizes("", integer("global_batch_size", global_batch, 1, MAX_STEP_LABELS,
+                                                                error=error),
+                                           integer("seq_len", seq_len, 1, MAX_SEQ_LEN, error=error), error))]
+    for i, entry in enumerate(schedule_entries(schedule)):
         last = segments[-1]
+        where = f"schedule entry {i}"
         if isinstance(entry, dict):
-            unknown = set(entry) - {"step", "seq_len", "global_batch_size"}
-            if unknown or "step" not in entry:
-                raise ValueError(f"schedule entry {i} {entry!r}: give step and seq_len and/or global_batch_size")
+            unknown = sorted(map(str, set(entry) - set(_ENTRY_KEYS)))
+            if unknown:
+                raise error(f"{where} {entry!r}: unknown key {', '.join(map(repr, unknown))} (the keys: "
+                            f"{', '.join(_ENTRY_KEYS)})")
+            if "step" not in entry:
+                raise error(f"{where} {entry!r}: no 'step' (the first global step of its values)")
             step, g, n = entry["step"], entry.get("global_batch_size", last.global_batch), entry.get(
                 "seq_len", last.seq_len)
-        else:
+        elif isinstance(entry, list | tuple) and len(entry) == 3:
             step, g, n = entry
-        for name, value in (("step", step), ("global_batch_size", g), ("seq_len", n)):
-            if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-                raise ValueError(f"schedule entry {i}: {name} {value!r} must be an integer >= 1")
-        if int(step) == 0 and i == 0 and (g, n) == (last.global_batch, last.seq_len):
+        else:
+            raise error(f"{where} {entry!r}: a dict {{\"step\": k, \"seq_len\": L, \"global_batch_size\": G}} "
+                        "or a list [step, global_batch_size, seq_len]")
+        step = integer(f"{where}: step", step, 0, MAX_STEPS, error=error)
+        g = integer(f"{where}: global_batch_size", g, 1, MAX_STEP_LABELS, error=error)
+        n = integer(f"{where}: seq_len", n, 1, MAX_SEQ_LEN, error=error)
+        if step == 0 and i == 0 and (g, n) == (last.global_batch, last.seq_len):
             continue  # the state's form starts with step 0
-        if int(step) <= last.step:
-            raise ValueError(f"schedule steps must be > 0 and increasing (entry {i}: step {step})")
-        segments.append(Segment(int(step), int(g), int(n)))
+        if step <= last.step:
+            raise error(f"schedule steps must be > 0 and increasing ({where}: step {step})")
+        segments.append(Segment(step, *_segment_sizes(f"{where}: ", g, n, error)))
     return tuple(segments)
+
+
+def _taken_before(segments: tuple[Segment, ...], step: int) -> tuple[int, int]:
+    """(sequences, labels) the steps before `step` take under a schedule."""
+    sequences = labels = 0
+    for seg, nxt in zip(segments, [*segments[1:], None], strict=True):
+        steps = max(0, min(step, nxt.step if nxt else step) - seg.step)
+        sequences += steps * seg.global_batch
+        labels += steps * seg.global_batch * seg.seq_len
+    return sequences, labels
+
+
+def _segment_sizes(where: str, global_batch: int, seq_len: int, error) -> tuple[int, int]:
+    if global_batch * seq_len > MAX_STEP_LABELS:
+        raise error(f"{where}global_batch_size {global_batch} x seq_len {seq_len}: a global step of more than "
+                    f"{MAX_STEP_LABELS} labels")
+    return global_batch, seq_len
 
 
 def column_picks(seed: int | None, shuffle: bool, first_step: int, steps: int, first_column: int,
@@ -162,6 +202,7 @@ class StoreOrder:
         self.segments = tuple(segments)
         self.seed, self.shuffle, self.window, self.token_bytes = seed, bool(shuffle), window, int(token_bytes)
         self._known: dict[int, dict | None] = {0: None}  # window start -> the stream's cursor there
+        self._origin = 0  # the first anchor (never pruned)
         self.start_step = 0
         if state is not None:
             self._resume(state)
@@ -193,15 +234,18 @@ class StoreOrder:
     # -- state ---------------------------------------------------------------------------------
 
     def _resume(self, state: dict) -> None:
+        # Every field checked (pipeline/reader/engine/doc_state.py), the seal last: an edit that
+        # passes the fields' own checks still changes the digest.
         if not isinstance(state, dict) or state.get("order") != STORE_ORDER:
-            raise StoreStateError(f"the state's order {(state or {}).get('order')!r} is not {STORE_ORDER!r}: it was "
-                                  "saved by another reader")
+            order = state.get("order") if isinstance(state, dict) else type(state).__name__
+            raise StoreStateError(f"the state's order {order!r} is not {STORE_ORDER!r}: it was saved by another "
+                                  "reader")
         for key, value in self.identity.items():
-            if state.get(key) != value:
+            if field(state, key) != value:
                 raise StoreStateError(f"the state was saved with {key}={state.get(key)!r}, this reader has "
                                       f"{value!r}: resume with the run's store and settings")
-        step = int(state["step"])
-        old = parse_schedule(*state["schedule"][0][1:], state["schedule"][1:])
+        step = int_field(state, "step", 0, MAX_STEPS)
+        old = self._state_schedule(field(state, "schedule"))
         before_old = [s for s in old if s.step < step]
         before_new = [s for s in self.segments if s.step < step]
         if before_old != before_new:
@@ -210,23 +254,36 @@ class StoreOrder:
                 f"the run used ({[dataclasses.astuple(s) for s in before_old]}): steps already run cannot change; "
                 f"change the schedule from step {step} on")
         first, end, seg = self.window_bounds(step, old)
-        if first != int(state["window_start"]):
-            raise StoreStateError(f"the state's window start {state['window_start']} is not the window of step "
-                                  f"{step} under its schedule")
+        window_start = int_field(state, "window_start", 0, MAX_STEPS)
+        if first != window_start:
+            raise StoreStateError(f"state field window_start {window_start} is not the window of step {step} under "
+                                  f"its schedule (it starts at step {first})")
         if step > first and self.window_bounds(step) != (first, end, seg):
             raise StoreStateError(
                 f"the state's step {step} is inside steps {first}..{end - 1}, which the reader deals together "
                 f"(a window of {self.window_steps(seg)} steps): keep the run's schedule before step {end} "
                 f"and change it from step {end} on")
-        self._known = {first: state["cursor"]}
+        cursor = field(state, "cursor")
+        self._open(cursor).check_taken(*_taken_before(old, first))  # the cursor against the store
+        check_seal(state)
+        self._known = {first: cursor}
+        self._origin = first
         self.start_step = step
 
+    @staticmethod
+    def _state_schedule(schedule) -> tuple[Segment, ...]:
+        if (not isinstance(schedule, list) or not schedule or not isinstance(schedule[0], list)
+                or len(schedule[0]) != 3 or schedule[0][0] != 0):
+            raise StoreStateError(f"state field schedule {schedule!r}: a list of [step, global_batch_size, seq_len], "
+                                  "the first at step 0")
+        return parse_schedule(schedule[0][1], schedule[0][2], schedule[1:], error=StoreStateError)
+
     def state(self, step: int) -> dict:
-        """The state after `step` global steps: a small JSON-able dict to save beside a checkpoint."""
+        """The state after `step` global steps: a small JSON-able dict to save beside a checkpoint (sealed)."""
         first, _, _ = self.window_bounds(step)
         cursor = self._cursor_at(first)
-        return {**self.identity, "schedule": [[s.step, s.global_batch, s.seq_len] for s in self.segments],
-                "step": int(step), "window_start": int(first), "cursor": cursor}
+        return seal({**self.identity, "schedule": [[s.step, s.global_batch, s.seq_len] for s in self.segments],
+                     "step": int(step), "window_start": int(first), "cursor": cursor})
 
     def _cursor_at(self, first: int):
         """The stream's cursor at the start of the window that starts at `first` (walking from the nearest known)."""
@@ -285,8 +342,9 @@ class StoreOrder:
     def _remember(self, first: int, cursor) -> None:
         self._known[first] = cursor
         if len(self._known) > 2 * _KEEP_ANCHORS:
+            # The start (step 0, or the resume point) stays: a new iterator from it walks from there.
             for k in sorted(self._known)[:-_KEEP_ANCHORS]:
-                if k != 0:
+                if k != self._origin:
                     self._known.pop(k, None)
 
     def batch(self, step: int) -> tuple[Window, np.ndarray]:

@@ -1,6 +1,6 @@
 """A document store's stream of sequences, packed at read time, and the cursor that resumes it.
 
-Pure NumPy over a store's document lengths (`lengths(doc_ids)`; pipeline/reader/store.py); no
+Pure NumPy over a store's document lengths (`lengths(doc_ids)`; pipeline/reader/engine/store.py); no
 token is read here. Every rank computes the same stream.
 
 **Document order.** Epoch e reads every document of the store once, in the order of a keyed
@@ -24,6 +24,11 @@ yet taken are packed again at the new length (their order kept, documents longer
 and the chain gets an entry: nothing taken is repeated, nothing left out. The chain resets with
 the next window; it is empty before a window's first take.
 
+A cursor read back from a state is checked against the store when a stream opens on it (its keys,
+a position inside the epoch's order and an offset inside that document, an epoch of the run, a
+packing window of the epoch, each chain entry taking fewer sequences than its packing holds):
+`StoreStateError` naming the field (pipeline/reader/engine/doc_state.py).
+
 **The end.** With `end_epoch`, the stream ends after epoch end_epoch - 1: every later sequence is
 padding (no labels), so a finite run gives every label of its epochs once and nothing more.
 """
@@ -35,10 +40,13 @@ import numpy as np
 from pipeline.core import read_packing
 from pipeline.core.hashing import fold64
 from pipeline.core.shuffle import Permutation
+from pipeline.reader.engine.doc_state import StoreStateError, exact_keys, int_field
+from pipeline.reader.engine.request import MAX_EPOCHS, MAX_SEQ_LEN, MAX_STEP_LABELS, MAX_STEPS, integer
 
 _DOC_ORDER_TAG = 0x444F  # "DO": domain separation of the epochs' document permutations
 _KEEP_EPOCHS = 4
 _BLOCK = 1 << 16  # positions of an epoch's order whose documents and lengths are looked up together
+MAX_LABELS = MAX_STEPS * MAX_STEP_LABELS  # labels a run can take (fits in int64)
 
 
 class DocumentOrder:
@@ -67,15 +75,21 @@ class DocumentOrder:
 
 
 class _Stream:
-    def __init__(self, lengths, order: DocumentOrder, end_epoch: int | None):
+    def __init__(self, lengths, order: DocumentOrder, end_epoch: int | None, first_epoch: int):
         self._lengths = lengths
         self.order = order
         self.end_epoch = end_epoch
+        self.first_epoch = int(first_epoch)
         self._block_at: tuple[int, int] | None = None
         self._block: tuple[np.ndarray, np.ndarray] = ()
 
     def _ended(self, epoch: int) -> bool:
         return self.end_epoch is not None and epoch >= self.end_epoch
+
+    def _epoch_field(self, cursor) -> int:
+        """The cursor's epoch: from the run's first to its end (the end itself: a finished run's cursor)."""
+        last = self.end_epoch if self.end_epoch is not None else self.first_epoch + MAX_EPOCHS
+        return int_field(cursor, "epoch", self.first_epoch, last, "cursor")
 
     def _documents(self, epoch: int, first: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
         """The documents at positions [first, stop) of the epoch's order, and their lengths.
@@ -104,19 +118,47 @@ class ConcatStream(_Stream):
     Args:
         lengths: document id(s) -> tokens.
         order: the epochs' document order.
-        mean_length: the store's mean document length (how many documents a take asks for at once).
+        tokens: the store's tokens (an epoch's labels).
         end_epoch: the first epoch not read (None: forever).
-        cursor: where to continue (None: the start of `first_epoch`).
+        cursor: where to continue (None: the start of `first_epoch`), checked against the store
+            (`StoreStateError` naming the field).
         first_epoch: the run's first epoch.
     """
 
-    def __init__(self, lengths, order: DocumentOrder, mean_length: float, end_epoch: int | None = None,
+    KEYS = ("label", "epoch", "position", "offset")
+
+    def __init__(self, lengths, order: DocumentOrder, tokens: int, end_epoch: int | None = None,
                  cursor: dict | None = None, first_epoch: int = 0):
-        super().__init__(lengths, order, end_epoch)
-        self._mean = max(1.0, float(mean_length))
-        c = cursor or {"label": 0, "epoch": first_epoch, "position": 0, "offset": 0}
-        self.label, self.epoch, self.position, self.offset = (int(c[k]) for k in ("label", "epoch", "position",
-                                                                                   "offset"))
+        super().__init__(lengths, order, end_epoch, first_epoch)
+        self.tokens = int(tokens)
+        self._mean = max(1.0, self.tokens / order.n)  # how many documents a take asks for at once
+        if cursor is None:
+            self.label, self.epoch, self.position, self.offset = 0, first_epoch, 0, 0
+        else:
+            self._resume(cursor)
+
+    def _resume(self, cursor) -> None:
+        exact_keys(cursor, self.KEYS, "cursor")
+        self.label = int_field(cursor, "label", 0, MAX_LABELS, "cursor")
+        self.epoch = self._epoch_field(cursor)
+        if self.epoch != self.first_epoch + self.label // self.tokens:
+            raise StoreStateError(f"state field cursor.epoch {self.epoch}: label {self.label} is in epoch "
+                                  f"{self.first_epoch + self.label // self.tokens} of a run from epoch "
+                                  f"{self.first_epoch} over {self.tokens} tokens an epoch")
+        self.position, self.offset = self._place_fields(cursor)
+
+    def _place_fields(self, cursor) -> tuple[int, int]:
+        if self._ended(self.epoch):  # the end of a finite run
+            return int_field(cursor, "position", 0, 0, "cursor"), int_field(cursor, "offset", 0, 0, "cursor")
+        position = int_field(cursor, "position", 0, self.order.n - 1, "cursor")
+        length = int(self._lengths(self.order.docs(self.epoch, [position]))[0])
+        return position, int_field(cursor, "offset", 0, length - 1, "cursor")
+
+    def check_taken(self, sequences: int, labels: int) -> None:
+        """Refuse a cursor whose label count is not the `labels` the steps before it took."""
+        if self.label != labels:
+            raise StoreStateError(f"state field cursor.label {self.label}: the steps before the state's window "
+                                  f"take {labels} labels")
 
     def cursor(self) -> dict:
         """Where the next take starts (a small JSON-able dict)."""
@@ -191,16 +233,42 @@ class BestFitStream(_Stream):
         first_epoch: the run's first epoch.
     """
 
+    KEYS = ("epoch", "window", "chain")
+
     def __init__(self, lengths, order: DocumentOrder, pack_window: int, end_epoch: int | None = None,
                  cursor: dict | None = None, first_epoch: int = 0):
-        super().__init__(lengths, order, end_epoch)
+        super().__init__(lengths, order, end_epoch, first_epoch)
         if pack_window < 1:
             raise ValueError(f"pack_window {pack_window} must be >= 1")
         self.pack_window = int(pack_window)
-        c = cursor or {"epoch": first_epoch, "window": 0, "chain": []}
-        self.epoch, self.window = int(c["epoch"]), int(c["window"])
-        self.chain = [[int(s), int(t)] for s, t in c["chain"]]
+        self.epoch, self.window, self.chain = first_epoch, 0, []
+        if cursor is not None:
+            self._resume(cursor)
         self._current = None if not self.chain else self._replay()
+
+    def _resume(self, cursor) -> None:
+        exact_keys(cursor, self.KEYS, "cursor")
+        self.epoch = self._epoch_field(cursor)
+        windows = -(-self.order.n // self.pack_window)
+        self.window = int_field(cursor, "window", 0, 0 if self._ended(self.epoch) else windows - 1, "cursor")
+        chain = cursor["chain"]
+        if not isinstance(chain, list) or (chain and self._ended(self.epoch)):
+            raise StoreStateError(f"state field cursor.chain {chain!r}: a list of [seq_len, sequences taken] "
+                                  "(empty at the end of a run)")
+        self.chain = []
+        for i, entry in enumerate(chain):
+            if not isinstance(entry, list | tuple) or len(entry) != 2:
+                raise StoreStateError(f"state field cursor.chain[{i}] {entry!r}: a pair [seq_len, sequences taken]")
+            seq_len = integer(f"state field cursor.chain[{i}] seq_len", entry[0], 1, MAX_SEQ_LEN,
+                              error=StoreStateError)
+            if i and seq_len == self.chain[-1][0]:
+                raise StoreStateError(f"state field cursor.chain[{i}]: seq_len {seq_len} again (an entry is a change)")
+            taken = integer(f"state field cursor.chain[{i}] sequences taken", entry[1], 0, MAX_LABELS,
+                            error=StoreStateError)
+            self.chain.append([seq_len, taken])
+
+    def check_taken(self, sequences: int, labels: int) -> None:
+        """Nothing to compare: a best_fit window's sequence count depends on its documents (the seal covers it)."""
 
     def cursor(self) -> dict:
         """Where the next take starts (a small JSON-able dict)."""
@@ -214,10 +282,16 @@ class BestFitStream(_Stream):
         return docs, pos, np.zeros(len(pos), np.int64), lengths
 
     def _replay(self) -> read_packing.BestFitPack:
-        # The current packing from the cursor: the window at its first seq_len, then each change's leftover.
-        pack = read_packing.BestFitPack(*self._window_fragments(), self.chain[0][0])
-        for (_, taken), (seq_len, _) in zip(self.chain[:-1], self.chain[1:], strict=True):
-            pack = read_packing.BestFitPack(*read_packing.leftover(pack.layout(), taken), seq_len)
+        # The current packing from the cursor: the window at its first seq_len, then each change's
+        # leftover. Each entry took fewer sequences than its packing holds (taking the last moves on).
+        pack = None
+        for i, (seq_len, taken) in enumerate(self.chain):
+            fragments = self._window_fragments() if pack is None else read_packing.leftover(
+                pack.layout(), self.chain[i - 1][1])
+            pack = read_packing.BestFitPack(*fragments, seq_len)
+            if taken >= pack.count:
+                raise StoreStateError(f"state field cursor.chain[{i}]: {taken} sequences taken of a packing of "
+                                      f"{pack.count}")
         return pack
 
     def _next_window(self) -> None:

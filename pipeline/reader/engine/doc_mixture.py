@@ -1,12 +1,12 @@
 """A mixture of document stores, packed when read: which source and which of its sequences fill global batch k.
 
-The blend and the dealing are the packed-record mixtures' (pipeline/reader/mixture.py,
+The blend and the dealing are the packed-record mixtures' (pipeline/reader/engine/mixture.py,
 `MixtureOrder`): global step k holds the mixture's samples [k*G, (k+1)*G); within a segment of the
 mixture's schedule (its weights), after any n samples every source's count is within 1 of n x its
 weight; steps form windows of S = max(1, window // G) steps, split in parts at schedule steps, and
 in each part every source's next samples are dealt column by column, so rank r's columns hold one
 contiguous run of each source's samples. Here a source's sample j is the j-th *sequence* of its
-own stream (pipeline/reader/doc_stream.py: the store's documents in its own per-(seed, source,
+own stream (pipeline/reader/engine/doc_stream.py: the store's documents in its own per-(seed, source,
 epoch) order, packed at the mixture's seq_len): the proportions are exact in sequences (in label
 tokens too for concat, whose sequences are all seq_len labels; best_fit sequences hold padding).
 Each source runs through its own epochs, the others unaffected.
@@ -28,14 +28,16 @@ import numpy as np
 from pipeline.core import read_packing
 from pipeline.core.hashing import fold64, stable_hash
 from pipeline.format.mixture import Mixture, MixtureError, is_mixture, load_mixture
-from pipeline.reader.doc_reader import StoreReader, StoreSettings, arrays_of, chunks, reshaped, stream_opener
-from pipeline.reader.mixture import MixtureOrder
-from pipeline.reader.plan import default_window
-from pipeline.reader.request import OPTIONAL_FEATURES, select_features
-from pipeline.reader.store import DocStore, check_store, is_store, load_store
+from pipeline.reader.engine.doc_reader import StoreReader, StoreSettings, arrays_of, chunks, reshaped, stream_opener
+from pipeline.reader.engine.doc_state import StoreStateError, check_seal, field, int_field, seal
+from pipeline.reader.engine.mixture import MixtureOrder
+from pipeline.reader.engine.plan import default_window
+from pipeline.reader.engine.request import MAX_STEPS, OPTIONAL_FEATURES, check_ranks, integer, select_features
+from pipeline.reader.engine.store import DocStore, check_store, is_store, load_store
 
 STORE_MIXTURE_ORDER = "docstore-mixture-1"
 _SOURCE_TAG = 0x4D44  # "MD"
+_KEEP_ANCHORS = 256  # window starts' cursors kept behind the latest (besides the first)
 
 
 @dataclasses.dataclass
@@ -70,19 +72,21 @@ class StoreMixtureOrder:
         self.mixture, self.stores, self.settings = mixture, stores, settings
         g, seq_len = settings.global_batch_size, settings.seq_len
         window = settings.shuffle_buffer or default_window(seq_len, stores[0].itemsize)
-        inner = state.get("mixture") if state is not None else None
         if state is not None:
             self._check(state)
         self.blend = MixtureOrder(mixture.names, [[s.num_documents] for s in stores], mixture.schedule, g,
                                   seed=settings.seed, shuffle=settings.shuffle, window_steps=max(1, window // g),
-                                  state=inner)
+                                  state=None if state is None else state["mixture"], state_error=StoreStateError)
         self._openers = []
         for name, store in zip(mixture.names, stores, strict=True):
             seed = fold64(_SOURCE_TAG, settings.seed, stable_hash(name)) if settings.shuffle else None
             source_settings = dataclasses.replace(settings, seed=seed, num_epochs=None, epoch=0)
             self._openers.append(stream_opener(store, source_settings))
         w = self.blend.start_step // self.blend.window_steps
-        self._known = {w: state["cursors"]} if state is not None else {0: [None] * len(stores)}
+        self._known = {w: self._cursors(state, w)} if state is not None else {0: [None] * len(stores)}
+        self._origin = min(self._known)  # the first anchor (never pruned)
+        if state is not None:
+            check_seal(state)  # last: the fields' own checks name what is wrong
         self.start_step = self.blend.start_step
 
     def identity(self) -> dict:
@@ -96,17 +100,43 @@ class StoreMixtureOrder:
 
     def _check(self, state: dict) -> None:
         if not isinstance(state, dict) or state.get("order") != STORE_MIXTURE_ORDER:
-            raise MixtureError(f"the state's order {(state or {}).get('order')!r} is not {STORE_MIXTURE_ORDER!r}")
-        mine = self.identity()
-        names = list(state["mixture"]["sources"])
-        stores = dict(zip(names, state["stores"], strict=True))
-        for key, value in mine.items():
+            order = state.get("order") if isinstance(state, dict) else type(state).__name__
+            raise MixtureError(f"the state's order {order!r} is not {STORE_MIXTURE_ORDER!r}")
+        inner = field(state, "mixture")
+        names = field(inner, "sources", "state field mixture")
+        stored = field(state, "stores")
+        if (not isinstance(names, list) or not isinstance(stored, list) or len(stored) != len(names)
+                or not all(isinstance(n, str) for n in names)):
+            raise StoreStateError(f"state fields stores and mixture.sources: a store per source ({names!r})")
+        stores = dict(zip(names, stored, strict=True))
+        for key, value in self.identity().items():
             if key == "stores":
                 for name, identity in zip(self.mixture.names, value, strict=True):
                     if name in stores and stores[name] != identity:
                         raise MixtureError(f"source {name!r} is another store than when the state was saved")
-            elif state.get(key) != value:
+            elif field(state, key) != value:
                 raise MixtureError(f"the state was saved with {key}={state.get(key)!r}, this reader has {value!r}")
+        cursors = field(state, "cursors")
+        if not isinstance(cursors, list) or len(cursors) != len(names):
+            raise StoreStateError(f"state field cursors: a cursor per source of the state ({len(names)}), got "
+                                  f"{cursors!r:.200}")
+        if int_field(state, "step", 0, MAX_STEPS) != field(inner, "step", "state field mixture"):
+            raise StoreStateError(f"state field step {state['step']} is not the mixture's step {inner['step']!r}")
+
+    def _cursors(self, state: dict, w: int) -> list:
+        """Each source's cursor at window w's start, checked against its store (a source new to the run: None)."""
+        by_name = dict(zip(state["mixture"]["sources"], state["cursors"], strict=True))
+        taken = self.blend.counts_at(w)
+        out = []
+        for d, name in enumerate(self.mixture.names):
+            cursor = by_name.get(name)
+            if cursor is None and taken[d]:
+                raise StoreStateError(f"state field cursors: no cursor of source {name!r}, which the run read")
+            if cursor is not None:
+                n = int(taken[d])
+                self._openers[d](cursor).check_taken(n, n * self.settings.seq_len)
+            out.append(cursor)
+        return out
 
     def state(self, step: int) -> dict:
         """The state after `step` global steps: a small JSON-able dict to save beside a checkpoint."""
@@ -114,7 +144,7 @@ class StoreMixtureOrder:
         cursors = self._cursors_at(w)
         inner = self.blend.state(step)
         inner.pop("epochs", None)  # its "records" are each store's documents; a stream's cursor holds its epoch
-        return {**self.identity(), "mixture": inner, "cursors": cursors, "step": int(step)}
+        return seal({**self.identity(), "mixture": inner, "cursors": cursors, "step": int(step)})
 
     def _cursors_at(self, w: int):
         if w not in self._known:
@@ -165,9 +195,11 @@ class StoreMixtureOrder:
 
     def _remember(self, w: int, cursors) -> None:
         self._known[w] = cursors
-        if len(self._known) > 512:
-            for k in sorted(self._known)[:-256]:
-                self._known.pop(k, None)
+        if len(self._known) > 2 * _KEEP_ANCHORS:
+            # The start (window 0, or the resume point's) stays: a new iterator from it walks from there.
+            for k in sorted(self._known)[:-_KEEP_ANCHORS]:
+                if k != self._origin:
+                    self._known.pop(k, None)
 
 
 class MixtureStoreReader:
@@ -190,7 +222,8 @@ class MixtureStoreReader:
         if len({s.dtype.name for s in sources}) > 1 or len({s.separator_id for s in sources}) > 1:
             raise MixtureError(f"mixture {mixture.description}: its stores differ in token dtype or separator")
         g = settings.global_batch_size
-        if dp_size < 1 or g % dp_size or not 0 <= dp_rank < dp_size:
+        dp_rank, dp_size = check_ranks(dp_rank, dp_size)
+        if g % dp_size:
             raise ValueError(f"global batch {g} is not split by dp_size {dp_size} (dp_rank {dp_rank})")
         self.mixture, self.settings = mixture, settings
         self.stores = [DocStore(s) for s in sources]
@@ -281,9 +314,10 @@ def store_state(store, global_batch_size: int, seq_len: int, step: int, *, state
     Save the result beside the checkpoint of step k; resume with `state=` on any number of ranks.
     """
     location = load_mixture(store) if is_mixture(store) else store
-    schedule = tuple(settings.pop("schedule", None) or ())
+    schedule = settings.pop("schedule", None)
     reader = open_reader(location, StoreSettings(global_batch_size=global_batch_size, seq_len=seq_len,
                                                  state=state, schedule=schedule, **settings), check=False)
+    step = integer("step", step, 0, MAX_STEPS)
     if step < reader.start:
         raise ValueError(f"step {step} is before the given state's step {reader.start}")
     return reader.state(step)

@@ -1,7 +1,7 @@
 """One rank's batches of a document store, packed at read time, as NumPy arrays: the engine of both readers.
 
-`StoreReader` checks and opens the store (pipeline/reader/store.py), builds its order
-(pipeline/reader/doc_plan.py over the stream of pipeline/reader/doc_stream.py) and, window after
+`StoreReader` checks and opens the store (pipeline/reader/engine/store.py), builds its order
+(pipeline/reader/engine/doc_plan.py over the stream of pipeline/reader/engine/doc_stream.py) and, window after
 window, fills the rank's sequences from the store (`pipeline.core.read_packing.fill`). The tf.data
 reader (pipeline/reader/doc_dataset.py) and the PyTorch one (pipeline/pytorch.py) both iterate it,
 so they give the same batches by construction. No TensorFlow and no torch here.
@@ -19,10 +19,22 @@ import logging
 import numpy as np
 
 from pipeline.core import read_packing
-from pipeline.reader.doc_plan import StoreOrder, Window, parse_schedule
-from pipeline.reader.doc_stream import BestFitStream, ConcatStream, DocumentOrder
-from pipeline.reader.request import OPTIONAL_FEATURES, select_features
-from pipeline.reader.store import DocStore, check_store, load_store
+from pipeline.reader.engine.doc_plan import StoreOrder, Window, parse_schedule, schedule_entries
+from pipeline.reader.engine.doc_stream import BestFitStream, ConcatStream, DocumentOrder
+from pipeline.reader.engine.request import (
+    MAX_EPOCHS,
+    MAX_PACK_WINDOW,
+    MAX_STEPS,
+    MAX_WINDOW_LABELS,
+    OPTIONAL_FEATURES,
+    SEED_LIMIT,
+    boolean,
+    check_ranks,
+    feature_names,
+    integer,
+    select_features,
+)
+from pipeline.reader.engine.store import DocStore, check_store, load_store
 
 log = logging.getLogger(__name__)
 
@@ -52,21 +64,32 @@ class StoreSettings:
     features: tuple[str, ...] | None = None
 
     def __post_init__(self):
+        # Every field checked here, once, for both readers (tf.data and PyTorch): a ValueError naming it.
         if self.packing not in PACKINGS:
             raise ValueError(f"packing {self.packing!r}: choose from {', '.join(PACKINGS)}")
+        for name in ("shuffle", "verify"):
+            boolean(name, getattr(self, name))
+        integer("seed", self.seed, 0, SEED_LIMIT - 1, optional=True)
         if self.shuffle and self.seed is None:
             raise ValueError("shuffle=True needs a seed (the order must be the same on every rank and on "
                              "resumption); pass seed=<int>, or shuffle=False to read in store order.")
-        if self.epoch < 0 or self.start_step < 0:
-            raise ValueError(f"epoch ({self.epoch}) and start_step ({self.start_step}) must be >= 0")
-        if self.num_epochs is not None and self.num_epochs < 1:
-            raise ValueError(f"num_epochs {self.num_epochs} must be >= 1, or None to repeat forever")
-        if self.num_steps is not None and self.num_steps < 1:
-            raise ValueError(f"num_steps {self.num_steps} must be >= 1, or None")
+        integer("epoch", self.epoch, 0, MAX_EPOCHS)
+        integer("start_step", self.start_step, 0, MAX_STEPS)
+        integer("num_epochs", self.num_epochs, 1, MAX_EPOCHS, optional=True)
+        integer("num_steps", self.num_steps, 1, MAX_STEPS, optional=True)
+        integer("shuffle_buffer", self.shuffle_buffer, 1, MAX_WINDOW_LABELS, optional=True)
+        integer("pack_window", self.pack_window, 1, MAX_PACK_WINDOW)
+        object.__setattr__(self, "schedule", schedule_entries(self.schedule))
+        segments = parse_schedule(self.global_batch_size, self.seq_len, self.schedule)
+        longest = max(s.seq_len for s in segments)
+        if self.shuffle_buffer is not None and self.shuffle_buffer * longest > MAX_WINDOW_LABELS:
+            raise ValueError(f"shuffle_buffer {self.shuffle_buffer} x seq_len {longest}: a window of more than "
+                             f"{MAX_WINDOW_LABELS} labels")
+        if self.state is not None and not isinstance(self.state, dict):
+            raise ValueError(f"state {type(self.state).__name__}: a dict from store_state() or state_dict()")
         if self.state is not None and self.start_step:
             raise ValueError("pass state (it holds the step) or start_step, not both")
-        if self.pack_window < 1 or (self.shuffle_buffer is not None and self.shuffle_buffer < 1):
-            raise ValueError("pack_window and shuffle_buffer must be >= 1")
+        object.__setattr__(self, "features", feature_names(self.features))
 
 
 def stream_opener(store: DocStore, settings: StoreSettings):
@@ -74,19 +97,18 @@ def stream_opener(store: DocStore, settings: StoreSettings):
     source = store.source
     order = DocumentOrder(source.num_documents, settings.seed, settings.shuffle)
     end = None if settings.num_epochs is None else settings.epoch + settings.num_epochs
-    mean = source.num_tokens / max(1, source.num_documents)
 
     def open_stream(cursor):
         if settings.packing == "concat":
-            return ConcatStream(store.lengths, order, mean, end, cursor, settings.epoch)
+            return ConcatStream(store.lengths, order, source.num_tokens, end, cursor, settings.epoch)
         return BestFitStream(store.lengths, order, settings.pack_window, end, cursor, settings.epoch)
 
     return open_stream
 
 
 def store_identity(store: DocStore, settings: StoreSettings) -> dict:
-    """What the order depends on besides the seed, window and schedule."""
-    out = {"store": store.source.identity(), "packing": settings.packing}
+    """What the order depends on besides the seed, window and schedule (the run's first epoch included)."""
+    out = {"store": store.source.identity(), "packing": settings.packing, "epoch": settings.epoch}
     if settings.packing == "best_fit":
         out["pack_window"] = settings.pack_window
     return out
@@ -140,9 +162,10 @@ class StoreReader:
         self.token_dtype = source.dtype
         self.settings = settings
         self.features = select_features(settings.features, OPTIONAL_FEATURES, "a document store")
+        dp_rank, dp_size = check_ranks(dp_rank, dp_size)
         self.order = open_order(self.store, settings)
         for seg in self.order.segments:
-            if dp_size < 1 or seg.global_batch % dp_size or not 0 <= dp_rank < dp_size:
+            if seg.global_batch % dp_size:
                 raise ValueError(f"global batch {seg.global_batch} (from step {seg.step}) is not split by "
                                  f"dp_size {dp_size} (dp_rank {dp_rank})")
         self.dp_rank, self.dp_size = dp_rank, dp_size

@@ -8,7 +8,7 @@ weights, the global batch size G, the seed and the window, never of the number o
    any n samples of the segment every source's count is within 1 of n x its weight.
 2. **Per-source streams.** Source d's j-th sample (counted over the whole run) is record
    ``j mod N_d`` of its epoch ``j div N_d``: its shards in a per-(seed, source, epoch) order,
-   rotated to a seeded start, as the single-output reader's stream (pipeline/reader/plan.py).
+   rotated to a seeded start, as the single-output reader's stream (pipeline/reader/engine/plan.py).
    A source that runs out starts its own next epoch; the others are unaffected.
 3. **Windows.** Steps are grouped in windows of S = max(1, window // G) steps, from step 0; a
    schedule step inside a window splits it in parts (a window without one is one part). Within a
@@ -36,7 +36,8 @@ from pipeline.core.blend import blend, segment_of
 from pipeline.core.hashing import fold64, mix64, stable_hash
 from pipeline.format.manifest import load_manifest
 from pipeline.format.mixture import MixtureError, load_mixture
-from pipeline.reader.plan import default_window, shard_order
+from pipeline.reader.engine.plan import default_window, shard_order
+from pipeline.reader.engine.request import MAX_STEPS, integer
 
 MIXTURE_ORDER = "mixture-edf-columns-1"  # names this algorithm; a state under another is refused
 _SOURCE_TAG = 0x4D53  # "MS"
@@ -58,10 +59,11 @@ class MixtureOrder:
         shuffle: False keeps each source's manifest order and deals each column's samples in step order.
         window_steps: S, steps per window.
         state: a state dict from `state()` to continue from (its step is `start_step`).
+        state_error: the exception a state field of the wrong type or range raises.
     """
 
     def __init__(self, names, counts, schedule, global_batch: int, *, seed: int | None, shuffle: bool,
-                 window_steps: int, state: dict | None = None):
+                 window_steps: int, state: dict | None = None, state_error: type[ValueError] = MixtureError):
         if shuffle and seed is None:
             raise ValueError("shuffling needs a seed (pass seed=<int>, or shuffle=False)")
         if global_batch < 1 or window_steps < 1:
@@ -78,11 +80,13 @@ class MixtureOrder:
             window_steps)
         self._keys = [fold64(_SOURCE_TAG, seed, stable_hash(n)) if shuffle else 0 for n in self.names]
         self._lock = threading.Lock()
+        self._state_error = state_error  # what a damaged state's field raises
         self._sources: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # recent windows' blends (each used twice)
         self._streams: dict[tuple[int, int], tuple] = {}
         # counts at the start of known windows: {window: (counts, counts at its segment's start)}
         k = len(self.names)
         self._known = {0: (np.zeros(k, np.int64), np.zeros(k, np.int64))}
+        self._origin = 0  # the first window known (never pruned)
         self.start_step = 0
         if state is not None:
             self._resume(state)
@@ -93,16 +97,49 @@ class MixtureOrder:
         return {"order": MIXTURE_ORDER, "global_batch_size": self.global_batch, "seed": self.seed,
                 "shuffle": self.shuffle, "window_steps": self.window_steps}
 
+    def _fields(self, state: dict) -> tuple[int, list[str]]:
+        """(step, the state's sources): every field's type and range checked, `state_error` naming it."""
+        error = self._state_error
+
+        def get(name):
+            if name not in state:
+                raise error(f"state: no field '{name}' (a state is saved as it was returned, unchanged)")
+            return state[name]
+
+        step = integer("state field step", get("step"), 0, MAX_STEPS, error=error)
+        window_start = integer("state field window_start", get("window_start"), 0, MAX_STEPS, error=error)
+        if window_start != step // self.window_steps * self.window_steps:
+            raise error(f"state field window_start {window_start} is not the start of the window of step {step} "
+                        f"(windows of {self.window_steps} steps)")
+        old = get("sources")
+        if (not isinstance(old, list) or not old or not all(isinstance(n, str) for n in old)
+                or len(set(old)) != len(old)):
+            raise error(f"state field sources {old!r}: the names of the sources, each once")
+        records = get("records")
+        if not isinstance(records, list) or len(records) != len(old):
+            raise error(f"state field records {records!r}: a count per source {old}")
+        for i, value in enumerate(records):
+            integer(f"state field records[{i}]", value, 1, 1 << 62, error=error)
+        schedule = get("schedule")
+        if not isinstance(schedule, list) or not schedule:
+            raise error(f"state field schedule {schedule!r}: a list of [step, weights]")
+        for i, entry in enumerate(schedule):
+            if (not isinstance(entry, list) or len(entry) != 2 or not isinstance(entry[1], list)
+                    or len(entry[1]) != len(old) or not all(isinstance(x, int | float) and not isinstance(x, bool)
+                                                            and x >= 0 for x in entry[1])):
+                raise error(f"state field schedule[{i}] {entry!r}: [step, a weight >= 0 per source {old}]")
+            integer(f"state field schedule[{i}] step", entry[0], 0, MAX_STEPS, error=error)
+        return step, old
+
     def _resume(self, state: dict) -> None:
         if not isinstance(state, dict) or state.get("order") != MIXTURE_ORDER:
-            raise MixtureError(f"the state's order {(state or {}).get('order')!r} is not {MIXTURE_ORDER!r}: it "
-                               "was saved by another reader")
+            order = state.get("order") if isinstance(state, dict) else type(state).__name__
+            raise MixtureError(f"the state's order {order!r} is not {MIXTURE_ORDER!r}: it was saved by another reader")
         for key, value in self._identity().items():
             if state.get(key) != value:
                 raise MixtureError(f"the state was saved with {key}={state.get(key)!r}, this reader has {value!r}: "
                                    "resume with the run's settings")
-        step = int(state["step"])
-        old = list(state["sources"])
+        step, old = self._fields(state)
         gone = [n for n in old if n not in self.names]
         if gone:
             raise MixtureError(
@@ -141,8 +178,8 @@ class MixtureOrder:
             values = state[key]
             if (not isinstance(values, list) or len(values) != len(old)
                     or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values)):
-                raise MixtureError(f"the state's counts ({key}: {values!r}) are not a count >= 0 per source "
-                                   f"{old}: the state is damaged")
+                raise self._state_error(f"the state's counts: state field {key} {values!r} is not a count >= 0 "
+                                        f"per source {old}: the state is damaged")
             got = dict(zip(old, values, strict=True))
             return np.array([got.get(n, 0) for n in self.names], np.int64)
 
@@ -157,6 +194,7 @@ class MixtureOrder:
                                f"segment_counts {segment.tolist()} at window {w} of {self.window_steps} steps of "
                                f"{self.global_batch}): the state is damaged")
         self._known = {w: (at_window, segment)}
+        self._origin = w
         self.start_step = step
 
     def _check_part(self, step: int, old_steps: list[int]) -> None:
@@ -220,8 +258,8 @@ class MixtureOrder:
                     seg_next = counts + np.bincount(src[:rows].reshape(-1), minlength=len(self.names))
                 known += 1
                 self._known[known] = (nxt, seg_next)
-                for old in [k for k in self._known if k < known - _KEEP_WINDOWS]:
-                    del self._known[old]
+                for old in [k for k in self._known if k < known - _KEEP_WINDOWS and k != self._origin]:
+                    del self._known[old]  # the start (window 0, or the resume point's) stays
             return self._known[w]
 
     def _sources_from(self, w: int, counts: np.ndarray, segment: np.ndarray) -> np.ndarray:
@@ -248,6 +286,10 @@ class MixtureOrder:
             counts += np.bincount(src, minlength=len(self.names))
             out.append(src)
         return np.concatenate(out).reshape(self.window_steps, self.global_batch)
+
+    def counts_at(self, w: int) -> np.ndarray:
+        """int64 [sources]: each source's samples taken before window w."""
+        return self._window_start(w)[0].copy()
 
     def window_sources(self, w: int) -> np.ndarray:
         """int64 [S, G]: the source of every position of the window's global batches."""

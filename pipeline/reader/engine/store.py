@@ -3,7 +3,7 @@
 The store is every .bin/.idx pair its manifest lists (pipeline/format/megatron.py has the format),
 its documents numbered 0..N-1 in manifest order (shard by shard, each shard's documents in order).
 Each document is ``[BOS] ids EOS`` as the job wrote it; the reader packs documents at read time
-(pipeline/reader/doc_stream.py), so one store serves any sequence length.
+(pipeline/reader/engine/doc_stream.py), so one store serves any sequence length.
 
 Before step 0, on every rank (`check_store`): every listed .bin and .idx exists with the manifest's
 byte size (one directory listing per directory); every .idx is read whole (20 bytes per document:
@@ -14,10 +14,11 @@ lengths), its document count and the .bin size it implies compared with the mani
 `ShardIntegrityError` naming the file. A .bin's tokens carry no checksum of their own: a flipped
 byte inside one is found by ``verify=True`` only (a cut or removed .bin is found by its size).
 
-While reading (`DocStore`): each .idx is memory-mapped (its lengths and pointers are looked up per
-document, never copied whole into the process), and each document range is read with one
-`os.preadv` into the caller's buffer: a rank reads the bytes of the tokens it uses and no others. A
-.bin cut or removed since the start reads short: `ShardIntegrityError`.
+While reading (`DocStore`): the .idx entries a lookup needs are read by position and checked
+(pipeline/reader/engine/store_index.py: never memory-mapped, so an index cut or zeroed since the
+start is an error, not zeros or SIGBUS), and each document range is read with one `os.preadv`
+into the caller's buffer: a rank reads the bytes of the tokens it uses and no other tokens. A .idx or
+.bin cut, zeroed or removed since the start: `ShardIntegrityError` naming it.
 
 The store is read from a filesystem path (a local disk, EFS, Lustre, NFS): every document is a
 random access, which object stores serve with one request each. Mount or copy an object store.
@@ -36,7 +37,8 @@ import numpy as np
 
 from pipeline.format import megatron as fmt
 from pipeline.format.manifest import MAX_MANIFEST_BYTES, ManifestError, manifest_path
-from pipeline.reader.errors import ShardIntegrityError
+from pipeline.reader.engine.errors import ShardIntegrityError
+from pipeline.reader.engine.store_index import IndexFile
 
 _CHECK_THREADS = 8
 _HASH_BLOCK = 8 << 20
@@ -225,8 +227,9 @@ def _check_bin_sha(source: StoreSource, i: int) -> None:
 class DocStore:
     """An opened store: document lengths by id, and document token ranges read into a buffer.
 
-    Holds one memory map per .idx and one file descriptor per .bin, opened on first use (so a copy
-    sent to a DataLoader worker opens its own).
+    Holds one file descriptor per .idx and per .bin, opened on first use (so a copy sent to a
+    DataLoader worker opens its own). Index entries are read by position and checked
+    (pipeline/reader/engine/store_index.py), never memory-mapped.
     """
 
     def __init__(self, source: StoreSource):
@@ -246,24 +249,22 @@ class DocStore:
         """Documents in the store."""
         return int(self.first_doc[-1])
 
-    def _open(self):
+    def _open(self) -> tuple[list[IndexFile], list[int]]:
         if self._opened is None:
-            maps, fds = [], []
-            head = fmt.HEADER_BYTES
-            for prefix, n in zip(self.source.prefixes, self.source.documents, strict=True):
-                if n:
-                    lengths = np.memmap(prefix + ".idx", np.dtype("<i4"), "r", head, (n,))
-                    pointers = np.memmap(prefix + ".idx", np.dtype("<i8"), "r", head + 4 * n, (n,))
-                else:
-                    lengths = pointers = np.zeros(0, np.int64)
-                maps.append((lengths, pointers))
+            indexes, fds = [], []
+            source = self.source
+            for prefix, n, bin_bytes in zip(source.prefixes, source.documents, source.bin_bytes, strict=True):
+                fd = os.open(prefix + ".idx", os.O_RDONLY)
+                indexes.append(IndexFile(prefix + ".idx", n, self.itemsize, bin_bytes, fd))
                 fds.append(os.open(prefix + ".bin", os.O_RDONLY))
-            self._opened = (maps, fds)
+            self._opened = (indexes, fds)
         return self._opened
 
     def close(self) -> None:
-        """Close the .bin files (the store opens them again when used)."""
+        """Close the .idx and .bin files (the store opens them again when used)."""
         if self._opened is not None:
+            for index in self._opened[0]:
+                os.close(index.fd)
             for fd in self._opened[1]:
                 os.close(fd)
             self._opened = None
@@ -282,22 +283,27 @@ class DocStore:
         shard = np.searchsorted(self.first_doc, docs, side="right") - 1
         return shard, docs - self.first_doc[shard]
 
-    def _lookup(self, docs, which: int) -> np.ndarray:
-        maps, _ = self._open()
+    def _lookup(self, docs, spans: bool) -> tuple[np.ndarray, np.ndarray]:
+        """(lengths, .bin offsets or None) of documents, read shard by shard from their .idx files."""
+        indexes, _ = self._open()
         shard, local = self.locate(docs)
-        out = np.empty(len(shard), np.int64)
+        lengths = np.empty(len(shard), np.int64)
+        at = np.empty(len(shard), np.int64) if spans else None
         if len(shard) == 0:
-            return out
+            return lengths, at
         order = np.argsort(shard, kind="stable")
         bounds = np.flatnonzero(np.diff(shard[order])) + 1
         for group in np.split(order, bounds):
-            s = int(shard[group[0]])
-            out[group] = maps[s][which][local[group]]
-        return out
+            index = indexes[int(shard[group[0]])]
+            if spans:
+                at[group], lengths[group] = index.spans(local[group])
+            else:
+                lengths[group] = index.lengths(local[group])
+        return lengths, at
 
     def lengths(self, docs) -> np.ndarray:
         """Tokens of each document (int64)."""
-        return self._lookup(np.asarray(docs, np.int64).reshape(-1), 0)
+        return self._lookup(np.asarray(docs, np.int64).reshape(-1), False)[0]
 
     def read_into(self, buffer: np.ndarray, offsets, docs, starts, lengths) -> None:
         """Tokens [starts[i], starts[i] + lengths[i]) of document docs[i] into buffer[offsets[i]:], converted.
@@ -309,14 +315,6 @@ class DocStore:
         offsets = np.asarray(offsets, np.int64).reshape(-1)
         if not len(docs):
             return
-        shard, _ = self.locate(docs)
-        pointers = self._lookup(docs, 1)
-        at = pointers + starts * self.itemsize  # byte offset in the shard's .bin
-        # Join runs: same shard, contiguous bytes, contiguous places in the buffer.
-        joins = np.concatenate([[False], (shard[1:] == shard[:-1]) & (at[1:] == at[:-1] + lengths[:-1] * self.itemsize)
-                                & (offsets[1:] == offsets[:-1] + lengths[:-1])])
-        heads = np.flatnonzero(~joins)
-        totals = np.add.reduceat(lengths, heads) if len(heads) else heads
         if buffer.dtype != self.source.dtype:  # read in the store's dtype, then converted
             staging = np.empty(len(buffer), self.source.dtype)
             self.read_into(staging, offsets, docs, starts, lengths)
@@ -324,6 +322,19 @@ class DocStore:
             used[_spans(offsets, lengths)] = True
             buffer[used] = staging[used]
             return
+        shard, _ = self.locate(docs)
+        doc_lengths, pointers = self._lookup(docs, True)
+        if (starts < 0).any() or (starts + lengths > doc_lengths).any():
+            i = int(np.flatnonzero((starts < 0) | (starts + lengths > doc_lengths))[0])
+            raise ShardIntegrityError(self.source.prefixes[int(shard[i])] + ".idx",
+                                      f"a document of {int(doc_lengths[i])} tokens now, read as longer: the index "
+                                      "was changed since the start")
+        at = pointers + starts * self.itemsize  # byte offset in the shard's .bin
+        # Join runs: same shard, contiguous bytes, contiguous places in the buffer.
+        joins = np.concatenate([[False], (shard[1:] == shard[:-1]) & (at[1:] == at[:-1] + lengths[:-1] * self.itemsize)
+                                & (offsets[1:] == offsets[:-1] + lengths[:-1])])
+        heads = np.flatnonzero(~joins)
+        totals = np.add.reduceat(lengths, heads) if len(heads) else heads
         # One pread per run, straight into the buffer (a short document costs a system call, so the
         # loop holds only what each call needs).
         view = memoryview(buffer).cast("B")
