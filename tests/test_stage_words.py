@@ -15,10 +15,10 @@ import pytest
 import spacy
 from filter_cases import crafted
 
-from pipeline.stages import words as words_module
-from pipeline.stages.chunk_tokens import ChunkTokens
-from pipeline.stages.spacy_patterns import NONE, AffixFacts
 from pipeline.stages.words import SpacyWords
+from pipeline.stages.words import spacy_words as words_module
+from pipeline.stages.words.chunk_tokens import ChunkTokens
+from pipeline.stages.words.spacy_patterns import NONE, AffixFacts
 
 PIECES = [": x.A", "b:", "c.D", ":x", "x.", "don't", "can't", "'s", "'em", ":)", ":-)", "<3", ":P", "e.g.", "i.e.",
           "a.m.", "10a.m.", "U.S.", "Jan.", "Mr.", "http://example.com/a?b=c.", "www.example.org,", "x@y.z",

@@ -26,7 +26,8 @@ import re
 
 from pipeline.core.options import option, parse_bool
 from pipeline.stages.base import Doc, Keep, Remove
-from pipeline.stages.words import SpacyStage, thread_words
+from pipeline.stages.spacy_stage import SpacyStage
+from pipeline.stages.words import thread_words
 
 CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
 END_PUNCTUATION = (".", "?", "!", '"', "'")

@@ -21,7 +21,8 @@ from pipeline.core.options import option, parse_bool
 from pipeline.stages.base import Doc, Remove
 from pipeline.stages.gopher_repetition import duplicates
 from pipeline.stages.punctuation import TERMINAL
-from pipeline.stages.words import SpacyStage, thread_words
+from pipeline.stages.spacy_stage import SpacyStage
+from pipeline.stages.words import thread_words
 
 TERMINAL_ENDINGS = tuple(TERMINAL)
 

@@ -2,7 +2,7 @@
 
 The rules, in datatrove's order; the first that fails names the removal (its reason string):
 
-  words: spaCy blank-English tokens (`words.py`); "non-symbol words": those with a character
+  words: spaCy blank-English tokens (`words/`); "non-symbol words": those with a character
   outside datatrove's punctuation set (`punctuation.py`)
   gopher_short_doc / gopher_long_doc       non-symbol words < min_doc_words / > max_doc_words
   gopher_below_avg_threshold / ..._above_  mean length of the non-symbol words outside [min, max]
@@ -30,7 +30,8 @@ import operator
 from pipeline.core.options import option
 from pipeline.stages.base import Doc, Remove
 from pipeline.stages.punctuation import PUNCTUATION_SET
-from pipeline.stages.words import SpacyStage, thread_words
+from pipeline.stages.spacy_stage import SpacyStage
+from pipeline.stages.words import thread_words
 
 STOP_WORDS = ("the", "be", "to", "of", "and", "that", "have", "with")
 

@@ -17,7 +17,7 @@ The rules, in datatrove's order; the first that fails names the removal (its rea
                             its characters and skips n words, else the scan moves one word;
                             / the text's characters > fraction
 
-Words are spaCy blank-English tokens (`words.py`). As in datatrove, a fraction of 0 turns the four
+Words are spaCy blank-English tokens (`words/`). As in datatrove, a fraction of 0 turns the four
 line and paragraph rules off; an n-gram rule is off when left out of its list.
 """
 
@@ -31,7 +31,8 @@ from operator import itemgetter
 
 from pipeline.core.options import option
 from pipeline.stages.base import Doc, Remove
-from pipeline.stages.words import SpacyStage, thread_words
+from pipeline.stages.spacy_stage import SpacyStage
+from pipeline.stages.words import thread_words
 
 _PARAGRAPHS = re.compile(r"\n{2,}")
 _LINES = re.compile("\n+")

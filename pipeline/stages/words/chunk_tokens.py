@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from spacy.attrs import ORTH, intify_attrs
 
-from pipeline.stages.spacy_patterns import NONE, SINGLE, AffixFacts, Unsupported
+from pipeline.stages.words.spacy_patterns import NONE, SINGLE, AffixFacts, Unsupported
 
 
 def _pattern(function) -> str:

@@ -1,4 +1,4 @@
-r"""The words of datatrove's quality filters: spaCy's blank-English tokens, computed once per text.
+r"""SpacyWords: a text's spaCy blank-English tokens from its chunks, computed once per text.
 
 datatrove's Gopher, FineWeb and repetition filters call `split_into_words(text)`: spaCy's blank
 English pipeline (`spacy.blank("en")`, no model, nothing downloaded) on the whole text, the token
@@ -29,8 +29,6 @@ import re
 import threading
 import unicodedata
 
-from pipeline.stages.base import DocumentStage
-
 # Bounded memory: two generations of at most this many chunks each (~30 MB each). When the table is
 # full it becomes the older generation, from which the chunks seen again move back; the rest go.
 MAX_CHUNKS = 150_000
@@ -42,7 +40,7 @@ class SpacyWords:
     """spaCy blank-English tokens of a text, as datatrove's `split_into_words` and sentencizer see them."""
 
     def __init__(self):
-        from pipeline.stages.chunk_tokens import ChunkTokens, Unsupported
+        from pipeline.stages.words.chunk_tokens import ChunkTokens, Unsupported
 
         self._load()
         try:
@@ -86,7 +84,7 @@ class SpacyWords:
         """(left, right) cuts of every case spaCy matches over the document; the tokens such cases make."""
         from spacy.attrs import ORTH
 
-        from pipeline.stages.chunk_tokens import document_cases
+        from pipeline.stages.words.chunk_tokens import document_cases
 
         pairs, merged = set(), set()
         for case, pieces in document_cases(self._tokenizer).items():  # the tokens the matcher looks for
@@ -292,14 +290,3 @@ def thread_words() -> SpacyWords:
     if words is None:
         words = _THREAD.words = SpacyWords()
     return words
-
-
-class SpacyStage(DocumentStage):
-    """A stage that counts spaCy's words (a quality filter): refused in the driver without spaCy."""
-
-    def check(self) -> None:
-        """Refuse a job without spaCy (ValueError naming the stage and the extra)."""
-        try:
-            import spacy  # noqa: F401
-        except ImportError as e:
-            raise ValueError(f"--filters {self.name} needs spaCy: pip install 'pile-pipeline[filters]'") from e
