@@ -77,9 +77,11 @@ class _WordFacts(dict):
         self._fact = fact
 
     def __missing__(self, word: str) -> bool:
-        if len(self) >= 200_000:
-            self.clear()
-        value = self[word] = self._fact(word)
+        value = self._fact(word)
+        if len(word) <= 1000:  # memory bounded by the count of entries
+            if len(self) >= 200_000:
+                self.clear()
+            self[word] = value
         return value
 
 

@@ -1,57 +1,56 @@
-"""spaCy's tokenizer on one chunk (a run of non-whitespace characters), in Python, without a Doc.
+"""spaCy's tokenizer on one chunk (a run of non-whitespace characters), in Python, in linear time.
 
 spaCy tokenizes a chunk in three steps (spacy/tokenizer.pyx: `_split_affixes`, `_attach_tokens`,
-`_apply_special_cases`). `ChunkTokens.tokens` does the first two step for step, with the
-tokenizer's own special cases and its own compiled prefix, suffix, infix and URL patterns:
+`_apply_special_cases`). `ChunkTokens.tokens` does them step for step, with the tokenizer's own
+special cases and its own compiled prefix, suffix, infix and URL patterns:
 
   1. the chunk is a special case: its tokens;
   2. strip a prefix and a suffix, again and again, until neither matches or what is left (or what
      the prefix or the suffix alone would leave) is a special case;
   3. what is left: a special case's tokens, one token if it is a URL, else split at its infixes;
-     then the suffixes, the last stripped first.
+     then the suffixes, the last stripped first;
+  4. the document-wide special cases over the chunk's tokens (`special_cases.py`).
 
-spaCy's cache of chunks it has tokenized is left out: it holds only what these steps give. The
-speed comes from asking a pattern only when it could match: `spacy_patterns.AffixFacts` tells,
-from the character that decides (a string's first for a prefix, its last for a suffix), when no
-piece can match and when the match is that one character (`,` `)` `"`), and whether a string
-holds a character an infix can start with; a suffix is searched in the last characters only.
-No Doc is made and spaCy's vocabulary does not grow.
+spaCy cuts a new string at every step of 2 and searches its suffix pattern over the whole string,
+so a chunk of thousands of affixes (`'s's's...`, `((((...`) takes time quadratic in its length.
+Here step 2 moves two indices over the chunk and asks each pattern only about the characters that
+decide its answer (`spacy_patterns.AffixFacts`): a prefix the first `prefix_window` characters (or
+a run of a repeated character and as many more), a suffix the last `suffix_window` (its start) and
+the characters its lookbehinds see, a special case only a string no longer than the longest case.
+The URL pattern's quadratic part is replaced by an equal linear one (`linear_url_match`). Every
+step then costs time bounded by a constant or by the characters it strips: linear in the chunk.
 
-Step 3 of spaCy (the special cases its matcher finds over the tokens of the whole text: `:)`,
-`'s` after a split ...) is not done: when the chunk's tokens hold all of such a case's tokens in a
-row (`cases`), `tokens` returns None and the caller asks spaCy. Cases that straddle two chunks
-are the caller's (words.py).
+spaCy's cache of chunks it has tokenized is left out: it holds only what these steps give. No Doc
+is made and spaCy's vocabulary does not grow. Cases that straddle two chunks are the caller's
+(spacy_words.py).
 """
 
 from __future__ import annotations
 
+import re
+
 from spacy.attrs import ORTH, intify_attrs
 
-from pipeline.stages.words.spacy_patterns import NONE, SINGLE, AffixFacts, Unsupported
+from pipeline.stages.words.spacy_patterns import NONE, SINGLE, AffixFacts, Unsupported, linear_url_match
+from pipeline.stages.words.special_cases import SpecialCases, document_cases
 
 
-def _pattern(function) -> str:
-    """The text of the compiled pattern a tokenizer's search/match/finditer belongs to."""
-    text = getattr(getattr(function, "__self__", None), "pattern", None)
-    if not isinstance(text, str):
+def _compiled(function) -> re.Pattern:
+    """The compiled pattern a tokenizer's search/match/finditer belongs to."""
+    pattern = getattr(function, "__self__", None)
+    if not isinstance(pattern, re.Pattern):
         raise Unsupported(f"{function!r} is not a compiled pattern's method")
-    return text
+    return pattern
 
 
-def document_cases(tokenizer) -> dict[str, tuple[str, ...]]:
-    """The special cases spaCy's matcher finds over a whole text: case -> the tokens it looks for.
+MEMO = 50_000  # answers remembered per pattern (then forgotten all at once)
 
-    spaCy adds a case to that matcher when its affixes would split it (or it holds a space), with
-    the case's tokens without special cases (spacy/tokenizer.pyx, `add_special_case`).
-    """
-    from spacy.tokenizer import Tokenizer
 
-    tok = tokenizer
-    bare = Tokenizer(tok.vocab, rules={}, prefix_search=tok.prefix_search, suffix_search=tok.suffix_search,
-                     infix_finditer=tok.infix_finditer, token_match=tok.token_match, url_match=tok.url_match)
-    return {case: tuple(t.text for t in bare(case)) for case in tok.rules
-            if not tok.faster_heuristics or tok.find_prefix(case) or tok.find_infix(case)
-            or tok.find_suffix(case) or " " in case}
+def _remember(memo: dict[str, int], key: str, value: int) -> int:
+    if len(memo) >= MEMO:
+        memo.clear()
+    memo[key] = value
+    return value
 
 
 class ChunkTokens:
@@ -62,34 +61,92 @@ class ChunkTokens:
         if tokenizer.token_match is not None:
             raise Unsupported("a tokenizer with token_match")
         self._prefix_search = tokenizer.prefix_search
-        self._suffix = getattr(tokenizer.suffix_search, "__self__", None)
-        self._infix_match = tokenizer.infix_finditer.__self__.match
-        self._facts = AffixFacts(_pattern(tokenizer.prefix_search), _pattern(tokenizer.suffix_search),
-                                 _pattern(tokenizer.infix_finditer))
-        self._url_match = tokenizer.url_match or (lambda _: None)
+        self._suffix = _compiled(tokenizer.suffix_search)
+        self._infix_match = _compiled(tokenizer.infix_finditer).match
+        self._facts = AffixFacts(_compiled(tokenizer.prefix_search).pattern, self._suffix.pattern,
+                                 _compiled(tokenizer.infix_finditer).pattern)
+        self._url_match = linear_url_match(tokenizer.url_match)
         self.specials = {case: tuple(intify_attrs(token)[ORTH] for token in tokens)
                          for case, tokens in tokenizer.rules.items()}
-        self.cases = document_cases(tokenizer)
-        # the first two tokens -> the token runs of the cases that would change the tokens; the
-        # runs of one token (a case holding a space) apart
-        self._runs: dict[tuple[str, str], list[tuple[str, ...]]] = {}
-        self._single_runs = set()
-        for case, pieces in self.cases.items():
-            if pieces == self.specials[case]:
-                continue
-            if len(pieces) == 1:
-                self._single_runs.add(pieces[0])
-            else:
-                self._runs.setdefault(pieces[:2], []).append(pieces)
+        self._longest = max(map(len, self.specials), default=0)
+        self.cases = SpecialCases(document_cases(tokenizer), self.specials)
+        self._runs: dict[str, re.Pattern] = {}  # c -> the pattern of a run of c
+        self.forget()
 
-    def _suffix_length(self, string: str) -> int:
-        """The length of the suffix pattern's leftmost match (0: none)."""
+    def forget(self) -> None:
+        """Forget the affix patterns' answers remembered (by the characters that decide them)."""
+        self._prefixes: dict[str, int] = {}
+        self._suffixes: dict[str, int] = {}
+        self._tails: dict[str, int] = {}
+
+    def _run_end(self, chunk: str, start: int, end: int) -> int:
+        """The end of the run of chunk[start] that starts at start (at most end)."""
+        char = chunk[start]
+        run = self._runs.get(char)
+        if run is None:
+            run = self._runs[char] = re.compile(re.escape(char) + "+")
+        return run.match(chunk, start, end).end()
+
+    @staticmethod
+    def _run_start(chunk: str, start: int, end: int) -> int:
+        """The start of the run of chunk[end - 1] that ends at end (at least start)."""
+        char = chunk[end - 1]
+        i, step = end - 1, 8
+        while i - step >= start and chunk[i - step:i] == char * step:  # long runs by growing steps
+            i -= step
+            step = min(2 * step, 4096)
+        while i > start and chunk[i - 1] == char:
+            i -= 1
+        return i
+
+    def _prefix_length(self, chunk: str, start: int, end: int) -> int:
+        """The length of the prefix pattern's match on chunk[start:end], reading only what decides it."""
         facts = self._facts
-        start = max(0, len(string) - facts.suffix_window)
-        if facts.unbounded_last is not None and facts.unbounded_last.fullmatch(string[-1]):
-            start = 0
-        m = self._suffix.search(string, start)
-        return (m.end() - m.start()) if m is not None else 0
+        window = facts.prefix_reach(chunk[start])
+        stop = end
+        if window is not None:
+            stop = start + window
+            if chunk[start] in facts.prefix_runs:
+                stop = self._run_end(chunk, start, end) + window
+            stop = min(stop, end)
+        key = chunk[start:stop]
+        length = self._prefixes.get(key)
+        if length is None:
+            m = self._prefix_search(key)
+            length = _remember(self._prefixes, key, (m.end() - m.start()) if m is not None else 0)
+        return length
+
+    def _suffix_length(self, chunk: str, start: int, end: int) -> int:
+        """The length of the suffix pattern's match on chunk[start:end], reading only what decides it.
+
+        Every suffix piece ends at the end, so the match is the leftmost start where one matches:
+        a piece of bounded width that can end with the last character starts in the last `window`
+        characters (its lookbehinds reading `look` more), a run of a repeated character where the
+        run does.
+        """
+        facts = self._facts
+        reach = facts.suffix_reach(chunk[end - 1])
+        if reach is None or end - start <= reach[0] + reach[1]:
+            key = chunk[start:end]
+            length = self._suffixes.get(key)
+            if length is None:
+                m = self._suffix.search(key)
+                length = _remember(self._suffixes, key, (m.end() - m.start()) if m is not None else 0)
+            return length
+        window, look = reach
+        at = end
+        least = facts.suffix_runs.get(chunk[end - 1])
+        if least is not None:
+            run = self._run_start(chunk, start, end)
+            if end - run >= least:
+                at = run
+        # a bounded piece's match, decided by the characters it and its lookbehinds can read
+        key = chunk[end - window - look:end]
+        length = self._tails.get(key)
+        if length is None:
+            m = self._suffix.search(key, look)
+            length = _remember(self._tails, key, (len(key) - m.start()) if m is not None else 0)
+        return max(end - at, length)
 
     def _split_infixes(self, string: str) -> list[str]:
         """What the affixes left, as spaCy's `_attach_tokens` splits it: one token if a URL, else at its infixes.
@@ -138,84 +195,61 @@ class ChunkTokens:
             tokens.append(string[start:])
         return tokens
 
-    def tokens(self, chunk: str) -> list[str] | None:
-        """The tokens spaCy makes of the chunk alone, or None where a case of its matcher may apply."""
-        specials = self.specials
-        hit = specials.get(chunk)
-        if hit is not None:
-            return list(hit)
+    def affix_tokens(self, chunk: str) -> list[str]:
+        """The chunk's tokens before the document-wide special cases (steps 1-3)."""
+        specials, longest = self.specials, self._longest
+        if len(chunk) <= longest:
+            hit = specials.get(chunk)
+            if hit is not None:
+                return list(hit)
         facts = self._facts
         prefix_kinds, suffix_kinds = facts.prefix_kinds, facts.suffix_kinds
         prefixes: list[str] = []
         suffixes: list[str] = []
-        string = chunk
-        last = 0
-        while string and len(string) != last:
-            if string in specials:
+        start, end = 0, len(chunk)  # what is left: chunk[start:end]
+        last = -1
+        while start < end and end - start != last:
+            size = last = end - start
+            if size <= longest and chunk[start:end] in specials:
                 break
-            last = len(string)
-            kind = prefix_kinds.get(string[0])
+            kind = prefix_kinds.get(chunk[start])
             if kind is None:
-                kind = facts.prefix_kind(string[0])
-            if kind == NONE:
-                pre = 0
-            elif kind == SINGLE:
-                pre = 1
-            else:
-                m = self._prefix_search(string)
-                pre = (m.end() - m.start()) if m is not None else 0
-            if pre:
-                prefix = string[:pre]
-                minus_pre = string[pre:]
-                if minus_pre and minus_pre in specials:
-                    string = minus_pre
-                    prefixes.append(prefix)
-                    break
-                rest = minus_pre  # the suffix is searched after the prefix
-            else:
-                rest = string
+                kind = facts.prefix_kind(chunk[start])
+            pre = 0 if kind == NONE else 1 if kind == SINGLE else self._prefix_length(chunk, start, end)
+            if pre and pre < size and size - pre <= longest and chunk[start + pre:end] in specials:
+                prefixes.append(chunk[start:start + pre])
+                start += pre
+                break
             suf = 0
-            if rest:
-                kind = suffix_kinds.get(rest[-1])
+            if pre < size:  # the suffix of what the prefix leaves
+                kind = suffix_kinds.get(chunk[end - 1])
                 if kind is None:
-                    kind = facts.suffix_kind(rest[-1])
+                    kind = facts.suffix_kind(chunk[end - 1])
                 if kind == SINGLE:
                     suf = 1
                 elif kind != NONE:
-                    suf = self._suffix_length(rest)
+                    suf = self._suffix_length(chunk, start + pre, end)
+            if suf and suf < size and size - suf <= longest and chunk[start:end - suf] in specials:
+                suffixes.append(chunk[end - suf:end])
+                end -= suf
+                break
+            if pre:
+                prefixes.append(chunk[start:start + pre])
+                start += pre
             if suf:
-                suffix = string[-suf:]
-                minus_suf = string[:-suf]
-                if minus_suf and minus_suf in specials:
-                    string = minus_suf
-                    suffixes.append(suffix)
-                    break
-                if pre and pre + suf > len(string):  # they overlap: the prefix alone
-                    string = minus_pre
-                    prefixes.append(prefix)
-                    continue
-                string = string[pre:-suf]
-                if pre:
-                    prefixes.append(prefix)
-                suffixes.append(suffix)
-            elif pre:
-                string = minus_pre
-                prefixes.append(prefix)
+                suffixes.append(chunk[end - suf:end])
+                end -= suf
         tokens = prefixes
-        if string:
-            hit = specials.get(string)
-            if hit is not None:
-                tokens.extend(hit)
-            else:
-                tokens.extend(self._split_infixes(string))
+        if start < end:
+            string = chunk[start:end]
+            hit = specials.get(string) if end - start <= longest else None
+            tokens.extend(hit if hit is not None else self._split_infixes(string))
         if suffixes:
             tokens.extend(reversed(suffixes))
-        runs = self._runs
-        if len(tokens) > 1 and not runs.keys().isdisjoint(zip(tokens, tokens[1:], strict=False)):
-            for i, pair in enumerate(zip(tokens, tokens[1:], strict=False)):
-                for pieces in runs.get(pair, ()):
-                    if tuple(tokens[i:i + len(pieces)]) == pieces:
-                        return None
-        if self._single_runs and not self._single_runs.isdisjoint(tokens):
-            return None
         return tokens
+
+    def tokens(self, chunk: str) -> list[str]:
+        """The tokens spaCy makes of the chunk alone (steps 1-4)."""
+        tokens = self.affix_tokens(chunk)
+        cases = self.cases
+        return cases.apply(tokens) if cases.may_change(tokens) else tokens
