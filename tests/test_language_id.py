@@ -60,3 +60,13 @@ def test_rules():
     assert language_rule("en", 0.5, opts) is None
     assert language_rule("en", 0.49, opts) == BELOW_MIN
     assert language_rule("fr", 0.99, opts) == NOT_LISTED
+
+
+def test_options_made_in_code_are_checked_as_flags_are():
+    with pytest.raises(ValueError, match="--language_min_score 1.5 is above 1"):
+        LanguageOptions(languages=("en",), language_min_score=1.5)
+    with pytest.raises(ValueError, match="--languages: 'xx' is not a language"):
+        LanguageOptions(languages=("xx",))
+    with pytest.raises(ValueError, match="--languages pt-BR: give the model's codes"):
+        LanguageOptions(languages=("pt-BR",))
+    assert LanguageOptions(languages=("en", "de")).languages == ("en", "de")

@@ -49,6 +49,12 @@ def test_kinds_flag():
         parse_kinds("phone")
 
 
+def test_a_kind_named_twice_is_refused():
+    for value in ("email,email", "ip, IP", ["ip", "ip"]):
+        with pytest.raises(ValueError, match="named twice"):
+            parse_kinds(value)
+
+
 # datatrove 0.10.1's PIIFormatter's e-mail pattern, as its source spells it
 DATATROVE_EMAIL = (
     r"\b[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@(?:(?:[A-Za-z0-9](?:["

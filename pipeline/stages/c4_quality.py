@@ -26,6 +26,7 @@ import re
 
 from pipeline.core.options import option, parse_bool
 from pipeline.stages.base import Doc, Keep, Remove
+from pipeline.stages.ranges import C4_COUNT, Range, check_ranges
 from pipeline.stages.spacy_stage import SpacyStage
 from pipeline.stages.words import thread_words
 
@@ -53,6 +54,10 @@ class C4QualityOptions:
         True, parse=parse_bool, help="c4_quality: remove texts with '{' in a kept line")
     c4_filter_policy: bool = option(True, parse=parse_bool,
                                     help="c4_quality: drop lines about terms of use, privacy or cookies")
+
+    def __post_init__(self):
+        check_ranges(self, {"c4_min_num_sentences": C4_COUNT, "c4_min_words_per_line": C4_COUNT,
+                            "c4_max_word_length": Range(1, off=-1, meaning="a length: 1 or more")})
 
 
 def c4_quality(text: str, opts: C4QualityOptions, sentence_count) -> tuple[str | None, str]:

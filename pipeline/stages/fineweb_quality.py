@@ -21,6 +21,7 @@ from pipeline.core.options import option, parse_bool
 from pipeline.stages.base import Doc, Remove
 from pipeline.stages.gopher_repetition import duplicates
 from pipeline.stages.punctuation import TERMINAL
+from pipeline.stages.ranges import AT_LEAST_0, SHARE, check_ranges
 from pipeline.stages.spacy_stage import SpacyStage
 from pipeline.stages.words import thread_words
 
@@ -41,6 +42,11 @@ class FineWebQualityOptions:
     fineweb_char_duplicates_ratio: float = option(
         0.01, help="fineweb_quality: largest share of characters in repeated lines (char_dup_ratio)")
     fineweb_new_line_ratio: float = option(0.3, help="fineweb_quality: most line breaks per word (list_ratio)")
+
+    def __post_init__(self):
+        check_ranges(self, {"fineweb_line_punct_thr": SHARE, "fineweb_short_line_thr": SHARE,
+                            "fineweb_short_line_length": AT_LEAST_0, "fineweb_char_duplicates_ratio": SHARE,
+                            "fineweb_new_line_ratio": AT_LEAST_0})  # line breaks per word: above 1 in lists
 
 
 def fineweb_quality_rule(text: str, words_of, opts: FineWebQualityOptions) -> str | None:

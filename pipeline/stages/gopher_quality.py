@@ -30,6 +30,7 @@ import operator
 from pipeline.core.options import option
 from pipeline.stages.base import Doc, Remove
 from pipeline.stages.punctuation import PUNCTUATION_SET
+from pipeline.stages.ranges import AT_LEAST_0, SHARE, check_ranges
 from pipeline.stages.spacy_stage import SpacyStage
 from pipeline.stages.words import thread_words
 
@@ -67,6 +68,25 @@ class GopherQualityOptions:
         2, help="gopher_quality: fewest distinct stop words present, case-sensitive (gopher_enough_stop_words)")
     gopher_stop_words: tuple = option(STOP_WORDS, parse=_words_list, metavar="WORD,WORD",
                                       help="gopher_quality: the stop words")
+
+    def __post_init__(self):
+        check_ranges(self, _RANGES)
+        for low, high in (("gopher_min_doc_words", "gopher_max_doc_words"),
+                          ("gopher_min_avg_word_length", "gopher_max_avg_word_length")):
+            if getattr(self, low) and getattr(self, high) and getattr(self, low) > getattr(self, high):
+                raise ValueError(f"--{low} {getattr(self, low):g} is above --{high} {getattr(self, high):g}: "
+                                 "every document would be removed")
+        stop_words = len(set(self.gopher_stop_words))
+        if self.gopher_min_stop_words > stop_words:
+            raise ValueError(f"--gopher_min_stop_words {self.gopher_min_stop_words} is above the {stop_words} distinct "
+                             "--gopher_stop_words: every document would be removed")
+
+
+_RANGES = {"gopher_min_doc_words": AT_LEAST_0, "gopher_max_doc_words": AT_LEAST_0,
+           "gopher_min_avg_word_length": AT_LEAST_0, "gopher_max_avg_word_length": AT_LEAST_0,
+           "gopher_max_symbol_word_ratio": AT_LEAST_0,  # '#' per word: above 1 when words hold several
+           "gopher_max_bullet_lines_ratio": SHARE, "gopher_max_ellipsis_lines_ratio": SHARE,
+           "gopher_max_non_alpha_words_ratio": SHARE, "gopher_min_stop_words": AT_LEAST_0}
 
 
 class _WordFacts(dict):

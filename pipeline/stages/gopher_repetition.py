@@ -18,7 +18,7 @@ The rules, in datatrove's order; the first that fails names the removal (its rea
                             / the text's characters > fraction
 
 Words are spaCy blank-English tokens (`words/`). As in datatrove, a fraction of 0 turns the four
-line and paragraph rules off; an n-gram rule is off when left out of its list.
+line and paragraph rules off; an n-gram rule is off when left out of its list; n is at most MAX_N.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from operator import itemgetter
 
 from pipeline.core.options import option
 from pipeline.stages.base import Doc, Remove
+from pipeline.stages.ranges import SHARE, check_ranges
 from pipeline.stages.spacy_stage import SpacyStage
 from pipeline.stages.words import thread_words
 
@@ -38,8 +39,17 @@ _PARAGRAPHS = re.compile(r"\n{2,}")
 _LINES = re.compile("\n+")
 
 
+# The largest n of an n-gram rule. Both rules keep an n-gram per word of the document, so their
+# time and memory grow with n times its words (n = 16,000 took 1.5 GB on one 250 KB document);
+# Gopher's rules use n of 2 to 10.
+MAX_N = 20
+
+
 def parse_n_grams(value) -> tuple[tuple[int, float], ...]:
-    """Parse "2:0.2,3:0.18" (or a TOML list of [n, fraction] pairs; "none": no rule) -> ((2, 0.2), (3, 0.18))."""
+    """Parse "2:0.2,3:0.18" (or a TOML list of [n, fraction] pairs; "none": no rule) -> ((2, 0.2), (3, 0.18)).
+
+    n in 1..MAX_N, each n once; a fraction in [0, 1].
+    """
     if isinstance(value, str):
         if value.strip().lower() in ("", "none"):
             return ()
@@ -51,8 +61,11 @@ def parse_n_grams(value) -> tuple[tuple[int, float], ...]:
         if len(pair) != 2:
             raise ValueError(f"expected N:FRACTION pairs separated by commas (2:0.2,3:0.18), got {value!r}")
         n, fraction = int(pair[0]), float(pair[1])
-        if n < 1 or not 0 <= fraction <= 1:
-            raise ValueError(f"an n-gram size is at least 1 and a fraction in [0, 1], got {n}:{fraction}")
+        if not 1 <= n <= MAX_N or not 0 <= fraction <= 1:
+            raise ValueError(f"an n-gram size is 1 to {MAX_N} (time and memory grow with n times a document's "
+                             f"words) and a fraction in [0, 1], got {n}:{fraction:g}")
+        if n in (m for m, _ in out):
+            raise ValueError(f"n = {n} given twice")
         out.append((n, fraction))
     return tuple(out)
 
@@ -79,6 +92,15 @@ class GopherRepetitionOptions:
         metavar="N:FRAC,...", shown_default="5:0.15,6:0.14,7:0.13,8:0.12,9:0.11,10:0.1",
         help="gopher_repetition: largest share of characters in repeated word n-grams (duplicated_{n}_n_grams; "
         "none: off)")
+
+    def __post_init__(self):
+        check_ranges(self, {name: SHARE for name in ("gopher_dup_para_frac", "gopher_dup_para_char_frac",
+                                                     "gopher_dup_line_frac", "gopher_dup_line_char_frac")})
+        for name in ("gopher_top_n_grams", "gopher_dup_n_grams"):
+            try:
+                parse_n_grams(getattr(self, name))  # the same checks when the options are made in code
+            except ValueError as e:
+                raise ValueError(f"--{name}: {e}") from None
 
 
 def duplicates(items: list[str]) -> tuple[int, int]:

@@ -22,6 +22,7 @@ import re
 
 from pipeline.core.options import option
 from pipeline.stages.base import Doc, DocumentStage, Keep, Remove
+from pipeline.stages.ranges import Range, check_ranges
 
 # Every label of lid.176 (fastText's list): ISO 639-1 where the language has a code there, else 639-2/3.
 LABELS = frozenset(
@@ -69,6 +70,16 @@ class LanguageOptions:
     language_min_score: float = option(0.0, parse=parse_score, metavar="P",
                                        help="with --languages: also remove documents whose top language scores "
                                        "below this probability")
+
+    def __post_init__(self):
+        check_ranges(self, {"language_min_score": Range(0, 1, meaning="a probability: 0 to 1")})
+        try:
+            codes = parse_languages(self.languages)  # the same checks when the options are made in code
+        except ValueError as e:
+            raise ValueError(f"--languages: {e}") from None
+        if sorted(codes) != sorted(self.languages):
+            raise ValueError(f"--languages {','.join(self.languages)}: give the model's codes, each once "
+                             f"({','.join(codes)})")
 
 
 def model_path() -> str:

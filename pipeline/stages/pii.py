@@ -62,6 +62,10 @@ class PiiOptions:
                         help="replace e-mail addresses and/or public IP addresses with datatrove's PIIFormatter "
                         "placeholders (counted per subset); the text written is the redacted one")
 
+    def __post_init__(self):
+        if sorted(parse_kinds(self.pii)) != sorted(self.pii):  # made in code: the same checks
+            raise ValueError(f"--pii {','.join(self.pii)}: give kinds among {', '.join(KINDS)}, each once")
+
 
 def _public(address: str) -> bool:
     try:
