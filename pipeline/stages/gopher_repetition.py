@@ -19,6 +19,7 @@ The rules, in datatrove's order; the first that fails names the removal (its rea
 
 Words are spaCy blank-English tokens (`words/`). As in datatrove, a fraction of 0 turns the four
 line and paragraph rules off; an n-gram rule is off when left out of its list; n is at most MAX_N.
+A removal's record carries the rule's `value` (the share it measured) and its `threshold`.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from collections import Counter
 from operator import itemgetter
 
 from pipeline.core.options import option
-from pipeline.stages.base import Doc, Remove
+from pipeline.stages.base import Doc, Remove, measured
 from pipeline.stages.ranges import SHARE, check_ranges
 from pipeline.stages.spacy_stage import SpacyStage
 from pipeline.stages.words import thread_words
@@ -144,32 +145,36 @@ def repeated_n_gram_chars(joined: str, offsets: list[int], n: int, size: int = 1
     return repeated
 
 
-def gopher_repetition_rule(text: str, words: list[str], opts: GopherRepetitionOptions) -> str | None:
-    """The first rule the text fails (datatrove's reason string), or None when it passes them all."""
+def gopher_repetition_removal(text: str, words: list[str], opts: GopherRepetitionOptions) -> Remove | None:
+    """The first rule the text fails (datatrove's reason string, with its value and threshold), or None."""
     if not text:
-        return "empty"
+        return Remove("empty")
     size = len(text)
     paragraphs = _PARAGRAPHS.split(text.strip())
     dup, chars = duplicates(paragraphs)
     if opts.gopher_dup_para_frac and dup / len(paragraphs) > opts.gopher_dup_para_frac:
-        return "dup_para_frac"
+        return Remove("dup_para_frac", measured(dup / len(paragraphs), opts.gopher_dup_para_frac))
     if opts.gopher_dup_para_char_frac and chars / size > opts.gopher_dup_para_char_frac:
-        return "dup_para_char_frac"
+        return Remove("dup_para_char_frac", measured(chars / size, opts.gopher_dup_para_char_frac))
     lines = _LINES.split(text)
     dup, chars = duplicates(lines)
     if opts.gopher_dup_line_frac and dup / len(lines) > opts.gopher_dup_line_frac:
-        return "dup_line_frac"
+        return Remove("dup_line_frac", measured(dup / len(lines), opts.gopher_dup_line_frac))
     if opts.gopher_dup_line_char_frac and chars / size > opts.gopher_dup_line_char_frac:
-        return "dup_line_char_frac"
+        return Remove("dup_line_char_frac", measured(chars / size, opts.gopher_dup_line_char_frac))
     for n, fraction in opts.gopher_top_n_grams:
-        if len(words) >= n and top_n_gram_chars(words, n) / size > fraction:
-            return f"top_{n}_gram"
+        if len(words) >= n:
+            share = top_n_gram_chars(words, n) / size
+            if share > fraction:
+                return Remove(f"top_{n}_gram", measured(share, fraction))
     if opts.gopher_dup_n_grams:
         joined = "".join(words)
         offsets = [0, *itertools.accumulate(map(len, words))]
         for n, fraction in opts.gopher_dup_n_grams:
             if repeated_n_gram_chars(joined, offsets, n, size, fraction) / size > fraction:
-                return f"duplicated_{n}_n_grams"
+                # the scan stopped past the threshold: the whole scan for the record's value
+                return Remove(f"duplicated_{n}_n_grams", measured(repeated_n_gram_chars(joined, offsets, n) / size,
+                                                                  fraction))
     return None
 
 
@@ -181,5 +186,4 @@ class GopherRepetition(SpacyStage):
 
     def apply(self, doc: Doc) -> Remove | None:
         """Removed with the first rule it fails."""
-        rule = gopher_repetition_rule(doc.text, thread_words().words(doc.text), self.options)
-        return None if rule is None else Remove(rule)
+        return gopher_repetition_removal(doc.text, thread_words().words(doc.text), self.options)

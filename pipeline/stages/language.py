@@ -9,8 +9,9 @@ each worker's memory.
 
 A document's language is the model's top label for its text with "\n" made " " (as datatrove
 predicts), its score the model's probability. It is removed (reason `language`, rule
-`language_not_listed` or `language_score_below_min`, with `language` and `language_score`) when
-the top language is not one of --languages or scores below --language_min_score; a kept document
+`language_not_listed` or `language_score_below_min`, with `language` and `language_score`, and the
+latter with its `threshold`) when the top language is not one of --languages or scores below
+--language_min_score; a kept document
 is labelled with its language (the manifest counts documents and tokens per language).
 """
 
@@ -156,6 +157,9 @@ class Language(DocumentStage):
             self.setup()
         code, score = self._identifier.identify(doc.text)
         rule = language_rule(code, score, self.options)
+        if rule == BELOW_MIN:
+            return Remove(rule, {"language": code, "language_score": round(score, 4),
+                                 "threshold": self.options.language_min_score})
         if rule is not None:
             return Remove(rule, {"language": code, "language_score": round(score, 4)})
         return Keep(labels={"language": code})
