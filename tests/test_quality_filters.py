@@ -108,6 +108,13 @@ def test_punctuation_sets_are_datatroves(datatrove):
     assert punctuation.TERMINAL_SET == set(datatrove["terminal"])
 
 
+def test_our_words_follow_the_spacy_datatrove_runs(datatrove):
+    # tests/test_stage_words.py checks our tokens against this environment's spaCy: it must be datatrove's
+    import spacy
+
+    assert spacy.__version__ == datatrove["spacy"]
+
+
 @pytest.mark.parametrize("name", FILTERS)
 def test_each_filter_removes_what_datatrove_removes(name, documents, datatrove, words):
     theirs = datatrove["filters"][name]

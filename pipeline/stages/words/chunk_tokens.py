@@ -47,9 +47,10 @@ MEMO = 50_000  # answers remembered per pattern (then forgotten all at once)
 
 
 def _remember(memo: dict[str, int], key: str, value: int) -> int:
-    if len(memo) >= MEMO:
-        memo.clear()
-    memo[key] = value
+    if len(key) <= 64:  # a run's prefix can be long: not kept
+        if len(memo) >= MEMO:
+            memo.clear()
+        memo[key] = value
     return value
 
 
