@@ -42,8 +42,12 @@ MAKE = {SubsetSelection.name: lambda: SubsetSelection({"Pile-CC"})}
 
 def _stage(name: str):
     cls = registry.STAGES[name]
-    stage = MAKE[name]() if name in MAKE else cls(OPTIONS[name]) if name in OPTIONS else cls()
-    stage.setup()
+    try:
+        stage = MAKE[name]() if name in MAKE else cls(OPTIONS[name]) if name in OPTIONS else cls()
+        stage.setup()
+    except Exception as e:  # noqa: BLE001 -- named in the failure, with what to do
+        pytest.fail(f"stage {name} cannot run with its default options ({type(e).__name__}: {e}): give it what it "
+                    "needs (a model, its options) in OPTIONS or MAKE of tests/test_stage_timing.py")
     return stage
 
 
