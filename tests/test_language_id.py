@@ -7,10 +7,12 @@ import collections
 import pytest
 from language_docs import MIN_CHARS, documents
 
+from pipeline.stages.base import Doc
 from pipeline.stages.language import (
     BELOW_MIN,
     LABELS,
     NOT_LISTED,
+    Language,
     LanguageIdentifier,
     LanguageOptions,
     language_rule,
@@ -60,3 +62,23 @@ def test_rules():
     assert language_rule("en", 0.5, opts) is None
     assert language_rule("en", 0.49, opts) == BELOW_MIN
     assert language_rule("fr", 0.99, opts) == NOT_LISTED
+
+
+def test_a_removal_carries_the_language_its_score_and_the_threshold():
+    stage = Language(LanguageOptions(languages=("en",), language_min_score=1.0))
+    stage.setup()
+    below = stage.apply(Doc("This is a plain sentence about the weather of the day.", "Pile-CC", 0, 1))
+    assert below.rule == BELOW_MIN and below.fields["language"] == "en"
+    assert below.fields["threshold"] == 1.0 and 0 < below.fields["language_score"] <= 1
+    other = stage.apply(Doc("Ein kurzer Satz, und noch einer auf Deutsch.", "Pile-CC", 0, 2))
+    assert other.rule == NOT_LISTED and set(other.fields) == {"language", "language_score"}
+
+
+def test_options_made_in_code_are_checked_as_flags_are():
+    with pytest.raises(ValueError, match="--language_min_score 1.5 is above 1"):
+        LanguageOptions(languages=("en",), language_min_score=1.5)
+    with pytest.raises(ValueError, match="--languages: 'xx' is not a language"):
+        LanguageOptions(languages=("xx",))
+    with pytest.raises(ValueError, match="--languages pt-BR: give the model's codes"):
+        LanguageOptions(languages=("pt-BR",))
+    assert LanguageOptions(languages=("en", "de")).languages == ("en", "de")

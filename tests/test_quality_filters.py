@@ -24,10 +24,11 @@ import pytest
 from filter_cases import crafted
 
 from pipeline.stages import punctuation
+from pipeline.stages.base import Keep, Remove
 from pipeline.stages.c4_quality import C4QualityOptions, c4_quality
-from pipeline.stages.fineweb_quality import FineWebQualityOptions, fineweb_quality_rule
-from pipeline.stages.gopher_quality import GopherQualityOptions, gopher_quality_rule
-from pipeline.stages.gopher_repetition import GopherRepetitionOptions, gopher_repetition_rule
+from pipeline.stages.fineweb_quality import FineWebQualityOptions, fineweb_quality_removal
+from pipeline.stages.gopher_quality import GopherQualityOptions, gopher_quality_removal
+from pipeline.stages.gopher_repetition import GopherRepetitionOptions, gopher_repetition_removal
 from pipeline.stages.pii import redact
 from pipeline.stages.words import SpacyWords
 
@@ -76,16 +77,23 @@ def words() -> SpacyWords:
     return SpacyWords()
 
 
+def verdict(name: str, text: str, words: SpacyWords) -> Remove | Keep | None:
+    """Our filter's verdict on a text."""
+    if name == "gopher_quality":
+        return gopher_quality_removal(text, words.words(text), GopherQualityOptions())
+    if name == "gopher_repetition":
+        return gopher_repetition_removal(text, words.words(text), GopherRepetitionOptions())
+    if name == "c4_quality":
+        return c4_quality(text, C4QualityOptions(), words.sentence_count)
+    return fineweb_quality_removal(text, words.words, FineWebQualityOptions())
+
+
 def ours(name: str, text: str, words: SpacyWords) -> tuple[str | None, str | None]:
     """(rule or None, the new text when c4_quality changed it): as datatrove_filters.decide reports."""
-    if name == "gopher_quality":
-        return gopher_quality_rule(text, words.words(text), GopherQualityOptions()), None
-    if name == "gopher_repetition":
-        return gopher_repetition_rule(text, words.words(text), GopherRepetitionOptions()), None
-    if name == "c4_quality":
-        rule, new = c4_quality(text, C4QualityOptions(), words.sentence_count)
-        return rule, (new if rule is None and new != text else None)
-    return fineweb_quality_rule(text, words.words, FineWebQualityOptions()), None
+    found = verdict(name, text, words)
+    if isinstance(found, Remove):
+        return found.rule, None
+    return None, (found.text if isinstance(found, Keep) else None)
 
 
 def test_corpus_is_large_and_varied(documents):
@@ -98,6 +106,13 @@ def test_corpus_is_large_and_varied(documents):
 def test_punctuation_sets_are_datatroves(datatrove):
     assert punctuation.PUNCTUATION == datatrove["punctuation"]
     assert punctuation.TERMINAL_SET == set(datatrove["terminal"])
+
+
+def test_our_words_follow_the_spacy_datatrove_runs(datatrove):
+    # tests/test_stage_words.py checks our tokens against this environment's spaCy: it must be datatrove's
+    import spacy
+
+    assert spacy.__version__ == datatrove["spacy"]
 
 
 @pytest.mark.parametrize("name", FILTERS)
@@ -116,8 +131,9 @@ def test_c4_keeps_datatroves_modified_text(documents, datatrove, words):
     changed = [(i, new) for i, (rule, new) in enumerate(datatrove["filters"]["c4_quality"]) if new is not None]
     assert len(changed) >= 100
     for i, new in changed:
-        rule, kept = c4_quality(documents[i][1], C4QualityOptions(), words.sentence_count)
-        assert rule is None and kept == new, documents[i][0]
+        kept = c4_quality(documents[i][1], C4QualityOptions(), words.sentence_count)
+        assert isinstance(kept, Keep) and kept.text == new, documents[i][0]
+        assert kept.fields["lines"] >= kept.fields["lines_removed"] >= 0
 
 
 def test_the_chain_stops_where_datatroves_does(documents, datatrove, words):
@@ -141,3 +157,26 @@ def test_pii_is_datatroves_text(documents, datatrove):
     differ = [i for i, (a, b) in enumerate(zip(datatrove["pii"], mine, strict=True)) if a != b]
     assert not differ, [documents[i][0] for i in differ[:10]]
     assert sum(a != text for a, (_, text) in zip(mine, documents, strict=True)) >= 20
+
+
+# rule -> how its value fails its threshold (the "min" rules remove below it, the others above)
+BELOW = {"gopher_short_doc", "gopher_below_avg_threshold", "gopher_below_alpha_threshold", "gopher_enough_stop_words",
+         "too_few_sentences", "line_punct_ratio"}
+NO_VALUE = {"empty", "lorem_ipsum", "curly_bracket"}
+
+
+@pytest.mark.parametrize("name", FILTERS)
+def test_each_removal_carries_its_value_and_threshold(name, documents, words):
+    seen = collections.Counter()
+    for _, text in documents:
+        found = verdict(name, text, words)
+        if not isinstance(found, Remove):
+            continue
+        seen[found.rule] += 1
+        if found.rule in NO_VALUE:
+            assert found.fields == {}, found
+            continue
+        value, threshold = found.fields["value"], found.fields["threshold"]
+        assert set(found.fields) == {"value", "threshold"} and round(value, 6) == value, found
+        assert (value < threshold if found.rule in BELOW else value > threshold) or round(value, 6) == threshold, found
+    assert len(seen) >= 3, seen

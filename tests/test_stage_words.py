@@ -9,16 +9,20 @@ chunk on adversarial chunks, and the facts spacy_patterns reads from the pattern
 
 from __future__ import annotations
 
+import functools
 import random
 
 import pytest
 import spacy
+from adversarial_shapes import SHAPES, shape_text
 from filter_cases import crafted
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from pipeline.stages import words as words_module
-from pipeline.stages.chunk_tokens import ChunkTokens
-from pipeline.stages.spacy_patterns import NONE, AffixFacts
 from pipeline.stages.words import SpacyWords
+from pipeline.stages.words import spacy_words as words_module
+from pipeline.stages.words.chunk_tokens import ChunkTokens
+from pipeline.stages.words.spacy_patterns import NONE, AffixFacts, linear_url_match
 
 PIECES = [": x.A", "b:", "c.D", ":x", "x.", "don't", "can't", "'s", "'em", ":)", ":-)", "<3", ":P", "e.g.", "i.e.",
           "a.m.", "10a.m.", "U.S.", "Jan.", "Mr.", "http://example.com/a?b=c.", "www.example.org,", "x@y.z",
@@ -182,12 +186,16 @@ def test_the_pattern_facts_are_what_re_parses(patterns):
         assert (facts.prefix_kind(char) != NONE) == (code in first_prefix), char
         assert (facts.suffix_kind(char) != NONE) == (code in last_suffix), char
         assert facts.has_infix_start(char) == (code in first_infix), char
-    suffixes = [p for p in English.Defaults.suffixes if p.strip()]  # spaCy skips empty pieces
-    widths = [parser.parse(p).getwidth()[1] for p in suffixes]
-    assert facts.suffix_window == max(w for w in widths if w < parser.MAXREPEAT)
-    unbounded = [p for p, w in zip(suffixes, widths, strict=True) if w >= parser.MAXREPEAT]
-    ends = set().union(*(_first_characters(_reversed(parser.parse(p).data)) for p in unbounded))
-    assert {c for c in sample if facts.unbounded_last.fullmatch(chr(c))} == ends
+    for pieces, runs, window, first in ((English.Defaults.suffixes, facts.suffix_runs, facts.suffix_window, False),
+                                        (English.Defaults.prefixes, facts.prefix_runs, facts.prefix_window, True)):
+        pieces = [p for p in pieces if p.strip()]  # spaCy skips empty pieces
+        widths = [parser.parse(p).getwidth()[1] for p in pieces]
+        # a window covers every piece of bounded width (and more: its lookarounds' reach)
+        assert max(w for w in widths if w < parser.MAXREPEAT) < window
+        unbounded = [p for p, w in zip(pieces, widths, strict=True) if w >= parser.MAXREPEAT]
+        ends = set().union(*(_first_characters(p if first else _reversed(p))
+                             for p in (_skip_anchors(parser.parse(p).data) for p in unbounded)))
+        assert {ord(c) for c in runs} == ends
 
 
 def adversarial_chunks(seed: int, count: int, tok) -> list[str]:
@@ -213,16 +221,70 @@ def adversarial_chunks(seed: int, count: int, tok) -> list[str]:
 
 @pytest.mark.slow  # 20,000 adversarial chunks and the crafted texts, each through spaCy too
 def test_chunk_tokens_are_spacys_tokenizers(patterns):
-    # Every chunk ChunkTokens answers (None: spaCy is asked) must be spaCy's own tokens of it.
+    # Every chunk's tokens must be spaCy's own, its document-wide special cases included.
     tok, _ = patterns
     fast = ChunkTokens(tok)
     reference = spacy.blank("en").tokenizer
     chunks = adversarial_chunks(5, 20_000, tok)
     chunks += sorted({c for _, text in crafted() if len(text) < 200_000 for c in text.split()})
-    answered = 0
     for chunk in chunks:
-        tokens = fast.tokens(chunk)
-        if tokens is not None:
-            answered += 1
-            assert tokens == [t.text for t in reference(chunk)], repr(chunk)
-    assert answered > 0.9 * len(chunks)
+        assert fast.tokens(chunk) == [t.text for t in reference(chunk)], repr(chunk)
+
+
+@functools.cache
+def _words() -> SpacyWords:
+    return SpacyWords()
+
+
+@functools.cache
+def _nlp():
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    return nlp
+
+
+def _spacy_tokens(text: str) -> list[str]:
+    return [t.text.strip() for t in _nlp()(text) if t.text.strip()]
+
+
+@pytest.mark.slow  # spaCy itself is quadratic on these shapes: sizes where it finishes in seconds
+@pytest.mark.parametrize("size", [40, 300, 1500])
+def test_the_adversarial_shapes_are_spacys_tokens_and_sentences(size):
+    words = _words()
+    for shape in SHAPES:
+        text = shape_text(shape, size)
+        assert words.tokens(text) == _spacy_tokens(text), shape
+        line = text.strip()
+        assert words.sentence_count(line) == max(1, len(list(_nlp()(line).sents))), shape
+
+
+# The characters and pieces spaCy's affixes, infixes, special cases and URL pattern turn on.
+HARD = ["'", "'s", "'S", "\u2019s", "n't", '"', "``", "''", "(", ")", "[", "]", "{", "}", "<", ">", ":", ";", ".", "..",
+        "...", "\u2026", ",", "-", "--", "\u2014", "!", "?", "#", "%", "$", "+", "*", "/", "=", "&", "@", "_", "~", "^",
+        "|", "\u00b0", "C", "F", "km", "1", "10", "3.5", ":)", ":-)", ";)", ":(", "<3", ":P", "(:", "=)", "o.O", "e.g.",
+        "i.e.", "a.m.", "U.S.", "Mr.", "Jan.", "'em", "'cause", "http://", "https://", "www.", ".com", "example",
+        "a", "b", "s", "x", "A", "D", "O", "p", "\u00e9", "\u4e2d", "\U0001f600", "\u0301", "IS_ALPHA"]
+SPACES = [" ", " ", " ", "  ", "\n", "\t", "\u00a0", "\n\n", " \n"]
+
+
+@pytest.mark.slow  # thousands of small texts, each through spaCy too
+@settings(max_examples=1500, deadline=None, database=None)
+@given(st.lists(st.one_of(st.sampled_from(HARD), st.sampled_from(SPACES)), max_size=30))
+def test_fuzzed_texts_of_the_hard_pieces_are_spacys_tokens(parts):
+    text = "".join(parts)
+    assert _words().tokens(text) == _spacy_tokens(text)
+
+
+@pytest.mark.slow
+@settings(max_examples=1500, deadline=None, database=None)
+@given(st.lists(st.sampled_from(["http", "://", "a", "b", ":", "@", ".", "-", "/", "?", "#", "1", "25", "com", "io",
+                                 "\u00e9", "_", "+", "[", "]", "%"]), min_size=1, max_size=24))
+def test_the_linear_url_match_answers_as_spacys(parts):
+    chunk = "".join(parts)
+    url_match = _nlp().tokenizer.url_match
+    assert bool(_linear_url_match()(chunk)) == bool(url_match(chunk))
+
+
+@functools.cache
+def _linear_url_match():
+    return linear_url_match(_nlp().tokenizer.url_match)

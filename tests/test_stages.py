@@ -17,8 +17,9 @@ from pipeline.core import documents
 from pipeline.core.options import UsageError, option
 from pipeline.io.inputs import Chunk
 from pipeline.stages import registry
-from pipeline.stages.base import FILTERED, Doc, DocumentStage, Keep, Remove
+from pipeline.stages.base import FILTERED, Doc, DocumentStage, Keep, Remove, measured
 from pipeline.stages.policy import DocumentPolicy, count
+from pipeline.stages.ranges import AT_LEAST_0, check_ranges
 
 
 @dataclasses.dataclass(frozen=True)
@@ -286,6 +287,9 @@ def test_removal_records_carry_the_id():
 class ShortDocsOptions:
     short_min_words: int = option(50, help="documents with fewer words are removed")
 
+    def __post_init__(self):
+        check_ranges(self, {"short_min_words": AT_LEAST_0})
+
 
 class ShortDocs(DocumentStage):
     """docs/development.md's example stage, as written there."""
@@ -296,7 +300,7 @@ class ShortDocs(DocumentStage):
     def apply(self, doc):
         n = len(doc.text.split())
         if n < self.options.short_min_words:
-            return Remove("too_few_words", {"words": n})
+            return Remove("too_few_words", measured(n, self.options.short_min_words))
         return None
 
 
@@ -308,6 +312,9 @@ def test_the_development_guide_s_stage_and_its_one_test():
     line = Line(1, 0, b'{"text": "two words", "meta": {"pile_set_name": "Pile-CC"}}')
     (outcome,) = policy.decide(Chunk(0, 0, "in.jsonl", (line,)))
     assert outcome.reason == "short_docs" and outcome.records[0]["rule"] == "too_few_words"
+    assert (outcome.records[0]["value"], outcome.records[0]["threshold"]) == (2, 3)
+    with pytest.raises(ValueError, match="--short_min_words -1 is below 0"):
+        ShortDocsOptions(-1)
 
 
 def test_a_stage_s_own_check_refuses_the_job_before_it_starts(stages, tmp_path, tiny_model, caplog):

@@ -33,6 +33,18 @@ REMOVED = "removed"  # counts_as: listed in removed/, counted per subset under r
 FILTERED = "filtered"  # counts_as: counted per subset under filtered, not listed (built-in rules)
 # A removed/ record's own keys: a stage's extra fields may not use them.
 RECORD_KEYS = frozenset({"file", "file_index", "line", "subset", "reason", "rule", "id"})
+DIGITS = 6  # decimals of a measured value in a record: the same bytes on every run and worker
+
+
+def measured(value, threshold=None) -> dict:
+    """A record's deciding value: {"value": what the rule measured, "threshold": what it was compared with}.
+
+    Floats are rounded to DIGITS decimals; the threshold is left out where the rule has none.
+    """
+    out = {"value": round(value, DIGITS) if isinstance(value, float) else value}
+    if threshold is not None:
+        out["threshold"] = threshold
+    return out
 
 
 @dataclasses.dataclass(frozen=True)

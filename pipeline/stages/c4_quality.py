@@ -13,8 +13,9 @@ Each line of `text.splitlines()`, stripped, in order (datatrove's default split_
      "use of cookies" or "use cookies" (any case);
   9. kept: its sentences (spaCy's sentencizer on its blank-English tokens) are counted.
 With fewer than min_num_sentences sentences kept in all, the text is removed, rule
-`too_few_sentences`. Otherwise it is kept with the kept lines joined by "\n", stripped: when that
-differs from the text, the document is a cut (reason `c4_quality_cut`, rule `c4_lines_removed`).
+`too_few_sentences` (its record: `value`, the sentences counted, and `threshold`). Otherwise it is
+kept with the kept lines joined by "\n", stripped: when that differs from the text, the document
+is a cut (reason `c4_quality_cut`, rule `c4_lines_removed`; its record: `lines_removed` of `lines`).
 -1 turns a count rule off, as in datatrove; a text whose lines are all dropped with
 min_num_sentences -1 is kept empty, as datatrove keeps it.
 """
@@ -25,8 +26,10 @@ import dataclasses
 import re
 
 from pipeline.core.options import option, parse_bool
-from pipeline.stages.base import Doc, Keep, Remove
-from pipeline.stages.words import SpacyStage, thread_words
+from pipeline.stages.base import Doc, Keep, Remove, measured
+from pipeline.stages.ranges import C4_COUNT, Range, check_ranges
+from pipeline.stages.spacy_stage import SpacyStage
+from pipeline.stages.words import thread_words
 
 CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
 END_PUNCTUATION = (".", "?", "!", '"', "'")
@@ -53,12 +56,20 @@ class C4QualityOptions:
     c4_filter_policy: bool = option(True, parse=parse_bool,
                                     help="c4_quality: drop lines about terms of use, privacy or cookies")
 
+    def __post_init__(self):
+        check_ranges(self, {"c4_min_num_sentences": C4_COUNT, "c4_min_words_per_line": C4_COUNT,
+                            "c4_max_word_length": Range(1, off=-1, meaning="a length: 1 or more")})
 
-def c4_quality(text: str, opts: C4QualityOptions, sentence_count) -> tuple[str | None, str]:
-    """(the rule that removes the text, or None; the text kept). sentence_count(line) -> int: spaCy's count."""
+
+def c4_quality(text: str, opts: C4QualityOptions, sentence_count) -> Remove | Keep | None:
+    """The verdict: Remove (rule, value), Keep (the kept lines, a cut record) or None (kept unchanged).
+
+    sentence_count(line) -> int: spaCy's sentencizer's count.
+    """
     num_sentences = 0
     kept = []
-    for line in text.splitlines():
+    lines = text.splitlines()
+    for line in lines:
         line = line.strip()
         words = line.split()
         if opts.c4_max_word_length != -1 and any(len(word) > opts.c4_max_word_length for word in words):
@@ -71,19 +82,22 @@ def c4_quality(text: str, opts: C4QualityOptions, sentence_count) -> tuple[str |
             continue
         lower = line.lower()
         if opts.c4_filter_lorem_ipsum and "lorem ipsum" in lower:
-            return "lorem_ipsum", text
+            return Remove("lorem_ipsum")
         if opts.c4_filter_javascript and "javascript" in lower:
             continue
         if opts.c4_filter_curly_bracket and "{" in line:
-            return "curly_bracket", text
+            return Remove("curly_bracket")
         if opts.c4_filter_policy and any(p in lower for p in POLICY_SUBSTRINGS):
             continue
         if opts.c4_min_num_sentences != -1:
             num_sentences += sentence_count(line)
         kept.append(line)
     if num_sentences < opts.c4_min_num_sentences:
-        return "too_few_sentences", text
-    return None, "\n".join(kept).strip()
+        return Remove("too_few_sentences", measured(num_sentences, opts.c4_min_num_sentences))
+    new = "\n".join(kept).strip()
+    if new == text:
+        return None
+    return Keep(text=new, cut_rule=CUT_RULE, fields={"lines_removed": len(lines) - len(kept), "lines": len(lines)})
 
 
 class C4Quality(SpacyStage):
@@ -94,7 +108,4 @@ class C4Quality(SpacyStage):
 
     def apply(self, doc: Doc) -> Remove | Keep | None:
         """Removed with its rule; kept with datatrove's modified text, a cut when it changed."""
-        rule, text = c4_quality(doc.text, self.options, thread_words().sentence_count)
-        if rule is not None:
-            return Remove(rule)
-        return None if text == doc.text else Keep(text=text, cut_rule=CUT_RULE)
+        return c4_quality(doc.text, self.options, thread_words().sentence_count)

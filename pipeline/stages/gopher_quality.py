@@ -2,7 +2,7 @@
 
 The rules, in datatrove's order; the first that fails names the removal (its reason string):
 
-  words: spaCy blank-English tokens (`words.py`); "non-symbol words": those with a character
+  words: spaCy blank-English tokens (`words/`); "non-symbol words": those with a character
   outside datatrove's punctuation set (`punctuation.py`)
   gopher_short_doc / gopher_long_doc       non-symbol words < min_doc_words / > max_doc_words
   gopher_below_avg_threshold / ..._above_  mean length of the non-symbol words outside [min, max]
@@ -18,7 +18,8 @@ The rules, in datatrove's order; the first that fails names the removal (its rea
 
 As in datatrove, a threshold of 0 turns its rule off. One difference, where datatrove cannot
 answer: a text without words (whitespace only) with min_doc_words off makes datatrove divide by
-zero; here it is removed as gopher_short_doc.
+zero; here it is removed as gopher_short_doc. A removal's record carries the rule's `value` (the
+count, mean or share it measured) and its `threshold`.
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ import itertools
 import operator
 
 from pipeline.core.options import option
-from pipeline.stages.base import Doc, Remove
+from pipeline.stages.base import Doc, Remove, measured
 from pipeline.stages.punctuation import PUNCTUATION_SET
-from pipeline.stages.words import SpacyStage, thread_words
+from pipeline.stages.ranges import AT_LEAST_0, SHARE, check_ranges
+from pipeline.stages.spacy_stage import SpacyStage
+from pipeline.stages.words import thread_words
 
 STOP_WORDS = ("the", "be", "to", "of", "and", "that", "have", "with")
 
@@ -67,6 +70,25 @@ class GopherQualityOptions:
     gopher_stop_words: tuple = option(STOP_WORDS, parse=_words_list, metavar="WORD,WORD",
                                       help="gopher_quality: the stop words")
 
+    def __post_init__(self):
+        check_ranges(self, _RANGES)
+        for low, high in (("gopher_min_doc_words", "gopher_max_doc_words"),
+                          ("gopher_min_avg_word_length", "gopher_max_avg_word_length")):
+            if getattr(self, low) and getattr(self, high) and getattr(self, low) > getattr(self, high):
+                raise ValueError(f"--{low} {getattr(self, low):g} is above --{high} {getattr(self, high):g}: "
+                                 "every document would be removed")
+        stop_words = len(set(self.gopher_stop_words))
+        if self.gopher_min_stop_words > stop_words:
+            raise ValueError(f"--gopher_min_stop_words {self.gopher_min_stop_words} is above the {stop_words} distinct "
+                             "--gopher_stop_words: every document would be removed")
+
+
+_RANGES = {"gopher_min_doc_words": AT_LEAST_0, "gopher_max_doc_words": AT_LEAST_0,
+           "gopher_min_avg_word_length": AT_LEAST_0, "gopher_max_avg_word_length": AT_LEAST_0,
+           "gopher_max_symbol_word_ratio": AT_LEAST_0,  # '#' per word: above 1 when words hold several
+           "gopher_max_bullet_lines_ratio": SHARE, "gopher_max_ellipsis_lines_ratio": SHARE,
+           "gopher_max_non_alpha_words_ratio": SHARE, "gopher_min_stop_words": AT_LEAST_0}
+
 
 class _WordFacts(dict):
     """word -> whether it is a non-symbol word, computed once per word (bounded: emptied when full)."""
@@ -76,9 +98,11 @@ class _WordFacts(dict):
         self._fact = fact
 
     def __missing__(self, word: str) -> bool:
-        if len(self) >= 200_000:
-            self.clear()
-        value = self[word] = self._fact(word)
+        value = self._fact(word)
+        if len(word) <= 1000:  # memory bounded by the count of entries
+            if len(self) >= 200_000:
+                self.clear()
+            self[word] = value
         return value
 
 
@@ -88,42 +112,49 @@ _STARTS_WITH_BULLET = operator.methodcaller("startswith", ("•", "-"))
 _ENDS_WITH_ELLIPSIS = operator.methodcaller("endswith", ("...", "…"))
 
 
-def gopher_quality_rule(text: str, words: list[str], opts: GopherQualityOptions) -> str | None:
-    """The first rule the text fails (datatrove's reason string), or None when it passes them all."""
+def gopher_quality_removal(text: str, words: list[str], opts: GopherQualityOptions) -> Remove | None:
+    """The first rule the text fails (datatrove's reason string, with its value and threshold), or None."""
     n_words = len(words)
     non_symbol = list(map(_NON_SYMBOL.__getitem__, words))
     n_non_symbol = sum(non_symbol)
     if opts.gopher_min_doc_words and n_non_symbol < opts.gopher_min_doc_words:
-        return "gopher_short_doc"
+        return Remove("gopher_short_doc", measured(n_non_symbol, opts.gopher_min_doc_words))
     if opts.gopher_max_doc_words and n_non_symbol > opts.gopher_max_doc_words:
-        return "gopher_long_doc"
+        return Remove("gopher_long_doc", measured(n_non_symbol, opts.gopher_max_doc_words))
     if n_words == 0:
-        return "gopher_short_doc"
+        return Remove("gopher_short_doc", measured(0, opts.gopher_min_doc_words))
     if n_non_symbol:  # numpy's mean of no values is nan, which passes both bounds
         # an exact float sum of integers, then one rounding: numpy's mean to the last bit
         mean = sum(itertools.compress(map(len, words), non_symbol)) / n_non_symbol
         if opts.gopher_min_avg_word_length and mean < opts.gopher_min_avg_word_length:
-            return "gopher_below_avg_threshold"
+            return Remove("gopher_below_avg_threshold", measured(mean, opts.gopher_min_avg_word_length))
         if opts.gopher_max_avg_word_length and mean > opts.gopher_max_avg_word_length:
-            return "gopher_above_avg_threshold"
+            return Remove("gopher_above_avg_threshold", measured(mean, opts.gopher_max_avg_word_length))
     ratio = opts.gopher_max_symbol_word_ratio
     if ratio and text.count("#") / n_words > ratio:
-        return "gopher_too_many_hashes"
+        return Remove("gopher_too_many_hashes", measured(text.count("#") / n_words, ratio))
     if ratio and (text.count("...") + text.count("…")) / n_words > ratio:
-        return "gopher_too_many_ellipsis"
+        return Remove("gopher_too_many_ellipsis", measured((text.count("...") + text.count("…")) / n_words, ratio))
     lines = text.splitlines()
-    if opts.gopher_max_bullet_lines_ratio and (
-            sum(map(_STARTS_WITH_BULLET, map(str.lstrip, lines))) / len(lines) > opts.gopher_max_bullet_lines_ratio):
-        return "gopher_too_many_bullets"
-    if opts.gopher_max_ellipsis_lines_ratio and (
-            sum(map(_ENDS_WITH_ELLIPSIS, map(str.rstrip, lines))) / len(lines) > opts.gopher_max_ellipsis_lines_ratio):
-        return "gopher_too_many_end_ellipsis"
-    if opts.gopher_max_non_alpha_words_ratio and (
-            sum(map(_HAS_ALPHA.__getitem__, words)) / n_words
-            < opts.gopher_max_non_alpha_words_ratio):
-        return "gopher_below_alpha_threshold"
-    if opts.gopher_min_stop_words and len(set(opts.gopher_stop_words).intersection(words)) < opts.gopher_min_stop_words:
-        return "gopher_enough_stop_words"
+    threshold = opts.gopher_max_bullet_lines_ratio
+    if threshold:
+        share = sum(map(_STARTS_WITH_BULLET, map(str.lstrip, lines))) / len(lines)
+        if share > threshold:
+            return Remove("gopher_too_many_bullets", measured(share, threshold))
+    threshold = opts.gopher_max_ellipsis_lines_ratio
+    if threshold:
+        share = sum(map(_ENDS_WITH_ELLIPSIS, map(str.rstrip, lines))) / len(lines)
+        if share > threshold:
+            return Remove("gopher_too_many_end_ellipsis", measured(share, threshold))
+    threshold = opts.gopher_max_non_alpha_words_ratio
+    if threshold:
+        share = sum(map(_HAS_ALPHA.__getitem__, words)) / n_words
+        if share < threshold:
+            return Remove("gopher_below_alpha_threshold", measured(share, threshold))
+    if opts.gopher_min_stop_words:
+        present = len(set(opts.gopher_stop_words).intersection(words))
+        if present < opts.gopher_min_stop_words:
+            return Remove("gopher_enough_stop_words", measured(present, opts.gopher_min_stop_words))
     return None
 
 
@@ -135,5 +166,4 @@ class GopherQuality(SpacyStage):
 
     def apply(self, doc: Doc) -> Remove | None:
         """Removed with the first rule it fails."""
-        rule = gopher_quality_rule(doc.text, thread_words().words(doc.text), self.options)
-        return None if rule is None else Remove(rule)
+        return gopher_quality_removal(doc.text, thread_words().words(doc.text), self.options)

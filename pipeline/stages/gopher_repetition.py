@@ -17,8 +17,9 @@ The rules, in datatrove's order; the first that fails names the removal (its rea
                             its characters and skips n words, else the scan moves one word;
                             / the text's characters > fraction
 
-Words are spaCy blank-English tokens (`words.py`). As in datatrove, a fraction of 0 turns the four
-line and paragraph rules off; an n-gram rule is off when left out of its list.
+Words are spaCy blank-English tokens (`words/`). As in datatrove, a fraction of 0 turns the four
+line and paragraph rules off; an n-gram rule is off when left out of its list; n is at most MAX_N.
+A removal's record carries the rule's `value` (the share it measured) and its `threshold`.
 """
 
 from __future__ import annotations
@@ -30,15 +31,26 @@ from collections import Counter
 from operator import itemgetter
 
 from pipeline.core.options import option
-from pipeline.stages.base import Doc, Remove
-from pipeline.stages.words import SpacyStage, thread_words
+from pipeline.stages.base import Doc, Remove, measured
+from pipeline.stages.ranges import SHARE, check_ranges
+from pipeline.stages.spacy_stage import SpacyStage
+from pipeline.stages.words import thread_words
 
 _PARAGRAPHS = re.compile(r"\n{2,}")
 _LINES = re.compile("\n+")
 
 
+# The largest n of an n-gram rule. Both rules keep an n-gram per word of the document, so their
+# time and memory grow with n times its words (n = 16,000 took 1.5 GB on one 250 KB document);
+# Gopher's rules use n of 2 to 10.
+MAX_N = 20
+
+
 def parse_n_grams(value) -> tuple[tuple[int, float], ...]:
-    """Parse "2:0.2,3:0.18" (or a TOML list of [n, fraction] pairs; "none": no rule) -> ((2, 0.2), (3, 0.18))."""
+    """Parse "2:0.2,3:0.18" (or a TOML list of [n, fraction] pairs; "none": no rule) -> ((2, 0.2), (3, 0.18)).
+
+    n in 1..MAX_N, each n once; a fraction in [0, 1].
+    """
     if isinstance(value, str):
         if value.strip().lower() in ("", "none"):
             return ()
@@ -50,8 +62,11 @@ def parse_n_grams(value) -> tuple[tuple[int, float], ...]:
         if len(pair) != 2:
             raise ValueError(f"expected N:FRACTION pairs separated by commas (2:0.2,3:0.18), got {value!r}")
         n, fraction = int(pair[0]), float(pair[1])
-        if n < 1 or not 0 <= fraction <= 1:
-            raise ValueError(f"an n-gram size is at least 1 and a fraction in [0, 1], got {n}:{fraction}")
+        if not 1 <= n <= MAX_N or not 0 <= fraction <= 1:
+            raise ValueError(f"an n-gram size is 1 to {MAX_N} (time and memory grow with n times a document's "
+                             f"words) and a fraction in [0, 1], got {n}:{fraction:g}")
+        if n in (m for m, _ in out):
+            raise ValueError(f"n = {n} given twice")
         out.append((n, fraction))
     return tuple(out)
 
@@ -78,6 +93,15 @@ class GopherRepetitionOptions:
         metavar="N:FRAC,...", shown_default="5:0.15,6:0.14,7:0.13,8:0.12,9:0.11,10:0.1",
         help="gopher_repetition: largest share of characters in repeated word n-grams (duplicated_{n}_n_grams; "
         "none: off)")
+
+    def __post_init__(self):
+        check_ranges(self, {name: SHARE for name in ("gopher_dup_para_frac", "gopher_dup_para_char_frac",
+                                                     "gopher_dup_line_frac", "gopher_dup_line_char_frac")})
+        for name in ("gopher_top_n_grams", "gopher_dup_n_grams"):
+            try:
+                parse_n_grams(getattr(self, name))  # the same checks when the options are made in code
+            except ValueError as e:
+                raise ValueError(f"--{name}: {e}") from None
 
 
 def duplicates(items: list[str]) -> tuple[int, int]:
@@ -121,32 +145,36 @@ def repeated_n_gram_chars(joined: str, offsets: list[int], n: int, size: int = 1
     return repeated
 
 
-def gopher_repetition_rule(text: str, words: list[str], opts: GopherRepetitionOptions) -> str | None:
-    """The first rule the text fails (datatrove's reason string), or None when it passes them all."""
+def gopher_repetition_removal(text: str, words: list[str], opts: GopherRepetitionOptions) -> Remove | None:
+    """The first rule the text fails (datatrove's reason string, with its value and threshold), or None."""
     if not text:
-        return "empty"
+        return Remove("empty")
     size = len(text)
     paragraphs = _PARAGRAPHS.split(text.strip())
     dup, chars = duplicates(paragraphs)
     if opts.gopher_dup_para_frac and dup / len(paragraphs) > opts.gopher_dup_para_frac:
-        return "dup_para_frac"
+        return Remove("dup_para_frac", measured(dup / len(paragraphs), opts.gopher_dup_para_frac))
     if opts.gopher_dup_para_char_frac and chars / size > opts.gopher_dup_para_char_frac:
-        return "dup_para_char_frac"
+        return Remove("dup_para_char_frac", measured(chars / size, opts.gopher_dup_para_char_frac))
     lines = _LINES.split(text)
     dup, chars = duplicates(lines)
     if opts.gopher_dup_line_frac and dup / len(lines) > opts.gopher_dup_line_frac:
-        return "dup_line_frac"
+        return Remove("dup_line_frac", measured(dup / len(lines), opts.gopher_dup_line_frac))
     if opts.gopher_dup_line_char_frac and chars / size > opts.gopher_dup_line_char_frac:
-        return "dup_line_char_frac"
+        return Remove("dup_line_char_frac", measured(chars / size, opts.gopher_dup_line_char_frac))
     for n, fraction in opts.gopher_top_n_grams:
-        if len(words) >= n and top_n_gram_chars(words, n) / size > fraction:
-            return f"top_{n}_gram"
+        if len(words) >= n:
+            share = top_n_gram_chars(words, n) / size
+            if share > fraction:
+                return Remove(f"top_{n}_gram", measured(share, fraction))
     if opts.gopher_dup_n_grams:
         joined = "".join(words)
         offsets = [0, *itertools.accumulate(map(len, words))]
         for n, fraction in opts.gopher_dup_n_grams:
             if repeated_n_gram_chars(joined, offsets, n, size, fraction) / size > fraction:
-                return f"duplicated_{n}_n_grams"
+                # the scan stopped past the threshold: the whole scan for the record's value
+                return Remove(f"duplicated_{n}_n_grams", measured(repeated_n_gram_chars(joined, offsets, n) / size,
+                                                                  fraction))
     return None
 
 
@@ -158,5 +186,4 @@ class GopherRepetition(SpacyStage):
 
     def apply(self, doc: Doc) -> Remove | None:
         """Removed with the first rule it fails."""
-        rule = gopher_repetition_rule(doc.text, thread_words().words(doc.text), self.options)
-        return None if rule is None else Remove(rule)
+        return gopher_repetition_removal(doc.text, thread_words().words(doc.text), self.options)

@@ -9,8 +9,9 @@ each worker's memory.
 
 A document's language is the model's top label for its text with "\n" made " " (as datatrove
 predicts), its score the model's probability. It is removed (reason `language`, rule
-`language_not_listed` or `language_score_below_min`, with `language` and `language_score`) when
-the top language is not one of --languages or scores below --language_min_score; a kept document
+`language_not_listed` or `language_score_below_min`, with `language` and `language_score`, and the
+latter with its `threshold`) when the top language is not one of --languages or scores below
+--language_min_score; a kept document
 is labelled with its language (the manifest counts documents and tokens per language).
 """
 
@@ -22,6 +23,7 @@ import re
 
 from pipeline.core.options import option
 from pipeline.stages.base import Doc, DocumentStage, Keep, Remove
+from pipeline.stages.ranges import Range, check_ranges
 
 # Every label of lid.176 (fastText's list): ISO 639-1 where the language has a code there, else 639-2/3.
 LABELS = frozenset(
@@ -69,6 +71,16 @@ class LanguageOptions:
     language_min_score: float = option(0.0, parse=parse_score, metavar="P",
                                        help="with --languages: also remove documents whose top language scores "
                                        "below this probability")
+
+    def __post_init__(self):
+        check_ranges(self, {"language_min_score": Range(0, 1, meaning="a probability: 0 to 1")})
+        try:
+            codes = parse_languages(self.languages)  # the same checks when the options are made in code
+        except ValueError as e:
+            raise ValueError(f"--languages: {e}") from None
+        if sorted(codes) != sorted(self.languages):
+            raise ValueError(f"--languages {','.join(self.languages)}: give the model's codes, each once "
+                             f"({','.join(codes)})")
 
 
 def model_path() -> str:
@@ -145,6 +157,9 @@ class Language(DocumentStage):
             self.setup()
         code, score = self._identifier.identify(doc.text)
         rule = language_rule(code, score, self.options)
+        if rule == BELOW_MIN:
+            return Remove(rule, {"language": code, "language_score": round(score, 4),
+                                 "threshold": self.options.language_min_score})
         if rule is not None:
             return Remove(rule, {"language": code, "language_score": round(score, 4)})
         return Keep(labels={"language": code})

@@ -4,7 +4,8 @@ Its regular expressions and placeholders, verbatim: every e-mail address becomes
 "email@example.com" then "firstname.lastname@example.org"; every IPv4 address that
 `ipaddress.ip_address(...).is_global` calls public becomes, in turn, one of six addresses that did
 not answer when datatrove's authors drew them (private, loopback and reserved ones stay). E-mails
-are replaced first, then IPs, as datatrove does.
+are replaced first, then IPs, as datatrove does. The e-mail pattern's matches are found in time
+linear in the text (`email_spans`), where Python's backtracking on the pattern is quadratic.
 
 One difference, on purpose: datatrove's turn ("in turn") goes on from one document to the next
 within a worker, so a document's placeholders depend on which worker read which documents before
@@ -21,11 +22,17 @@ import re
 from pipeline.core.options import option
 from pipeline.stages.base import Doc, DocumentStage, Keep
 
-EMAIL = re.compile(
-    r"\b[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@(?:(?:[A-Za-z0-9](?:["
-    r"A-Za-z0-9-]*[A-Za-z0-9])?\.)+[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?|\[(?:(?:25[0-5]|2[0-4][0-9]|["
-    r"01]?[0-9][0-9]?)\.){3}(?:25[0-5]|2[0-4][0-9]|[01]?[0-9][0-9]?|[A-Za-z0-9-]*[A-Za-z0-9]:)])"
+# datatrove's e-mail pattern, in its parts: LOCAL (characters of the part before "@", besides "."), the
+# local part, the domain. EMAIL is its text verbatim (tests/test_pii.py checks the parts join to it).
+LOCAL = r"A-Za-z0-9!#$%&'*+/=?^_`{|}~-"
+DOMAIN = re.compile(
+    r"(?:(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\.)+[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?|\[(?:(?:25[0-5]|2[0-4]"
+    r"[0-9]|[01]?[0-9][0-9]?)\.){3}(?:25[0-5]|2[0-4][0-9]|[01]?[0-9][0-9]?|[A-Za-z0-9-]*[A-Za-z0-9]:)])"
 )
+EMAIL = re.compile(rf"\b[{LOCAL}]+(?:\.[{LOCAL}]+)*@" + DOMAIN.pattern)
+_LOCAL_RUN = re.compile(rf"[.{LOCAL}]*")  # read backwards from an "@": where its local part can start
+_LOCAL_START = re.compile(rf"\b[{LOCAL}]")
+_LOCAL_CHARS = frozenset(filter(re.compile(f"[{LOCAL}]").fullmatch, map(chr, range(128))))  # all ASCII
 IP = re.compile(r"(?:(?:25[0-5]|2[0-4][0-9]|[01]?[0-9][0-9]?)\.){3}(?:25[0-5]|2[0-4][0-9]|[01]?[0-9][0-9]?)")
 EMAIL_REPLACEMENTS = ("email@example.com", "firstname.lastname@example.org")
 IP_REPLACEMENTS = ("22.214.171.124", "126.96.36.199", "188.8.131.52", "184.108.40.206", "220.127.116.11",
@@ -55,6 +62,10 @@ class PiiOptions:
                         help="replace e-mail addresses and/or public IP addresses with datatrove's PIIFormatter "
                         "placeholders (counted per subset); the text written is the redacted one")
 
+    def __post_init__(self):
+        if sorted(parse_kinds(self.pii)) != sorted(self.pii):  # made in code: the same checks
+            raise ValueError(f"--pii {','.join(self.pii)}: give kinds among {', '.join(KINDS)}, each once")
+
 
 def _public(address: str) -> bool:
     try:
@@ -63,19 +74,59 @@ def _public(address: str) -> bool:
         return False
 
 
+def email_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of every match of EMAIL, as `EMAIL.finditer` gives them, in time linear in the text.
+
+    Python's backtracking takes time quadratic in the text on some inputs (a long run of local-part
+    characters before an "@" that starts no e-mail, tried from every word boundary in it). The
+    matches are found from the pattern's shape instead: the local part (local characters and single
+    dots, starting and ending with a local character) reaches from its start exactly to the next
+    character outside [LOCAL.], which must be the "@"; so for each "@", in order, the match is the
+    leftmost word boundary before a local character in that run (after the last ".." in it, and at
+    or after the end of the last match) to the domain's own match after the "@" (DOMAIN, the end of
+    the pattern, matched once per "@"). Each "@" reads its run and its domain once; runs of two
+    "@"s do not overlap, nor do their domains.
+    """
+    spans: list[tuple[int, int]] = []
+    at = text.find("@")
+    if at < 0:
+        return spans
+    size = len(text)
+    backwards = text[::-1]  # text[i] is backwards[size - 1 - i]
+    done = 0  # the end of the last match: matches do not overlap
+    while at >= 0:
+        if at > done and text[at - 1] in _LOCAL_CHARS:  # the local part ends with a local character
+            low = size - _LOCAL_RUN.match(backwards, size - at, size - done).end()  # where the run starts
+            double = text.rfind("..", low, at)
+            if double >= 0:
+                low = double + 1
+            domain = DOMAIN.match(text, at + 1)
+            start = _LOCAL_START.search(text, low, at) if domain is not None else None
+            if start is not None:
+                spans.append((start.start(), domain.end()))
+                done = domain.end()
+                at = text.find("@", done)
+                continue
+        at = text.find("@", at + 1)
+    return spans
+
+
 def redact(text: str, kinds: tuple[str, ...]) -> tuple[str, dict[str, int]]:
-    """(the text with the chosen kinds replaced, {kind: replacements}) - only kinds with any counted."""
+    """(the text with the chosen kinds replaced, {kind: replacements}) - only kinds with any counted.
+
+    The stage's redaction, also for other callers (dead letters): kinds from KINDS, in any order.
+    """
     counts: dict[str, int] = {}
     if "email" in kinds and "@" in text:
-        turn = [0]
-
-        def email(_match: re.Match) -> str:
-            turn[0] += 1
-            return EMAIL_REPLACEMENTS[(turn[0] - 1) % len(EMAIL_REPLACEMENTS)]
-
-        text = EMAIL.sub(email, text)
-        if turn[0]:
-            counts["email"] = turn[0]
+        spans = email_spans(text)
+        if spans:
+            pieces, last = [], 0
+            for i, (start, end) in enumerate(spans):
+                pieces += [text[last:start], EMAIL_REPLACEMENTS[i % len(EMAIL_REPLACEMENTS)]]
+                last = end
+            pieces.append(text[last:])
+            text = "".join(pieces)
+            counts["email"] = len(spans)
     if "ip" in kinds and "." in text:
         turn = [0]
 

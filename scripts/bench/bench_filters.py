@@ -81,7 +81,7 @@ def ours(texts: list[str]) -> dict:
     A fresh SpacyWords (a cold chunk table, as a worker's first documents); spaCy is loaded before
     the clock starts, in the stages' setup as on a worker (datatrove's side is warmed the same way).
     """
-    from pipeline.stages import words as words_module
+    from pipeline.stages.words import spacy_words as words_module
 
     with PeakRss() as memory:
         words_module._THREAD.__dict__.pop("words", None)

@@ -10,7 +10,7 @@ DOCS: JSON lines (plain or .zst) with a "text" each. OUT.json gets, per document
   chain:   the four in the order gopher_quality, gopher_repetition, c4_quality, fineweb_quality, each
            on the text the one before left: [name of the first that removes, its rule] or null;
   pii:     PIIFormatter's text (emails and public IPs), its counters restarted for every document;
-  and datatrove's punctuation sets, for the tests to compare with ours.
+  and datatrove's punctuation sets and spaCy's version, for the tests to compare with ours.
 --time: only the chain, as a datatrove pipeline runs it (each filter's run() a generator feeding the
 next), timed on one core: the last line printed is `TIME {"docs": ..., "seconds": ..., "wall": ..., "kept": ...}`.
 """
@@ -131,8 +131,10 @@ def main() -> None:
         print("TIME " + json.dumps(result))
         return
     filters, chained = decide_all(texts)
+    import spacy
+
     result = {"filters": filters, "chain": chained, "pii": pii(texts),
-              "punctuation": PUNCTUATION, "terminal": sorted(TERMINAL_PUNCTUATION)}
+              "punctuation": PUNCTUATION, "terminal": sorted(TERMINAL_PUNCTUATION), "spacy": spacy.__version__}
     with open(args.out, "w") as f:
         json.dump(result, f)
 

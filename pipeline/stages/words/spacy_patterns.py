@@ -49,7 +49,7 @@ class _Item:
     kind: str  # "char" (text is a regex matching one character), "group", "zero" (consumes nothing)
     text: str = ""
     literal: str | None = None  # the character, for a literal or an escaped one
-    alternatives: tuple = ()  # for a group: tuples of _Item
+    alternatives: tuple = ()  # for a group or a lookaround: tuples of _Item
     low: int = 1
     high: int | None = 1  # None: unbounded
 
@@ -174,7 +174,7 @@ class _Reader:
                 raise Unsupported(f"the group syntax at {self.i}")
         alternatives = self.alternation(closing=True)
         if kind == "zero":
-            return _Item("zero", "(lookaround)")
+            return _Item("zero", "(lookaround)", alternatives=alternatives)
         return _Item("group", alternatives=alternatives)
 
 
@@ -219,6 +219,37 @@ def _width(sequence: tuple[_Item, ...]) -> int | None:
     return total
 
 
+def _look(sequence: tuple[_Item, ...]) -> int | None:
+    """The most characters a lookaround of the sequence (or of a group in it) can examine (None: no bound)."""
+    out = 0
+    for item in sequence:
+        if item.kind == "char" or not item.alternatives:
+            continue
+        reach = []
+        for alternative in item.alternatives:
+            width, look = _width(alternative), _look(alternative)
+            reach.append(None if width is None or look is None else
+                         (max(width, look) if item.kind == "zero" else look))
+        if None in reach:
+            return None
+        out = max(out, *reach)
+    return out
+
+
+def _repeat(sequence: tuple[_Item, ...]) -> tuple[str, int] | None:
+    """(c, m) when the piece is one literal character c repeated at least m times, without bound (`..+`)."""
+    items = [item for item in sequence if not (item.kind == "zero" and item.text in "^$")]
+    if not items or any(item.kind != "char" or item.text != items[0].text for item in items):
+        return None
+    if all(item.high is not None for item in items):
+        return None
+    text = items[0].text
+    char = text[1:] if text.startswith("\\") else text  # a literal's text is re.escape(c)
+    if len(char) != 1 or re.escape(char) != text:
+        return None
+    return char, sum(item.low for item in items)
+
+
 @dataclasses.dataclass(frozen=True)
 class Piece:
     """One alternative of a compiled pattern: its first and last atoms, and its one literal character."""
@@ -227,6 +258,8 @@ class Piece:
     last: re.Pattern
     single: str | None
     width: int | None  # the most characters it consumes (None: no bound)
+    look: int | None  # the most characters one of its lookarounds examines (None: no bound)
+    repeat: tuple[str, int] | None  # (c, m): the piece is c repeated m or more times, nothing else
 
 
 def pieces(pattern: str, anchor: str | None) -> tuple[Piece, ...]:
@@ -247,8 +280,28 @@ def pieces(pattern: str, anchor: str | None) -> tuple[Piece, ...]:
         single = None
         if len(consuming) == 1 and consuming[0].literal is not None and len(sequence) == 1 + (anchor is not None):
             single = consuming[0].literal
-        out.append(Piece(re.compile("|".join(first)), re.compile("|".join(last)), single, _width(sequence)))
+        out.append(Piece(re.compile("|".join(first)), re.compile("|".join(last)), single, _width(sequence),
+                         _look(sequence), _repeat(sequence)))
     return tuple(out)
+
+
+def _windows(pieces_: tuple[Piece, ...]) -> tuple[int | None, dict[str, int]]:
+    """(window, runs) of a prefix or suffix pattern: how many characters decide its match.
+
+    A piece of bounded width examines at most its width and its lookarounds' reach: `window`, the
+    largest of those (None when a piece has no bound and is not a repeated character). runs: c -> m
+    for the pieces that are c repeated m or more times (such a piece examines a run of c and one more).
+    """
+    window, runs = 0, {}
+    for piece in pieces_:
+        if piece.width is not None and piece.look is not None:
+            window = max(window, piece.width + piece.look)
+        elif piece.repeat is not None:
+            char, least = piece.repeat
+            runs[char] = min(runs.get(char, least), least)
+        else:
+            return None, {}
+    return window + 1, runs
 
 
 class AffixFacts:
@@ -261,15 +314,23 @@ class AffixFacts:
         self._infix_starts = re.compile("|".join(f"(?:{p.first.pattern})" for p in infixes))
         self.infix_chars: set[str] = set()  # the characters seen so far that an infix can start with
         self.known_chars: set[str] = set()  # the characters seen so far
-        # A suffix match ends at the end: one of a piece of bounded width starts in the last
-        # `suffix_window` characters; the others can match only where `unbounded_last` matches
-        # the last character (spaCy's English: `\.\.+`, so a string ending with ".").
-        bounded = [p.width for p in self._suffixes if p.width is not None]
-        self.suffix_window = max(bounded, default=0)
-        unbounded = [p.last.pattern for p in self._suffixes if p.width is None]
-        self.unbounded_last = re.compile("|".join(f"(?:{u})" for u in unbounded)) if unbounded else None
+        self.prefix_window, self.prefix_runs = _windows(self._prefixes)
+        self.suffix_window, self.suffix_runs = _windows(self._suffixes)
+        # the characters before a suffix's match that its lookbehinds may examine
+        looks = [p.look for p in self._suffixes]
+        self.suffix_look = None if None in looks else max(looks, default=0)
+        if self.suffix_look is None:
+            self.suffix_window = None
+        if self.prefix_window is not None:
+            # A run's character must start no bounded piece: a bounded prefix found inside a long
+            # run would leave the run to be read again at the next step.
+            for piece in self._prefixes:
+                if piece.repeat is None and any(piece.first.fullmatch(c) for c in self.prefix_runs):
+                    self.prefix_window = None
         self.prefix_kinds: dict[str, int] = {}
         self.suffix_kinds: dict[str, int] = {}
+        self._prefix_reach: dict[str, int | None] = {}
+        self._suffix_reach: dict[str, tuple[int, int] | None] = {}
 
     @staticmethod
     def _kind(pieces_: tuple[Piece, ...], char: str, last: bool) -> int:
@@ -292,6 +353,27 @@ class AffixFacts:
             self.learn_chars(chars)
         return not self.infix_chars.isdisjoint(chars)
 
+    def prefix_reach(self, char: str) -> int | None:
+        """How many characters decide the prefix of a string starting with `char` (None: all of them).
+
+        The pieces that can start with it examine no more (a run of a repeated character aside).
+        """
+        if char not in self._prefix_reach:
+            reach = _reach(self._prefixes, char, last=False)
+            self._prefix_reach[char] = None if reach is None or self.prefix_window is None else sum(reach) + 1
+        return self._prefix_reach[char]
+
+    def suffix_reach(self, char: str) -> tuple[int, int] | None:
+        """(window, look) of the suffix of a string ending with `char` (None: no bound).
+
+        A bounded piece's match starts in the string's last `window` characters, and its
+        lookarounds read at most `look` more.
+        """
+        if char not in self._suffix_reach:
+            reach = _reach(self._suffixes, char, last=True)
+            self._suffix_reach[char] = None if self.suffix_window is None else reach
+        return self._suffix_reach[char]
+
     def prefix_kind(self, char: str) -> int:
         """NONE, SINGLE or COMPLEX for a string's first character (memoized per character)."""
         kind = self.prefix_kinds.get(char)
@@ -305,3 +387,37 @@ class AffixFacts:
         if kind is None:
             kind = self.suffix_kinds[char] = self._kind(self._suffixes, char, last=True)
         return kind
+
+
+# spaCy's URL pattern reads a "user:pass@" as `\S+(?::\S*)?@`, whose backtracking takes time quadratic
+# in the colons of a string that is no URL. Within a chunk (no whitespace) it is the language of
+# `\S+@`, which backtracks in linear time: the pattern with it matches the same strings.
+_QUADRATIC_AUTH = r"(?:\S+(?::\S*)?@)?"
+_LINEAR_AUTH = r"(?:\S+@)?"
+
+
+def linear_url_match(url_match):
+    """The tokenizer's url_match with its user:pass part made linear (the same answer on a chunk)."""
+    if url_match is None:
+        return lambda _string: None
+    compiled = getattr(url_match, "__self__", None)
+    if not isinstance(compiled, re.Pattern) or _QUADRATIC_AUTH not in compiled.pattern:
+        return url_match
+    return re.compile(compiled.pattern.replace(_QUADRATIC_AUTH, _LINEAR_AUTH), compiled.flags).match
+
+
+def _reach(pieces_: tuple[Piece, ...], char: str, last: bool) -> tuple[int, int] | None:
+    """(most characters consumed, most a lookaround examines) of the pieces that can start (end) with `char`.
+
+    The bounded pieces; None when an unbounded one that is no repeated character can.
+    """
+    width = look = 0
+    for piece in pieces_:
+        if not (piece.last if last else piece.first).fullmatch(char):
+            continue
+        if piece.width is None or piece.look is None:
+            if piece.repeat is None:
+                return None
+            continue
+        width, look = max(width, piece.width), max(look, piece.look)
+    return width, look

@@ -1,25 +1,26 @@
-r"""The words of datatrove's quality filters: spaCy's blank-English tokens, computed once per text.
+r"""SpacyWords: a text's spaCy blank-English tokens, from its chunks, computed once per text.
 
 datatrove's Gopher, FineWeb and repetition filters call `split_into_words(text)`: spaCy's blank
 English pipeline (`spacy.blank("en")`, no model, nothing downloaded) on the whole text, the token
 texts stripped, the empty ones (whitespace) dropped. C4 counts each line's sentences with spaCy's
-sentencizer on the same tokens. `SpacyWords` gives the same lists, faster:
+sentencizer on the same tokens. `SpacyWords` gives the same lists, faster, in time linear in the
+text's length, without calling spaCy's tokenizer:
 
 - spaCy's tokenizer works on runs of non-whitespace characters (`str.split()`'s pieces, "chunks")
   one at a time, so a chunk's tokens are remembered (a bounded dict); a chunk of ASCII letters that
   is no special case is one token; the other new chunks go through `chunk_tokens.ChunkTokens`
-  (spaCy's affix and infix steps, in Python, with the tokenizer's own patterns and cases), and the
-  few where a case of spaCy's document-wide matcher may apply cost one tokenizer call (joined by
-  "\n", which keeps them apart);
+  (spaCy's affix, infix and special-case steps, in Python, with the tokenizer's own patterns and cases);
 - one exception: spaCy's special cases of several tokens (`"x."`, `":x"`, `"'s"`: 362 in spaCy 3.8)
   are matched over the whole document, so a match that would straddle two chunks separated by one
   space (`": x.A"`: `":x"` against `"x."`) can block a match inside a chunk. Where a chunk may end
   with the left part of such a case and the next one begin with its right part, with one space
-  between, the two (or more) are tokenized together, as spaCy does within the whole text;
+  between, the two (or more) are tokenized together (their affix tokens, then the document-wide
+  cases over them all), as spaCy does within the whole text;
 - `words(text)` remembers the last text it saw, so filters run one after the other on the same
   text share one tokenization.
 
-spaCy is imported on first use (a worker's `setup()`), never at import time.
+spaCy is imported on first use (a worker's `setup()`), never at import time; its tokenizer runs
+only where its patterns are beyond what `spacy_patterns` reads (every chunk then).
 """
 
 from __future__ import annotations
@@ -29,11 +30,12 @@ import re
 import threading
 import unicodedata
 
-from pipeline.stages.base import DocumentStage
-
 # Bounded memory: two generations of at most this many chunks each (~30 MB each). When the table is
 # full it becomes the older generation, from which the chunks seen again move back; the rest go.
 MAX_CHUNKS = 150_000
+# Chunks, and windows of chunks tokenized together, are remembered up to this length: a longer one is
+# rarely seen twice, and the table's memory stays bounded by its count of entries.
+MAX_WINDOW = 1000
 # \s is str.isspace() (checked over all of Unicode): where spaCy and str.split() split.
 _WHITESPACE = re.compile(r"\s+")
 
@@ -42,7 +44,7 @@ class SpacyWords:
     """spaCy blank-English tokens of a text, as datatrove's `split_into_words` and sentencizer see them."""
 
     def __init__(self):
-        from pipeline.stages.chunk_tokens import ChunkTokens, Unsupported
+        from pipeline.stages.words.chunk_tokens import ChunkTokens, Unsupported
 
         self._load()
         try:
@@ -67,6 +69,7 @@ class SpacyWords:
         self._older_needs: dict[str, tuple[str, ...]] = {}
         self._last: tuple[str, list[str]] | None = None
         self._is_punct: dict[str, bool] = {}
+        self._long: list[str] = []  # the chunks of the text at hand too long to remember
 
     def _load(self) -> None:
         """A fresh blank-English pipeline (made again at a turnover once its vocabulary passes MAX_CHUNKS strings).
@@ -86,7 +89,7 @@ class SpacyWords:
         """(left, right) cuts of every case spaCy matches over the document; the tokens such cases make."""
         from spacy.attrs import ORTH
 
-        from pipeline.stages.chunk_tokens import document_cases
+        from pipeline.stages.words.special_cases import document_cases
 
         pairs, merged = set(), set()
         for case, pieces in document_cases(self._tokenizer).items():  # the tokens the matcher looks for
@@ -123,18 +126,17 @@ class SpacyWords:
         for chunk in (self._lefts_of.keys() | self._merged).intersection(plain):  # what _remember would note
             self._remember(chunk, (chunk,))
         new.difference_update(plain)
-        hard = []
-        for chunk in new:
-            tokens = fast.tokens(chunk) if fast is not None else None
-            if tokens is None:
-                hard.append(chunk)
-            else:
-                self._remember(chunk, tokens)
-        if not hard:
+        if fast is not None:
+            for chunk in new:
+                self._remember(chunk, fast.tokens(chunk))
+                if len(chunk) > MAX_WINDOW:
+                    self._long.append(chunk)
             return
-        # spaCy itself, where a case of its document-wide matcher may apply inside a chunk. "\n"
-        # keeps chunks apart (no case holds a newline) and is a token of its own between them.
-        hard.sort()
+        if not new:
+            return
+        # spaCy itself (a tokenizer whose patterns spacy_patterns cannot read). "\n" keeps chunks
+        # apart (no case holds a newline) and is a token of its own between them.
+        hard = sorted(new)
         tokens: list[str] = []
         names = iter(hard)
         for token in [t.text for t in self._tokenizer("\n".join(hard))]:
@@ -153,8 +155,9 @@ class SpacyWords:
                 self._needs[chunk] = lefts
             return
         if chunk[0] in self._right_firsts and chunk.startswith(self._rights):
-            lefts = tuple(left for size in self._right_sizes if self._may_cut(tokens, size)
-                          for left in self._lefts_of.get(chunk[:size], ()))
+            lefts_of = self._lefts_of
+            lefts = tuple(left for size in self._right_sizes if chunk[:size] in lefts_of and self._may_cut(tokens, size)
+                          for left in lefts_of[chunk[:size]])
             if lefts:
                 self._needs[chunk] = lefts
 
@@ -198,6 +201,16 @@ class SpacyWords:
         """The text's tokens in order, without whitespace tokens (spaces=True: " " where spaCy has any)."""
         chunks = text.split()
         self._learn(chunks)
+        try:
+            return self._tokens(text, chunks, spaces)
+        finally:
+            if self._long:  # chunks too long to keep: this text's only
+                for chunk in self._long:
+                    self._chunks.pop(chunk, None)
+                    self._needs.pop(chunk, None)
+                self._long.clear()
+
+    def _tokens(self, text: str, chunks: list[str], spaces: bool) -> list[str]:
         table = self._chunks
         straddling = self._straddling(chunks)
         if not straddling and (not spaces or " ".join(chunks) == text):
@@ -228,8 +241,22 @@ class SpacyWords:
         """The tokens of chunks one space apart, tokenized together (remembered by the text, never a chunk's)."""
         window = " ".join(chunks)
         tokens = self._chunks.get(window)
-        if tokens is None:
-            tokens = self._chunks[window] = tuple(t for t in self._spacy(window) if not t.isspace())
+        if tokens is not None:
+            return tokens
+        fast = self._fast
+        if fast is None:
+            tokens = tuple(t for t in self._spacy(window) if not t.isspace())
+        else:
+            # each chunk's affix tokens, then the document-wide cases over them all, as spaCy does
+            # on the window's text; the last token of each chunk but the last is followed by " "
+            pieces: list[str] = []
+            spaced = []
+            for chunk in chunks:
+                pieces.extend(fast.affix_tokens(chunk))
+                spaced.append(len(pieces) - 1)
+            tokens = tuple(fast.cases.apply(pieces, frozenset(spaced[:-1])))
+        if len(window) <= MAX_WINDOW:
+            self._chunks[window] = tokens
         return tokens
 
     def _spaced(self, chunks: list[str], seps: list[str], joined: set[int]) -> list[str]:
@@ -245,6 +272,13 @@ class SpacyWords:
             out.extend(self._chunks[chunks[i]] if j == i + 1 else self._window(chunks[i:j]))
             i = j
         return out
+
+    def forget(self) -> None:
+        """Forget every chunk seen, as a new worker's table (measurements start cold with it)."""
+        self._chunks, self._needs, self._older, self._older_needs = {}, {}, {}, {}
+        self._last = None
+        if self._fast is not None:
+            self._fast.forget()
 
     def words(self, text: str) -> list[str]:
         """The words of datatrove's `split_into_words(text)` for English (the last list is reused: do not change it)."""
@@ -272,7 +306,9 @@ class SpacyWords:
             if seen_period and not in_chars:
                 punct = is_punct.get(token)
                 if punct is None:
-                    punct = is_punct[token] = all(unicodedata.category(ch).startswith("P") for ch in token)
+                    punct = all(unicodedata.category(ch).startswith("P") for ch in token)
+                    if len(token) <= MAX_WINDOW:
+                        is_punct[token] = punct
                     if len(is_punct) > MAX_CHUNKS:
                         is_punct.clear()
                 if not punct:
@@ -292,14 +328,3 @@ def thread_words() -> SpacyWords:
     if words is None:
         words = _THREAD.words = SpacyWords()
     return words
-
-
-class SpacyStage(DocumentStage):
-    """A stage that counts spaCy's words (a quality filter): refused in the driver without spaCy."""
-
-    def check(self) -> None:
-        """Refuse a job without spaCy (ValueError naming the stage and the extra)."""
-        try:
-            import spacy  # noqa: F401
-        except ImportError as e:
-            raise ValueError(f"--filters {self.name} needs spaCy: pip install 'pile-pipeline[filters]'") from e
