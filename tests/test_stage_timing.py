@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import random
+import tempfile
 import time
 
 import pytest
@@ -37,7 +39,38 @@ pytestmark = pytest.mark.slow
 SMALL, SIZE = 16_000, 64_000
 RATIO, GROWTH, SLACK = 40, 8, 0.05
 OPTIONS = {"language": LanguageOptions(languages=("en",)), "pii": PiiOptions(pii=("email", "ip"))}
-MAKE = {SubsetSelection.name: lambda: SubsetSelection({"Pile-CC"})}
+
+
+@functools.cache
+def _models() -> str:
+    """A folder with a small fastText model (train-classifier's recipe) and a tiny FineWeb-Edu-like classifier."""
+    import classifier_models
+
+    from pipeline.stages import classifier_training as recipe
+
+    folder = tempfile.mkdtemp(prefix="stage_timing_models_")
+    texts = [json.loads(line)["text"] for line in compose_lines(random.Random(1), 200)]
+    recipe.train(texts[:100], texts[100:], os.path.join(folder, "ft.bin"),
+                 recipe.FastTextSettings(dim=8, epoch=2, lr=0.5), 0.1)
+    classifier_models.write_fineweb_edu_like(os.path.join(folder, "edu"), texts)
+    return folder
+
+
+def _fasttext():
+    from pipeline.stages.fasttext_classifier import FastTextClassifier, FastTextClassifierOptions
+
+    return FastTextClassifier(FastTextClassifierOptions(fasttext_model=os.path.join(_models(), "ft.bin"),
+                                                        fasttext_keep_labels=(("hq", 0.5),)))
+
+
+def _hf():
+    from pipeline.stages.hf_classifier import HfClassifier, HfClassifierOptions
+
+    return HfClassifier(HfClassifierOptions(hf_model=os.path.join(_models(), "edu"), hf_min_int_score=3))
+
+
+MAKE = {SubsetSelection.name: lambda: SubsetSelection({"Pile-CC"}), "fasttext_classifier": _fasttext,
+        "hf_classifier": _hf}
 
 
 def _stage(name: str):

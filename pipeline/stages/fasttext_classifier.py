@@ -26,6 +26,7 @@ import os
 from pipeline.core.options import option
 from pipeline.stages.base import Doc, DocumentStage, Keep, Remove
 from pipeline.stages.fasttext_file import read_header
+from pipeline.stages.ranges import Range, check_ranges
 
 KEEP_BELOW = "keep_labels_below_min"
 REMOVE_AT = "remove_label_at_min"
@@ -59,6 +60,19 @@ def parse_replacement(value) -> str:
     return text
 
 
+BINS = Range(1, 1000, meaning="histogram bins: 1 to 1000")
+PROBABILITY = Range(0, 1, meaning="a label's probability: 0 to 1")
+
+
+def check_label_scores(options, names: tuple[str, ...]) -> None:
+    """Refuse a LABEL:MIN whose MIN is not a probability (no document could reach it, or every one does)."""
+    for name in names:
+        for label, low in getattr(options, name):
+            problem = PROBABILITY.problem(f"--{name} {label}:", low)
+            if problem:
+                raise ValueError(problem)
+
+
 def parse_bins(value) -> int:
     """A number of histogram bins in [1, 1000]."""
     bins = int(value)
@@ -88,6 +102,8 @@ class FastTextClassifierOptions:
         if self.fasttext_keep_labels and self.fasttext_remove_labels:
             raise ValueError("--fasttext_keep_labels and --fasttext_remove_labels: give one of them "
                              "(two stages can be chained)")
+        check_ranges(self, {"fasttext_score_bins": BINS})
+        check_label_scores(self, ("fasttext_keep_labels", "fasttext_remove_labels"))
 
 
 def score_bin(score: float, bins: int) -> str:

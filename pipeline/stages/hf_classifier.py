@@ -29,7 +29,8 @@ import os
 
 from pipeline.core.options import option
 from pipeline.stages.base import Doc, DocumentStage, Keep, Remove
-from pipeline.stages.fasttext_classifier import decide, parse_label_scores
+from pipeline.stages.fasttext_classifier import check_label_scores, decide, parse_label_scores
+from pipeline.stages.ranges import Range, check_ranges
 
 SCORE_DIGITS = 4
 # The files a tokenizer is loaded from (fast, WordPiece, BPE, SentencePiece), one of which must be there.
@@ -41,6 +42,12 @@ SCORE_BELOW, INT_SCORE_BELOW = "score_below_min", "int_score_below_min"
 def int_score(score: float) -> int:
     """FineWeb-Edu's int score: the score clamped to [0, 5], rounded (Python's round: halves to even)."""
     return int(round(max(0, min(score, 5))))
+
+
+# Sizes a worker can hold: a batch of documents, a model's input, torch's threads.
+RANGES = {"hf_batch_size": Range(1, 1 << 16, meaning="documents per forward pass: 1 to 65536"),
+          "hf_max_length": Range(0, 1 << 20, meaning="tokens: 0 (the tokenizer's limit) to 1048576"),
+          "hf_threads": Range(0, 1024, meaning="threads: 0 (torch's default) to 1024")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,8 +76,12 @@ class HfClassifierOptions:
     def __post_init__(self):
         if self.hf_keep_labels and self.hf_remove_labels:
             raise ValueError("--hf_keep_labels and --hf_remove_labels: give one of them")
-        if self.hf_batch_size < 1 or self.hf_max_length < 0 or self.hf_threads < 0:
-            raise ValueError("--hf_batch_size >= 1, --hf_max_length >= 0, --hf_threads >= 0")
+        check_ranges(self, RANGES)
+        if self.hf_min_score is not None:
+            check_ranges(self, {"hf_min_score": Range(meaning="a regression head's score: a finite number")})
+        if self.hf_min_int_score is not None:
+            check_ranges(self, {"hf_min_int_score": Range(0, 5, meaning="FineWeb-Edu's int score: 0 to 5")})
+        check_label_scores(self, ("hf_keep_labels", "hf_remove_labels"))
 
 
 class HfClassifier(DocumentStage):

@@ -33,6 +33,7 @@ import re
 from pipeline.core.documents import line_field
 from pipeline.core.options import option
 from pipeline.stages.base import Doc, DocumentStage, Remove
+from pipeline.stages.ranges import Range, check_ranges
 
 NORMALIZER = re.compile(r"[^a-zA-Z0-9]+")
 NO_URL = "no_url"
@@ -78,6 +79,10 @@ class UrlFilterOptions:
     url_soft_banned_words: str = option("", metavar="FILE", shown_default="none",
                                         help="words of which --url_soft_word_threshold in a URL remove it")
     url_soft_word_threshold: int = option(2, metavar="N", help="soft-banned words that remove a URL")
+
+    def __post_init__(self):
+        # 0 would remove every URL (any URL holds at least 0 of the words); past a URL's length, none.
+        check_ranges(self, {"url_soft_word_threshold": Range(1, 1 << 16, meaning="words: 1 to 65536")})
 
 
 class UrlLists:
@@ -140,7 +145,7 @@ class UrlFilter(DocumentStage):
             path = getattr(opts, name)
             if path and not os.path.isfile(path):
                 raise ValueError(f"--{name} {path}: no such file")
-        if not any(getattr(opts, name) for name in LIST_FLAGS) and opts.url_soft_word_threshold > 0:
+        if not any(getattr(opts, name) for name in LIST_FLAGS):
             raise ValueError("--filters url_filter: give at least one list (--url_blocked_domains, "
                              "--url_banned_words, ...)")
         try:
