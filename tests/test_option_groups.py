@@ -230,7 +230,7 @@ def test_help_lists_each_flag_under_its_groups_title():
         own = [options.flag(f) for f, _ in options.options_of(group, cli=True)
                if options.declaring_class(group, f.name) is group]
         assert sections[group.title] == own
-    assert sections["options"] == ["-h", "--config", "--filters"]
+    assert sections["options"] == ["-h", "--config", "--filters", "--stage_module"]
 
 
 def test_missing_required_flags_are_named_in_helps_order():
