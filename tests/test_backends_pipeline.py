@@ -82,15 +82,15 @@ def test_shards_are_byte_identical_across_backends(backend, corpus, tiny_model, 
 def test_small_files_taken_in_groups_by_two_threads_give_the_same_shards(backend, tiny_model, tmp_path,
                                                                          monkeypatch):
     """Many small files on two worker threads: queued in groups tokenized in shared calls, same bytes."""
-    from pipeline.beam import execution
-    from pipeline.beam.direct import read as direct_read
+    from pipeline.beam.runners.direct import profile as direct_profile
+    from pipeline.beam.runners.direct import read as direct_read
 
     texts = [t for t in _texts() if t.strip()]
     for f in range(24):
         write_lines(str(tmp_path / "in" / f"{f:02d}.jsonl.zst"), [pile_line(t) for t in texts[f::24]])
     corpus = str(tmp_path / "in" / "*.jsonl.zst")
     sp = _run(corpus, tmp_path / "sp", tiny_model, "--tokenizer_backend", "sentencepiece")
-    monkeypatch.setattr(execution, "ENCODE_BATCH_BYTES", 32 << 10)
+    monkeypatch.setattr(direct_profile, "ENCODE_BATCH_BYTES", 32 << 10)
     planned, on_queue = [], direct_read.on_queue
     monkeypatch.setattr(direct_read, "on_queue", lambda *a, **k: planned.append(on_queue(*a, **k)) or planned[-1])
     manifest = run.main(["--input", corpus, "--output_dir", str(tmp_path / "fast"), "--tokenizer_model", tiny_model,

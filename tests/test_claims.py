@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from pipeline.beam.direct import claims
+from pipeline.beam.runners.direct import claims
 
 
 def _read_together(run, chunks, readers, delays):

@@ -27,13 +27,14 @@ from dask_cluster import REPO, cluster_env, dask_cluster
 from s3_server import loopback_s3
 from sample_corpus import write_sample_corpus
 
-from pipeline.beam import dask_run
-from pipeline.beam.direct.runner import fn_api_runner
-from pipeline.beam.execution import Workspace, plan_execution
-from pipeline.beam.graph import DASK
+from pipeline.beam.execution import Execution, Workspace
 from pipeline.beam.job import build_pipeline, output_format
 from pipeline.beam.options import pipeline_options
 from pipeline.beam.preflight import prepare
+from pipeline.beam.runners.dask.profile import RUNTIME
+from pipeline.beam.runners.dask.store import record_store
+from pipeline.beam.runners.dask.tasks import Tasks
+from pipeline.beam.runners.direct.runner import fn_api_runner
 from pipeline.cli import run
 
 pytestmark = pytest.mark.slow
@@ -136,10 +137,11 @@ def test_the_graph_dask_runs_writes_direct_runners_bytes_on_direct_runner_too(co
     config, beam_args = run.parse_args(_local_argv(corpus, tiny_model, tmp_path / "graph", *extra) + DIRECT)
     options = pipeline_options(beam_args)
     job = prepare(config, options)
-    job = dataclasses.replace(job, execution=plan_execution("DaskRunner", 2, list(job.input_files)))
+    # Dask's plan for two threads, Dask's workspace (record files, tasks reading their own items, its Runtime).
+    job = dataclasses.replace(job, execution=Execution(fan_out=False, workers=2, share=True, encode_threads=1))
     output_format(config).prepare(config)
-    with dask_run.store(job) as sink, beam.Pipeline(runner=fn_api_runner(options), options=options) as p:
-        build_pipeline(p, job, Workspace(sink, runtime=DASK))
+    with record_store(config.output_dir) as sink, beam.Pipeline(runner=fn_api_runner(options), options=options) as p:
+        build_pipeline(p, job, Workspace(sink, runtime=RUNTIME, reader=Tasks()))
     assert output_digests(tmp_path / "graph") == output_digests(tmp_path / "direct")
 
 
@@ -256,3 +258,17 @@ def test_a_lost_scheduler_fails_the_job_with_one_line_and_no_manifest(corpus, ti
     assert code == 1, text[-3000:]
     assert len(errors) == 1 and "scheduler" in errors[0], text[-3000:]
     assert not list(out.rglob("manifest.json"))
+
+
+def test_a_workers_address_is_refused_naming_the_flag(cluster):
+    """A worker's address given for the scheduler's: one line before the job, not a client waiting for ever."""
+    from pipeline.beam.runners.registry import profile_for
+    from pipeline.core.options import UsageError
+
+    worker = sorted(cluster.worker_pids())[0]
+    options = pipeline_options(["--runner", "DaskRunner", "--dask_client_address", worker])
+    with pytest.raises(UsageError, match=rf"^--dask_client_address {worker}: what answers at {worker} is a Dask "
+                                         r"Worker, not a Dask scheduler$"):
+        profile_for(options).plan(options, ["in.jsonl.zst"])
+    assert profile_for(options := pipeline_options(["--runner", "DaskRunner", "--dask_client_address",
+                                                    cluster.address])).plan(options, ["in.jsonl.zst"]).workers == 2

@@ -161,8 +161,8 @@ def test_same_bytes_on_two_workers_and_the_portable_runner(near_run):
 
 
 def test_the_driver_loads_the_dedup_kernels_only_for_its_own_worker_threads(corpus, tiny_model, tmp_path):
-    from pipeline.beam.direct.runner import warms_dedup_kernels
     from pipeline.beam.options import pipeline_options
+    from pipeline.beam.runners.direct.runner import warms_dedup_kernels
 
     root, _ = corpus
 

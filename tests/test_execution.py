@@ -1,4 +1,4 @@
-"""How a job spreads over workers: fan-out, tokenizer threads, files balanced per worker."""
+"""How a job spreads over workers: each profile's plan (fan-out, tokenizer threads), files balanced per worker."""
 
 import doctest
 import json
@@ -8,19 +8,31 @@ import time
 import pytest
 from corpus_helpers import write_lines
 
-from pipeline.beam import execution, read
-from pipeline.beam.direct import claims
-from pipeline.beam.direct import read as direct_read
-from pipeline.beam.direct.runner import running_mode
-from pipeline.beam.execution import ENCODE_BATCH_BYTES, balance, plan_execution, share_files
+from pipeline.beam import read
+from pipeline.beam.options import pipeline_options
+from pipeline.beam.runners import work_items
+from pipeline.beam.runners.direct import claims
+from pipeline.beam.runners.direct import read as direct_read
+from pipeline.beam.runners.direct.profile import ENCODE_BATCH_BYTES
+from pipeline.beam.runners.direct.runner import running_mode
+from pipeline.beam.runners.registry import profile_for
+from pipeline.beam.runners.work_items import balance, share_files
 from pipeline.io import inputs
 from pipeline.io.frames import Stripe, iter_unit_chunks
 
 FILES = [f"f{i}" for i in range(8)]
 
 
+def plan_execution(runner: str, workers: int | None, files: list[str], fan_out: str = "auto",
+                   encode_threads: int | None = None):
+    """The plan of `runner`'s profile with --direct_num_workers `workers` (None: not given)."""
+    flags = ["--runner", runner] + (["--direct_num_workers", str(workers)] if workers is not None else [])
+    options = pipeline_options(flags)
+    return profile_for(options).plan(options, files, fan_out, encode_threads)
+
+
 def test_the_examples_in_the_docstrings_hold():
-    results = [doctest.testmod(module) for module in (execution, direct_read)]
+    results = [doctest.testmod(module) for module in (work_items, direct_read)]
     assert sum(r.attempted for r in results) >= 3 and sum(r.failed for r in results) == 0
 
 
@@ -145,8 +157,8 @@ def test_small_queued_items_are_taken_in_groups_that_shrink_toward_the_end():
     alone = direct_read.on_queue(units, [1e6] * 20, 2, "run-g0")
     assert all(u[3].ends_group and u[3].group == u[3].position for _, u in alone)
     # The text of a compressed file is guessed from its name, a presigned URL's query aside.
-    assert execution.text_bytes_guess("https://h/a.jsonl.zst?X-Amz-Signature=1", 10) == 30
-    assert execution.text_bytes_guess("s3://b/a.jsonl", 10) == 10
+    assert work_items.text_bytes_guess("https://h/a.jsonl.zst?X-Amz-Signature=1", 10) == 30
+    assert work_items.text_bytes_guess("s3://b/a.jsonl", 10) == 10
     plain = direct_read.on_queue([(0, "a.jsonl", None), (1, "b.jsonl", None)], [9e6, 9e6], 2, "run-g1", 4 << 20)
     assert [u[3].group for w, u in plain if w == 0] == [0, 1]
 

@@ -183,16 +183,6 @@ def test_layers_are_the_ones_on_disk():
         "reader"}
 
 
-def test_the_job_graph_never_imports_directrunners_machinery():
-    """pipeline/beam/direct/ is handed to the graph by the run (launch.py), never imported by it."""
-    graph = _graph()
-    allowed = {"pipeline.beam.launch", "pipeline.beam.sample"}  # the two that run a job in this process
-    bad = sorted(f"{m} imports {d}" for m, deps in graph.items() for d in deps
-                 if d.startswith("pipeline.beam.direct") and not m.startswith("pipeline.beam.direct")
-                 and m not in allowed)
-    assert bad == []
-
-
 # core/ is pure: what a process does about its memory, its garbage collector or other processes is
 # pipeline/startup/'s (start-up tricks) or io's.
 NOT_IN_CORE = {"gc", "ctypes", "mmap", "multiprocessing", "subprocess", "resource", "signal"}

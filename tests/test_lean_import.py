@@ -1,4 +1,7 @@
-"""Beam imported for a DirectRunner job without its cloud connectors (pipeline/startup/lean_import.py)."""
+"""Beam imported for a DirectRunner job without its cloud connectors (pipeline/startup/lean_import.py).
+
+Whether a job runs in the command's process is its runner's row in pipeline/beam/runners/registry.py.
+"""
 
 import json
 import subprocess
@@ -19,12 +22,14 @@ REPO = Path(__file__).resolve().parents[1]
     (["--runner=PortableRunner"], False),
     (["--run", "FlinkRunner"], False),  # argparse's abbreviation of --runner
     (["--requirements_file", "r.txt"], True),
-    (["--runner"], False),
+    (["--runner", "apache_beam.runners.direct.direct_runner.DirectRunner"], True),
+    (["--runner", "DaskRunner"], False),
 ])
 def test_runs_in_process(flags, expected):
-    from pipeline.startup.lean_import import runs_in_process
+    from pipeline.beam.runners.registry import row_of
+    from pipeline.core.options import runner_flag
 
-    assert runs_in_process(flags) is expected
+    assert row_of(runner_flag(flags)).in_process is expected
 
 
 def _after_import(flags, connectors=None, one_command=True) -> dict:
@@ -32,10 +37,12 @@ def _after_import(flags, connectors=None, one_command=True) -> dict:
     code = f"""
 import json, sys
 import pipeline.startup.lean_import as lean
+from pipeline.beam.runners.registry import row_of
+from pipeline.core.options import runner_flag
 connectors = {connectors!r}
 if connectors is not None:
     lean.CONNECTORS = connectors
-lean.import_beam({flags!r}, lean={one_command!r})
+lean.import_beam(lean={one_command!r} and row_of(runner_flag({flags!r})).in_process)
 import apache_beam, apache_beam.io.filesystems as fs, apache_beam.runners.dataflow.dataflow_runner as df
 def supported(url):
     try:

@@ -167,10 +167,10 @@ def test_corrupt_file_fails_the_job_by_default_and_is_recorded_with_skip(tmp_pat
 def test_determinism_across_workers_and_fan_out(tmp_path, tiny_model, caplog):
     """Same bytes on 1 and 2 workers (processes or threads), whole files, stripes of files or chunks fanned out.
 
-    3 equal files on 2 workers: `auto` reads one of them in two stripes (pipeline/beam/execution.py),
+    3 equal files on 2 workers: `auto` reads one of them in two stripes (pipeline/beam/runners/work_items.py),
     `no` reads each whole, `yes` fans chunks out through the shuffle. Without --direct_running_mode
     the job chooses: worker threads, with SentencePiece on 2 workers, which claim the chunks of the
-    striped file as they get free (pipeline/beam/direct/claims.py).
+    striped file as they get free (pipeline/beam/runners/direct/claims.py).
     """
     rng = np.random.default_rng(2)
     for f in range(3):
@@ -190,7 +190,7 @@ def test_determinism_across_workers_and_fan_out(tmp_path, tiny_model, caplog):
                        *(["--direct_running_mode", mode] if mode else [])])
         chosen = "execution: 2 DirectRunner worker threads in this process" in caplog.text
         assert chosen == (mode is None)
-        # Threads share the files they stripe on a board (pipeline/beam/direct/claims.py); processes cannot.
+        # Threads share the files they stripe on a board (pipeline/beam/runners/direct/claims.py); processes cannot.
         if fan_out == "auto" and workers == "2":
             assert ("first worker free to claim it" in caplog.text) == (mode is None)
         files = sorted(p for p in out.rglob("*") if p.is_file())

@@ -5,7 +5,7 @@ import os
 import threading
 import time
 
-from pipeline.io.sinks import remove_folder, store_folder
+from pipeline.beam.runners.dask.store import remove_folder, store_folder
 
 
 def test_a_folder_written_into_while_it_is_removed_does_not_raise(tmp_path, caplog):

@@ -1,4 +1,5 @@
-"""Where workers run, and the local paths refused where they cannot read them (pipeline/beam/remote.py)."""
+"""Where workers run (each runner profile's `workers`), and the local paths refused where they cannot read them
+(pipeline/beam/remote.py)."""
 
 import pytest
 
@@ -36,10 +37,27 @@ PATHS = [("--input", "/data/pile/*.jsonl.zst"), ("--tokenizer_model", "s3://buck
     (["--runner", "DaskRunner", "--dask_client_address", "tls://10.0.0.5:8786"], False, True),
     (["--runner", "apache_beam.runners.dask.dask_runner.DaskRunner", "--dask_client_address", "sched.example:8786"],
      False, True),
+    (["--runner", "DaskRunner", "--dask_client_address", "tcp://127.0.0.5:8786"], True, False),  # loopback
+    (["--runner", "DaskRunner", "--dask_client_address", "tcp://[::1]:8786"], True, False),
+    (["--runner", "DaskRunner", "--dask_client_address", "tcp://127.x.invalid:8786"], False, True),  # a name
+    (["--runner", "DaskRunner", "--dask_client_address", "tcp://127.0.0.1.example:8786"], False, True),
+    # Runners no profile names: elsewhere, on the cluster's hosts with a PROCESS or EXTERNAL environment.
+    (["--runner", "JetRunner", "--environment_type", "PROCESS"], False, True),
+    (["--runner", "SamzaRunner", "--environment_type", "EXTERNAL"], False, True),
+    (["--runner", "JetRunner"], False, False),
 ])
 def test_where_the_workers_run(flags, local, shared):
     workers = remote.workers_of(pipeline_options(flags))
     assert (workers.local, workers.shared_mounts) == (local, shared)
+
+
+@pytest.mark.parametrize("runner", ["JetRunner", "SamzaRunner"])
+def test_a_runner_no_profile_names_gets_no_local_input(runner):
+    options = pipeline_options(["--runner", runner, "--environment_type", "PROCESS"])
+    with pytest.raises(UsageError, match=rf"^--input /data/pile/\*\.jsonl\.zst: a local path, but {runner}'s workers "
+                                         r"run elsewhere and cannot read this machine's files; use s3:// or gs:// "
+                                         r"URLs or a network filesystem mounted on every worker host \(EFS, NFS\)$"):
+        remote.check_workers_can_read(options, PATHS)
 
 
 def test_urls_are_never_local():

@@ -36,9 +36,9 @@ from corpus_helpers import file_digest, run_free
 from sample_corpus import write_sample_corpus
 
 from pipeline.beam import options as beam_options
-from pipeline.beam.direct.runner import NO_TIMED_FLUSH_MS, fn_api_runner
 from pipeline.beam.job import build_pipeline
 from pipeline.beam.preflight import prepare
+from pipeline.beam.runners.direct.runner import NO_TIMED_FLUSH_MS, fn_api_runner
 from pipeline.cli import run
 from pipeline.core.options import PLACEHOLDER
 
@@ -317,8 +317,8 @@ def test_direct_runner_jobs_run_on_the_fn_api_runner_never_prism(direct_run, mon
     again = run.main(argv + ["--runner", "DirectRunner", "--direct_num_workers", "2"])
     assert _digests(out) == digests and run_free(again) == run_free(manifest)
     options = beam_options.pipeline_options(["--runner", "DirectRunner"])
-    assert type(fn_api_runner(options)).__name__ == "FnApiRunner"
-    assert fn_api_runner(beam_options.pipeline_options(["--runner", "PortableRunner"])) is None
+    assert type(beam_options.runner_object(options)).__name__ == "FnApiRunner"
+    assert beam_options.runner_object(beam_options.pipeline_options(["--runner", "PortableRunner"])) is None
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from pipeline.beam.direct import spill
+from pipeline.beam.runners.direct import spill
 from pipeline.config.job import PipelineConfig
 from pipeline.core.shuffle import Permutation, ShardPlan
 from pipeline.core.sources import SourceOffsets, source_key

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from corpus_helpers import FAST_BEAM, pile_line, write_lines
 
-from pipeline.beam.direct import spill
+from pipeline.beam.runners.direct import spill
 from pipeline.cli import run
 from pipeline.core.documents import Line
 from pipeline.format.framing import FramedRecords
@@ -252,7 +252,7 @@ def test_pieces_from_a_pool_reuse_buffers_only_once_written(tmp_path, monkeypatc
     monkeypatch.setattr(publish_module._DirectFile, "write", slow_write)
     out = tmp_path / "shard"
     size, sha = publish(str(out), spill.ordered_pieces(blocks, 3000, 24, piece_bytes=1000, pool=pool),
-                        parts_kept=True, release=pool.give)
+                        parts_kept=True, release=pool.give, direct_io=True)
     assert out.read_bytes() == expected and size == len(expected)
     assert sha == hashlib.sha256(expected).hexdigest()
     assert len(made) == -(-3000 // (1000 // 24)) and len(pool._ours) <= 2 * (publish_module.WRITE_BEHIND + 1) + 1

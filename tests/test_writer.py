@@ -102,9 +102,12 @@ def test_kept_parts_go_to_a_local_disk_by_direct_io_with_the_same_bytes(tmp_path
 
     monkeypatch.setattr(localfs, "open_direct", open_direct)
     parts = list(_pieces(37, 3 << 20))  # 37 x (3 MiB + 17): stage-sized writes, then a padded last block
-    size, sha = publish(str(tmp_path / "direct.bin"), iter(parts), parts_kept=True)
+    publish(str(tmp_path / "cached.bin"), iter(parts), parts_kept=True)
+    assert opened == []  # direct I/O is the caller's choice (DirectRunner's spill sink makes it)
+    size, sha = publish(str(tmp_path / "direct.bin"), iter(parts), parts_kept=True, direct_io=True)
     data = (tmp_path / "direct.bin").read_bytes()
     assert data == b"".join(parts) and (size, sha) == (len(data), hashlib.sha256(data).hexdigest())
+    assert (tmp_path / "cached.bin").read_bytes() == data
     if not opened[0]:
         pytest.skip(f"no direct I/O under {tmp_path} (tmpfs?): the page cache's path was taken")
 
@@ -128,7 +131,7 @@ def test_a_direct_write_the_disk_refuses_goes_on_through_the_page_cache(tmp_path
 
     monkeypatch.setattr(publish_module, "_DirectFile", _forced_direct(publish_module._DirectFile))
     parts = list(_pieces(10, 1 << 20))
-    size, sha = publish(str(tmp_path / "refused.bin"), iter(parts), parts_kept=True)
+    size, sha = publish(str(tmp_path / "refused.bin"), iter(parts), parts_kept=True, direct_io=True)
     data = (tmp_path / "refused.bin").read_bytes()
     assert refused and data == b"".join(parts) and (size, sha) == (len(data), hashlib.sha256(data).hexdigest())
 

@@ -1,23 +1,19 @@
-"""What the job's graph may ask of a runner, and the two shapes of the steps that differ.
+"""What the job's graph may ask of a runner (`Runtime`), and the two shapes of the steps that differ.
 
-Beam's DaskRunner (apache_beam.runners.dask, Beam 2.77) runs a graph as dask bags, and three things
-every other runner does are missing there:
+A runner's profile (pipeline/beam/runners/) declares its Runtime; where one of these is missing
+(Beam's DaskRunner lacks all three: pipeline/beam/runners/dask/profile.py says why), the graph
+takes the other shape of the same step, with the same bytes out:
 
-- **Tagged outputs.** A ParDo's outputs go into one bag with their tags dropped: a step reading
-  `outputs[TAG]` gets every output of the ParDo. So the outputs are carried in the element itself,
-  as (tag, value), and each consumer takes its own with a filter (`multi_output`).
-- **Side inputs computed once.** A side input's bag is computed inside every task that reads it,
-  again from the start of its branch: a side input that depends on the tokenizing stage would run
-  that stage again for each reader. So a value every element needs is joined to the elements by
-  key instead (`join_each`), and what one step needs from many (the manifest) is gathered by a
-  CoGroupByKey (`gather`), on every runner.
-- **Outputs of `finish_bundle`.** A bundle's outputs are collected before its `finish_bundle` runs
-  and what that emits is dropped: the DoFns of the job emit in `process` only where a `Runtime`
-  says so (batch limits of 0), and `multi_output` fails the job if one emits there anyway.
+- **Tagged outputs** (`multi_output`): where a ParDo's tagged outputs are not separate collections,
+  the outputs are carried in the element itself, as (tag, value), and each consumer takes its own
+  with a filter.
+- **Side inputs computed once**: where a side input would be computed again for each reader, a
+  value every element needs is joined to the elements by key instead (`join_each`); what one step
+  needs from many (the manifest) is gathered by a CoGroupByKey (`gather`), on every runner.
+- **Outputs of `finish_bundle`**: where what a DoFn emits there is dropped, the DoFns of the job
+  emit in `process` only (batch limits of 0), and `multi_output` fails the job if one emits there anyway.
 
-Also: only the last step added to the pipeline is computed (with what it depends on), so every
-branch must end in the step that writes the manifest; `beam.Reshuffle` does nothing (a task's
-elements stay in the task); `beam.Create` puts 128 elements in one task unless told otherwise.
+Shared by every runner.
 """
 
 from __future__ import annotations
@@ -36,8 +32,7 @@ class Runtime:
     """What the graph may use where it runs.
 
     tagged_outputs: a ParDo's tagged outputs are separate collections; side_inputs: a side input is
-    computed once; finish_bundle_outputs: what a DoFn emits in `finish_bundle` is kept. All three
-    hold on every runner but Beam's DaskRunner.
+    computed once; finish_bundle_outputs: what a DoFn emits in `finish_bundle` is kept.
     """
 
     tagged_outputs: bool = True
@@ -46,12 +41,6 @@ class Runtime:
 
 
 EVERY_FEATURE = Runtime()
-DASK = Runtime(tagged_outputs=False, side_inputs=False, finish_bundle_outputs=False)
-
-
-def runtime_of(runner: str | None) -> Runtime:
-    """The Runtime of a runner by its --runner name."""
-    return DASK if runner == "DaskRunner" else EVERY_FEATURE
 
 
 class _InBand(beam.DoFn):
@@ -138,7 +127,7 @@ def multi_output(pcoll, label: str, fn: beam.DoFn, *tags: str, main: str = MAIN,
                  args: tuple = (), main_type=None):
     """`pcoll | label >> ParDo(fn, *args).with_outputs(*tags, main=main)`, on any runner.
 
-    Where tagged outputs are not separate collections (Dask) the DoFn's outputs travel as (tag, value)
+    Where tagged outputs are not separate collections the DoFn's outputs travel as (tag, value)
     and each consumer's filter takes its own; the result is indexed the same way either way.
     `main_type`: the main output's type (its coder), where it is a collection of its own.
     """
@@ -167,9 +156,9 @@ def gather(label: str, **pcolls):
     """The elements of several collections as one element, {name: [its elements]}, once all are done.
 
     What a side input would hand one step, by a GroupByKey on one key: the step runs once every
-    collection is complete, and on every runner it is fed by its inputs (Dask computes only what the
-    last step depends on). An empty collection gives an empty list; the element exists when at
-    least one of them has one.
+    collection is complete, and on every runner it is fed by its inputs (a runner may compute only
+    what the last step depends on, as Dask does). An empty collection gives an empty list; the
+    element exists when at least one of them has one.
     """
     names = tuple(pcolls)
     keyed = [pcoll | f"{label}/Key[{name}]" >> beam.Map(_keyed, name) for name, pcoll in pcolls.items()]
@@ -197,7 +186,7 @@ def _joined(element):
 def join_each(label: str, items, values):
     """(key, item) and (key, value), one value a key -> (key, [items], value): a side input's value, by key.
 
-    Where a side input would be computed again for each reader (Dask), the value every element needs
+    Where a side input would be computed again for each reader, the value every element needs
     is sent to the elements' keys instead (the producer of `values` knows them all).
     """
     return ((items | f"{label}/TagItems" >> beam.Map(_tag, "item"),

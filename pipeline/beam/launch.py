@@ -3,33 +3,29 @@
 `run_job` = prepare (pipeline/beam/preflight.py: every check before a worker starts, the tokenizer
 model read once, the execution plan, the backend) -> take the output directory's lock -> run the
 pipeline -> print the summary of the manifest it wrote (the output format's, pipeline/beam/job.py).
+What differs between runners is asked of the job's runner profile, picked once from --runner
+(pipeline/beam/runners/): its warm-up, its workspace, its runner object, its failures' line.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipeline.beam import dask_run
-from pipeline.beam.direct.runner import direct_run, fn_api_runner, warm_dedup_kernels
-from pipeline.beam.execution import Workspace
-from pipeline.beam.graph import runtime_of
 from pipeline.beam.job import build_pipeline, output_format
 from pipeline.beam.logs import JobFailed, failure_line, quiet_job_error_tracebacks
-from pipeline.beam.options import DASK, pipeline_options, runner_object
+from pipeline.beam.options import pipeline_options
 from pipeline.beam.preflight import Job, prepare, translated
 from pipeline.beam.progress import Monitor
-from pipeline.beam.remote import workers_of
+from pipeline.beam.runners.registry import profile_for
 from pipeline.config.job import PipelineConfig
 from pipeline.io.lock import OutputLock
 from pipeline.io.outputs import remove_temp_files, remove_unfinished_run
 from pipeline.io.signals import caught_signal
-from pipeline.io.sinks import KEEP
 from pipeline.io.urls import redact_url
 from pipeline.startup.command import graph_built
 from pipeline.startup.early_check import EarlyChoice
@@ -49,7 +45,7 @@ def run_job(config: PipelineConfig, beam_args: list[str], early: EarlyChoice | N
     """
     options = pipeline_options(beam_args)
     if early is not None:
-        warm_dedup_kernels(config, options, beam_args)  # while the driver waits for the self-check
+        profile_for(options).warm_up(config, options, beam_args)  # while the driver waits for the self-check
     job = prepare(config, options, model, early)
     dry_run, executable = translated(options)
     # One writer per output directory, from before anything is removed there until the job ends
@@ -92,36 +88,29 @@ def report_removal(output_dir: str, failed: list[str]) -> None:
 
 
 def run(job: Job, options: PipelineOptions, beam_args: list[str], translate_only: bool = False) -> float:
-    """Run (or translate) the Job's pipeline in its workspace (sink, reader, progress); its seconds."""
+    """Run (or translate) the Job's pipeline in the workspace its runner's profile makes; its seconds."""
     config = job.config
-    runner = options.view_as(StandardOptions).runner
+    profile = profile_for(options)
     # Workers on this machine report progress to the driver; elsewhere it is in the runner's metrics.
-    monitor = Monitor(job.execution.input_bytes, config.progress_every if workers_of(options).local else 0).start()
+    local = profile.workers(options).local
+    monitor = Monitor(job.execution.input_bytes, config.progress_every if local else 0).start()
     try:
-        with contextlib.ExitStack() as stack:
-            # What the runner needs of this run: DirectRunner's spill files and work items, Dask's store.
-            if runner == "DirectRunner":
-                sink, reader = stack.enter_context(direct_run(job, options, beam_args, translate_only))
-            elif runner == DASK:
-                sink, reader = stack.enter_context(dask_run.store(job, translate_only)), None
-            else:
-                sink, reader = KEEP, None
+        with profile.workspace(job, options, beam_args, monitor.address, translate_only) as workspace:
             LOG.info("%d input files -> %s (runner %s, run %s)", len(job.input_files),
-                     redact_url(config.output_dir), runner, job.run_id)
+                     redact_url(config.output_dir), options.view_as(StandardOptions).runner, job.run_id)
             start = time.monotonic()
-            p = beam.Pipeline(runner=fn_api_runner(options) or runner_object(options), options=options)
+            p = beam.Pipeline(runner=profile.runner_object(options), options=options)
             try:
                 with quiet_job_error_tracebacks(), p:
-                    build_pipeline(p, job, Workspace(sink, monitor.address, runtime_of(runner), reader))
+                    build_pipeline(p, job, workspace)
                     graph_built()  # the job's own objects are collected as usual (pipeline/startup/)
             finally:
-                if runner == DASK:
-                    dask_run.finish(getattr(p, "result", None), options)
-        if runner != "DirectRunner" and not translate_only:
+                profile.finish(getattr(p, "result", None), options)
+        if profile.reruns_tasks and not translate_only:
             for rel in remove_temp_files(config.output_dir, job.run_id):
                 LOG.info("removed %s, left by a writer that was stopped midway", rel)
     except (Exception, asyncio.CancelledError) as e:
-        line = failure_line(e) or (dask_run.failure(e, options) if runner == DASK else None)
+        line = failure_line(e) or profile.failure(e, options)
         if line is None:
             raise
         raise JobFailed(line) from e

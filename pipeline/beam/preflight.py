@@ -13,18 +13,11 @@ import dataclasses
 import logging
 
 import numpy as np
-from apache_beam.options.pipeline_options import (
-    DirectOptions,
-    PipelineOptions,
-    PortableOptions,
-    StandardOptions,
-    TestOptions,
-)
+from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions, TestOptions
 
-from pipeline.beam.dask_run import dask_tasks
-from pipeline.beam.execution import Execution, file_sizes, plan_execution
-from pipeline.beam.options import DASK
+from pipeline.beam.execution import Execution, file_sizes
 from pipeline.beam.remote import check_workers_can_read
+from pipeline.beam.runners.registry import profile_for
 from pipeline.config.job import PipelineConfig
 from pipeline.core.options import UsageError
 from pipeline.format.records import BEST_FIT, token_dtype_for
@@ -139,10 +132,8 @@ def prepare(config: PipelineConfig, options: PipelineOptions, model: TokenizerMo
     eval_files = expand_eval_files(config)
     if model is None or model.path != config.tokenizer_model or model.tiktoken_name != config.tiktoken_encoding:
         model = load_model(config)
-    runner = options.view_as(StandardOptions).runner
-    workers = dask_tasks(options) if runner == DASK else options.view_as(DirectOptions).direct_num_workers
-    execution = plan_execution(runner, workers, input_files, config.fan_out, config.tokenizer_threads,
-                               sum(file_sizes(input_files)))
+    execution = profile_for(options).plan(options, input_files, config.fan_out, config.tokenizer_threads,
+                                          sum(file_sizes(input_files)))
     return tokenizer_job(config, model, input_files, execution, early,
                          snapshots=take_snapshots(input_files), eval_files=tuple(eval_files))
 

@@ -2,11 +2,13 @@
 
 Element shapes:
   (file_index, path[, frame | stripe | row group])   -> ReadChunksFn -> Chunk + file stats on STATS
-  (slot, work items[, removed, verdicts])             -> ReadThenFn (Dask: read, then the next step) -> its outputs
+  (slot, work items[, removed, verdicts])             -> ReadThenFn (read, then the next step) -> its outputs
 A frame is one unit of an indexed input (pipeline/io/frames.py); a stripe, every n-th chunk of a file
-read by several workers (pipeline/beam/execution.py). DirectRunner's own ways of handing work items
-to its workers are pipeline/beam/direct/read.py's. Also here: the names every stage shares, the
-metrics namespace and the STATS output (dicts summed into the manifest's counts).
+read by several workers (pipeline/beam/runners/work_items.py). How work items reach the workers,
+where they read their own, is their runner profile's (pipeline/beam/runners/: DirectRunner's
+workers, Dask's tasks, which hand the graph `Unread` items). Shared by every runner: the reader,
+the names every stage shares, the metrics namespace and the STATS output (dicts summed into the
+manifest's counts).
 """
 
 from __future__ import annotations
@@ -20,13 +22,13 @@ from collections.abc import Iterator
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from pipeline.beam.execution import READ_SHARE, READ_SHARE_FAST, Workspace, balance, file_sizes, share_files
+from pipeline.beam.execution import Workspace
 from pipeline.beam.graph import Runtime, multi_output
 from pipeline.beam.preflight import Job
 from pipeline.beam.progress import Reporter
 from pipeline.core.documents import PILE, Schema
 from pipeline.io import columnar, frames, inputs
-from pipeline.io.frames import Stripe, read_units
+from pipeline.io.frames import read_units
 from pipeline.io.snapshot import unchanged
 from pipeline.io.urls import redact_url
 
@@ -152,7 +154,7 @@ class ReadChunksFn(beam.DoFn):
 
 @dataclasses.dataclass(frozen=True)
 class Unread:
-    """Chunks not read yet, where the step that takes them reads them itself (`chunk_stage`).
+    """Chunks not read yet, where the step that takes them reads them itself (`chunk_stage`; Dask's tasks).
 
     items: one element per task, (slot, work items) or, once dedup's removals are joined,
     (slot, work items, {(file_index, chunk_index): {line: removed record}}, the stages' verdicts the
@@ -213,25 +215,13 @@ def chunk_stage(chunks, label: str, fn: beam.DoFn, *tags: str, main: str, runtim
     return multi_output(chunks, label, fn, *tags, main=main, runtime=runtime)
 
 
-def _tasks(job: Job, files: list[tuple[int, str]], frames_of: dict) -> tuple[list[tuple], dict]:
-    """Each task's (slot, work items) for `Execution.tasks`, balanced by estimated cost; the slots of each file."""
-    units, costs = work_items(job, files, frames_of)
-    slot_of = balance(costs, job.execution.workers, [u[0] if isinstance(u[2], Stripe) else None for u in units])
-    by_slot: dict[int, list] = {}
-    slots_of_file: dict[int, list[int]] = {}
-    for slot, unit in sorted(zip(slot_of, units, strict=True), key=lambda item: (item[0], item[1][:2])):
-        by_slot.setdefault(slot, []).append(unit)
-        if slot not in slots_of_file.setdefault(unit[0], []):
-            slots_of_file[unit[0]].append(slot)
-    return [(slot, tuple(items)) for slot, items in sorted(by_slot.items())], slots_of_file
-
-
 def read_chunks(p: beam.Pipeline, job: Job, workspace: Workspace):
     """Read the inputs into chunks on the workers: (chunks, read stats).
 
-    Fanned out (Dataflow, Flink, Spark), any worker tokenizes any chunk; on Dask each task reads its
-    own work items (`Unread`); on DirectRunner the workspace's reader gives each worker its own
-    work items, balanced by size (pipeline/beam/direct/read.py).
+    Fanned out (Dataflow, Flink, Spark; or without a reader), any worker tokenizes any chunk.
+    Otherwise the workspace's reader (its runner profile's, pipeline/beam/runners/) hands each worker
+    its own work items: it returns the chunks and their stats, or `Unread` work items and None where
+    the step that takes the chunks reads them itself (`chunk_stage`).
     """
     cfg, execution = job.config, job.execution
     files = list(enumerate(job.input_files))  # (file_index, path)
@@ -241,55 +231,10 @@ def read_chunks(p: beam.Pipeline, job: Job, workspace: Workspace):
     # Parquet file one row group per work item (pipeline/io/columnar.py).
     frames_of = {i: columnar.read_units(path) if columnar.is_columnar(path) else
                  read_units(path, cfg.chunk_bytes, cfg.max_line_bytes) for i, path in files}
-    if execution.tasks:  # read by the step that takes the chunks, in its own tasks (`chunk_stage`)
-        items, slots_of_file = _tasks(job, files, frames_of)
-        return Unread(p | "ListInputs" >> beam.Create(items), read_fn, slots_of_file), None
-    if execution.fan_out or workspace.reader is None:
-        units = [(i, path, unit) for i, path in files for unit in frames_of[i]]
-        read_out = multi_output(p | "ListInputs" >> beam.Create(units), "ReadChunks", read_fn, STATS, main="chunks",
-                                runtime=workspace.runtime, main_type=inputs.Chunk)
-        # A .zst file cannot be split: fan its chunks out so that 30 files do not cap parallelism.
-        return read_out.chunks | "FanOut" >> beam.Reshuffle(), read_out[STATS]
-    # DirectRunner: each worker reads its own work items (pipeline/beam/direct/read.py).
-    return workspace.reader.read(p, job, read_fn, files, frames_of)
-
-
-def work_items(job: Job, files: list[tuple[int, str]], frames_of: dict,
-                board: str | None = None) -> tuple[list[tuple], list[float]]:
-    """Work items of a job whose workers read their own ((file_index, path, Frame | Stripe | None)), and their costs.
-
-    With a `board` (DirectRunner's workers are threads of this process) the other items go on a
-    queue the workers take them from and the largest whole file is shared by every worker, its
-    chunks claimed as the workers get free (pipeline/beam/direct/), last: whatever the estimates got
-    wrong, the workers finish together.
-    """
-    sizes = file_sizes([path for _, path in files])
-    indexed = {i for i, _ in files if frames_of[i] != [None]}
-    read_share = READ_SHARE.get(job.tokenizer.backend.name, READ_SHARE_FAST)
-    # Only a JSON-lines file is read in stripes (every n-th chunk): an Arrow file is read whole, by one worker.
-    whole = [j for j, (i, path) in enumerate(files) if i not in indexed and not columnar.is_columnar(path)]
-    stripes = dict.fromkeys(range(len(files)), 1)
-    workers = job.execution.workers
-    if job.execution.share and board and workers > 1 and whole:
-        stripes[max(whole, key=lambda j: (sizes[j], -j))] = workers
-    elif job.execution.share:
-        stripes.update(zip(whole, share_files([sizes[j] for j in whole], workers, read_share), strict=True))
-    units, costs = [], []
-    for j, (i, path) in enumerate(files):
-        if i in indexed:
-            units += [(i, path, frame) for frame in frames_of[i]]
-            costs += [sizes[j] * frame.size / sum(f.size for f in frames_of[i]) for frame in frames_of[i]]
-        elif stripes[j] == 1:
-            units.append((i, path, None))
-            costs.append(sizes[j] * (1 + read_share))
-        else:
-            units += [(i, path, Stripe(k, stripes[j], board)) for k in range(stripes[j])]
-            costs += [sizes[j] * (read_share + 1 / stripes[j])] * stripes[j]
-    shared = {files[j][1]: k for j, k in stripes.items() if k > 1}
-    if shared:
-        LOG.info("files read in stripes by several workers%s: %s",
-                 " (each chunk tokenized by the first worker free to claim it)" if board else "",
-                 ", ".join(f"{redact_url(path)} ({k})" for path, k in sorted(shared.items())))
-    return units, costs
-
-
+    if not execution.fan_out and workspace.reader is not None:
+        return workspace.reader.read(p, job, read_fn, files, frames_of)
+    units = [(i, path, unit) for i, path in files for unit in frames_of[i]]
+    read_out = multi_output(p | "ListInputs" >> beam.Create(units), "ReadChunks", read_fn, STATS, main="chunks",
+                            runtime=workspace.runtime, main_type=inputs.Chunk)
+    # A .zst file cannot be split: fan its chunks out so that 30 files do not cap parallelism.
+    return read_out.chunks | "FanOut" >> beam.Reshuffle(), read_out[STATS]

@@ -21,7 +21,6 @@ import time
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from pipeline.beam.direct.runner import fn_api_runner
 from pipeline.beam.options import pipeline_options, runner_object
 from pipeline.beam.read import STATS, ReadChunksFn
 from pipeline.config.tokenizer import SampleConfig
@@ -155,7 +154,7 @@ def draw_sample(config: SampleConfig, work_dir: str, beam_args: list[str]) -> di
     LOG.info("sampling %.1f MB (%s weights) from %d input files", config.sample_bytes / 1e6, config.weights,
              len(input_files))
     start = time.monotonic()
-    with beam.Pipeline(runner=fn_api_runner(options) or runner_object(options), options=options) as p:
+    with beam.Pipeline(runner=runner_object(options), options=options) as p:
         build_sample_pipeline(p, config, input_files, work_dir)
     LOG.info("sample drawn in %.1f s", time.monotonic() - start)
     return load_sample_stats(work_dir)

@@ -31,13 +31,14 @@ import re
 
 import apache_beam as beam
 import orjson
-from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.beam.dedup_stage import apply_dedup
-from pipeline.beam.execution import Workspace, plan_execution
+from pipeline.beam.execution import Workspace
 from pipeline.beam.formats import output_format
 from pipeline.beam.preflight import Job, expand_eval_files, load_model, prepare, tokenizer_job
 from pipeline.beam.read import STATS, read_chunks
+from pipeline.beam.runners.registry import profile_for
 from pipeline.config.job import PipelineConfig
 from pipeline.core.documents import Line
 from pipeline.core.errors import JobError
@@ -71,7 +72,9 @@ class TokenShards(beam.PTransform):
             raise ValueError("buckets must be >= 1")
         self._config = config if job is None else job.config
         self._options = options or PipelineOptions()
-        self._job, self._workspace, self._buckets = job, workspace or Workspace(), buckets
+        # Without a workspace of the command's: what the graph may ask of the pipeline's runner.
+        workspace = workspace or Workspace(runtime=profile_for(self._options).runtime)
+        self._job, self._workspace, self._buckets = job, workspace, buckets
 
     def expand(self, pvalue):
         if isinstance(pvalue, beam.pvalue.PBegin):
@@ -115,9 +118,7 @@ def _documents_job(config: PipelineConfig, options: PipelineOptions) -> Job:
     refuse_credentials([("--output_dir", config.output_dir), ("--tokenizer_model", config.tokenizer_model)])
     config.check_stages_ready()
     model = load_model(config)
-    execution = plan_execution(options.view_as(StandardOptions).runner or "DirectRunner",
-                               options.view_as(DirectOptions).direct_num_workers, [], "yes",
-                               config.tokenizer_threads)
+    execution = profile_for(options).plan(options, [], "yes", config.tokenizer_threads)
     job = tokenizer_job(config, model, [], execution, eval_files=tuple(expand_eval_files(config)))
     # The documents' name stands for their input file (dead letters, provenance, the manifest).
     return dataclasses.replace(job, input_files=(config.inputs[0],))

@@ -23,6 +23,7 @@ import logging
 import sys
 
 from pipeline.beam.logs import JobFailed, configure_logging
+from pipeline.beam.runners.registry import row_of
 from pipeline.config.job import PipelineConfig
 from pipeline.config.stages import add_stage_options, stage_options_from
 from pipeline.core.options import (
@@ -32,6 +33,7 @@ from pipeline.core.options import (
     options_from,
     parse_command_line,
     parse_own_flags,
+    runner_flag,
 )
 from pipeline.format.manifest import ManifestError
 from pipeline.io.scratch import private_temp_dir
@@ -101,7 +103,7 @@ def main(argv: list[str] | None = None) -> dict | None:
         config, invalid = None, e
     early, model = early_choice(config)
     try:
-        with tuned_job(rest):
+        with tuned_job(row_of(runner_flag(rest)).in_process):
             from pipeline.beam.options import BEAM
 
             check_runner_flags(parser, rest, BEAM)

@@ -68,9 +68,9 @@ class Stripe:
     Each worker sharing a file decompresses all of it (cheap beside tokenizing the same bytes)
     and keeps its own chunks, numbered as in the whole file, so the output is the same bytes as one
     reader's; on one machine this spreads a file over the workers without sending its text through
-    the driver (pipeline/beam/execution.py). With a `board` (the run's, when DirectRunner's workers
+    the driver (pipeline/beam/runners/work_items.py). With a `board` (the run's, when DirectRunner's workers
     are threads of one process) each of the `count` readers takes the chunks it is first to claim
-    instead (pipeline/beam/direct/claims.py, which reads such a stripe): the same chunks in all.
+    instead (pipeline/beam/runners/direct/claims.py, which reads such a stripe): the same chunks in all.
     """
 
     index: int

@@ -143,7 +143,7 @@ class Chunk:
     lines: tuple[Line, ...]
     input_bytes: int = 0  # bytes of the file as stored (compressed) read for this chunk, for progress
     # Tokenize it, and the chunks waiting for their batch, before reading on: a chunk claimed from a
-    # file the workers share (pipeline/beam/direct/claims.py), or the last of a group taken from the queue.
+    # file the workers share (pipeline/beam/runners/direct/claims.py), or the last of a group taken from the queue.
     tokenize_now: bool = False
 
     @functools.cached_property

@@ -9,6 +9,9 @@ other systems, or for a path no mount holds, it is unknown (None) and nothing is
 - `open_direct`: a file opened for direct I/O (O_DIRECT), on a local disk only: the bytes go from the
   writer's buffer to the disk without a copy into the page cache. Worth it for a large file written
   once and read elsewhere (a shard: its pages would only evict others').
+
+Shared helpers; choosing them is a runner's (DirectRunner's spill sink, pipeline/beam/runners/direct/spill.py,
+asks `publish` for direct I/O: pipeline/io/publish.py `direct_io`).
 """
 
 from __future__ import annotations

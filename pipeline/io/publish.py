@@ -69,12 +69,11 @@ def write_failure(path: str, error: OSError) -> OutputWriteError:
 
 
 def _write_local(path: str, parts: Iterable[bytes], shown: str | None = None, sync: bool = True,
-                 parts_kept: bool = False, release: Callable | None = None) -> tuple[int, str]:
+                 parts_kept: bool = False, release: Callable | None = None, direct_io: bool = False) -> tuple[int, str]:
     digest = hashlib.sha256()
     size = 0
     try:
-        # Kept parts are a large file's (a shard's): written by direct I/O where the disk allows it.
-        fd = localfs.open_direct(path) if parts_kept and sync else None
+        fd = localfs.open_direct(path) if direct_io and parts_kept and sync else None
         with _DirectFile(fd) if fd is not None else open(path, "wb") as f:
             if parts_kept:
                 size = _write_behind(f, digest, parts, release)
@@ -248,13 +247,16 @@ def _upload(fs, local: str, final: str, path: str, create_only: bool) -> None:
 
 
 def publish(path: str, parts: Iterable[bytes], create_only: bool = False, parts_kept: bool = False,
-            release: Callable | None = None) -> tuple[int, str]:
+            release: Callable | None = None, direct_io: bool = False) -> tuple[int, str]:
     """Write `parts` (bytes-like, iterated once) back to back as the file `path`; returns (bytes, sha256).
 
     `parts_kept`: each part stays valid after the next is taken (a buffer of its own, not one an
     iterator refills), so the parts are written while the next ones are made (`_write_behind`).
     `release(part)`: called once nothing here reads the part any more (written and hashed), so that
     its maker may refill the buffer; parts not released yet are never touched by their maker.
+    `direct_io` (with `parts_kept`): a local file is written by direct I/O where its disk allows it
+    (`localfs.open_direct`), for a large file written once and read elsewhere, whose pages would
+    only evict others' from the page cache; the caller's choice (a runner's sink).
 
     Raises:
         FileExistsError: `create_only` and the file exists.
@@ -269,7 +271,8 @@ def publish(path: str, parts: Iterable[bytes], create_only: bool = False, parts_
             raise write_failure(parent, e) from e
         tmp = posixpath.join(parent, temp_name(posixpath.basename(final)))
         try:
-            size, sha = _write_local(tmp, parts, shown=final, parts_kept=parts_kept, release=release)
+            size, sha = _write_local(tmp, parts, shown=final, parts_kept=parts_kept, release=release,
+                                     direct_io=direct_io)
             # The sha256 is of the bytes as written; re-reading the file to hash it again would read
             # the whole output back (600 GB for the Pile, hours on EFS): the size check is the cheap one.
             if os.path.getsize(tmp) != size:

@@ -6,6 +6,7 @@ one machine, a file of its own in the output's store on Dask) emits a reference 
 references cross the runner's shuffle; the reader of a reference (the shard writer, the tokenizing
 stage after dedup's join) reads the bytes back with `RecordReader` / `load_chunk`, from a local
 path with pread or from a store's URL with a range read. The bytes are the same either way.
+Shared by every runner whose sink writes files (DirectRunner's, Dask's: pipeline/beam/runners/).
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ class RecordReader:
         self._stores: dict[str, fsspec.AbstractFileSystem] = {}
 
     def _pread(self, path: str, start: int, end: int) -> bytes:
-        if "://" in path:  # a file in a store (pipeline/io/sinks.py StoreSink)
+        if "://" in path:  # a file in a store (Dask's sink, pipeline/beam/runners/dask/store.py)
             protocol = path.split("://", 1)[0]
             fs = self._stores.get(protocol)
             if fs is None:

@@ -5,9 +5,15 @@ a terminal sends SIGINT. Inside `interruptible()` either one stops this process'
 runner's worker processes, found through /proc) and then raises `Interrupted` in the main thread,
 so that every `finally` of the run (lock, spill files, temp dir) runs with nothing left writing;
 the command then leaves without finalizing the interpreter (`leave_if_stopped`: worker threads in
-native code would abort the process). A second signal while that happens is ignored. SIGKILL
-cannot be caught: what a killed run leaves is cleared by the next run (pipeline/io/scratch.py) or
-`--overwrite` (pipeline/io/outputs.py).
+native code would abort the process), once every descendant is gone. A second signal while that
+happens is ignored. SIGKILL cannot be caught: what a killed run leaves is cleared by the next run
+(pipeline/io/scratch.py) or `--overwrite` (pipeline/io/outputs.py).
+
+A runner may be starting a worker as the signal comes (DirectRunner starts each through a shell
+that then starts Python), and its threads go on until the process leaves: so the stop goes on until
+the process leaves (`_keep_stopping`), anything that appears is stopped too, and a worker whose
+shell was stopped first stays this process's descendant (Linux's child subreaper), never an orphan
+left running, or waited for by a runner thread that never ends.
 """
 
 from __future__ import annotations
@@ -22,6 +28,9 @@ import time
 from collections.abc import Iterator
 
 GRACE_S = 3.0  # how long the workers get to exit after SIGTERM before SIGKILL
+ROUND_S = 0.05  # between looks for descendants while stopping
+GONE_S = 2.0  # how long killed processes get to be gone
+PR_SET_CHILD_SUBREAPER = 36  # prctl(2)
 
 
 class Interrupted(BaseException):  # noqa: N818 -- like KeyboardInterrupt: not an Exception, never swallowed
@@ -60,20 +69,70 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def _resource_tracker(pid: int) -> bool:
+    """Whether `pid` is multiprocessing's resource tracker (started for a local Dask cluster's semaphores).
+
+    It is left running: it exits by itself once this process has (at the end of its pipe), and one
+    stopped is started again by the next semaphore released, which then reports each as unknown
+    (a KeyError traceback a semaphore).
+    """
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"multiprocessing.resource_tracker" in f.read()
+    except OSError:
+        return False
+
+
+def stopping(pid: int) -> list[int]:
+    """The descendants of `pid` that a stop stops: all but multiprocessing's resource tracker."""
+    return [p for p in descendants(pid) if not _resource_tracker(p)]
+
+
+def _send(pids, signum: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signum)
+
+
 def stop_descendants(grace_s: float = GRACE_S) -> None:
-    """SIGTERM every descendant of this process; SIGKILL those still there after `grace_s`."""
-    pids = descendants(os.getpid())
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGTERM)
+    """SIGTERM every descendant of this process, and each that appears meanwhile; SIGKILL those left.
+
+    SIGKILL after `grace_s`; returns once none is left (or GONE_S after that).
+    """
+    signalled: set[int] = set()
     deadline = time.monotonic() + grace_s
-    while pids and time.monotonic() < deadline:
-        alive = set(descendants(os.getpid()))
-        pids = [p for p in pids if p in alive]
-        time.sleep(0.05)
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
+    while alive := stopping(os.getpid()):
+        if time.monotonic() >= deadline:
+            break
+        _send([p for p in alive if p not in signalled], signal.SIGTERM)
+        signalled.update(alive)
+        time.sleep(ROUND_S)
+    gone_by = time.monotonic() + GONE_S
+    while alive and time.monotonic() < gone_by:
+        _send(alive, signal.SIGKILL)
+        time.sleep(0.01)
+        alive = stopping(os.getpid())
+
+
+def _adopt_orphans() -> None:
+    """Make this process the parent of its descendants' orphans (Linux; elsewhere nothing).
+
+    A worker whose parent (the shell a runner started it through) is stopped first then stays
+    among this process's descendants, to be stopped too, instead of running on as init's child.
+    """
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _keep_stopping() -> None:
+    """Until the process leaves: stop whatever a runner's thread starts after the stop."""
+    while True:
+        time.sleep(ROUND_S)
+        stop_descendants()
 
 
 _caught: list[int] = []  # the signal that stopped this run, once one has
@@ -90,6 +149,7 @@ def leave_if_stopped(status: int) -> None:
     """
     if caught_signal() is None:
         return
+    stop_descendants()  # this process leaves after its workers, never before
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):  # a closed or broken stream: nothing more to say
@@ -118,7 +178,9 @@ def interruptible() -> Iterator[None]:
         _caught.append(signum)
         # The runner's threads that watch its workers fail as the workers stop: that is this stop, not news.
         threading.excepthook = lambda args: None
+        _adopt_orphans()
         stop_descendants()
+        threading.Thread(target=_keep_stopping, name="keep-stopping", daemon=True).start()
         raise Interrupted(signum)
 
     saved = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}

@@ -24,7 +24,8 @@ bytes once.
     b'aabbcc'
 
 Missing, repeated or out-of-range places raise `SpoolError`: a shard with a record missing or twice
-must never be written.
+must never be written. Every runner's shard writer uses it, except where its sink gathers a shard
+straight from its own files (`RecordSink.publish_gathered`: DirectRunner's, when they are cached).
 """
 
 from __future__ import annotations

@@ -33,14 +33,17 @@ def one_command_per_process() -> None:
 
 
 @contextlib.contextmanager
-def tuned_job(beam_args: list[str]) -> Iterator[None]:
-    """Around a `run` command's job: the process's tricks (in a one-command process), Beam imported for the job."""
+def tuned_job(in_process: bool) -> Iterator[None]:
+    """Around a `run` command's job: the process's tricks (in a one-command process), Beam imported for the job.
+
+    `in_process`: the job's runner runs it in this process (DirectRunner: its profile says so).
+    """
     one = _ONE_COMMAND[0]
     if one:
         gc_policy.pause()  # until the job's graph is built (`graph_built`)
         malloc_policy.keep_freed_memory()
     try:
-        lean_import.import_beam(beam_args, lean=one)
+        lean_import.import_beam(lean=one and in_process)
         yield
     finally:
         gc_policy.resume()

@@ -9,17 +9,16 @@ transform of ours is a Beam connector. Beam imports each of these under `try/exc
 names are set to None in `sys.modules` (Python's documented way to make an import fail, with
 ModuleNotFoundError) and then taken out again: anything imported later (gcsfs, s3fs, pandas) loads
 as usual. Any other runner gets Beam whole: Dataflow needs its client, and the portable runners'
-job services may stage through Beam's file systems. Only in a process that runs one command and
-exits (`lean=True`, pipeline/startup/command.py): a program that calls `pipeline.cli.run.main`
-itself may run a Dataflow job after a DirectRunner one, and gets Beam whole.
+job services may stage through Beam's file systems. Whether a job runs in this process is its
+runner profile's (pipeline/beam/runners/registry.py `in_process`), asked by the command. Only in a
+process that runs one command and exits (pipeline/startup/command.py): a program that calls
+`pipeline.cli.run.main` itself may run a Dataflow job after a DirectRunner one, and gets Beam whole.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
-
-from pipeline.core.options import runner_flag
 
 # Beam's modules (or the packages they try) that import the connectors; each is optional to Beam.
 CONNECTORS = (
@@ -30,21 +29,14 @@ CONNECTORS = (
     "apitools",  # Google API error types (apache_beam.utils.retry)
     "pandas",  # pandas type hints (apache_beam.typehints)
 )
-IN_PROCESS_RUNNERS = ("DirectRunner", "direct")
 
 
-def runs_in_process(beam_args: list[str]) -> bool:
-    """Whether Beam's flags leave the job on DirectRunner, Beam's default."""
-    runner = runner_flag(beam_args)
-    return runner is None or runner in IN_PROCESS_RUNNERS
+def import_beam(lean: bool = False) -> None:
+    """Import Beam: without its connectors when `lean` (a job in this process, in a one-command process).
 
-
-def import_beam(beam_args: list[str], lean: bool = False) -> None:
-    """Import Beam for a job with these flags: without its connectors for a DirectRunner job when `lean`.
-
-    `lean`: this process runs one command, then exits (pipeline/startup/command.py).
+    `lean`: the job runs in this process, and this process runs one command, then exits.
     """
-    if "apache_beam" in sys.modules or not lean or not runs_in_process(beam_args):
+    if "apache_beam" in sys.modules or not lean:
         importlib.import_module("apache_beam")
         return
     blocked = [name for name in CONNECTORS if name not in sys.modules]

@@ -11,7 +11,7 @@
    - bare loop: one process, zstd + json + `tokenizers.Tokenizer.encode` per document (+1 EOS);
    - ours, reference: `pile-pipeline run --output_format megatron --tokenizer_backend tokenizers`,
      --workers DirectRunner workers, in the running mode the job picks for the engine (threads: every
-     engine releases the GIL, pipeline/beam/execution.py);
+     engine releases the GIL, pipeline/beam/runners/direct/runner.py);
    - ours, auto: the same with `--tokenizer_backend auto` (gigatoken, else tokenizers_batch, behind
      the self-check);
    - datatrove (with --datatrove_python, a venv with `pip install datatrove zstandard`): its JsonlReader and

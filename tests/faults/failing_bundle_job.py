@@ -16,8 +16,8 @@ import time
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipeline.beam.direct.runner import fn_api_runner
 from pipeline.beam.logs import configure_logging, failure_line, quiet_job_error_tracebacks
+from pipeline.beam.runners.direct.runner import fn_api_runner
 from pipeline.io.outputs import OutputRejectedError
 
 

@@ -8,20 +8,13 @@ room for the Python around it, else processes (`running_mode`).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
-from collections.abc import Iterator
 
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
-from pipeline.beam.direct.read import WorkItems
-from pipeline.beam.direct.spill import SpillSink, make_spill_dir, remove_spill_dir
 from pipeline.config.job import PipelineConfig
-from pipeline.io.sinks import KEEP, RecordSink
-
-LOG = logging.getLogger("pipeline")
 
 # A worker's time spent holding the GIL (reading, JSON, validation, packing, framing: Python) against
 # its whole time, the tokenizers releasing it (scripts/bench/bench_pipeline.py's per-stage table):
@@ -49,7 +42,7 @@ class _NoRunningModeAdvice(logging.Filter):
 
 
 def fn_api_runner(options: PipelineOptions):
-    """The runner object of a DirectRunner job: Beam's FnApiRunner; None for other runners.
+    """The runner object of a DirectRunner job: Beam's FnApiRunner.
 
     Beam's DirectRunner first tries its Prism runner, a Go binary it downloads from GitHub at run
     time, and falls back to the FnApiRunner when that fails (offline, for one): the same command
@@ -57,18 +50,16 @@ def fn_api_runner(options: PipelineOptions):
     with the pipeline options handed to its workers as DirectRunner hands them. Worker threads
     (`--direct_running_mode multi_threading`) run in the embedded gRPC environment Beam would give
     them, without its timed flushes (NO_TIMED_FLUSH_MS); worker processes (`multi_processing`) run
-    Beam's SDK worker through pipeline/beam/direct/sdk_worker.py. The options then say in_memory, the mode
+    Beam's SDK worker through pipeline/beam/runners/direct/sdk_worker.py. The options then say in_memory, the mode
     in which the runner keeps the environment it is given.
     """
-    if options.view_as(StandardOptions).runner != "DirectRunner":
-        return None
     from apache_beam.portability.api import beam_provision_api_pb2
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
     from apache_beam.runners.portability.fn_api_runner.fn_runner import ExtendedProvisionInfo
     from apache_beam.runners.portability.portable_runner import JobServiceHandle
     from apache_beam.transforms.environments import EmbeddedPythonGrpcEnvironment, SubprocessSDKEnvironment
 
-    from pipeline.beam.direct.sdk_worker import COMMAND
+    from pipeline.beam.runners.direct.sdk_worker import COMMAND
 
     direct, environment = options.view_as(DirectOptions), None
     if direct.direct_running_mode in ("multi_threading", "multi_processing"):
@@ -129,24 +120,3 @@ def _warm_dedup_kernels() -> None:
 
     minhash_kernel.warm_up()
 
-
-@contextlib.contextmanager
-def direct_run(job, options: PipelineOptions, beam_args: list[str], translate_only: bool = False
-               ) -> Iterator[tuple[RecordSink, WorkItems]]:
-    """DirectRunner's side of a run: its workers' running mode, the spill directory and sink, the work-item reader.
-
-    Yields (the sink of the job's record blocks, the reader of its inputs); the spill directory
-    goes when the run ends, however it ends.
-    """
-    execution = job.execution
-    direct = options.view_as(DirectOptions)
-    if not running_mode_given(beam_args):
-        direct.direct_running_mode = running_mode(execution.workers, job.tokenizer.backend.name)
-        LOG.info("execution: %d DirectRunner worker %s", execution.workers, "threads in this process"
-                 if direct.direct_running_mode == "multi_threading" else "processes")
-    threads = direct.direct_running_mode in ("multi_threading", "in_memory")
-    spill_dir = make_spill_dir(job.config.output_dir) if execution.spill and not translate_only else None
-    try:
-        yield (SpillSink(spill_dir) if spill_dir else KEEP), WorkItems(job.run_id if threads else None)
-    finally:
-        remove_spill_dir(spill_dir)

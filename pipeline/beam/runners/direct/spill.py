@@ -260,8 +260,9 @@ class SpillSink(RecordSink):
         if not likely_cached(self.spill_dir):
             return None
         pool = PiecePool()
+        # The shard is written once and read elsewhere: by direct I/O where the disk allows it.
         return publish(path, ordered_pieces(blocks, count, record_bytes, pool=pool), parts_kept=True,
-                       release=pool.give)
+                       release=pool.give, direct_io=True)
 
     def close(self) -> None:
         """Close this copy's spill file (its references stay valid until the job ends)."""

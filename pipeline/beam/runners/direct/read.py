@@ -3,12 +3,12 @@
 On DirectRunner every element that crosses a stage boundary goes through the driver process, so a
 fan-out of chunks costs a full pass of the text through the driver before any tokenizing starts.
 Instead each worker reads its own work items and streams read -> tokenize -> pack in one fused
-stage (pipeline/beam/execution.py plans the items: whole files, frames, row groups, stripes).
+stage (pipeline/beam/runners/work_items.py: whole files, frames, row groups, stripes).
 
 Element shapes:
   (worker, (file_index, path[, unit[, Queued]]))  -> GroupFilesByWorker -> one group per worker
   the worker's items, in reading order           -> ClaimingReadChunksFn -> Chunk + file stats on STATS
-With a board (the workers are threads of the driver, pipeline/beam/direct/claims.py) every worker
+With a board (the workers are threads of the driver, pipeline/beam/runners/direct/claims.py) every worker
 goes through the same queue of items (`Queued`), largest first, reading those it is the first to
 take, and the readers of the largest file tokenize the chunks they are first to claim: whatever the
 estimates got wrong, the workers finish together.
@@ -22,10 +22,10 @@ from collections.abc import Iterator
 
 import apache_beam as beam
 
-from pipeline.beam.direct.claims import claimed
-from pipeline.beam.execution import balance, text_bytes_guess
 from pipeline.beam.preflight import Job
-from pipeline.beam.read import STATS, ReadChunksFn, work_items
+from pipeline.beam.read import STATS, ReadChunksFn
+from pipeline.beam.runners.direct.claims import claimed
+from pipeline.beam.runners.work_items import balance, stripes_apart, text_bytes_guess, work_items
 from pipeline.io import inputs
 from pipeline.io.frames import Stripe
 from pipeline.tokenize.engines import BATCHED
@@ -36,7 +36,7 @@ GROUP_BATCHES = 2  # a group of queued items holds up to this many tokenizer cal
 
 @dataclasses.dataclass(frozen=True)
 class Queued:
-    """A work item on the queue of a run whose workers are threads of one process (pipeline/io/claims.py).
+    """A work item on the queue of a run whose workers are threads of one process (claims.py).
 
     Every worker goes through the same queue, largest items first, and reads the items it is the
     first to take: the workers stay busy until the queue is empty, whatever the estimates got wrong.
@@ -70,7 +70,7 @@ class WorkItems:
             by_slot = on_queue(units, costs, execution.workers, self.board, batch)
         else:
             # The stripes of a file go to different workers (each reads the whole file for its share).
-            slot_of = balance(costs, execution.workers, [u[0] if isinstance(u[2], Stripe) else None for u in units])
+            slot_of = balance(costs, execution.workers, stripes_apart(units))
             by_slot = sorted(zip(slot_of, units, strict=True), key=lambda item: (item[0], item[1][0]))
         read_out = (
             p

@@ -1,0 +1,1 @@
+"""Beam's DaskRunner on a dask.distributed cluster: the profile (profile.py) and its room."""
