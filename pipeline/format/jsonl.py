@@ -2,7 +2,7 @@
 
     OUT/run-<id>/train-00000-of-00003.jsonl.zst   one zstd frame of JSON lines, one document a line
 
-A line holds these keys, in this order (`id` only with --id_key; null for a line without one):
+A line holds these keys, in this order (`id` only with --id_key, for a document that has one):
 
     {"text": "...", "id": "doc-17", "metadata": {"subset": "Pile-CC",
      "source": {"file": "data/train/00.jsonl.zst", "line": 17}, "language": "en"}}
@@ -47,7 +47,8 @@ def document_line(text: str, subset: str, file: str, line: int, labels: dict | N
                   own_id: tuple | None = None) -> bytes:
     r"""One document's JSON line, newline included (module docstring).
 
-    own_id: `(id,)` with --id_key (the id may be None), None without.
+    own_id: `(id,)` with --id_key, None without; an id of None is left out (datatrove then names the
+    document by its file and line, `datasets` gives null).
 
     >>> document_line("a b", "ArXiv", "in.jsonl", 3, {"language": "en"}, ("x1",))
     b'{"text":"a b","id":"x1","metadata":{"subset":"ArXiv","source":{"file":"in.jsonl","line":3},"language":"en"}}\n'
@@ -60,8 +61,8 @@ def document_line(text: str, subset: str, file: str, line: int, labels: dict | N
             raise ValueError(f"a stage's label {key!r} would replace the JSON-lines output's metadata.{key}: "
                              "rename the label")
         metadata[key] = value
-    document = {"text": text, "id": own_id[0], "metadata": metadata} if own_id is not None else {
-        "text": text, "metadata": metadata}
+    has_id = own_id is not None and own_id[0] is not None
+    document = {"text": text, "id": own_id[0], "metadata": metadata} if has_id else {"text": text, "metadata": metadata}
     try:
         return orjson.dumps(document) + b"\n"
     except TypeError:  # what orjson refuses (an integer past 64 bits, a lone surrogate): escaped, as JSON allows
