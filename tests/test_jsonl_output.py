@@ -131,6 +131,10 @@ def test_no_tokenizer_no_token_counts_and_the_manifest_s_keys(plain):
     totals = manifest["totals"]
     assert totals["documents"] == totals["documents_kept"] == sum(s["kept"] for s in manifest["subsets"].values())
     assert totals["lines"] == sum(s["documents"] for s in manifest["subsets"].values()) + 3  # + dead letters
+    summary = fmt.format_summary(manifest, 2.0, "/data/out", "latest")
+    table, rest = summary.split("\n\ncleaned text: ")
+    assert "tokens" not in table.splitlines()[0] and f"{totals['documents']} documents" in rest
+    assert "not tokenized" in rest and 'data_files="/data/out/latest/train-*.jsonl.zst"' in rest
 
 
 @pytest.mark.slow
@@ -191,10 +195,22 @@ def test_a_tokenizer_only_counts_tokens(corpus, plain, tiny_model, tmp_path):
         want[subset] = want.get(subset, 0) + len(sp.encode(doc["text"])) + 2  # BOS ... EOS
     assert {name: s["tokens"] for name, s in counted["subsets"].items() if "tokens" in s} == want
     assert counted["totals"]["tokens"] == sum(want.values())
+    assert "tokens" in fmt.format_summary(counted).splitlines()[0]
     megatron = run.main(["--input", str(corpus / "train" / "*.jsonl.zst"), "--output_dir", str(tmp_path / "meg"),
                          "--output_format", "megatron", "--tokenizer_model", tiny_model, "--add_bos", *FAST_BEAM])
     assert {k: s.get("tokens") for k, s in megatron["subsets"].items()} == {
         k: s.get("tokens") for k, s in counted["subsets"].items()}
+
+
+@pytest.mark.slow
+def test_the_output_is_an_input_of_the_job_again(plain, tmp_path):
+    """Read back by the job itself (`--subset_key metadata.subset`): the same texts, subsets and order."""
+    out, _ = plain
+    run.main(["--input", str(out / "latest" / "*.jsonl.zst"), "--output_dir", str(tmp_path / "again"),
+              "--output_format", "jsonl", "--subset_key", "metadata.subset", *FAST_BEAM])
+    first, second = read_output(out), read_output(tmp_path / "again")
+    assert [(d["text"], d["metadata"]["subset"]) for d in second] == [
+        (d["text"], d["metadata"]["subset"]) for d in first]
 
 
 @pytest.mark.slow
@@ -249,3 +265,60 @@ def test_the_command_exits_2_with_one_line_and_writes_nothing(tmp_path):
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode == 2 and len(lines) == 1, result.stderr[-2000:]
     assert "--epochs does not apply to --output_format jsonl" in lines[0] and not out.exists()
+
+
+@pytest.mark.slow
+def test_token_shards_writes_cleaned_text_without_a_tokenizer(tmp_path):
+    """The job as a PTransform over a PCollection of documents (pipeline/beam/transform.py), no tokenizer."""
+    import apache_beam as beam
+
+    from pipeline.beam.transform import TokenShards
+    from pipeline.config.job import PipelineConfig
+
+    config = PipelineConfig(inputs=("my-documents",), output_dir=str(tmp_path / "out"), output_format="jsonl")
+    docs = [{"text": f"document {i}", "meta": {"pile_set_name": "Pile-CC"}} for i in range(6)]
+    with beam.Pipeline() as p:
+        _ = p | beam.Create(docs) | TokenShards(config)
+    written = read_output(tmp_path / "out")
+    assert sorted(d["text"] for d in written) == sorted(d["text"] for d in docs)
+    assert {d["metadata"]["source"]["file"] for d in written} == {"my-documents"}
+
+
+def test_overwrite_removes_what_an_unfinished_jsonl_run_left(tmp_path):
+    """A killed run's shards (no manifest) are ours: --overwrite removes them rather than refusing a stranger's."""
+    from pipeline.io.outputs import is_run_file, prepare_output_dir
+
+    left = tmp_path / "run-0123456789abcdef" / "train-00000-of-00002.jsonl.zst"
+    left.parent.mkdir()
+    left.write_bytes(b"partial")
+    assert is_run_file("run-0123456789abcdef/train-00000-of-00002.jsonl.zst")
+    assert not is_run_file("run-0123456789abcdef/train-00000-of-00002.jsonl")
+    prepare_output_dir(str(tmp_path), overwrite=True)
+    assert not left.exists()
+
+
+@pytest.mark.slow
+def test_s3_output_holds_the_local_runs_documents(corpus, plain, tmp_path):
+    """Read from and written to an object store (a loopback S3 server): one PUT a file, no `latest` link.
+
+    The lines are the local run's but for their source, which names the input where it was read.
+    """
+    from s3_server import loopback_s3
+
+    out, manifest = plain
+    with loopback_s3("bucket") as (fs, _):
+        fs.put(str(corpus / "train") + "/", "bucket/pile/train/", recursive=True)
+        remote = run.main(["--input", "s3://bucket/pile/train/*.jsonl.zst", "--output_dir", "s3://bucket/clean",
+                           *BASE, *FAST_BEAM])
+        assert remote == fmt.load_manifest("s3://bucket/clean")
+        fs.invalidate_cache()
+        names = {p.rsplit("clean/", 1)[1] for p in fs.find("bucket/clean")}
+        assert names == {"manifest.json"} | {s["path"] for s in remote["shards"]} | {
+            d["path"] for d in remote["dead_letters"]["files"]}
+        lines = [json.loads(line) for shard in remote["shards"] for line in zstandard.ZstdDecompressor().decompress(
+            fs.cat_file(f"bucket/clean/{shard['path']}")).splitlines()]
+    local = read_output(out)
+    for doc in local:
+        doc["metadata"]["source"]["file"] = "s3://bucket/pile/train/" + doc["metadata"]["source"]["file"].rsplit(
+            "/", 1)[1]
+    assert lines == local and remote["totals"]["documents"] == manifest["totals"]["documents"]

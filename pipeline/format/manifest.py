@@ -161,8 +161,8 @@ def validate_manifest(manifest, path: str, fmt: str = FORMAT, version: int = FOR
                               found)
         if found == FORMAT_JSONL:
             raise OtherFormat(f"{path}: a cleaned-text output (JSON lines, no tokens; format {found!r}): read it with "
-                              "datasets.load_dataset(\"json\", ...) or datatrove's JsonlReader (docs/jsonl.md); "
-                              "this command reads token outputs", found)
+                              "datasets.load_dataset(\"json\", ...) or datatrove's JsonlReader (docs/jsonl.md), not "
+                              "with what reads tokens (show, provenance, data-path, tf.data)", found)
         raise OtherFormat(f"{path}: format {found!r}, expected {fmt!r}", found)
     if manifest.get("format_version") != version:
         raise ManifestError(
