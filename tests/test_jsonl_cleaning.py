@@ -129,7 +129,9 @@ def test_hostile_lines_keep_the_accounting_exact_and_no_address_is_written(clean
 def test_datatrove_reads_the_same_documents(cleaned):
     """datatrove's JsonlReader, in its own environment, over the output's folder: text, id, metadata."""
     out, manifest = cleaned
-    assert DATATROVE.exists(), "the datatrove environment is missing: bash scripts/setup_env.sh makes it"
+    assert DATATROVE.exists(), "the datatrove environment is missing: bash scripts/setup_datatrove_env.sh makes it"
+    has_orjson = subprocess.run([str(DATATROVE), "-c", "import orjson"], capture_output=True).returncode == 0
+    assert has_orjson, "JsonlReader needs orjson in .venv-datatrove: bash scripts/setup_datatrove_env.sh installs it"
     script = ("import json, sys\nfrom datatrove.pipeline.readers import JsonlReader\n"
               "reader = JsonlReader(sys.argv[1], glob_pattern='train-*.jsonl.zst', add_file_path=False)\n"
               "print(json.dumps([[d.text, d.id, d.metadata] for d in reader.run()]))\n")

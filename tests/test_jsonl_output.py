@@ -322,3 +322,38 @@ def test_s3_output_holds_the_local_runs_documents(corpus, plain, tmp_path):
         doc["metadata"]["source"]["file"] = "s3://bucket/pile/train/" + doc["metadata"]["source"]["file"].rsplit(
             "/", 1)[1]
     assert lines == local and remote["totals"]["documents"] == manifest["totals"]["documents"]
+
+
+@pytest.mark.slow
+def test_dataflow_dry_run_translates_the_jsonl_job(corpus, monkeypatch):
+    """Translated for Dataflow offline, without a tokenizer, as tests/test_runners.py does for the TFRecord job."""
+    import socket
+
+    import apache_beam as beam
+
+    from pipeline.beam.job import build_pipeline
+    from pipeline.beam.options import pipeline_options
+    from pipeline.beam.preflight import prepare
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("network access attempted")
+
+    for name in ("connect", "connect_ex"):
+        monkeypatch.setattr(socket.socket, name, refuse)
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+    config, beam_args = run.parse_args([
+        "--input", str(corpus / "train" / "*.jsonl.zst"), "--output_dir", "gs://my-bucket/pile/clean", *BASE,
+        "--runner", "DataflowRunner", "--project", "my-project", "--region", "us-central1", "--temp_location",
+        "gs://my-bucket/tmp", "--staging_location", "gs://my-bucket/staging", "--dry_run", "True", "--setup_file",
+        str(REPO / "setup.py"), "--requirements_cache", "skip", "--no_save_main_session"])
+    options = pipeline_options(beam_args)
+    job = prepare(config, options)
+    assert job.tokenizer.kind == "none"
+    p = beam.Pipeline(options=options)
+    build_pipeline(p, job)
+    result = p.run()
+    result.wait_until_finish()
+    names = [t.unique_name for t in result.job.proto_pipeline.components.transforms.values()]
+    labels = {name.removeprefix("TokenShards/").split("/")[0] for name in names}
+    assert {"ReadChunks", "CleanText", "PlanLayout", "AssignShards", "GroupByShard", "WriteShards", "NameShards",
+            "WriteDeadLetters", "WriteManifest"} <= labels
