@@ -10,7 +10,8 @@
 # What its filters need beyond its base install: `regex` (datatrove.utils.text imports it; in its
 # `processing` extra) and spaCy (its English word tokenizer is `spacy.blank("en")` with the
 # sentencizer: in its `multilingual` extra, which pulls a dozen other tokenizers we do not use).
-# spaCy's blank pipeline needs no model download. zstandard reads our corpora. Its
+# spaCy's blank pipeline needs no model download. zstandard reads our corpora; orjson is what its
+# JsonlReader parses lines with (tests/test_jsonl_cleaning.py reads our JSON-lines output). Its
 # FastTextClassifierFilter needs fastText (fasttext-numpy2-wheel, the package it names) and its
 # URLFilter tldextract (the same version as ours: the same Public Suffix List snapshot), pyahocorasick
 # and fasteners (tests/test_classifier_parity.py, scripts/bench/datatrove_classifiers.py). Everything is
@@ -27,7 +28,7 @@ VENV="${1:-${DATATROVE_VENV:-$REPO/.venv-datatrove}}"
 PYTHON="${PYTHON:-python3.11}"
 # datatrove 0.10.1 with spaCy 3.8.18 (the version in our constraints.txt) and their dependency set, frozen.
 PINS=(
-  "datatrove==0.10.1" "spacy==3.8.18" "regex==2026.11.19" "zstandard==0.25.0"
+  "datatrove==0.10.1" "spacy==3.8.18" "regex==2026.11.19" "zstandard==0.25.0" "orjson==3.13.0"
   "annotated-doc==0.0.7" "annotated-types==0.8.0" "anyio==4.16.0" "blis==1.3.4" "catalogue==2.0.10"
   "certifi==2026.10.19.post1" "charset-normalizer==3.5.3" "click==8.5.1" "cloudpathlib==0.26.0"
   "confection==1.3.4" "cymem==2.0.16" "dill==0.4.1" "filelock==4.3.2" "fsspec==2026.9.0" "h11==0.16.0"
@@ -53,7 +54,8 @@ from importlib.metadata import version
 assert version("datatrove") == "0.10.1", version("datatrove")
 assert version("spacy") == "3.8.18", version("spacy")
 assert version("tldextract") == "5.4.0", version("tldextract")
-import zstandard
+import orjson, zstandard
+from datatrove.pipeline.readers import JsonlReader
 from datatrove.pipeline.filters import C4QualityFilter, FineWebQualityFilter, GopherQualityFilter, GopherRepetitionFilter
 from datatrove.pipeline.filters import FastTextClassifierFilter, URLFilter
 from datatrove.pipeline.formatters import PIIFormatter
@@ -73,7 +75,7 @@ log "installing ${#PINS[@]} pinned packages (datatrove, spaCy)"
 "$VENV/bin/pip" install --quiet "${PINS[@]}"
 if ! check_env; then
   log "ERROR: the datatrove environment does not import; details:"
-  "$VENV/bin/python" -c "import datatrove.pipeline.filters, spacy, zstandard" || true
+  "$VENV/bin/python" -c "import datatrove.pipeline.filters, spacy, zstandard, orjson" || true
   exit 1
 fi
 log "done: $VENV"

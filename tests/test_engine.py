@@ -16,6 +16,7 @@ from pipeline.format.framing import FramedRecords
 from pipeline.process.documents import WorkItem
 from pipeline.process.engine import Engine
 from pipeline.process.formats import WRITERS, writer_class
+from pipeline.process.jsonl import JsonLines
 from pipeline.process.megatron import DocumentSequences
 from pipeline.process.result import MAGIC, Block, ChunkResult
 from pipeline.process.tfrecord import PackedRecords, pack_final, pack_tails
@@ -146,10 +147,10 @@ def test_the_tails_joined_are_every_label_left_once(tmp_path, tiny_model):
     assert final.stats.padding_labels == records * 16 - labels
 
 
-class JsonLines(Writer):
+class ToyLines(Writer):
     """A format of the test's own: the cleaned text as JSON lines (docs/development.md's example)."""
 
-    name = "jsonl"
+    name = "toy_lines"
     token_dtype = staticmethod(records.token_dtype_for)
 
     def write(self, docs):
@@ -160,8 +161,8 @@ class JsonLines(Writer):
 
 
 def test_a_new_format_is_a_writer_and_a_row(fruit, monkeypatch, tmp_path, tiny_model):
-    monkeypatch.setitem(WRITERS, JsonLines.name, JsonLines)
-    engine = Engine(config(tmp_path, tiny_model, filters=(fruit,)), spec(tiny_model), writer_class("jsonl"))
+    monkeypatch.setitem(WRITERS, ToyLines.name, ToyLines)
+    engine = Engine(config(tmp_path, tiny_model, filters=(fruit,)), spec(tiny_model), writer_class("toy_lines"))
     engine.setup()
     lines = _corpus(30)
     results = [engine.process(item) for item in _items(lines)]
@@ -205,7 +206,7 @@ def test_the_engine_runs_without_beam():
 
 
 def test_the_formats_writers_are_found_by_name(tmp_path, tiny_model):
-    assert WRITERS == {"tfrecord": PackedRecords, "megatron": DocumentSequences}
+    assert WRITERS == {"tfrecord": PackedRecords, "megatron": DocumentSequences, "jsonl": JsonLines}
     assert isinstance(Engine(config(tmp_path, tiny_model), spec(tiny_model)).writer, PackedRecords)
-    with pytest.raises(KeyError, match="no engine writer for output format 'jsonl'"):
-        writer_class("jsonl")
+    with pytest.raises(KeyError, match="no engine writer for output format 'parquet'"):
+        writer_class("parquet")

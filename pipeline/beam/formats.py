@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-from pipeline.beam import megatron, per_subset, tfrecord
+from pipeline.beam import jsonl, megatron, per_subset, tfrecord
 from pipeline.config.job import PipelineConfig
 from pipeline.io.outputs import Removal, prepare_output_dir
 
@@ -34,6 +34,7 @@ class OutputFormat(NamedTuple):
 FORMATS = {
     "tfrecord": OutputFormat(tfrecord.build, tfrecord.summary),
     "megatron": OutputFormat(megatron.build, megatron.summary),
+    "jsonl": OutputFormat(jsonl.build, jsonl.summary),
 }
 # TFRecord outputs, one per subset, and their mixture.json (--per_subset).
 PER_SUBSET = OutputFormat(per_subset.build, per_subset.summary, per_subset.prepare)

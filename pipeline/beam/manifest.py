@@ -40,15 +40,16 @@ def shared_entries(config: PipelineConfig, run_id: str, stats: JobStats, dead_le
         "inputs": stats.manifest_inputs(documents.file_stats()),
     }
     if config.lists_removed:  # only then, so that the default output keeps its manifest's bytes
-        entries["removed"] = removed_entry(subsets, stats.removed_files)
+        entries["removed"] = removed_entry(subsets, stats.removed_files, config.tokenizer_model is not None)
     return entries
 
 
-def removed_entry(subsets: dict, files: dict) -> dict:
+def removed_entry(subsets: dict, files: dict, tokenized: bool = True) -> dict:
     """The manifest's `removed`: documents and tokens removed by reason (a stage's or dedup's), cuts, the files.
 
     A cut document is kept with a changed text and listed in removed/ (`contaminated_cut`, a stage's
     `<name>_cut`): `cut` counts them, `cut_by_reason` each reason (a document cut twice, twice).
+    `tokens_by_reason` only where the job tokenized (`tokenized`).
     `rules` and `cut_rules` are the subsets' summed, each only when some subset has any.
     """
     totals: dict = {}
@@ -64,6 +65,8 @@ def removed_entry(subsets: dict, files: dict) -> dict:
         "files": [files[k] for k in sorted(files)],
     }
     entry.update({key: totals[key] for key in ("rules", "cut_rules") if totals[key]})
+    if not tokenized:
+        del entry["tokens_by_reason"]
     return entry
 
 

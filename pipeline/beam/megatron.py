@@ -91,15 +91,19 @@ class TokenizeDocumentsFn(ChunkDocumentsFn):
 
 
 class AssignShardsFn(beam.DoFn):
-    """(source, Documents) + layout -> ((group, slot), (first, Documents)) per shard touched, + (group, slot)."""
+    """(source, Documents) + layout -> ((group, slot), (first, Documents)) per shard touched, + (group, slot).
 
-    def __init__(self, shard_bytes: int):
+    per_document: the bytes a document adds to a shard beside its own (its .idx entry; 0 for JSON lines).
+    """
+
+    def __init__(self, shard_bytes: int, per_document: int = fmt.INDEX_BYTES_PER_DOCUMENT):
         self._shard_bytes = shard_bytes
+        self._per_document = per_document
 
     def process(self, element, layout: fmt.Layout):
         source, block = element
         first_document, first_byte = layout.offsets(source[0], fmt.source_key(*source[1:]))
-        slots = fmt.shard_slots(first_byte, _sizes(block) + fmt.INDEX_BYTES_PER_DOCUMENT, self._shard_bytes)
+        slots = fmt.shard_slots(first_byte, _sizes(block) + self._per_document, self._shard_bytes)
         for slot in np.unique(slots).tolist():
             members = np.flatnonzero(slots == slot)  # consecutive: slots never decrease
             part = block if len(members) == len(block) else block.take(members.tolist())
@@ -218,7 +222,7 @@ def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) 
             AssignShardsFn(cfg.shard_bytes), beam.pvalue.AsSingleton(layout)).with_outputs(USED, main="documents")
     else:  # each source's offsets joined to its block
         keyed = docs.documents | "KeySources" >> beam.Map(lambda sb: ((sb[0][0], fmt.source_key(*sb[0][1:])), sb))
-        offsets = layout | "SourceOffsets" >> beam.FlatMap(_source_offsets)
+        offsets = layout | "SourceOffsets" >> beam.FlatMap(source_offsets)
         assigned = multi_output(join_each("JoinLayout", keyed, offsets), "AssignShards",
                                 AssignJoinedFn(cfg.shard_bytes), USED, main="documents", runtime=runtime)
     names = (
@@ -258,7 +262,7 @@ def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) 
                                                                       job.run_id)
 
 
-def _source_offsets(layout: fmt.Layout):
+def source_offsets(layout: fmt.Layout):
     """((group, source key), (first document, first byte)) of every source of the layout."""
     for group, (keys, documents, first_bytes) in layout.groups.items():
         for key, document, first_byte in zip(keys.tolist(), documents.tolist(), first_bytes.tolist(), strict=True):
@@ -278,8 +282,8 @@ class _OneSource:
 class AssignJoinedFn(beam.DoFn):
     """(source key, [(source, Documents)], offsets) -> AssignShardsFn's outputs, without a side input."""
 
-    def __init__(self, shard_bytes: int):
-        self._assign = AssignShardsFn(shard_bytes)
+    def __init__(self, shard_bytes: int, per_document: int = fmt.INDEX_BYTES_PER_DOCUMENT):
+        self._assign = AssignShardsFn(shard_bytes, per_document)
 
     def process(self, element):
         _, blocks, offsets = element

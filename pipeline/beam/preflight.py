@@ -4,7 +4,7 @@ Fail fast on what would stop the job later (credentials in paths, paths the work
 inputs matching nothing, the tokenizer model), read the tokenizer model once, plan the execution
 once and choose the tokenizer backend (its self-check reads the same model bytes). Nothing is
 written and nothing is held: `run_job` (pipeline/beam/launch.py) then takes the output directory's
-lock and runs the Job.
+lock and runs the Job. A JSON-lines job without --tokenizer_model carries NO_TOKENIZER instead.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from pipeline.io.layout_check import check_layout
 from pipeline.io.outputs import new_run_id
 from pipeline.io.snapshot import take_snapshots
 from pipeline.io.urls import redact_url, refuse_credentials
+from pipeline.process.documents import NO_TOKENIZER
 from pipeline.startup.early_check import EarlyChoice
 from pipeline.tokenize.kinds.base import SpecialIds, TokenizerFileError
 from pipeline.tokenize.kinds.registry import KINDS
@@ -49,7 +50,7 @@ class Job:
 
     config: PipelineConfig
     input_files: tuple[str, ...]
-    tokenizer: TokenizerSpec  # where workers load it, its sha256, the chosen backend, the special ids
+    tokenizer: TokenizerSpec  # where workers load it, its sha256, the chosen backend, the special ids (or NO_TOKENIZER)
     execution: Execution = Execution()
     run_id: str = ""
     # (path, snapshot) of every input at launch, checked as each is read (pipeline/io/snapshot.py).
@@ -75,8 +76,13 @@ def check_columns(input_files: list[str], config) -> None:
                 raise UsageError(str(e)) from None
 
 
-def load_model(config: PipelineConfig) -> TokenizerModel:
-    """The job's tokenizer model, read once, of whichever kind; a file that cannot be used is a UsageError."""
+def load_model(config: PipelineConfig) -> TokenizerModel | None:
+    """The job's tokenizer model, read once, of whichever kind (None: a JSON-lines job without one).
+
+    A file that cannot be used is a UsageError.
+    """
+    if config.tokenizer_model is None:
+        return None
     if not config.tokenizer_model:  # never the current directory
         raise UsageError("--tokenizer_model '': the path is empty")
     try:
@@ -114,8 +120,8 @@ def prepare(config: PipelineConfig, options: PipelineOptions, model: TokenizerMo
     backend self-check, if the command started it (its result is used only where it matches what
     is decided here; the command stops it).
     """
-    paths = [("--input", u) for u in config.inputs] + [("--output_dir", config.output_dir),
-                                                         ("--tokenizer_model", config.tokenizer_model)]
+    paths = [("--input", u) for u in config.inputs] + [("--output_dir", config.output_dir)] + (
+        [("--tokenizer_model", config.tokenizer_model)] if config.tokenizer_model is not None else [])
     refuse_credentials(paths)
     try:
         check_workers_can_read(options, paths)
@@ -152,13 +158,15 @@ def check_segment_width(config: PipelineConfig, special: SpecialIds) -> None:
                          "at most --seq_len 65536")
 
 
-def tokenizer_job(config: PipelineConfig, model: TokenizerModel, input_files: list[str], execution: Execution,
-                  early: EarlyChoice | None = None, **job_fields) -> Job:
+def tokenizer_job(config: PipelineConfig, model: TokenizerModel | None, input_files: list[str],
+                  execution: Execution, early: EarlyChoice | None = None, **job_fields) -> Job:
     """The Job once the tokenizer is settled: the backend for its kind (self-checked), its special ids.
 
     `input_files`: what the self-check samples (none: its adversarial strings alone); `job_fields`:
-    the rest of the Job (snapshots, eval_files).
+    the rest of the Job (snapshots, eval_files). No model (a JSON-lines job): NO_TOKENIZER.
     """
+    if model is None:
+        return Job(config, tuple(input_files), NO_TOKENIZER, execution, new_run_id(), **job_fields)
     config = resolved(config, model)
     try:
         special = model.special_ids(add_bos=config.add_bos, add_eos=config.add_eos, bos_id=config.bos_id,

@@ -75,7 +75,7 @@ def early_choice(config: PipelineConfig | None) -> tuple[EarlyChoice | None, Tok
     mistake is left for the job's checks to report, in their order (a model in a store is read
     after the checks of where the workers run, pipeline/beam/preflight.py).
     """
-    if config is None:
+    if config is None or config.tokenizer_model is None:  # a JSON-lines job may have no tokenizer
         return None, None
     try:
         refuse_credentials([("--input", u) for u in config.inputs] + [("--tokenizer_model", config.tokenizer_model)])

@@ -30,8 +30,9 @@ from pipeline.config.selection import SelectionOptions
 from pipeline.config.stages import StageChoice
 from pipeline.config.tokenizing import VERIFY_TOKENIZER_MODES, TokenizerOptions, recorded_location
 from pipeline.core.option_groups import check_groups
-from pipeline.core.options import recorded
+from pipeline.core.options import flag, recorded
 from pipeline.core.subsets import ALL_NAMES
+from pipeline.format import jsonl
 from pipeline.format.megatron import subset_slug
 from pipeline.format.records import BEST_FIT, PACKING_MODES
 from pipeline.stages.policy import DocumentPolicy
@@ -40,6 +41,18 @@ from pipeline.stages.policy import DocumentPolicy
 __all__ = ["CORRUPT_FILE_POLICIES", "DEDUP_MODES", "FAN_OUT_CHOICES", "OUTPUT_FORMATS", "PACKING_MODES",
            "REMAINDER_POLICIES", "SUBSET_NAME_CHOICES", "VERIFY_TOKENIZER_MODES", "PipelineConfig",
            "per_subset_outputs", "recorded_location"]
+
+TEXT = jsonl.OUTPUT_FORMAT  # cleaned text (pipeline/format/jsonl.py): the one output that needs no tokenizer
+# Options that do nothing for a JSON-lines output, and why: refused rather than silently ignored.
+_NOT_FOR_TEXT = (
+    (("seq_len", "packing", "packing_window", "remainder", "document_boundaries"),
+     "packing is for token records; each JSON line holds one whole document"),
+    (("epochs",), "each kept document is written once; epochs are the reading tool's business"),
+    (("per_subset",), "one output holds every subset, each line's in its metadata.subset (select with --subsets)"),
+    (("provenance",), "each JSON line holds its source (metadata.source: input file and line)"),
+)
+_TOKENIZER_ONLY = ("tiktoken_encoding", "add_bos", "add_eos", "bos_id", "eos_id", "allow_text_eos", "pad_id",
+                   "tokenizer_backend", "verify_tokenizer")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -54,6 +67,11 @@ class PipelineConfig(InputOptions, OutputOptions, TokenizerOptions, SelectionOpt
 
     def _check_across_groups(self) -> None:
         """The rules between groups: what one group's choice rules out in another."""
+        if self.output_format == TEXT:
+            self._check_text_output()
+        elif self.tokenizer_model is None:
+            raise ValueError(f"--tokenizer_model is required for --output_format {self.output_format} (only "
+                             f"--output_format {TEXT} writes text without one)")
         if self.output_format == "megatron":
             if self.packing == BEST_FIT:
                 raise ValueError("--packing best_fit is for packed TFRecords: the Megatron output keeps one "
@@ -63,6 +81,18 @@ class PipelineConfig(InputOptions, OutputOptions, TokenizerOptions, SelectionOpt
                                  "document per sequence (Megatron's GPTDataset packs and can reset positions)")
         if self.per_subset and self.output_format == "tfrecord":
             per_subset_outputs(self)  # checks that the subsets are named and their directories distinct
+
+    def _check_text_output(self) -> None:
+        """A JSON-lines output: the options that would do nothing refused, one line naming them."""
+        for names, why in _NOT_FOR_TEXT:
+            given = _changed(self, names)
+            if given:
+                verb = "does" if len(given) == 1 else "do"
+                raise ValueError(f"{' '.join(given)} {verb} not apply to --output_format {TEXT}: {why}")
+        given = _changed(self, _TOKENIZER_ONLY) if self.tokenizer_model is None else []
+        if given:
+            raise ValueError(f"{' '.join(given)} without --tokenizer_model: the {TEXT} output is then not tokenized; "
+                             "give --tokenizer_model to count tokens")
 
     def document_policy(self) -> DocumentPolicy:
         """Validation, subset selection and the configured stages, as every DoFn reading documents applies them."""
@@ -91,3 +121,9 @@ def per_subset_outputs(config: PipelineConfig) -> tuple[tuple[str, str], ...]:
     if clashes:
         raise ValueError(f"--per_subset: subsets {clashes} would share an output directory name; rename them")
     return pairs
+
+
+def _changed(config: PipelineConfig, names: tuple[str, ...]) -> list[str]:
+    """The flags of the options among `names` that are not at their defaults."""
+    fields = {f.name: f for f in dataclasses.fields(config)}
+    return [flag(fields[name]) for name in names if getattr(config, name) != fields[name].default]

@@ -8,7 +8,7 @@ import re
 from pipeline.core.option_groups import OptionGroup
 from pipeline.core.options import Bounds, option
 
-OUTPUT_FORMATS = ("tfrecord", "megatron")  # pipeline/beam/formats.py's FORMATS
+OUTPUT_FORMATS = ("tfrecord", "megatron", "jsonl")  # pipeline/beam/formats.py's FORMATS
 _SPLIT_NAME = re.compile(r"^[A-Za-z0-9_]+$")
 MAX_SHARD_MB = 5 << 20  # 5 TiB: the largest object S3 and Google Cloud Storage hold
 
@@ -27,7 +27,9 @@ class OutputOptions(OptionGroup):
     output_format: str = option(
         "tfrecord", choices=OUTPUT_FORMATS, recorded=False,
         help="tfrecord: packed records for the tf.data reader; megatron: Megatron's indexed dataset "
-        "(.bin + .idx, one document per sequence) for Megatron-LM and NeMo (docs/megatron.md)")
+        "(.bin + .idx, one document per sequence) for Megatron-LM and NeMo (docs/megatron.md); jsonl: the kept "
+        "documents' cleaned text as zstd-compressed JSON lines for datasets, datatrove and NeMo Curator, "
+        "tokenized only to count tokens, with --tokenizer_model (docs/jsonl.md)")
     per_subset: bool = option(
         False, recorded=False,
         help="megatron: separate .bin/.idx files per subset, so that a blend can weigh subsets "
@@ -35,7 +37,7 @@ class OutputOptions(OptionGroup):
         "OUT/mixture.json for tfdata.make_dataset, --epochs as its weights (docs/reader.md)")
     shard_size_mb: float = option(
         1024.0, bounds=Bounds(0, MAX_SHARD_MB, above=True, why="5 TiB is the largest object S3 and GCS hold"),
-        help="upper bound per shard in MiB (+ one record)")
+        help="upper bound per shard in MiB (+ one record; jsonl: of JSON lines, before compression)")
     split: str = option("train", help="shard name prefix: train-00000-of-00042.tfrecord")
     provenance: bool = option(False, recorded=False,
                               help="also write provenance/: each record's source spans (file, line, tokens), "

@@ -2,6 +2,8 @@
 
 The file's kind, hash and ids are recorded by the manifest's `tokenizer` entry (the model itself is
 read in the driver: pipeline/tokenize/model.py); here only the location and the policy the job applies.
+Only `--output_format jsonl` runs without a tokenizer (pipeline/config/job.py): then none of these
+options is recorded.
 """
 
 from __future__ import annotations
@@ -36,11 +38,12 @@ class TokenizerOptions(OptionGroup):
 
     title = "tokenizer"
 
-    tokenizer_model: str = option(
-        help="the tokenizer, its kind read from the file: a SentencePiece .model (Llama-2's tokenizer.model), a "
+    tokenizer_model: str | None = option(
+        None, help="the tokenizer, its kind read from the file: a SentencePiece .model (Llama-2's tokenizer.model), a "
         "Hugging Face tokenizer.json or a directory holding one (GPT-NeoX-20B, Llama-3), or a tiktoken BPE ranks "
-        "file with its pattern and specials in <file>.json or --tiktoken_encoding (docs/tokenizers.md)",
-        metavar="FILE", record=recorded_location)
+        "file with its pattern and specials in <file>.json or --tiktoken_encoding (docs/tokenizers.md); "
+        "required but for --output_format jsonl, which then writes text without tokenizing",
+        metavar="FILE", record=recorded_location, shown_default="none")
     # Recorded by the manifest's `tokenizer` (its encoding, pattern and pad id), not in `config`.
     tiktoken_encoding: str | None = option(
         None, recorded=False, metavar="NAME", shown_default="the JSON beside the ranks file",
@@ -65,3 +68,7 @@ class TokenizerOptions(OptionGroup):
         "off", choices=VERIFY_TOKENIZER_MODES, const="dead_letter",
         help="also run the reference (the kind's own library) on every document and dead-letter (or fail on) "
         "any mismatch")
+
+    def recorded_when(self) -> bool:
+        """Recorded when the job has a tokenizer (a JSON-lines job may have none)."""
+        return self.tokenizer_model is not None

@@ -123,20 +123,24 @@ class SubsetStats(Counts):
     padding_labels: int | None = counted(None, ONCE_SET)
     documents_cut: int | None = counted(None, ONCE_SET)
 
-    def add_written(self, tokens: int, copies: int, labels: dict | None) -> None:
-        """One document written: its tokens (one copy, BOS/EOS included), its epoch copies, its labels."""
-        self.tokens = (self.tokens or 0) + tokens
-        self.tokens_with_epochs = (self.tokens_with_epochs or 0) + copies * tokens
+    def add_written(self, tokens: int | None, copies: int, labels: dict | None) -> None:
+        """One document written: its tokens (one copy, BOS/EOS included; None: not tokenized), copies, labels."""
+        if tokens is not None:
+            self.tokens = (self.tokens or 0) + tokens
+            self.tokens_with_epochs = (self.tokens_with_epochs or 0) + copies * tokens
         for key, value in (labels or {}).items():
-            entry = self.labels.setdefault(key, {}).setdefault(str(value), {"documents": 0, "tokens": 0})
+            entry = self.labels.setdefault(key, {}).setdefault(str(value), {"documents": 0} if tokens is None else
+                                                               {"documents": 0, "tokens": 0})
             entry["documents"] += 1
-            entry["tokens"] += tokens
+            if tokens is not None:
+                entry["tokens"] += tokens
 
     def add_removed(self, reason: str, rule: str) -> None:
         """One document listed in removed/ (its tokens added once they are known: `add_removed_tokens`)."""
         self.removed = self.removed if self.removed is not None else {}
         self.removed[reason] = self.removed.get(reason, 0) + 1
-        entry = self.rules.setdefault(reason, {}).setdefault(rule, {"documents": 0, "tokens": 0})
+        counts = {"documents": 0} if self.removed_tokens is None else {"documents": 0, "tokens": 0}
+        entry = self.rules.setdefault(reason, {}).setdefault(rule, counts)
         entry["documents"] += 1
 
     def add_removed_tokens(self, reason: str, rule: str, tokens: int) -> None:
@@ -189,12 +193,12 @@ class JobStats(Counts):
     packing: PackingStats | None = counted(None, ONCE_SET)
     removed_files: dict = counted({}, NON_ZERO)
 
-    def subset(self, name: str, lists_removed: bool = False) -> SubsetStats:
-        """The counts of subset `name`, created at zero (with `lists_removed`, its removals too)."""
+    def subset(self, name: str, lists_removed: bool = False, tokens: bool = True) -> SubsetStats:
+        """The counts of subset `name`, created at zero (with `lists_removed`, its removals; `tokens`: their tokens)."""
         s = self.subsets.get(name)
         if s is None:
             s = self.subsets[name] = SubsetStats(removed={} if lists_removed else None,
-                                                 removed_tokens={} if lists_removed else None)
+                                                 removed_tokens={} if lists_removed and tokens else None)
         return s
 
     def add_dead_letter(self, reason: str) -> None:

@@ -34,6 +34,7 @@ MIXTURE_NAME = "mixture.json"  # what a --per_subset output holds instead (pipel
 FORMAT = "pile-token-shards"
 FORMAT_VERSION = 1
 FORMAT_MEGATRON = "pile-megatron-indexed"  # pipeline/format/megatron.py
+FORMAT_JSONL = "pile-cleaned-text"  # pipeline/format/jsonl.py
 MAX_MANIFEST_BYTES = 1 << 30  # the Pile's manifest is a few MB; anything near this is not one of ours
 
 
@@ -158,6 +159,10 @@ def validate_manifest(manifest, path: str, fmt: str = FORMAT, version: int = FOR
             raise OtherFormat(f"{path}: a Megatron output (format {found!r}), which Megatron-LM and NeMo read "
                               "(`pile-pipeline data-path` prints their --data-path); `pile-pipeline show` shows it",
                               found)
+        if found == FORMAT_JSONL:
+            raise OtherFormat(f"{path}: a cleaned-text output (JSON lines, no tokens; format {found!r}): read it with "
+                              "datasets.load_dataset(\"json\", ...) or datatrove's JsonlReader (docs/jsonl.md), not "
+                              "with what reads tokens (show, provenance, data-path, tf.data)", found)
         raise OtherFormat(f"{path}: format {found!r}, expected {fmt!r}", found)
     if manifest.get("format_version") != version:
         raise ManifestError(

@@ -128,24 +128,32 @@ def _packing_line(manifest: dict) -> str:
 
 
 def label_lines(manifest: dict) -> list[str]:
-    """One line per label a stage counted (the language stage's): documents and tokens written per value."""
+    """One line per label a stage counted (the language stage's): documents and tokens written per value.
+
+    A job that tokenized nothing counts no tokens: its lines give documents alone.
+    """
     totals: dict[str, dict[str, list[int]]] = {}
+    tokenized = True
     for s in manifest["subsets"].values():
         for key, values in s.get("labels", {}).items():
             for value, counts in values.items():
                 total = totals.setdefault(key, {}).setdefault(value, [0, 0])
                 total[0] += counts["documents"]
-                total[1] += counts["tokens"]
-    return [f"{key}: " + ", ".join(f"{value} {d:,} documents {t:,} tokens"
-                                   for value, (d, t) in sorted(values.items(), key=lambda kv: (-kv[1][1], kv[0])))
+                total[1] += counts.get("tokens", 0)
+                tokenized = tokenized and "tokens" in counts
+    shown = "{value} {d:,} documents {t:,} tokens" if tokenized else "{value} {d:,} documents"
+    most = 1 if tokenized else 0  # by tokens, else by documents
+    return [f"{key}: " + ", ".join(shown.format(value=value, d=d, t=t)
+                                   for value, (d, t) in sorted(values.items(), key=lambda kv: (-kv[1][most], kv[0])))
             for key, values in sorted(totals.items())]
 
 
 def removed_line(manifest: dict, output_dir: str | None = None) -> str:
     """The summary's line of the documents --dedup / --decontaminate removed (both formats)."""
     removed = manifest["removed"]
-    line = (f"removed: {sum(removed['by_reason'].values())} documents {dict(sorted(removed['by_reason'].items()))}, "
-            f"{sum(removed['tokens_by_reason'].values()):,} tokens {dict(sorted(removed['tokens_by_reason'].items()))}"
+    tokens = removed.get("tokens_by_reason")  # absent where the job tokenized nothing
+    line = (f"removed: {sum(removed['by_reason'].values())} documents {dict(sorted(removed['by_reason'].items()))}"
+            + (f", {sum(tokens.values()):,} tokens {dict(sorted(tokens.items()))}" if tokens is not None else "")
             + (f", {removed['cut']} cut" if removed.get("cut") else ""))
     if removed["records"] and output_dir:
         where = posixpath.join(output_dir.rstrip("/"), run_dir(manifest["run_id"]), "removed")
@@ -165,9 +173,10 @@ def _summed(manifest: dict, key: str) -> dict:
     for name, s in manifest["subsets"].items():
         for reason, rules in s.get(key, {}).items():
             for rule, counts in rules.items():
-                entry = out.setdefault((reason, rule), {"documents": 0, "tokens": 0, "subsets": {}})
+                entry = out.setdefault((reason, rule), {"documents": 0, "tokens": 0, "subsets": {}, "tokenized": True})
                 entry["documents"] += counts["documents"]
                 entry["tokens"] += counts.get("tokens", 0)
+                entry["tokenized"] = entry["tokenized"] and "tokens" in counts
                 entry["subsets"][name] = counts["documents"]
     return out
 
@@ -183,7 +192,7 @@ def rule_lines(manifest: dict) -> list[str]:
     rows = [("removed or cut (reason / rule)", "docs", "tokens", "subsets (most first)")]
     for key in ("rules", "cut_rules"):  # a cut's reason says so (`<stage>_cut`); it removed no tokens
         for (reason, rule), entry in sorted(_summed(manifest, key).items()):
-            tokens = f"{entry['tokens']:,}" if key == "rules" else "-"
+            tokens = f"{entry['tokens']:,}" if key == "rules" and entry["tokenized"] else "-"
             rows.append((f"{reason} / {rule}", f"{entry['documents']:,}", tokens, _by_subset(entry["subsets"])))
     return [format_table(rows)] if len(rows) > 1 else []
 

@@ -1,4 +1,4 @@
-"""An output as inspection reads it: its manifest (either format) and its removed/ records, checked.
+"""An output as inspection reads it: its manifest (any format) and its removed/ records, checked.
 
 Everything read back is untrusted, even files the job wrote: a removed/ file is read only when the
 manifest lists it inside the directory of the run that wrote it, and only with the size and sha256
@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import fsspec
 
-from pipeline.format import megatron
+from pipeline.format import jsonl, megatron
 from pipeline.format.manifest import ManifestError, OtherFormat, load_manifest, run_dir
 from pipeline.io.urls import redact_url
 
@@ -42,7 +42,7 @@ class RemovedFile:
 
 @dataclasses.dataclass(frozen=True)
 class Output:
-    """A pipeline output (TFRecord or Megatron) read for inspection: where it is, its manifest."""
+    """A pipeline output (TFRecord, Megatron or JSON lines) read for inspection: where it is, its manifest."""
 
     location: str
     manifest: dict
@@ -56,9 +56,10 @@ class Output:
         try:
             manifest = load_manifest(location)
         except OtherFormat as e:
-            if e.found != megatron.FORMAT:
+            loader = {megatron.FORMAT: megatron.load_manifest, jsonl.FORMAT: jsonl.load_manifest}.get(e.found)
+            if loader is None:
                 raise
-            manifest = megatron.load_manifest(location)
+            manifest = loader(location)
         return cls(location, manifest)
 
     @property

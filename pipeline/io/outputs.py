@@ -4,12 +4,13 @@
       manifest.json                                        written last, create-only
       run-<run id>/train-00000-of-00042.tfrecord ...       the shards of the run the manifest names
       run-<run id>/train-00000-of-00042.bin/.idx ...       or those of a Megatron output (pipeline/format/megatron.py)
+      run-<run id>/train-00000-of-00042.jsonl.zst ...      or those of a JSON-lines output (pipeline/format/jsonl.py)
       run-<run id>/dead_letters/train-00001-00000.jsonl    malformed lines of input file 1, chunks 0-63
       run-<run id>/provenance/train-00001.npz              with --provenance: source spans of file 1's records
       dataset_info.json, features.json                     TensorFlow Datasets' metadata of a TFRecord output
                                                            (pipeline/format/tfds.py)
-      latest -> run-<run id>                               a Megatron output's stable --data-path root
-                                                           (a symbolic link, on file systems)
+      latest -> run-<run id>                               a Megatron output's stable --data-path root, a JSON-
+                                                           lines output's folder (a symbolic link, on file systems)
       .pile-pipeline.lock                                  while a run writes (pipeline/io/lock.py)
       .NAME.tmp-<uuid>                                     temporary names (pipeline/io/publish.py), spill files
 
@@ -25,7 +26,7 @@ create-only: of two runs, the one that finishes second fails, and its files stay
 directory. Then every file the manifest lists is checked to be there with its size (a concurrent
 `--overwrite` could have removed it). Only then, by the run whose manifest it is, what is derived
 from the manifest: TFDS's metadata files (a TFRecord output), or the `latest` link to the run
-directory (a Megatron output on a file system), renamed over the old one, so a path under
+directory (a Megatron or JSON-lines output on a file system), renamed over the old one, so a path under
 `OUT/latest/` names the latest complete output, whatever the run id.
 
 Replacing (`prepare_output_dir` with `--overwrite`, under the lock): exactly the files the previous
@@ -53,8 +54,8 @@ import uuid
 import fsspec
 
 from pipeline.core.errors import JobError
+from pipeline.format import jsonl, megatron, tfds
 from pipeline.format import manifest as manifest_lib
-from pipeline.format import megatron, tfds
 from pipeline.format.manifest import FORMAT, MANIFEST_NAME, manifest_path, run_dir, serialize
 from pipeline.io.files import read_bytes
 from pipeline.io.lock import LOCK_NAME
@@ -65,19 +66,19 @@ DEAD_LETTER_DIR = "dead_letters"
 REMOVED_DIR = "removed"  # documents removed by --dedup / --decontaminate, written like dead letters
 RUN_DIR = re.compile(r"^run-([0-9a-f]{16})$")
 PROVENANCE_DIR = "provenance"  # pipeline/format/provenance.py
-# The files a run writes into its run directory: TFRecord shards, Megatron .bin/.idx pairs, dead
-# letters, provenance.
-_RUN_FILE = re.compile(r"^run-([0-9a-f]{16})/([A-Za-z0-9_]+-\d{5}-of-\d{5}\.tfrecord|"
+# The files a run writes into its run directory: TFRecord shards, Megatron .bin/.idx pairs, JSON-lines
+# shards, dead letters, provenance.
+_RUN_FILE = re.compile(r"^run-([0-9a-f]{16})/([A-Za-z0-9_]+-\d{5}-of-\d{5}\.(tfrecord|jsonl\.zst)|"
                        r"[A-Za-z0-9_]+(-[A-Za-z0-9_]+)?-\d{5}-of-\d{5}\.(bin|idx)|"
                        + DEAD_LETTER_DIR + r"/[A-Za-z0-9_]+-\d{5}-\d{5}(-only)?\.jsonl|"
                        + REMOVED_DIR + r"/[A-Za-z0-9_]+-\d{5}-\d{5}\.jsonl|"
                        + PROVENANCE_DIR + r"/[A-Za-z0-9_]+-(\d{5}|final)\.npz)$")
 MAX_LISTED = 20
-LATEST_NAME = "latest"  # OUT/latest -> run-<id> of a Megatron output's manifest
+LATEST_NAME = "latest"  # OUT/latest -> run-<id> of a Megatron or JSON-lines output's manifest
 # Derived from a manifest, never data of their own: an interrupted --overwrite may leave them
 # without one, so they are always removable.
 _DERIVED = {LATEST_NAME, *tfds.metadata_names()}
-OWN_FORMATS = (FORMAT, megatron.FORMAT)  # the `format` markers of the manifests we write
+OWN_FORMATS = (FORMAT, megatron.FORMAT, jsonl.FORMAT)  # the `format` markers of the manifests we write
 
 
 class OutputRejectedError(JobError):
@@ -423,11 +424,11 @@ def commit_output(output_dir: str, manifest: dict, max_dead_letter_fraction: flo
 
 
 def _publish_derived(output_dir: str, manifest: dict) -> None:
-    """What the committed manifest implies: TFDS's metadata, or the Megatron output's `latest` link."""
+    """What the committed manifest implies: TFDS's metadata, or a Megatron or JSON-lines output's `latest` link."""
     if manifest.get("format") == manifest_lib.FORMAT:
         for name, text in tfds.metadata(manifest).items():
             publish_text(posixpath.join(output_dir.rstrip("/"), name), text)
-    elif manifest.get("format") == megatron.FORMAT and is_local_url(output_dir):
+    elif manifest.get("format") in (megatron.FORMAT, jsonl.FORMAT) and is_local_url(output_dir):
         publish_link(os.path.join(fs_path(output_dir), LATEST_NAME), run_dir(manifest["run_id"]))
 
 

@@ -138,10 +138,13 @@ def redact_text(text: str) -> str:
     return _PARAM_IN_TEXT.sub(param, _URL_IN_TEXT.sub(one, text))
 
 
-def refuse_credentials(locations: Iterable[tuple[str, str]]) -> None:
-    """Raise ValueError for the first (flag, location) whose URL carries credentials; never echo them."""
+def refuse_credentials(locations: Iterable[tuple[str, str | None]]) -> None:
+    """Raise ValueError for the first (flag, location) whose URL carries credentials; never echo them.
+
+    A location of None (an optional flag not given) is skipped.
+    """
     for flag, url in locations:
-        if has_credentials(url):
+        if url is not None and has_credentials(url):
             raise ValueError(
                 f"{flag} {redact_url(url)}: credentials in URLs are refused (nothing after the scheme is "
                 "shown). Give them through the environment (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "

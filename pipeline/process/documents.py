@@ -6,6 +6,9 @@
 What is kept is the document policy's (pipeline/stages/policy.py: validation, subset selection, the
 configured stages, dedup's verdicts). Several work items may be tokenized in one call; each one's
 Documents are exactly those of a call of its own (tests/test_engine.py checks it).
+
+A job that writes text only (--output_format jsonl without --tokenizer_model) carries NO_TOKENIZER:
+nothing is loaded or encoded, its Documents hold no ids, and no token is counted.
 """
 
 from __future__ import annotations
@@ -25,7 +28,17 @@ from pipeline.process.redaction import Redaction
 from pipeline.stages import policy
 from pipeline.stages.base import FILTERED, REMOVED
 from pipeline.tokenize.engines import TokenizerMismatch
-from pipeline.tokenize.model import TokenizerSpec
+from pipeline.tokenize.kinds.base import SpecialIds
+from pipeline.tokenize.model import BackendChoice, TokenizerSpec
+
+TEXT_ONLY = "none"  # the kind (and backend) of NO_TOKENIZER
+NO_TOKENIZER = TokenizerSpec("", TEXT_ONLY, "", BackendChoice(TEXT_ONLY, "", {}),
+                             SpecialIds(0, -1, -1, -1, -1, add_bos=False, add_eos=False))
+
+
+def tokenizes(tokenizer: TokenizerSpec) -> bool:
+    """Whether a job's tokenizer is one (not NO_TOKENIZER)."""
+    return tokenizer.kind != TEXT_ONLY
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +66,7 @@ class Validated:
     stats: JobStats  # its counts so far
     dead_letters: list[dict]
     removed: list[dict]  # its removed/ records: removals and cuts
+    own_ids: list | None = None  # with --id_key, each kept document's own id (redacted with --pii)
 
 
 @dataclasses.dataclass
@@ -61,6 +75,7 @@ class Documents:
 
     Document i (`lines[i]`, of subset `subsets[i]`, text `texts[i]`) is ids[offsets[i]:offsets[i + 1]],
     `sizes[i]` tokens once written with BOS/EOS, in `copies[i]` epoch copies (-1: left out after tokenizing).
+    Not `tokenized` (NO_TOKENIZER): no ids, sizes 0, and no token counted.
     """
 
     chunk: Chunk
@@ -75,6 +90,8 @@ class Documents:
     stats: JobStats
     dead_letters: list[dict]
     removed: list[dict]
+    own_ids: list | None = None
+    tokenized: bool = True
 
     def unkeep(self, i: int) -> SubsetStats:
         """Leave out document i, counted as kept so far; returns its subset's counts."""
@@ -87,8 +104,8 @@ class Documents:
     def count_written(self) -> None:
         """Add the documents written to their subsets' counts: tokens, epoch copies, labels."""
         labels = self.labels or [None] * len(self.subsets)
-        for subset, size, count, label in zip(self.subsets, self.sizes.tolist(), self.copies.tolist(), labels,
-                                              strict=True):
+        sizes = self.sizes.tolist() if self.tokenized else [None] * len(self.subsets)
+        for subset, size, count, label in zip(self.subsets, sizes, self.copies.tolist(), labels, strict=True):
             if count >= 0:
                 self.stats.subsets[subset].add_written(size, count, label)
 
@@ -125,7 +142,9 @@ class DocumentEngine:
     def __init__(self, config: PipelineConfig, tokenizer: TokenizerSpec, encode_threads: int | None = None):
         self._config = config
         self._special = tokenizer.special
-        self.encoder = tokenizer.encoder(verify=config.verify_tokenizer != "off", threads=encode_threads)
+        self.tokenizes = tokenizes(tokenizer)
+        self.encoder = tokenizer.encoder(verify=config.verify_tokenizer != "off",
+                                         threads=encode_threads) if self.tokenizes else None
         self._policy = config.document_policy()
         self._schema = config.schema
         self._lists_removed = config.lists_removed
@@ -135,7 +154,8 @@ class DocumentEngine:
 
     def setup(self) -> None:
         """Load the tokenizer (and the stages when they run here)."""
-        self.encoder.load()
+        if self.encoder is not None:
+            self.encoder.load()
         if self._runs_stages:
             self._policy.setup()
 
@@ -165,7 +185,7 @@ class DocumentEngine:
         chunk = item.chunk
         file_stats = documents.file_stats()
         stats = JobStats(lines=len(chunk.lines), inputs={chunk.file_index: file_stats})
-        dead_letters, texts, subsets, lines, labels, records = [], [], [], [], [], []
+        dead_letters, texts, subsets, lines, labels, records, own_ids = [], [], [], [], [], [], []
         removed_texts, removed_of = [], []  # the texts of removed documents, (their subset's counts, outcome)
         for outcome in self._policy.decide(chunk, file_stats, item.removed, item.verdicts):
             line = outcome.line
@@ -173,7 +193,7 @@ class DocumentEngine:
                 stats.add_dead_letter(outcome.bad.reason)
                 dead_letters.append(self.dead_letter(chunk, line, outcome.bad.reason, outcome.bad.detail))
                 continue
-            s = stats.subset(outcome.subset, self._lists_removed)
+            s = stats.subset(outcome.subset, self._lists_removed, self.tokenizes)
             count(s, outcome)
             records.extend(outcome.records)
             if outcome.counts_as == REMOVED:
@@ -187,11 +207,12 @@ class DocumentEngine:
             subsets.append(outcome.subset)
             lines.append(line)
             labels.append(outcome.labels)
-        if removed_texts and self._lists_removed:
+            own_ids.append(self.redaction.value(outcome.id))
+        if removed_texts and self._lists_removed and self.tokenizes:
             self._count_removed_tokens(removed_texts, removed_of)
         records = [self.redaction.record(r) for r in records]
         return Validated(chunk, texts, lines, subsets, labels if any(labels) else None, stats, dead_letters,
-                         records)
+                         records, own_ids if self._schema.id_key else None)
 
     def _count_removed_tokens(self, texts: list[str], removed_of: list) -> None:
         _, offsets, _ = self.encoder.encode_verified(texts)
@@ -202,7 +223,10 @@ class DocumentEngine:
     def tokenize(self, batch: list[Validated]) -> list[Documents]:
         """The work items' kept documents, tokenized in one encoder call, each as if alone."""
         texts = [text for pending in batch for text in pending.texts]
-        ids, offsets, mismatches = self.encoder.encode_verified(texts)
+        if self.encoder is None:
+            ids, offsets, mismatches = np.zeros(0, np.int32), np.zeros(len(texts) + 1, np.int64), []
+        else:
+            ids, offsets, mismatches = self.encoder.encode_verified(texts)
         out, first = [], 0
         for pending in batch:
             last = first + len(pending.texts)
@@ -219,7 +243,7 @@ class DocumentEngine:
                            for subset, line in zip(pending.subsets, lines, strict=True)], np.int64)
         sizes = np.diff(offsets) + self._special.add_bos + self._special.add_eos
         docs = Documents(chunk, pending.texts, lines, pending.subsets, pending.labels, ids, offsets, sizes, copies,
-                         pending.stats, pending.dead_letters, pending.removed)
+                         pending.stats, pending.dead_letters, pending.removed, pending.own_ids, self.tokenizes)
         for i, detail in mismatches:  # only with --verify_tokenizer: the fast backend disagreed with the reference
             if cfg.verify_tokenizer == "fail":
                 raise TokenizerMismatch(f"{redact_url(chunk.path)} line {lines[i].number}: {detail}")

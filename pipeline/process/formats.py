@@ -5,6 +5,7 @@ A new format's writer is one module of this package and one row here (docs/devel
 
 from __future__ import annotations
 
+from pipeline.process.jsonl import JsonLines
 from pipeline.process.megatron import DocumentSequences
 from pipeline.process.tfrecord import PackedRecords
 from pipeline.process.writer import Writer
@@ -12,6 +13,7 @@ from pipeline.process.writer import Writer
 WRITERS: dict[str, type[Writer]] = {
     PackedRecords.name: PackedRecords,
     DocumentSequences.name: DocumentSequences,
+    JsonLines.name: JsonLines,
 }
 
 
