@@ -12,7 +12,6 @@ removed/ for a manifest without them. The page is self-contained, and opens in a
 
 from __future__ import annotations
 
-import html
 import json
 import re
 import shutil
