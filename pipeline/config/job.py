@@ -29,6 +29,7 @@ from pipeline.config.packing import REMAINDER_POLICIES, PackingOptions
 from pipeline.config.selection import SelectionOptions
 from pipeline.config.stages import StageChoice
 from pipeline.config.tokenizing import VERIFY_TOKENIZER_MODES, TokenizerOptions, recorded_location
+from pipeline.core.documents import Schema
 from pipeline.core.option_groups import check_groups
 from pipeline.core.options import recorded
 from pipeline.core.subsets import ALL_NAMES
@@ -63,6 +64,18 @@ class PipelineConfig(InputOptions, OutputOptions, TokenizerOptions, SelectionOpt
                                  "document per sequence (Megatron's GPTDataset packs and can reset positions)")
         if self.per_subset and self.output_format == "tfrecord":
             per_subset_outputs(self)  # checks that the subsets are named and their directories distinct
+
+    @property
+    def schema(self) -> Schema:
+        """The input layout, with the keys the stages on read from each line (`DocumentStage.line_keys`)."""
+        if "_stages_on" not in self.__dict__:  # while the groups check themselves: the layout alone
+            return InputOptions.schema.fget(self)
+        cached = self.__dict__.get("_schema")
+        if cached is None:
+            keys = tuple(dict.fromkeys(key for stage in self.configured_stages() for key in stage.line_keys()))
+            cached = dataclasses.replace(InputOptions.schema.fget(self), extra_keys=keys)
+            object.__setattr__(self, "_schema", cached)  # made once: the stages are made to ask them
+        return cached
 
     def document_policy(self) -> DocumentPolicy:
         """Validation, subset selection and the configured stages, as every DoFn reading documents applies them."""
