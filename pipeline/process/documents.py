@@ -6,6 +6,12 @@
 What is kept is the document policy's (pipeline/stages/policy.py: validation, subset selection, the
 configured stages, dedup's verdicts). Several work items may be tokenized in one call; each one's
 Documents are exactly those of a call of its own (tests/test_engine.py checks it).
+
+With --split_by LABEL each kept document is routed to its bucket here, once, after the policy
+(pipeline/format/buckets.py `bucket_of`): `buckets[i]` is document i's, and `bucket_stats` holds
+each bucket's counts of its documents (kept, their bytes, tokens, labels, cuts, tallies) beside
+the work item's `stats`, which count every document as without buckets. A writer writes each
+bucket's documents apart (pipeline/process/tfrecord.py).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from pipeline.core import documents
 from pipeline.core.documents import Line
 from pipeline.core.epochs import copies_of
 from pipeline.core.stats import JobStats, SubsetStats
+from pipeline.format.buckets import bucket_of
 from pipeline.io.inputs import Chunk
 from pipeline.io.urls import redact_url
 from pipeline.process.redaction import Redaction
@@ -53,6 +60,8 @@ class Validated:
     stats: JobStats  # its counts so far
     dead_letters: list[dict]
     removed: list[dict]  # its removed/ records: removals and cuts
+    buckets: list[str] | None = None  # with --split_by: each kept document's bucket
+    bucket_stats: dict[str, JobStats] = dataclasses.field(default_factory=dict)  # each bucket's counts
 
 
 @dataclasses.dataclass
@@ -60,7 +69,8 @@ class Documents:
     """A work item's kept documents, tokenized; what a writer (pipeline/process/writers.py) writes.
 
     Document i (`lines[i]`, of subset `subsets[i]`, text `texts[i]`) is ids[offsets[i]:offsets[i + 1]],
-    `sizes[i]` tokens once written with BOS/EOS, in `copies[i]` epoch copies (-1: left out after tokenizing).
+    `sizes[i]` tokens once written with BOS/EOS, in `copies[i]` epoch copies (-1: left out after tokenizing);
+    with --split_by, of bucket `buckets[i]`, counted in `bucket_stats[buckets[i]]` too.
     """
 
     chunk: Chunk
@@ -75,22 +85,32 @@ class Documents:
     stats: JobStats
     dead_letters: list[dict]
     removed: list[dict]
+    buckets: list[str] | None = None
+    bucket_stats: dict[str, JobStats] = dataclasses.field(default_factory=dict)
 
     def unkeep(self, i: int) -> SubsetStats:
-        """Leave out document i, counted as kept so far; returns its subset's counts."""
+        """Leave out document i, counted as kept so far; returns its subset's counts (its bucket's lose it)."""
         s = self.stats.subsets[self.subsets[i]]
         s.kept -= 1
         s.text_bytes -= len(self.lines[i].data)
+        if self.buckets is not None:  # a bucket counts only what it holds
+            b = self.bucket_stats[self.buckets[i]].subsets[self.subsets[i]]
+            b.documents -= 1
+            b.kept -= 1
+            b.text_bytes -= len(self.lines[i].data)
         self.copies[i] = -1  # never written
         return s
 
     def count_written(self) -> None:
-        """Add the documents written to their subsets' counts: tokens, epoch copies, labels."""
+        """Add the documents written to their subsets' counts (and their buckets'): tokens, epoch copies, labels."""
         labels = self.labels or [None] * len(self.subsets)
-        for subset, size, count, label in zip(self.subsets, self.sizes.tolist(), self.copies.tolist(), labels,
-                                              strict=True):
+        buckets = self.buckets or [None] * len(self.subsets)
+        for subset, size, count, label, bucket in zip(self.subsets, self.sizes.tolist(), self.copies.tolist(),
+                                                      labels, buckets, strict=True):
             if count >= 0:
                 self.stats.subsets[subset].add_written(size, count, label)
+                if bucket is not None:
+                    self.bucket_stats[bucket].subsets[subset].add_written(size, count, label)
 
 
 def _rule(record: dict) -> str:
@@ -130,6 +150,7 @@ class DocumentEngine:
         self._schema = config.schema
         self._lists_removed = config.lists_removed
         self.redaction = Redaction.of(self._policy.stages)
+        self._split_by = config.split_by
         # With dedup the stages ran in its input (pipeline/beam/dedup_stage.py): their verdicts are replayed here.
         self._runs_stages = not config.dedup_enabled
 
@@ -166,6 +187,8 @@ class DocumentEngine:
         file_stats = documents.file_stats()
         stats = JobStats(lines=len(chunk.lines), inputs={chunk.file_index: file_stats})
         dead_letters, texts, subsets, lines, labels, records = [], [], [], [], [], []
+        buckets: list[str] = []
+        bucket_stats: dict[str, JobStats] = {}
         removed_texts, removed_of = [], []  # the texts of removed documents, (their subset's counts, outcome)
         for outcome in self._policy.decide(chunk, file_stats, item.removed, item.verdicts):
             line = outcome.line
@@ -187,11 +210,17 @@ class DocumentEngine:
             subsets.append(outcome.subset)
             lines.append(line)
             labels.append(outcome.labels)
+            if self._split_by:  # its bucket, once: the stages ran once for every bucket
+                bucket = bucket_of(outcome.labels, self._split_by)
+                buckets.append(bucket)
+                b = bucket_stats.setdefault(bucket, JobStats()).subset(outcome.subset)
+                count(b, outcome)
+                b.text_bytes += len(line.data)
         if removed_texts and self._lists_removed:
             self._count_removed_tokens(removed_texts, removed_of)
         records = [self.redaction.record(r) for r in records]
         return Validated(chunk, texts, lines, subsets, labels if any(labels) else None, stats, dead_letters,
-                         records)
+                         records, buckets if self._split_by else None, bucket_stats)
 
     def _count_removed_tokens(self, texts: list[str], removed_of: list) -> None:
         _, offsets, _ = self.encoder.encode_verified(texts)
@@ -219,7 +248,7 @@ class DocumentEngine:
                            for subset, line in zip(pending.subsets, lines, strict=True)], np.int64)
         sizes = np.diff(offsets) + self._special.add_bos + self._special.add_eos
         docs = Documents(chunk, pending.texts, lines, pending.subsets, pending.labels, ids, offsets, sizes, copies,
-                         pending.stats, pending.dead_letters, pending.removed)
+                         pending.stats, pending.dead_letters, pending.removed, pending.buckets, pending.bucket_stats)
         for i, detail in mismatches:  # only with --verify_tokenizer: the fast backend disagreed with the reference
             if cfg.verify_tokenizer == "fail":
                 raise TokenizerMismatch(f"{redact_url(chunk.path)} line {lines[i].number}: {detail}")
