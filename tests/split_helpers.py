@@ -14,6 +14,7 @@ class ShelfOptions:
 
     shelf_declared: bool = option(True, help="declare the shelves 0, 1 and 2 before the run")
     shelf_only: str = option("", help="remove the documents of every other shelf")
+    shelf_names: str = option("", help="the shelves' values, 0 to 2, comma-separated (default: the digits)")
 
 
 def shelf(text: str) -> str | None:
@@ -32,10 +33,12 @@ class ShelfStage(DocumentStage):
         value = shelf(doc.text)
         if self.options.shelf_only and value != self.options.shelf_only:
             return Remove("other_shelf", {"shelf": value})
-        labels = {} if value is None else {"shelf": value, "tag": "x"}
+        names = self.options.shelf_names.split(",") if self.options.shelf_names else None
+        labels = {} if value is None else {"shelf": names[int(value)] if names else value, "tag": "x"}
         if doc.text.startswith("CUT "):
             return Keep(text=doc.text[4:], cut_rule="cut_prefix", tally={"cuts": 1}, labels=labels)
         return Keep(labels=labels)
 
     def labels(self):
-        return {"shelf": ("0", "1", "2") if self.options.shelf_declared else None, "tag": ("x",)}
+        names = tuple(self.options.shelf_names.split(",")) if self.options.shelf_names else ("0", "1", "2")
+        return {"shelf": names if self.options.shelf_declared else None, "tag": ("x",)}
