@@ -153,6 +153,23 @@ def test_the_mixture_reads_the_buckets_and_weighs_them_at_train_time(split):
     assert next(iter(ds))["inputs"].shape == (4, 16)
 
 
+def test_sibling_buckets_mix_under_their_own_names_and_a_stranger_is_refused(split, tmp_path):
+    import shutil
+
+    from pipeline.format.mixture import MixtureError
+
+    out, _ = split
+    mixture = Mixture.of([{"manifest": str(out / f"shelf={v}"), "weight": 1.0} for v in SHELVES])
+    assert mixture.names == tuple(f"shelf={v}" for v in SHELVES)  # the buckets' directories, not their subsets
+    stranger = tmp_path / "shelf=1"
+    shutil.copytree(out / "shelf=1", stranger)
+    manifest = json.loads((stranger / "manifest.json").read_text())
+    manifest["tokenizer"]["sha256"] = "0" * 64
+    (stranger / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(MixtureError, match="differ in tokenizer sha256"):
+        Mixture.of([{"manifest": str(out / "shelf=0"), "weight": 1.0}, {"manifest": str(stranger), "weight": 1.0}])
+
+
 def test_two_processes_and_found_values_write_the_same_bytes(split, corpus, tiny_model, tmp_path):
     out, _ = split
     two = tmp_path / "two"
@@ -187,6 +204,8 @@ def test_rerun_needs_overwrite_and_overwrite_replaces(shelves, corpus, tiny_mode
     argv = _argv(corpus, out, tiny_model, "--split_by", "shelf", "--subsets", "ArXiv") + FAST_BEAM
     run.main(argv)
     before = _digests(out)
+    named = Mixture.of([{"manifest": str(out / f"shelf={v}"), "weight": 1.0} for v in SHELVES])
+    assert named.names == tuple(f"shelf={v}" for v in SHELVES)  # one subset each: named by bucket, not subset
     with pytest.raises(FileExistsError, match="not empty"):
         run.main(argv)
     run.main(argv + ["--overwrite"])
