@@ -15,7 +15,7 @@ import pytest
 from corpus_helpers import FAST_BEAM, output_digests, pile_line, run_free, write_lines
 from split_helpers import ShelfStage, shelf
 
-from pipeline.cli import run
+from pipeline.cli import run, show
 from pipeline.format import buckets
 from pipeline.format.manifest import load_manifest
 from pipeline.format.mixture import Mixture, load_mixture
@@ -111,6 +111,8 @@ def test_the_layout_a_bucket_per_value_and_the_run_s_record(split):
                            for b in record["buckets"])
         assert s["kept"] == buckets_kept and s["documents"] == s["kept"] + sum(s["filtered"].values())
     assert set(result["outputs"]) == {f"shelf={v}" for v in SHELVES}
+    shown = show.show(str(out))  # OUT has no manifest: its mixture
+    assert "4 sources" in shown and "shelf=none" in shown
 
 
 @pytest.mark.parametrize("value", ["0", "2"])
@@ -151,6 +153,9 @@ def test_the_mixture_reads_the_buckets_and_weighs_them_at_train_time(split):
     assert rows and set(rows) <= allowed  # "keep >= 1": shelf 0 weighs 0
     ds = tfdata.make_dataset(str(out / "mixture.json"), 4, seed=0)
     assert next(iter(ds))["inputs"].shape == (4, 16)
+    kept = Mixture.of([{"manifest": str(out / f"shelf={v}")} for v in ("1", "2")], weights="tokens")
+    assert kept.names == ("shelf=1", "shelf=2") and [s.weight for s in kept.sources] == [
+        s.weight for s in mixture.sources[1:3]]
 
 
 def test_sibling_buckets_mix_under_their_own_names_and_a_stranger_is_refused(split, tmp_path):
