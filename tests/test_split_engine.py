@@ -151,3 +151,16 @@ def test_the_classifier_stages_declare_their_labels(tmp_path):
     assert set(declared) == {"fasttext.hq", "fasttext.cc"}
     assert all(values == tuple(f"0.{i}0" for i in range(10)) for values in declared.values())
     assert Language(LanguageOptions(languages=("en", "de"))).labels() == {"language": ("en", "de")}
+
+
+def test_the_stages_decide_each_document_once_whatever_the_buckets(shelves, tmp_path, tiny_model, monkeypatch):
+    seen = []
+    decide = ShelfStage.apply_many
+    monkeypatch.setattr(ShelfStage, "apply_many", lambda self, docs: seen.extend(d.line for d in docs) or decide(
+        self, docs))
+    lines = _corpus()
+    engine = Engine(config(tmp_path, tiny_model, filters=(shelves,), split_by="shelf"), spec(tiny_model))
+    engine.setup()
+    result = engine.process(_item(lines))
+    assert sorted(seen) == [i + 1 for i, o in enumerate(lines) if isinstance(o, dict) and o["text"].strip()]
+    assert len(result.buckets) == 4  # one decision each, four buckets
