@@ -245,6 +245,25 @@ def test_values_sharing_a_directory_are_refused_before_the_job_or_before_any_sha
     assert not [p for p in found.rglob("*") if p.is_file() and p.name.endswith((".tfrecord", ".json"))]
 
 
+def test_a_bucket_without_records_is_counted_and_too_many_dead_letters_refuse_every_bucket(
+        shelves, corpus, tiny_model, tmp_path, caplog):
+    out = tmp_path / "drop"
+    argv = _argv(corpus, out, tiny_model, "--split_by", "shelf", "--remainder", "drop")
+    argv[argv.index("--seq_len") + 1] = "1024"
+    run.main(argv + FAST_BEAM)
+    record = json.loads((out / "buckets.json").read_text())
+    by_value = {b["value"]: b for b in record["buckets"]}
+    assert by_value["none"]["manifest"] is None and by_value["none"]["documents"] == _kept("none") > 0
+    assert not (out / "shelf=none" / "manifest.json").exists()
+    assert load_mixture(str(out / "mixture.json")).names == ("shelf=0", "shelf=1", "shelf=2")
+    assert sum(b["documents"] for b in record["buckets"]) == record["totals"]["documents_kept"]
+    strict = tmp_path / "strict"
+    assert run.cli(_argv(corpus, strict, tiny_model, "--split_by", "shelf", "--max_dead_letter_fraction", "0.001")
+                   + FAST_BEAM) == 1
+    assert "more than --max_dead_letter_fraction" in caplog.text
+    assert not list(strict.rglob("*.json"))  # no bucket manifest, no buckets.json, no mixture.json
+
+
 def test_no_document_is_lost_whatever_the_buckets(split):
     out, _ = split
     record = json.loads((out / "buckets.json").read_text())

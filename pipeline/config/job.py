@@ -56,6 +56,7 @@ class PipelineConfig(InputOptions, OutputOptions, TokenizerOptions, SelectionOpt
         if self.split_by and not self.stage_names():
             raise ValueError(f"--split_by {self.split_by}: no stage is on to label the documents (turn one on: "
                              "--filters fasttext_classifier, hf_classifier, or --languages)")
+        self.schema  # noqa: B018 -- made here, in the driver: a worker unpickles it and never asks a stage
 
     def _check_across_groups(self) -> None:
         """The rules between groups: what one group's choice rules out in another."""
