@@ -272,3 +272,15 @@ def test_no_document_is_lost_whatever_the_buckets(split):
     labels = sum(b["label_tokens"] for b in record["buckets"])
     assert labels == tokens  # every kept token in one bucket's records, once
     assert record["totals"]["records"] == sum(b["records"] for b in record["buckets"])
+
+
+def test_the_hugging_face_stage_declares_its_head_s_label(tmp_path):
+    import classifier_models
+
+    from pipeline.stages.hf_classifier import HfClassifier, HfClassifierOptions
+
+    texts = [f"a text about topic {i} and more words" for i in range(40)]
+    edu = classifier_models.write_fineweb_edu_like(str(tmp_path / "edu"), texts)
+    assert HfClassifier(HfClassifierOptions(hf_model=edu)).labels() == {"hf.int_score": tuple("012345")}
+    named = classifier_models.write_fineweb_edu_like(str(tmp_path / "named"), texts, labels=("low", "high"))
+    assert HfClassifier(HfClassifierOptions(hf_model=named)).labels() == {"hf.label": ("low", "high")}
