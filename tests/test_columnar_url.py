@@ -85,12 +85,16 @@ def test_a_file_without_the_url_column_is_refused_naming_the_flag(corpus, tmp_pa
 
 def test_the_job_s_schema_carries_the_url_key_only_with_the_url_filter(tmp_path, tiny_model):
     from pipeline.config.job import PipelineConfig
+    from pipeline.config.tokenizer import SampleConfig
     from pipeline.stages.url_filter import UrlFilterOptions
 
     base = {"inputs": ("x",), "output_dir": str(tmp_path), "tokenizer_model": tiny_model}
     assert PipelineConfig(**base).schema.extra_keys == ()
     on = PipelineConfig(**base, filters=("url_filter",), stage_options=(UrlFilterOptions(url_key="meta.url"),))
     assert on.schema.extra_keys == (("--url_key", "meta.url"),) and on.schema.extra_paths == (("meta", "url"),)
+    sample = SampleConfig(inputs=("x",), filters=("url_filter",), stage_options=(UrlFilterOptions(url_key="u"),))
+    assert sample.schema.extra_keys == (("--url_key", "u"),)  # train-tokenizer's sample reads it too
+    assert SampleConfig(inputs=("x",)).schema.extra_keys == ()
 
 
 def _removed(out: Path, manifest: dict) -> list[tuple]:

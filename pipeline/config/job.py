@@ -105,15 +105,8 @@ class PipelineConfig(InputOptions, OutputOptions, TokenizerOptions, SelectionOpt
 
     @property
     def schema(self) -> Schema:
-        """The input layout, with the keys the stages on read from each line (`DocumentStage.line_keys`)."""
-        if "_stages_on" not in self.__dict__:  # while the groups check themselves: the layout alone
-            return InputOptions.schema.fget(self)
-        cached = self.__dict__.get("_schema")
-        if cached is None:
-            keys = tuple(dict.fromkeys(key for stage in self.configured_stages() for key in stage.line_keys()))
-            cached = dataclasses.replace(InputOptions.schema.fget(self), extra_keys=keys)
-            object.__setattr__(self, "_schema", cached)  # made once: the stages are made to ask them
-        return cached
+        """The input layout, with the keys the stages on read from each line (`with_stage_keys`)."""
+        return self.with_stage_keys(InputOptions.schema.fget(self))
 
     def document_policy(self) -> DocumentPolicy:
         """Validation, subset selection and the configured stages, as every DoFn reading documents applies them."""
