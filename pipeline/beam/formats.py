@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-from pipeline.beam import jsonl, megatron, per_subset, tfrecord
+from pipeline.beam import jsonl, megatron, per_subset, split_by, tfrecord
 from pipeline.config.job import PipelineConfig
 from pipeline.io.outputs import Removal, prepare_output_dir
 
@@ -38,10 +38,14 @@ FORMATS = {
 }
 # TFRecord outputs, one per subset, and their mixture.json (--per_subset).
 PER_SUBSET = OutputFormat(per_subset.build, per_subset.summary, per_subset.prepare)
+# TFRecord outputs, one per bucket of a stage's label, buckets.json and mixture.json (--split_by).
+SPLIT_BY = OutputFormat(split_by.build, split_by.summary, split_by.prepare)
 
 
 def output_format(config: PipelineConfig) -> OutputFormat:
     """The stages, summary and output-directory check of the config's output."""
+    if config.split_by:
+        return SPLIT_BY
     if config.per_subset and config.output_format == "tfrecord":
         return PER_SUBSET
     return FORMATS[config.output_format]

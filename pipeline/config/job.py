@@ -29,10 +29,11 @@ from pipeline.config.packing import REMAINDER_POLICIES, PackingOptions
 from pipeline.config.selection import SelectionOptions
 from pipeline.config.stages import StageChoice
 from pipeline.config.tokenizing import VERIFY_TOKENIZER_MODES, TokenizerOptions, recorded_location
+from pipeline.core.documents import Schema
 from pipeline.core.option_groups import check_groups
 from pipeline.core.options import flag, recorded
 from pipeline.core.subsets import ALL_NAMES
-from pipeline.format import jsonl
+from pipeline.format import buckets, jsonl
 from pipeline.format.megatron import subset_slug
 from pipeline.format.records import BEST_FIT, PACKING_MODES
 from pipeline.stages.policy import DocumentPolicy
@@ -64,6 +65,10 @@ class PipelineConfig(InputOptions, OutputOptions, TokenizerOptions, SelectionOpt
         check_groups(self)
         self._check_across_groups()
         self.check_stages()
+        if self.split_by and not self.stage_names():
+            raise ValueError(f"--split_by {self.split_by}: no stage is on to label the documents (turn one on: "
+                             "--filters fasttext_classifier, hf_classifier, or --languages)")
+        self.schema  # noqa: B018 -- made here, in the driver: a worker unpickles it and never asks a stage
 
     def _check_across_groups(self) -> None:
         """The rules between groups: what one group's choice rules out in another."""
@@ -81,6 +86,44 @@ class PipelineConfig(InputOptions, OutputOptions, TokenizerOptions, SelectionOpt
                                  "document per sequence (Megatron's GPTDataset packs and can reset positions)")
         if self.per_subset and self.output_format == "tfrecord":
             per_subset_outputs(self)  # checks that the subsets are named and their directories distinct
+        if self.split_by:
+            if self.output_format != "tfrecord":
+                raise ValueError(f"--split_by is for TFRecord outputs (one per bucket, read as a mixture), not "
+                                 f"--output_format {self.output_format}: split a TFRecord job, or keep one "
+                                 "output and filter with the stage's own thresholds")
+            if self.per_subset:
+                raise ValueError("--split_by with --per_subset: choose one (each bucket's output holds every "
+                                 "selected subset; --subsets NAME splits one subset's documents)")
+
+    def check_stages_ready(self) -> None:
+        """Each stage's own check, in the driver; then --split_by's label against the stages' (`split_values`)."""
+        super().check_stages_ready()
+        if self.split_by:
+            self.split_values()
+
+    def split_values(self) -> tuple[str, ...] | None:
+        """The buckets of --split_by when the stages declare its values (NONE among them), else None.
+
+        ValueError naming --split_by: a label no stage on gives its documents, or two values whose
+        bucket directories would be one (pipeline/format/buckets.py). Asked after the stages' checks.
+        """
+        declared: dict[str, list] = {}
+        for stage in self.configured_stages():
+            for key, values in stage.labels().items():
+                declared.setdefault(key, []).append(values)
+        if self.split_by not in declared:
+            raise ValueError(f"--split_by {self.split_by}: no stage on labels documents so (the labels of the stages "
+                             f"on: {', '.join(sorted(declared)) or 'none'})")
+        if any(values is None for values in declared[self.split_by]):
+            return None  # found as the documents come: their directories are checked before any shard is written
+        values = buckets.ordered({str(v) for values in declared[self.split_by] for v in values} | {buckets.NONE})
+        buckets.directories(self.split_by, values)
+        return tuple(values)
+
+    @property
+    def schema(self) -> Schema:
+        """The input layout, with the keys the stages on read from each line (`with_stage_keys`)."""
+        return self.with_stage_keys(InputOptions.schema.fget(self))
 
     def _check_text_output(self) -> None:
         """A JSON-lines output: the options that would do nothing refused, one line naming them."""

@@ -35,6 +35,11 @@ class OutputOptions(OptionGroup):
         help="megatron: separate .bin/.idx files per subset, so that a blend can weigh subsets "
         "(pile-pipeline data-path --epochs pile_paper); tfrecord: one output per subset in OUT/<subset> and "
         "OUT/mixture.json for tfdata.make_dataset, --epochs as its weights (docs/reader.md)")
+    split_by: str = option(
+        "", metavar="LABEL", recorded=lambda config: bool(config.split_by), shown_default="none",
+        help="one TFRecord output per value of this label of a stage on (hf.int_score, fasttext.<label>, "
+        "language) in OUT/<label>=<value>, documents without it in OUT/<label>=none, and OUT/mixture.json "
+        "over them for tfdata.make_dataset; the stages run once per document (docs/classifiers.md)")
     shard_size_mb: float = option(
         1024.0, bounds=Bounds(0, MAX_SHARD_MB, above=True, why="5 TiB is the largest object S3 and GCS hold"),
         help="upper bound per shard in MiB (+ one record; jsonl: of JSON lines, before compression)")

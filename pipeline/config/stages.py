@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+from pipeline.core.documents import Schema
 from pipeline.core.options import (
     ArgumentParser,
     UsageError,
@@ -125,6 +126,21 @@ class StageChoice:
     def configured_stages(self) -> tuple[DocumentStage, ...]:
         """The stages on, each made with its options (set up later, on the workers)."""
         return tuple(external.instance(cls, options) for cls, options in self._stages_on)
+
+    def with_stage_keys(self, layout: Schema) -> Schema:
+        """`layout` with the keys the stages on read from each line (`DocumentStage.line_keys`), made once.
+
+        A config's `schema` is this; it is made in the driver (a worker unpickles it and never asks a
+        stage). Before the stages are resolved (while the groups check themselves): the layout alone.
+        """
+        if "_stages_on" not in self.__dict__:
+            return layout
+        cached = self.__dict__.get("_schema")
+        if cached is None:
+            keys = tuple(dict.fromkeys(key for stage in self.configured_stages() for key in stage.line_keys()))
+            cached = dataclasses.replace(layout, extra_keys=keys)
+            object.__setattr__(self, "_schema", cached)
+        return cached
 
     def check_stages_ready(self) -> None:
         """Each stage on's own check (`DocumentStage.check`), in the driver before the job starts."""

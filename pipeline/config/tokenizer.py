@@ -12,6 +12,7 @@ import dataclasses
 
 from pipeline.config.inputs import CHUNK_BOUNDS, CORRUPT_FILE_POLICIES, MAX_LINE_BOUNDS, DocumentLayout
 from pipeline.config.stages import StageChoice
+from pipeline.core.documents import Schema
 from pipeline.core.option_groups import check_groups
 from pipeline.core.options import option, recorded
 from pipeline.core.subsets import (
@@ -78,6 +79,12 @@ class SampleConfig(DocumentLayout, StageChoice, ChunkSizes):
         object.__setattr__(self, "exclude_subsets", exclude)
         self.normalized_weights()  # validates --weights
         self.check_stages()
+        self.schema  # noqa: B018 -- made here, in the driver, with the stages' line keys
+
+    @property
+    def schema(self) -> Schema:
+        """The input layout, with the keys the stages on read from each line (a Parquet row's URL column)."""
+        return self.with_stage_keys(DocumentLayout.schema.fget(self))
 
     @property
     def every_name(self) -> bool:

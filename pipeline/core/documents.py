@@ -73,6 +73,8 @@ class Schema:
     default_subset: the subset of a line without one (missing, null or ""); None: a dead letter.
     any_names: accept any subset name; otherwise only the Pile's 22 (others: `subset_unknown`).
     id_key: a dotted path to the document's own id (None: none is read).
+    extra_keys: (flag, dotted path) of each other value a stage reads from the line (`--url_key`):
+    a columnar input's rows carry those columns too (pipeline/io/columnar.py); a JSON line has them.
     """
 
     text_key: str = "text"
@@ -80,11 +82,13 @@ class Schema:
     default_subset: str | None = None
     any_names: bool = False
     id_key: str | None = None
+    extra_keys: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self):
         keys = (("--text_key", self.text_key), ("--subset_key", self.subset_key))
         if self.id_key is not None:
             keys += (("--id_key", self.id_key),)
+        keys += tuple(self.extra_keys)
         for flag, key in keys:
             if not key or any(not part for part in key.split(".")):
                 raise ValueError(f"{flag} {key!r}: give a key, or a dotted path of keys (meta.pile_set_name)")
@@ -92,6 +96,9 @@ class Schema:
             raise ValueError(f"--text_key and --subset_key are both {self.text_key!r}")
         if self.id_key in (self.text_key, self.subset_key):
             raise ValueError(f"--id_key {self.id_key!r} is also --text_key or --subset_key: name the id's own key")
+        for flag, key in self.extra_keys:
+            if key in (self.text_key, self.subset_key):
+                raise ValueError(f"{flag} {key!r} is also --text_key or --subset_key: name its own key")
         if self.default_subset is not None:
             problem = subset_name_problem(self.default_subset, self.any_names)
             if problem:
@@ -111,6 +118,11 @@ class Schema:
     def id_path(self) -> tuple[str, ...]:
         """The id's key path (empty without an id_key)."""
         return tuple(self.id_key.split(".")) if self.id_key else ()
+
+    @functools.cached_property
+    def extra_paths(self) -> tuple[tuple[str, ...], ...]:
+        """The key paths of `extra_keys`, in order."""
+        return tuple(tuple(key.split(".")) for _, key in self.extra_keys)
 
 
 PILE = Schema()

@@ -74,8 +74,8 @@ def load_manifest(path_or_dir: str, fmt: str = FORMAT, version: int = FORMAT_VER
         if fs.exists(posixpath.join(posixpath.dirname(fs_path), MIXTURE_NAME)):
             mixture = posixpath.join(folder, MIXTURE_NAME)
             raise ManifestError(
-                f"{folder} is a --per_subset output: one output per subset, read together as a mixture; pass "
-                f"{mixture} (make_dataset(\"{mixture}\", ...)), or one subset's directory")
+                f"{folder} is a --per_subset or --split_by output: one output per subset or bucket, read together "
+                f"as a mixture; pass {mixture} (make_dataset(\"{mixture}\", ...)), or one of its directories")
         raise ManifestError(
             f"No manifest at {path}: the output is incomplete (a job still running or one that "
             "failed) or this is not a pipeline output directory. Refusing to read it."

@@ -7,7 +7,10 @@
      "schedule": [{"step": 4096, "weights": {"Pile-CC": 0.5, "ArXiv": 0.5}}]}
 
 A source is an output directory or its manifest (relative to the mixture file, or a URL); `name`
-defaults to the output's only subset (an output written per subset) or its directory name. Weights:
+defaults to a `--split_by` bucket's directory (`hf.int_score=3`), else the output's only subset (an
+output written per subset) or its directory name. The buckets of one `--split_by` run are outputs
+of one tokenizer: any of them mix, with weights of their own (`keep >= 3`: leave the others out or
+weigh them 0; `upsample 5`: its label tokens times 5). Weights:
 a number per source, or a preset for all: `tokens` (each source's label tokens: every record
 alike) or `pile_paper` (each subset's tokens x the Pile paper's epochs, Gao et al. 2020 Table 1;
 other names count once). `schedule` re-weights from a global step on: each entry names every
@@ -91,10 +94,13 @@ def _manifest_file(location: str, base: str | None) -> str:
 
 
 def _default_name(manifest: dict, file: str) -> str:
+    folder = posixpath.basename(posixpath.dirname(file)) or file
+    if isinstance(manifest.get("bucket"), dict):  # a --split_by bucket: its directory, `<label>=<value>`
+        return folder
     subsets = [k for k, v in (manifest.get("subsets") or {}).items() if (v or {}).get("tokens")]
     if len(subsets) == 1:
         return subsets[0]
-    return posixpath.basename(posixpath.dirname(file)) or file
+    return folder
 
 
 def preset_weight(preset: str, manifest: dict, file: str) -> float:

@@ -6,14 +6,15 @@ source.name`), so validation, dead letters and the documents are exactly those o
 written as JSON lines (pipeline/core/documents.py). A value JSON cannot hold (bytes, a date) rides in
 `Line.row` and is a dead letter naming its type. Line numbers are 1-based row numbers of the file.
 
-Only the columns on the two paths (and --id_key's) are read, one row group (Parquet) or record batch (Arrow) at a
-time, never a whole file. Each Parquet row group is a work item (`RowGroup`) that any worker reads
-on its own; its chunks are numbered `group * GROUP_CHUNKS + k`, so the chunks, and the output, are
-the same however the groups are spread. An Arrow file (IPC file or stream format, as
+Only the columns on the two paths (and --id_key's, and those a stage reads, `Schema.extra_keys`: the
+URL filter's --url_key) are read, one row group (Parquet) or record batch (Arrow) at a time, never a
+whole file. Each Parquet row group is a work item (`RowGroup`) that any worker reads on its own; its
+chunks are numbered `group * GROUP_CHUNKS + k`, so the chunks, and the output, are the same however
+the groups are spread. An Arrow file (IPC file or stream format, as
 `datasets.save_to_disk` writes) is one work item, its record batches numbered the same way.
 
 `check_columns` runs before the job: a text path the file does not have (or a subset path without
---default_subset) is refused naming the flag and the file's columns.
+--default_subset, or a stage's key) is refused naming the flag and the file's columns.
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ def columns_of(schema: pa.Schema) -> str:
 
 
 def check_columns(path: str, schema: Schema) -> None:
-    """Raise ColumnError unless the file has the text path (and the subset path, without a default)."""
+    """Raise ColumnError unless the file has the text path (the subset path without a default, the stages' keys)."""
     arrow = file_schema(path)
     if not _resolve(arrow, schema.text_path):
         raise ColumnError(f"--text_key {schema.text_key}: {redact_url(path)} has no such column "
@@ -123,6 +124,10 @@ def check_columns(path: str, schema: Schema) -> None:
         raise ColumnError(f"--subset_key {schema.subset_key}: {redact_url(path)} has no such column "
                           f"(its columns: {columns_of(arrow)}); pass --default_subset other to put every row in "
                           "one subset (any NAME)")
+    for (flag, key), key_path in zip(schema.extra_keys, schema.extra_paths, strict=True):
+        if not _resolve(arrow, key_path):  # every row would lack it: a stage would remove every document
+            raise ColumnError(f"{flag} {key}: {redact_url(path)} has no such column "
+                              f"(its columns: {columns_of(arrow)})")
 
 
 def read_units(path: str) -> list[RowGroup | None]:
@@ -159,21 +164,24 @@ def _nest(row: dict, path: tuple[str, ...], value) -> None:
 def _lines(table: pa.Table, schema: Schema, first_row: int) -> Iterator[tuple[Line, int]]:
     """(Line, its size for chunking) of each row.
 
-    The size is the row's without its --id_key value, so that the id never moves a chunk's boundary
-    (the chunks, and so the shards, are those of the same job without it).
+    The size is the row's without its --id_key value and the stages' extra values, so that they never
+    move a chunk's boundary (the chunks, and so the shards, are those of the same job without them).
     """
     texts = _leaf(table, schema.text_path)
     subsets = _leaf(table, schema.subset_path)
-    ids = _leaf(table, schema.id_path) if schema.id_path else None
+    more = [(path, _leaf(table, path)) for path in ((schema.id_path,) if schema.id_path else ()) + schema.extra_paths]
+    more = [(path, values) for path, values in more if values is not None]
     for i in range(table.num_rows):
         row: dict = {}
         _nest(row, schema.text_path, None if texts is None else texts[i])
         if subsets is not None:
             _nest(row, schema.subset_path, subsets[i])
         size = None
-        if ids is not None and ids[i] is not None:
-            size = len(orjson.dumps(row, default=repr))
-            _nest(row, schema.id_path, ids[i])
+        for path, values in more:
+            if values[i] is not None:
+                if size is None:
+                    size = len(orjson.dumps(row, default=repr))
+                _nest(row, path, values[i])
         try:
             line = Line(first_row + i + 1, first_row + i, orjson.dumps(row))
         except TypeError:  # a value JSON cannot hold: validated from the row itself
@@ -202,7 +210,7 @@ def _chunks(tables: Iterator[tuple[int, int, pa.Table, int]], path: str, file_in
 
 
 def _columns(schema: Schema, arrow: pa.Schema) -> list[str]:
-    paths = (schema.text_path, schema.subset_path) + ((schema.id_path,) if schema.id_path else ())
+    paths = (schema.text_path, schema.subset_path) + ((schema.id_path,) if schema.id_path else ()) + schema.extra_paths
     return sorted({p[0] for p in paths if arrow.get_field_index(p[0]) >= 0})
 
 

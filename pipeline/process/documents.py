@@ -9,6 +9,12 @@ Documents are exactly those of a call of its own (tests/test_engine.py checks it
 
 A job that writes text only (--output_format jsonl without --tokenizer_model) carries NO_TOKENIZER:
 nothing is loaded or encoded, its Documents hold no ids, and no token is counted.
+
+With --split_by LABEL each kept document is routed to its bucket here, once, after the policy
+(pipeline/format/buckets.py `bucket_of`): `buckets[i]` is document i's, and `bucket_stats` holds
+each bucket's counts of its documents (kept, their bytes, tokens, labels, cuts, tallies) beside
+the work item's `stats`, which count every document as without buckets. A writer writes each
+bucket's documents apart (pipeline/process/tfrecord.py).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from pipeline.core import documents
 from pipeline.core.documents import Line
 from pipeline.core.epochs import copies_of
 from pipeline.core.stats import JobStats, SubsetStats
+from pipeline.format.buckets import bucket_of
 from pipeline.io.inputs import Chunk
 from pipeline.io.urls import redact_url
 from pipeline.process.redaction import Redaction
@@ -67,6 +74,8 @@ class Validated:
     dead_letters: list[dict]
     removed: list[dict]  # its removed/ records: removals and cuts
     own_ids: list | None = None  # with --id_key, each kept document's own id (redacted with --pii)
+    buckets: list[str] | None = None  # with --split_by: each kept document's bucket
+    bucket_stats: dict[str, JobStats] = dataclasses.field(default_factory=dict)  # each bucket's counts
 
 
 @dataclasses.dataclass
@@ -74,7 +83,8 @@ class Documents:
     """A work item's kept documents, tokenized; what a writer (pipeline/process/writers.py) writes.
 
     Document i (`lines[i]`, of subset `subsets[i]`, text `texts[i]`) is ids[offsets[i]:offsets[i + 1]],
-    `sizes[i]` tokens once written with BOS/EOS, in `copies[i]` epoch copies (-1: left out after tokenizing).
+    `sizes[i]` tokens once written with BOS/EOS, in `copies[i]` epoch copies (-1: left out after tokenizing);
+    with --split_by, of bucket `buckets[i]`, counted in `bucket_stats[buckets[i]]` too.
     Not `tokenized` (NO_TOKENIZER): no ids, sizes 0, and no token counted.
     """
 
@@ -92,22 +102,33 @@ class Documents:
     removed: list[dict]
     own_ids: list | None = None
     tokenized: bool = True
+    buckets: list[str] | None = None
+    bucket_stats: dict[str, JobStats] = dataclasses.field(default_factory=dict)
 
     def unkeep(self, i: int) -> SubsetStats:
-        """Leave out document i, counted as kept so far; returns its subset's counts."""
+        """Leave out document i, counted as kept so far; returns its subset's counts (its bucket's lose it)."""
         s = self.stats.subsets[self.subsets[i]]
         s.kept -= 1
         s.text_bytes -= len(self.lines[i].data)
+        if self.buckets is not None:  # a bucket counts only what it holds
+            b = self.bucket_stats[self.buckets[i]].subsets[self.subsets[i]]
+            b.documents -= 1
+            b.kept -= 1
+            b.text_bytes -= len(self.lines[i].data)
         self.copies[i] = -1  # never written
         return s
 
     def count_written(self) -> None:
-        """Add the documents written to their subsets' counts: tokens, epoch copies, labels."""
+        """Add the documents written to their subsets' counts (and their buckets'): tokens, epoch copies, labels."""
         labels = self.labels or [None] * len(self.subsets)
         sizes = self.sizes.tolist() if self.tokenized else [None] * len(self.subsets)
-        for subset, size, count, label in zip(self.subsets, sizes, self.copies.tolist(), labels, strict=True):
+        buckets = self.buckets or [None] * len(self.subsets)
+        for subset, size, count, label, bucket in zip(self.subsets, sizes, self.copies.tolist(), labels, buckets,
+                                                      strict=True):
             if count >= 0:
                 self.stats.subsets[subset].add_written(size, count, label)
+                if bucket is not None:
+                    self.bucket_stats[bucket].subsets[subset].add_written(size, count, label)
 
 
 def _rule(record: dict) -> str:
@@ -149,6 +170,7 @@ class DocumentEngine:
         self._schema = config.schema
         self._lists_removed = config.lists_removed
         self.redaction = Redaction.of(self._policy.stages)
+        self._split_by = config.split_by
         # With dedup the stages ran in its input (pipeline/beam/dedup_stage.py): their verdicts are replayed here.
         self._runs_stages = not config.dedup_enabled
 
@@ -186,6 +208,8 @@ class DocumentEngine:
         file_stats = documents.file_stats()
         stats = JobStats(lines=len(chunk.lines), inputs={chunk.file_index: file_stats})
         dead_letters, texts, subsets, lines, labels, records, own_ids = [], [], [], [], [], [], []
+        buckets: list[str] = []
+        bucket_stats: dict[str, JobStats] = {}
         removed_texts, removed_of = [], []  # the texts of removed documents, (their subset's counts, outcome)
         for outcome in self._policy.decide(chunk, file_stats, item.removed, item.verdicts):
             line = outcome.line
@@ -208,11 +232,18 @@ class DocumentEngine:
             lines.append(line)
             labels.append(outcome.labels)
             own_ids.append(self.redaction.value(outcome.id))
+            if self._split_by:  # its bucket, once: the stages ran once for every bucket
+                bucket = bucket_of(outcome.labels, self._split_by)
+                buckets.append(bucket)
+                b = bucket_stats.setdefault(bucket, JobStats()).subset(outcome.subset)
+                count(b, outcome)
+                b.text_bytes += len(line.data)
         if removed_texts and self._lists_removed and self.tokenizes:
             self._count_removed_tokens(removed_texts, removed_of)
         records = [self.redaction.record(r) for r in records]
         return Validated(chunk, texts, lines, subsets, labels if any(labels) else None, stats, dead_letters,
-                         records, own_ids if self._schema.id_key else None)
+                         records, own_ids if self._schema.id_key else None, buckets if self._split_by else None,
+                         bucket_stats)
 
     def _count_removed_tokens(self, texts: list[str], removed_of: list) -> None:
         _, offsets, _ = self.encoder.encode_verified(texts)
@@ -243,7 +274,8 @@ class DocumentEngine:
                            for subset, line in zip(pending.subsets, lines, strict=True)], np.int64)
         sizes = np.diff(offsets) + self._special.add_bos + self._special.add_eos
         docs = Documents(chunk, pending.texts, lines, pending.subsets, pending.labels, ids, offsets, sizes, copies,
-                         pending.stats, pending.dead_letters, pending.removed, pending.own_ids, self.tokenizes)
+                         pending.stats, pending.dead_letters, pending.removed, pending.own_ids, self.tokenizes,
+                         pending.buckets, pending.bucket_stats)
         for i, detail in mismatches:  # only with --verify_tokenizer: the fast backend disagreed with the reference
             if cfg.verify_tokenizer == "fail":
                 raise TokenizerMismatch(f"{redact_url(chunk.path)} line {lines[i].number}: {detail}")

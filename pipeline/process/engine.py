@@ -48,7 +48,7 @@ class Engine:
             docs.count_written()
             chunk = docs.chunk
             results.append(ChunkResult(chunk.file_index, chunk.chunk_index, chunk.input_bytes, written.blocks,
-                                       written.tails, docs.dead_letters, docs.removed, docs.stats))
+                                       written.tails, docs.dead_letters, docs.removed, docs.stats, docs.bucket_stats))
         return results
 
     def process(self, item: WorkItem) -> ChunkResult:

@@ -8,8 +8,9 @@ is the same bytes on every run.
 
 Its bytes (no pickle; `from_bytes(to_bytes(r))` gives r back):
     MAGIC (8 bytes) | header length (u64 little-endian) | header: JSON, ASCII | arrays, back to back
-The header holds every field; an array is written in it as {"array": [dtype, shape, offset, bytes]},
-its bytes little-endian at `offset` of the array part. Records and dead letters keep their keys'
+The header holds every field (a block's or tail's bucket and the buckets' counts only with
+--split_by); an array is written in it as {"array": [dtype, shape, offset, bytes]}, its bytes
+little-endian at `offset` of the array part. Records and dead letters keep their keys'
 order; a tuple in them reads back as a list (they are written as JSON either way).
 """
 
@@ -34,20 +35,22 @@ class Block:
 
     source: the format's source id (its place in the output's order); records: the framed records (or
     documents' tokens back to back); spans: with --provenance, where the block's labels come from
-    (pipeline/core/provenance.py), else None.
+    (pipeline/core/provenance.py), else None; bucket: with --split_by, the bucket whose output it is in.
     """
 
     source: tuple
     records: FramedRecords
     spans: np.ndarray | None = None
+    bucket: str | None = None
 
 
 @dataclasses.dataclass
 class Tail:
-    """The labels of one epoch copy left after the work item's full records, for joining (concat packing)."""
+    """The labels of one epoch copy (of one bucket) left after the work item's full records, for joining."""
 
     copy: int
     piece: Piece
+    bucket: str | None = None  # with --split_by: tails join within their bucket only
 
 
 @dataclasses.dataclass
@@ -62,6 +65,7 @@ class ChunkResult:
     dead_letters: list[dict]
     removed: list[dict]  # removed/ records (removals and cuts)
     stats: JobStats
+    buckets: dict[str, JobStats] = dataclasses.field(default_factory=dict)  # with --split_by: each bucket's counts
 
     @property
     def documents(self) -> int:
@@ -89,13 +93,17 @@ class ChunkResult:
         header = {
             "file_index": self.file_index, "chunk_index": self.chunk_index, "input_bytes": self.input_bytes,
             "blocks": [{"source": list(b.source), "data": arrays.add(np.frombuffer(b.records.data, np.uint8)),
-                        "ends": arrays.add(b.records.ends), "spans": arrays.add(b.spans)} for b in self.blocks],
+                        "ends": arrays.add(b.records.ends), "spans": arrays.add(b.spans), **_bucket(b)}
+                       for b in self.blocks],
             "tails": [{"copy": t.copy, "context": t.piece.context, "labels": arrays.add(t.piece.labels),
-                       "starts": arrays.add(t.piece.starts), "spans": arrays.add(t.piece.spans)} for t in self.tails],
+                       "starts": arrays.add(t.piece.starts), "spans": arrays.add(t.piece.spans), **_bucket(t)}
+                      for t in self.tails],
             "dead_letters": self.dead_letters,
             "removed": self.removed,
             "stats": self.stats.to_json(),
         }
+        if self.buckets:  # only with --split_by, so that a result without buckets keeps its bytes
+            header["buckets"] = {name: s.to_json() for name, s in sorted(self.buckets.items())}
         text = json.dumps(header, ensure_ascii=True, separators=(",", ":")).encode("ascii")
         return b"".join([MAGIC, struct.pack("<Q", len(text)), text, *arrays.parts])
 
@@ -119,11 +127,17 @@ class ChunkResult:
             return np.frombuffer(body[offset : offset + nbytes], np.dtype(dtype)).reshape(shape).copy()
 
         blocks = [Block(tuple(b["source"]), FramedRecords(array(b["data"]).tobytes(), array(b["ends"])),
-                        array(b["spans"])) for b in header["blocks"]]
-        tails = [Tail(t["copy"], Piece(t["context"], array(t["labels"]), array(t["starts"]), array(t["spans"])))
-                 for t in header["tails"]]
+                        array(b["spans"]), b.get("bucket")) for b in header["blocks"]]
+        tails = [Tail(t["copy"], Piece(t["context"], array(t["labels"]), array(t["starts"]), array(t["spans"])),
+                      t.get("bucket")) for t in header["tails"]]
+        buckets = {name: JobStats.from_json(s) for name, s in header.get("buckets", {}).items()}
         return cls(header["file_index"], header["chunk_index"], header["input_bytes"], blocks, tails,
-                   header["dead_letters"], header["removed"], JobStats.from_json(header["stats"]))
+                   header["dead_letters"], header["removed"], JobStats.from_json(header["stats"]), buckets)
+
+
+def _bucket(part: Block | Tail) -> dict:
+    """A block's or tail's bucket in its header entry: only with --split_by."""
+    return {} if part.bucket is None else {"bucket": part.bucket}
 
 
 class _Arrays:

@@ -5,7 +5,9 @@
     [((copy, file), Piece)]            -> pack_final          -> block (2, 0, 0, 0): the last records, one padded
 Epoch copies are packed as separate streams, so repeats of a document land in different records
 (and, after the global shuffle, far apart). With --packing best_fit each work item's documents are
-packed whole (pipeline/core/best_fit.py) and there are no tails.
+packed whole (pipeline/core/best_fit.py) and there are no tails. With --split_by each bucket's
+documents are packed apart, as if the work item held them alone: its blocks and tails carry the
+bucket (`Block.bucket`, `Tail.bucket`), and the tails are joined within their bucket.
 """
 
 from __future__ import annotations
@@ -49,9 +51,19 @@ class PackedRecords(Writer):
         return records.token_dtype_for(vocab_size)
 
     def write(self, docs: Documents) -> Written:
-        """The blocks of every epoch copy (source (0, copy, file, chunk)) and their tails."""
-        cfg, chunk, copies = self.config, docs.chunk, docs.copies
+        """The blocks of every epoch copy (source (0, copy, file, chunk)) and their tails; each bucket's apart."""
         out = Written()
+        if docs.buckets is None:
+            self._write(out, docs, docs.copies, None)
+            return out
+        buckets = np.array(docs.buckets, object)
+        for bucket in sorted(set(docs.buckets)):  # a bucket's documents as if the work item held them alone
+            self._write(out, docs, np.where(buckets == bucket, docs.copies, -1), bucket)
+        return out
+
+    def _write(self, out: Written, docs: Documents, copies: np.ndarray, bucket: str | None) -> None:
+        """The documents of `copies` >= 0 (`docs.copies`, or one bucket's), each epoch copy packed on its own."""
+        cfg, chunk = self.config, docs.chunk
         for copy in range(int(copies.max(initial=0))):
             chosen = copies > copy
             stream = packing.build_stream_flat(docs.ids, docs.offsets, chosen, **self.stream_ids())
@@ -60,35 +72,39 @@ class PackedRecords(Writer):
                 stream.spans = provenance.document_spans(chunk.file_index, numbers[chosen], docs.sizes[chosen])
             source = (0, copy, chunk.file_index, chunk.chunk_index)
             if packs_best_fit(cfg):
-                self._best_fit(out, source, stream, docs, chosen)
+                self._best_fit(out, source, stream, docs, chosen, bucket)
                 continue
             tokens, starts, remainder = packing.pack(stream, cfg.seq_len)
             if len(tokens):
                 block = serialize_records(tokens, starts, dtype=self.dtype, document_boundaries=cfg.document_boundaries)
-                out.blocks.append(Block(source, block, _spans(stream.spans, len(tokens) * cfg.seq_len)))
+                out.blocks.append(Block(source, block, _spans(stream.spans, len(tokens) * cfg.seq_len), bucket))
             if len(remainder):
-                out.tails.append(Tail(copy, remainder))
-        return out
+                out.tails.append(Tail(copy, remainder, bucket))
 
-    def _best_fit(self, out: Written, source: tuple, stream: packing.Piece, docs: Documents, chosen: np.ndarray):
+    def _best_fit(self, out: Written, source: tuple, stream: packing.Piece, docs: Documents, chosen: np.ndarray,
+                  bucket: str | None):
         """One epoch copy of the documents, best-fit packed on its own (nothing crosses work items).
 
         Packing each work item alone makes the records depend on the input and its cut into chunks
-        only, never on which worker got what; its padding and cuts go into the subsets' counts.
+        only, never on which worker got what; its padding and cuts go into the subsets' counts (and
+        the bucket's).
         """
         cfg = self.config
         packed, _ = best_fit.pack_documents(stream, docs.sizes[chosen], cfg.seq_len, cfg.packing_window,
                                             self.special.padding_id, subsets=np.array(docs.subsets)[chosen],
                                             final=True, dtype=self.dtype)
+        counted = [docs.stats] + ([] if bucket is None else [docs.bucket_stats[bucket]])
         for subset, counts in packed.counts.items():
-            docs.stats.subsets[subset].merge(SubsetStats(**counts))
+            for stats in counted:
+                stats.subsets[subset].merge(SubsetStats(**counts))
         if not len(packed):
             return
         block = framing.serialize_packed(packed.tokens, packed.segment_ids, packed.positions, dtype=self.dtype)
-        out.blocks.append(Block(source, block, _spans(packed.spans, len(packed) * cfg.seq_len)))
-        docs.stats.packing = (docs.stats.packing or PackingStats()).merge(PackingStats(
-            records_from_chunks=len(packed), padding_labels=packed.padding, documents_cut=packed.documents_cut,
-            padded_records=0))
+        out.blocks.append(Block(source, block, _spans(packed.spans, len(packed) * cfg.seq_len), bucket))
+        for stats in counted:
+            stats.packing = (stats.packing or PackingStats()).merge(PackingStats(
+                records_from_chunks=len(packed), padding_labels=packed.padding, documents_cut=packed.documents_cut,
+                padded_records=0))
 
 
 @dataclasses.dataclass

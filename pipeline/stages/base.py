@@ -134,6 +134,21 @@ class DocumentStage(abc.ABC):
     def setup(self) -> None:  # noqa: B027 -- optional: most stages have no state to load
         """Load heavy state once per worker (before the first document)."""
 
+    def line_keys(self) -> tuple[tuple[str, str], ...]:
+        """(flag, dotted key) of each value besides the text that this stage reads from the input line (`Doc.raw`).
+
+        A Parquet or Arrow input's rows then carry those columns too (pipeline/io/columnar.py).
+        """
+        return ()
+
+    def labels(self) -> dict[str, tuple[str, ...] | None]:
+        """The label keys of the documents this stage keeps, each with its values when known before the run.
+
+        None: the values are found as the documents come. Asked in the driver after `check()`:
+        `--split_by` names one of these keys (pipeline/format/buckets.py).
+        """
+        return {}
+
     @abc.abstractmethod
     def apply(self, doc: Doc) -> Remove | Keep | None:
         """The verdict on one document: Remove, Keep, or None (kept unchanged)."""

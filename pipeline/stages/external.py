@@ -161,6 +161,16 @@ class ExternalStage(DocumentStage):
         self._stage = self._stage or self._build()
         self._stage.check()
 
+    def line_keys(self) -> tuple[tuple[str, str], ...]:
+        """The stage's own."""
+        self._stage = self._stage or self._build()
+        return self._stage.line_keys()
+
+    def labels(self) -> dict[str, tuple[str, ...] | None]:
+        """The stage's own (in the driver)."""
+        self._stage = self._stage or self._build()
+        return self._stage.labels()
+
     def setup(self) -> None:
         """Import the module (StageModuleMissing without it), rebuild the stage, its own setup."""
         if self._stage is None:

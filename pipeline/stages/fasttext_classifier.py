@@ -169,6 +169,10 @@ class FastTextClassifier(DocumentStage):
             raise ValueError(f"--filters {self.name} needs fasttext-predict: pip install 'pile-pipeline[filters]' "
                              f"({e})") from None
 
+    def labels(self) -> dict[str, tuple[str, ...]]:
+        """`fasttext.<label>` of each of the model's labels, valued by the bins' names (after `check`)."""
+        return {f"fasttext.{label}": tuple(self._bins) for label in read_header(self.options.fasttext_model).labels}
+
     def setup(self) -> None:
         """The model, once per worker."""
         if self._model is None:

@@ -140,6 +140,15 @@ class HfClassifier(DocumentStage):
             if not torch.cuda.is_available():
                 raise ValueError("--hf_device cuda: torch sees no GPU here")
 
+    def labels(self) -> dict[str, tuple[str, ...]]:
+        """`hf.int_score` (0 to 5) of a regression head, `hf.label` (its labels) of a classification head."""
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(self.options.hf_model, local_files_only=True)
+        if config.num_labels == 1:
+            return {"hf.int_score": tuple(str(score) for score in range(6))}
+        return {"hf.label": tuple(config.id2label[i] for i in range(config.num_labels))}
+
     def setup(self) -> None:
         """The tokenizer and the model, once per worker (evaluation mode, on --hf_device)."""
         if self._model is not None:

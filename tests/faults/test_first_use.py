@@ -187,7 +187,7 @@ def test_a_per_subset_output_points_the_reader_at_its_mixture(tmp_path):
     from pipeline import tfdata
     from pipeline.format.manifest import ManifestError
 
-    with pytest.raises(ManifestError, match=rf"{out} is a --per_subset output.*pass {out}/mixture.json"):
+    with pytest.raises(ManifestError, match=rf"{out} is a --per_subset or --split_by output.*pass {out}/mixture.json"):
         tfdata.make_dataset(str(out), batch_size=2, seed=0)
     batch = next(iter(eval(snippet, {"make_dataset": tfdata.make_dataset})))  # noqa: S307 -- the printed line
     assert batch["inputs"].shape == (8, 32)
