@@ -5,7 +5,8 @@ and the tests' labelling stage (tests/split_helpers.py), once split by its label
 split output's OUT shows the run's removed documents, the same as the unsplit run's, and its report
 has a number for each bucket, every number on the page evaluated against buckets.json
 (tests/report_page.py). A bucket's directory and a --per_subset output's OUT are refused in one
-line naming what to pass; a --per_subset output's subset directory is an output of its own.
+line naming what to pass (by `show` too, given buckets.json); a --per_subset output's subset directory
+is an output of its own.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from split_helpers import ShelfStage
 
 from pipeline.cli import removed as removed_cli
 from pipeline.cli import report as report_cli
-from pipeline.cli import run
+from pipeline.cli import run, show
 from pipeline.stages import registry
 
 pytestmark = pytest.mark.slow
@@ -118,6 +119,9 @@ def test_a_bucket_or_a_per_subset_output_is_refused_naming_what_to_pass(outputs,
         assert "is a --per_subset output" in line
         assert f"pass one of them ({outs['per_subset']}/ArXiv, {outs['per_subset']}/Pile_CC)" in line
     assert not (tmp_path / "r.html").exists()
+    assert "sources" in show.show(str(outs["split"])) and "sources" in show.show(str(outs["per_subset"]))
+    line = _refused(capsys, show.cli, outs["split"] / "buckets.json")
+    assert "a --split_by run's record, not an output: pass " + str(outs["split"]) in line
 
 
 def test_a_per_subset_output_s_subset_is_an_output_of_its_own(outputs, capsys, tmp_path):
