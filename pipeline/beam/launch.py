@@ -93,7 +93,8 @@ def run(job: Job, options: PipelineOptions, beam_args: list[str], translate_only
     profile = profile_for(options)
     # Workers on this machine report progress to the driver; elsewhere it is in the runner's metrics.
     local = profile.workers(options).local
-    monitor = Monitor(job.execution.input_bytes, config.progress_every if local else 0).start()
+    monitor = Monitor(job.execution.input_bytes, config.progress_every if local else 0,
+                      tokenizes=config.tokenizer_model is not None).start()
     try:
         with profile.workspace(job, options, beam_args, monitor.address, translate_only) as workspace:
             LOG.info("%d input files -> %s (runner %s, run %s)", len(job.input_files),
