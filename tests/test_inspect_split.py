@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 
+import browser
 import inspect_corpus
 import pytest
 from corpus_helpers import FAST_BEAM
@@ -94,6 +95,10 @@ def test_report_on_a_split_output_counts_each_bucket_and_every_number_is_buckets
     assert funnel["kept"] == plain["totals"]["documents_kept"] and funnel["input lines"] == plain["totals"]["lines"]
     assert funnel["gopher_quality"] == plain["removed"]["by_reason"]["gopher_quality"]
     assert "<h4>removed: gopher_quality" in text  # the run's removed documents, read back
+    seen = browser.open_page(tmp_path / "page.html", "report-split.png")
+    assert seen["errors"] == [] and seen["scripts"] == 0 and "Buckets (--split_by)" in seen["text"]
+    for image in seen["images"]:
+        assert image["complete"] and min(image["natural"]) > 0 and min(image["drawn"]) > 0, image
 
 
 def test_a_split_output_beside_an_unsplit_one(outputs, capsys, tmp_path):

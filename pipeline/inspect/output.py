@@ -1,5 +1,8 @@
 """An output as inspection reads it: its manifest (any format) and its removed/ records, checked.
 
+A --split_by output is read through its run's record, OUT/buckets.json (pipeline/format/buckets.py),
+which holds what a manifest holds of the whole run; its buckets have no removals of their own.
+
 Everything read back is untrusted, even files the job wrote: a removed/ file is read only when the
 manifest lists it inside the directory of the run that wrote it, and only with the size and sha256
 listed; each of its lines must be a JSON object with a record's own keys of the right types, in
