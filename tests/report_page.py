@@ -2,7 +2,8 @@
 
 Every number cell of the page (`<td class="n">`) names its source in `data-src` (pipeline/inspect/page.py);
 `evaluate` computes it here, independently of the report's code: a manifest expression walked over the
-manifest, a count of removed/ records, two runs' documents by fate, or a difference.
+manifest (a --split_by output's: buckets.json), a count of removed/ records, two runs' documents by fate,
+or a difference.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ class Page(HTMLParser):
 def _leaves(obj, path):
     if not path:
         return [obj] if isinstance(obj, int | float) and not isinstance(obj, bool) else []
+    if isinstance(obj, list):  # buckets.json's buckets, by index
+        return _leaves(obj[path[0]], path[1:]) if isinstance(path[0], int) and 0 <= path[0] < len(obj) else []
     if not isinstance(obj, dict):
         return []
     keys = sorted(obj) if path[0] is None else [path[0]] if path[0] in obj else []

@@ -8,7 +8,7 @@ import browser
 import pytest
 
 from pipeline.cli import main as main_module
-from pipeline.inspect.counts import Cell, funnel, value
+from pipeline.inspect.counts import Cell, bucket_rows, funnel, value
 from pipeline.inspect.figures import _leading_number
 from pipeline.inspect.page import esc, number
 from pipeline.inspect.select import Selection, sample
@@ -63,6 +63,13 @@ def test_manifest_expressions_and_number_cells():
     assert cell == ('<td class="n" data-src="{&quot;run&quot;:1,&quot;m&quot;:[[1,[&quot;totals&quot;,&quot;lines'
                     '&quot;]]]}">1,234</td>')
     assert number(None) == '<td class="na">—</td>'
+    record = {"buckets": [{"value": "0", "directory": "k=0", "documents": 4, "tokens": 9, "manifest": None},
+                          {"value": "1", "directory": "k=1", "documents": 2, "tokens": 5, "manifest": "k=1/m",
+                           "records": 3, "label_tokens": 5}]}
+    assert value(record, [[1, ["buckets", 1, "documents"]], [1, ["buckets", 5, "documents"]]]) == 2
+    rows = bucket_rows(record)
+    assert [[c.value if c else None for c in r.cells] for r in rows] == [[4, 9, None, None], [2, 5, 3, 5]]
+    assert rows[1].cells[2].m == ((1, ("buckets", 1, "records")),)
 
 
 @pytest.mark.parametrize("command", ["removed", "report"])

@@ -145,8 +145,20 @@ def test_what_the_manifest_records_of_the_default_job():
     assert sorted(_config()) == DEFAULT_KEYS
     # Where things are and how the work spreads never decide the bytes.
     assert sorted(_config(provenance=True, overwrite=True, fan_out="no", tokenizer_threads=3, progress_every=0.0,
-                          output_format="megatron", per_subset=True, max_dead_letter_fraction=1.0, pad_id=0,
-                          allow_text_eos=True, tiktoken_encoding="llama3", output_dir="elsewhere")) == DEFAULT_KEYS
+                          max_dead_letter_fraction=1.0, pad_id=0, allow_text_eos=True, tiktoken_encoding="llama3",
+                          output_dir="elsewhere")) == DEFAULT_KEYS
+
+
+def test_each_output_format_records_what_decides_its_bytes():
+    """Declared on the options: packing for packed records alone, the format and --per_subset where they matter."""
+    unpacked = sorted(set(DEFAULT_KEYS) - {"seq_len", "remainder", "document_boundaries"})
+    assert sorted(_config(output_format="megatron", per_subset=True)) == sorted(unpacked + ["output_format",
+                                                                                           "per_subset"])
+    megatron = _config(output_format="megatron")
+    assert (megatron["output_format"], megatron["per_subset"]) == ("megatron", False)
+    text = _config(output_format="jsonl")
+    assert sorted(text) == sorted(set(unpacked) - {"seed", "epochs"} | {"output_format"})
+    assert "output_format" not in _config() and "per_subset" not in _config(per_subset=True)
 
 
 def test_a_group_is_recorded_only_when_on_and_an_option_only_when_it_applies():

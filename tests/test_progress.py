@@ -41,6 +41,44 @@ def test_lines_say_what_phase_the_job_is_in():
         "progress: 100% of 2.0 MB input tokenized (5 documents, 7 tokens); shuffling into shards")
 
 
+def test_a_job_that_does_not_tokenize_shows_documents_not_tokens():
+    totals = Totals(read=2_000_000, done=500_000, docs=90)
+    line = progress_line(totals, 2_000_000, Rates(bytes=10_000, docs=3, tokens=0), tokenizes=False)
+    assert line == "progress: 25.0% of 2.0 MB input processed, 3 docs/s, ETA 2m30s"
+    assert progress_line(totals, 2_000_000, None, tokenizes=False) == (
+        "progress: 25.0% of 2.0 MB input processed, measuring speed")
+    assert progress_line(Totals(done=2_000_000, docs=5), 2_000_000, None, tokenizes=False) == (
+        "progress: 100% of 2.0 MB input processed (5 documents); writing shards")
+    stream = io.StringIO()
+    monitor = Monitor(total_bytes=1_000_000, every_s=3600, stream=stream, bar=True, tokenizes=False).start()
+    try:
+        reporter = Reporter(monitor.address, 1_000_000)
+        for _ in range(3):
+            reporter.add(read=250_000, done=250_000, docs=10)
+            reporter.flush()
+            time.sleep(1.2)
+        reporter.close()
+    finally:
+        monitor.stop()
+    assert "processed" in stream.getvalue() and "docs/s" in stream.getvalue() and "token" not in stream.getvalue()
+
+
+@pytest.mark.slow
+def test_the_progress_of_a_text_job_without_a_tokenizer_counts_documents(tmp_path, caplog):
+    import logging
+
+    from pipeline.cli import run
+
+    caplog.set_level(logging.INFO, logger="pipeline.progress")
+    inputs = [str(REPO / "sample_data" / "pile" / "train" / f"0{i}.jsonl.zst") for i in (0, 1)]
+    run.main(["--input", *inputs, "--output_dir", str(tmp_path / "out"), "--output_format", "jsonl",
+              "--chunk_mb", "0.25", "--progress_every", "0.05", "--runner", "DirectRunner",
+              "--direct_running_mode", "in_memory", "--direct_num_workers", "1"])
+    lines = [r.getMessage() for r in caplog.records if r.name == "pipeline.progress"]
+    assert any("input processed" in line for line in lines), lines
+    assert not [line for line in lines if "token" in line], lines
+
+
 def _report(monitor, sender="a", **counts) -> bytes:
     return sign(monitor.key, sender, counts)
 

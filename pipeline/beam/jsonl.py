@@ -51,8 +51,6 @@ from pipeline.process.jsonl import JsonLines
 
 LOG = logging.getLogger(__name__)
 COPY_BYTES = 8 << 20  # read size when copying a shard's lines out of its spool
-# Options that do not change a JSON-lines output (refused when set: pipeline/config/job.py).
-NOT_RECORDED = ("seq_len", "remainder", "document_boundaries", "seed", "epochs")
 
 
 class CleanTextFn(ChunkDocumentsFn):
@@ -114,13 +112,6 @@ class WriteShardFn(beam.DoFn):
         yield {"path": name, "documents": documents, "bytes": size, "uncompressed_bytes": total, "sha256": sha}
 
 
-def recorded_config(config: PipelineConfig) -> dict:
-    """The options that decide a JSON-lines output's bytes (and its token counts): the manifest's `config`."""
-    out = {k: v for k, v in config.to_json().items() if k not in NOT_RECORDED}
-    out["output_format"] = config.output_format
-    return out
-
-
 def build_manifest(config: PipelineConfig, tokenizer: dict | None, shards: list[dict], stats: JobStats,
                    dead_letters: list[dict], run_id: str) -> dict:
     """The manifest of a JSON-lines output (pure, so tests can check it without Beam).
@@ -143,7 +134,7 @@ def build_manifest(config: PipelineConfig, tokenizer: dict | None, shards: list[
         "jsonl": {"compression": fmt.compression_entry(), "order": fmt.ORDER,
                   "keys": ["text", *(["id"] if config.id_key else []), "metadata"], "tokenized": tokenizer is not None},
         "shards": shards,
-        "config": recorded_config(config),
+        "config": config.to_json(),  # what decides a JSON-lines output: its option groups say (pipeline/config/)
     })
     return sorted_dict(manifest)
 

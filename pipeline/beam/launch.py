@@ -24,7 +24,7 @@ from pipeline.beam.progress import Monitor
 from pipeline.beam.runners.registry import profile_for
 from pipeline.config.job import PipelineConfig
 from pipeline.io.lock import OutputLock
-from pipeline.io.outputs import remove_temp_files, remove_unfinished_run
+from pipeline.io.outputs import remove_temp_files
 from pipeline.io.signals import caught_signal
 from pipeline.io.urls import redact_url
 from pipeline.startup.command import graph_built
@@ -58,7 +58,7 @@ def run_job(config: PipelineConfig, beam_args: list[str], early: EarlyChoice | N
         seconds = run(job, options, beam_args, translate_only=bool(dry_run or executable))
     except BaseException:
         if caught_signal() and lock is not None:  # stopped: what this run wrote goes (nobody else writes there)
-            remove_unfinished_run(config.output_dir, job.run_id)
+            output_format(config).remove_stopped(config, job.run_id)
         raise
     finally:
         if removal is not None:
@@ -93,7 +93,8 @@ def run(job: Job, options: PipelineOptions, beam_args: list[str], translate_only
     profile = profile_for(options)
     # Workers on this machine report progress to the driver; elsewhere it is in the runner's metrics.
     local = profile.workers(options).local
-    monitor = Monitor(job.execution.input_bytes, config.progress_every if local else 0).start()
+    monitor = Monitor(job.execution.input_bytes, config.progress_every if local else 0,
+                      tokenizes=config.tokenizer_model is not None).start()
     try:
         with profile.workspace(job, options, beam_args, monitor.address, translate_only) as workspace:
             LOG.info("%d input files -> %s (runner %s, run %s)", len(job.input_files),

@@ -59,8 +59,6 @@ from pipeline.process.megatron import DocumentSequences
 LOG = logging.getLogger(__name__)
 USED = "used"
 COPY_BYTES = 8 << 20  # read size when copying a shard out of its spool
-# Options of the TFRecord job's packing: they do not change a Megatron output, so its config leaves them out.
-PACKING_ONLY = ("seq_len", "remainder", "document_boundaries")
 
 
 def _sizes(block: FramedRecords | SpilledRecords) -> np.ndarray:
@@ -161,13 +159,6 @@ class WriteShardFn(beam.DoFn):
                "idx": {"path": f"{prefix}.idx", "bytes": idx_bytes, "sha256": idx_sha}}
 
 
-def recorded_config(config: PipelineConfig) -> dict:
-    """The options that decide a Megatron output's bytes: the manifest's `config`."""
-    out = {k: v for k, v in config.to_json().items() if k not in PACKING_ONLY}
-    out.update(output_format=config.output_format, per_subset=config.per_subset)
-    return out
-
-
 def build_manifest(config: PipelineConfig, tokenizer: dict, dtype: np.dtype, shards: list[dict], stats: JobStats,
                    dead_letters: list[dict], run_id: str, provenance: list[dict] | None = None) -> dict:
     """The manifest of a Megatron output (pure, so tests can check it without Beam)."""
@@ -189,7 +180,7 @@ def build_manifest(config: PipelineConfig, tokenizer: dict, dtype: np.dtype, sha
         },
         "tokenizer": tokenizer,
         "shards": shards,
-        "config": recorded_config(config),
+        "config": config.to_json(),  # what decides a Megatron output: its option groups say (pipeline/config/)
     })
     if config.provenance:  # only then, so that the default output stays the same bytes
         manifest["provenance"] = {"files": sorted(provenance or [], key=lambda f: f["path"])}

@@ -132,6 +132,11 @@ def prepare(config: PipelineConfig) -> None:
         prepare_output_dir(posixpath.join(config.output_dir.rstrip("/"), slug), config.overwrite)
 
 
+def parts(config: PipelineConfig) -> list[str]:
+    """The subsets' directories in OUT: each an output of its own, with its run directory."""
+    return [slug for _, slug in per_subset_outputs(config)]
+
+
 def summary(config: PipelineConfig, seconds: float) -> tuple[dict, str]:
     """mixture.json's content, each subset's manifest under `outputs`, and the lines printed after the run."""
     path = mixture_path(config.output_dir)

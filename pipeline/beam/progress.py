@@ -1,5 +1,7 @@
 """Progress of a running job: input bytes done of the total, percent, documents/s, tokens/s, ETA.
 
+A job that does not tokenize (JSON lines without a tokenizer) shows documents alone.
+
 Workers count what they have done (`Reporter`): stored input bytes read and tokenized, documents
 kept, tokens. Every count is also a Beam metric (namespace `pile`: `input_bytes_read`,
 `input_bytes_tokenized`, the gauge `input_bytes_total`, next to `documents_kept` and `tokens`), so
@@ -76,24 +78,36 @@ class Rates:
     tokens: float
 
 
-def progress_line(totals: Totals, total_bytes: int, rates: Rates | None) -> str:
+def progress_line(totals: Totals, total_bytes: int, rates: Rates | None, tokenizes: bool = True) -> str:
     """One plain progress line; `rates`: None until tokenizing has gone on long enough to measure.
+
+    `tokenizes`: false for a job that writes text without a tokenizer (documents, never tokens).
 
     >>> progress_line(Totals(read=100, done=25, docs=10, tokens=1000), 100, Rates(5.0, 2.0, 200.0))
     'progress: 25.0% of 0.0 MB input tokenized, 2 docs/s, 200 tokens/s, ETA 15s'
+    >>> progress_line(Totals(read=100, done=25, docs=10), 100, Rates(5.0, 2.0, 0.0), tokenizes=False)
+    'progress: 25.0% of 0.0 MB input processed, 2 docs/s, ETA 15s'
     """
     total = max(total_bytes, 1)
     size = f"{total_bytes / 1e6:.1f} MB"
     if totals.done == 0:
         return f"progress: reading input, {100 * min(totals.read, total) / total:.1f}% of {size} read"
     done = min(totals.done, total)
+    verb = "tokenized" if tokenizes else "processed"
     if done >= total:
+        if not tokenizes:
+            return f"progress: 100% of {size} input processed ({totals.docs:,} documents); writing shards"
         return (f"progress: 100% of {size} input tokenized ({totals.docs:,} documents, {totals.tokens:,} tokens); "
                 "shuffling into shards")
     if rates is None or rates.bytes <= 0:
-        return f"progress: {100 * done / total:.1f}% of {size} input tokenized, measuring speed"
-    return (f"progress: {100 * done / total:.1f}% of {size} input tokenized, {rates.docs:,.0f} docs/s, "
-            f"{rates.tokens:,.0f} tokens/s, ETA {_duration((total - done) / rates.bytes)}")
+        return f"progress: {100 * done / total:.1f}% of {size} input {verb}, measuring speed"
+    return (f"progress: {100 * done / total:.1f}% of {size} input {verb}, {_speed(rates, tokenizes)}, "
+            f"ETA {_duration((total - done) / rates.bytes)}")
+
+
+def _speed(rates: Rates, tokenizes: bool) -> str:
+    docs = f"{rates.docs:,.0f} docs/s"
+    return f"{docs}, {rates.tokens:,.0f} tokens/s" if tokenizes else docs
 
 
 class Reporter:
@@ -172,8 +186,10 @@ class Monitor:
     when stopped or off).
     """
 
-    def __init__(self, total_bytes: int, every_s: float, stream=None, bar: bool | None = None):
+    def __init__(self, total_bytes: int, every_s: float, stream=None, bar: bool | None = None,
+                 tokenizes: bool = True):
         self.total_bytes = total_bytes
+        self.tokenizes = tokenizes  # false: a job writing text without a tokenizer shows documents alone
         self._every = every_s
         self._stream = stream if stream is not None else sys.stderr
         self._bar_wanted = bar_fits(self._stream) if bar is None else bar
@@ -264,7 +280,7 @@ class Monitor:
 
     def line(self) -> str:
         """The progress line for now."""
-        return progress_line(self.totals(), self.total_bytes, self.rates())
+        return progress_line(self.totals(), self.total_bytes, self.rates(), self.tokenizes)
 
     def _loop(self) -> None:
         bar = self._open_bar()
@@ -299,14 +315,15 @@ class Monitor:
             return None
         from tqdm import tqdm
 
-        return tqdm(total=self.total_bytes, unit="B", unit_scale=True, desc="tokenized", file=self._stream,
+        return tqdm(total=self.total_bytes, unit="B", unit_scale=True,
+                    desc="tokenized" if self.tokenizes else "processed", file=self._stream,
                     dynamic_ncols=True, leave=False)
 
     def _update_bar(self, bar) -> None:
         totals, rates = self.totals(), self.rates()
         bar.update(max(0, min(totals.done, self.total_bytes) - bar.n))
         if rates is not None:
-            bar.set_postfix_str(f"{rates.docs:,.0f} docs/s, {rates.tokens:,.0f} tokens/s", refresh=True)
+            bar.set_postfix_str(_speed(rates, self.tokenizes), refresh=True)
         elif not totals.done and totals.read:
             share = min(totals.read, self.total_bytes) / max(self.total_bytes, 1)
             bar.set_postfix_str(f"reading input: {100 * share:.0f}%", refresh=True)

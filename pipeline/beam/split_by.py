@@ -41,7 +41,7 @@ from pipeline.beam.graph import gather, join_each, multi_output, outputs_of
 from pipeline.beam.preflight import Job
 from pipeline.beam.read import STATS, chunk_stage, counter, reporter
 from pipeline.beam.removed import REMOVED, removed_files
-from pipeline.beam.split_outputs import bucket_config, prepare, summary, write_outputs
+from pipeline.beam.split_outputs import bucket_config, parts, prepare, summary, write_outputs
 from pipeline.beam.tfrecord import WriteProvenanceFn, record_bytes
 from pipeline.beam.tfrecord_pack import PROVENANCE, TAILS, PackFinalFn, PackTailsFn, ProcessChunkFn
 from pipeline.beam.tfrecord_shards import AssignJoinedFn, WriteJoinedShardFn, WriteShardFn, plan_shards
@@ -53,7 +53,7 @@ from pipeline.format import buckets
 from pipeline.process import tfrecord
 from pipeline.process.tfrecord import packs_best_fit
 
-__all__ = ["build", "prepare", "summary"]
+__all__ = ["build", "parts", "prepare", "summary"]
 
 
 @dataclasses.dataclass

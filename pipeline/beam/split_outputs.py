@@ -178,6 +178,18 @@ def _remove_empty(fs, folder: str) -> None:
         pass  # not ours to insist on: the next run writes beside it
 
 
+def parts(config: PipelineConfig) -> list[str]:
+    """The bucket directories in OUT now: each an output of its own, with its run directory.
+
+    Listed, not derived: the values may be found only as the documents are labelled.
+    """
+    fs, root = fsspec.core.url_to_fs(config.output_dir)
+    if not fs.isdir(root):
+        return []
+    names = (posixpath.basename(p.rstrip("/")) for p in fs.ls(root, detail=False, refresh=True))
+    return sorted(name for name in names if buckets.is_bucket_dir(name))
+
+
 def summary(config: PipelineConfig, seconds: float) -> tuple[dict, str]:
     """mixture.json's content, each bucket's manifest under `outputs`, buckets.json under `buckets`; the lines."""
     path = mixture_path(config.output_dir)

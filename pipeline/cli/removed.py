@@ -38,7 +38,7 @@ def build_parser() -> ArgumentParser:
     """The command's flags."""
     p = ArgumentParser(prog="pile-pipeline removed", description=__doc__)
     p.add_argument("output_dir", help="the pipeline's output directory (a run with --filters, --dedup or "
-                   "--decontaminate)")
+                   "--decontaminate); a --split_by output's OUT, a --per_subset output's subset directory")
     p.add_argument("--reason", action="append", metavar="REASON", help="only records of this reason: a stage's "
                    "name, <stage>_cut, duplicate_exact, duplicate_near, contaminated, contaminated_cut (repeat "
                    "the flag, or a,b; default: every reason)")

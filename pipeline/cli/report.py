@@ -6,7 +6,8 @@ and tokens; per subset, kept and removed; each rule's removals and the subsets t
 distributions of kept and removed documents; the values that decided (the numeric fields of the
 removed/ records, with their thresholds); language and classifier labels; dedup's cluster sizes;
 packing; and a few removed documents of each rule, escaped and cut short. Every number is the
-manifest's (per-rule counts from removed/ where the manifest has none). With --compare, two runs
+manifest's (per-rule counts from removed/ where the manifest has none; a --split_by output's from
+buckets.json, with a table of its buckets). With --compare, two runs
 side by side, each count with the difference: what changing an option did.
 
 The inputs are read once, to draw length distributions and show documents, after checking that
@@ -32,7 +33,8 @@ from pipeline.io.urls import redact_url
 def build_parser() -> ArgumentParser:
     """The command's flags."""
     p = ArgumentParser(prog="pile-pipeline report", description=__doc__)
-    p.add_argument("output_dir", help="the pipeline's output directory")
+    p.add_argument("output_dir", help="the pipeline's output directory; a --split_by output's OUT (its buckets "
+                   "too), a --per_subset output's subset directory")
     p.add_argument("--compare", metavar="OUTPUT_DIR2", help="a second output, shown beside the first (default: none)")
     p.add_argument("--html", default="report.html", metavar="FILE",
                    help="where to write the page, outside the output directories (default: report.html)")

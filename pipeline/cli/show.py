@@ -22,6 +22,7 @@ import numpy as np
 from pipeline.core.extras import missing_extra
 from pipeline.core.options import ArgumentParser, UsageError, parse_bool
 from pipeline.format import megatron
+from pipeline.format.buckets import BUCKETS_NAME
 from pipeline.format.manifest import MANIFEST_NAME, MIXTURE_NAME, ManifestError, OtherFormat, load_manifest
 from pipeline.format.mixture import format_mixture, is_mixture, load_mixture
 from pipeline.format.summary import format_summary
@@ -102,6 +103,10 @@ def show(output_dir: str, tokenizer_model: str | None = None, batch_size: int = 
          summary: bool = True) -> str:
     """The summary (unless `summary` is false) and the first batch, as text; a mixture's table for a mixture."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if posixpath.basename(output_dir.rstrip("/")) == BUCKETS_NAME:
+        out = redact_url(posixpath.dirname(output_dir.rstrip("/")) or ".")
+        raise UsageError(f"{redact_url(output_dir)} is a --split_by run's record, not an output: pass {out} (its "
+                         f"buckets' mixture) or one bucket's directory; `pile-pipeline report {out}` shows its counts")
     mixture_file = _mixture_file(output_dir)
     if mixture_file:
         mixture = load_mixture(mixture_file)

@@ -9,6 +9,7 @@ from pipeline.core.option_groups import OptionGroup
 from pipeline.core.options import Bounds, option
 
 OUTPUT_FORMATS = ("tfrecord", "megatron", "jsonl")  # pipeline/beam/formats.py's FORMATS
+PACKED = "tfrecord"  # the one output of packed records (the packing options are recorded for it alone)
 _SPLIT_NAME = re.compile(r"^[A-Za-z0-9_]+$")
 MAX_SHARD_MB = 5 << 20  # 5 TiB: the largest object S3 and Google Cloud Storage hold
 
@@ -22,16 +23,16 @@ class OutputOptions(OptionGroup):
     output_dir: str = option(help="local path, EFS mount or s3:// URL", metavar="DIR", recorded=False)
     overwrite: bool = option(False, recorded=False,
                              help="replace a previous output of this pipeline in --output_dir")
-    # Not recorded here: a TFRecord output does not depend on them; the Megatron manifest records
-    # them itself (pipeline/beam/megatron.py).
+    # Recorded where the output is not TFRecords (whose manifest says so by its format alone, and
+    # keeps its bytes); --per_subset only where it changes a Megatron output's files.
     output_format: str = option(
-        "tfrecord", choices=OUTPUT_FORMATS, recorded=False,
+        "tfrecord", choices=OUTPUT_FORMATS, recorded=lambda config: config.output_format != PACKED,
         help="tfrecord: packed records for the tf.data reader; megatron: Megatron's indexed dataset "
         "(.bin + .idx, one document per sequence) for Megatron-LM and NeMo (docs/megatron.md); jsonl: the kept "
         "documents' cleaned text as zstd-compressed JSON lines for datasets, datatrove and NeMo Curator, "
         "tokenized only to count tokens, with --tokenizer_model (docs/jsonl.md)")
     per_subset: bool = option(
-        False, recorded=False,
+        False, recorded=lambda config: config.output_format == "megatron",
         help="megatron: separate .bin/.idx files per subset, so that a blend can weigh subsets "
         "(pile-pipeline data-path --epochs pile_paper); tfrecord: one output per subset in OUT/<subset> and "
         "OUT/mixture.json for tfdata.make_dataset, --epochs as its weights (docs/reader.md)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from pipeline.config.output import PACKED
 from pipeline.core import best_fit, best_fit_kernel
 from pipeline.core.option_groups import OptionGroup
 from pipeline.core.options import Bounds, option
@@ -38,6 +39,10 @@ class PackingOptions(OptionGroup):
         bounds=Bounds(1, (1 << best_fit_kernel.BIN_BITS) - 1,
                       why=f"best fit numbers a window's sequences in {best_fit_kernel.BIN_BITS} bits"),
         help="best_fit: documents packed together per window (in input order); larger pads less and holds more")
+
+    def recorded_when(self) -> bool:
+        """Recorded for an output of packed records only: a Megatron or JSON-lines output packs nothing."""
+        return getattr(self, "output_format", PACKED) == PACKED
 
     def check(self) -> None:
         """best_fit implies --document_boundaries: a best_fit record is read through its segment ids (0: padding)."""

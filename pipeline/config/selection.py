@@ -19,10 +19,16 @@ from pipeline.core.subsets import (
     parse_selection,
     resolve_selection,
 )
+from pipeline.format.jsonl import OUTPUT_FORMAT as TEXT
 
 MAX_EPOCHS = 100
 SEED_BOUNDS = Bounds(-(1 << 63), (1 << 63) - 1, why="a seed is a 64-bit integer",
                      low_why="a seed is a 64-bit integer")
+
+
+def _orders_copies(config) -> bool:
+    # A JSON-lines output writes each kept document once, in input order: no epochs, no shuffle.
+    return getattr(config, "output_format", None) != TEXT
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -39,10 +45,11 @@ class SelectionOptions(DocumentLayout):
         (), parse=parse_names, metavar="SUBSETS", record=list,
         help="comma list of subsets to leave out of the --subsets selection")
     epochs: tuple[tuple[str, float], ...] = option(
-        (), parse=parse_epochs, metavar="SPEC", record=dict,
+        (), parse=parse_epochs, metavar="SPEC", record=dict, recorded=_orders_copies,
         help="per-subset epochs: 'pile_paper' (Gao et al. 2020, Table 1) or 'Name=2,Other=1.5'; "
         "fractional epochs pick documents by a hash of (seed, file, line); unnamed subsets get 1")
-    seed: int = option(0, bounds=SEED_BOUNDS, help="seed of the global shuffle and of fractional epochs")
+    seed: int = option(0, bounds=SEED_BOUNDS, recorded=_orders_copies,
+                       help="seed of the global shuffle and of fractional epochs")
 
     def check(self) -> None:
         """Resolve the selection against the layout's names; every --epochs name known and its value in [0, 100]."""

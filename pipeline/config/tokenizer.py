@@ -11,10 +11,11 @@ from __future__ import annotations
 import dataclasses
 
 from pipeline.config.inputs import CHUNK_BOUNDS, CORRUPT_FILE_POLICIES, MAX_LINE_BOUNDS, DocumentLayout
+from pipeline.config.selection import SEED_BOUNDS
 from pipeline.config.stages import StageChoice
 from pipeline.core.documents import Schema
 from pipeline.core.option_groups import check_groups
-from pipeline.core.options import option, recorded
+from pipeline.core.options import Bounds, check_declared, option, recorded
 from pipeline.core.subsets import (
     ALL_NAMES,
     Selection,
@@ -24,7 +25,20 @@ from pipeline.core.subsets import (
 )
 from pipeline.io.inputs import ChunkSizes
 from pipeline.stages.policy import DocumentPolicy
+from pipeline.tokenize.kinds.base import MAX_TOKEN_ID
 from pipeline.tokenize.sample import NATURAL_STRATUM, parse_weights
+
+DOC_CHARS_BOUNDS = Bounds(1, low_why="a document cut to no characters is empty")
+_INT32 = "the job's records hold ids as int32"
+_SPECIAL_ID = Bounds(-1, MAX_TOKEN_ID, why=_INT32, low_why="a token id is >= 0, or -1 for none")
+_SPM_SEED = "SentencePiece's random generator takes a 32-bit unsigned seed"
+
+
+def _spm_range(low, high) -> Bounds:
+    """A range SentencePiece's trainer checks itself, after the sample is drawn: refused before it instead."""
+    shown = [f"{v:g}" if isinstance(v, float) else str(v) for v in (low, high)]
+    why = f"SentencePiece's trainer takes {shown[0]} to {shown[1]}"
+    return Bounds(low, high, why=why, low_why=why)
 
 
 def parse_megabytes(value) -> int:
@@ -59,8 +73,9 @@ class SampleConfig(DocumentLayout, StageChoice, ChunkSizes):
                                       help="'all', 'uncopyrighted', or a comma list; others are not sampled")
     exclude_subsets: tuple[str, ...] = option((), parse=parse_names, metavar="SUBSETS", recorded=False,
                                               help="comma list of subsets to leave out")
-    seed: int = option(0, help="sampling and trainer seed")
-    max_doc_chars: int = option(100_000, help="documents are cut to this many characters before sampling")
+    seed: int = option(0, bounds=SEED_BOUNDS, help="sampling and trainer seed")
+    max_doc_chars: int = option(100_000, bounds=DOC_CHARS_BOUNDS,
+                                help="documents are cut to this many characters before sampling")
     chunk_mb: float = option(4.0, bounds=CHUNK_BOUNDS, help="decompressed MiB per unit of work after the fan-out")
     max_line_mb: float = option(64.0, bounds=MAX_LINE_BOUNDS, help="longer input lines are counted as bad and skipped")
     on_corrupt_file: str = option("fail", choices=CORRUPT_FILE_POLICIES,
@@ -72,8 +87,6 @@ class SampleConfig(DocumentLayout, StageChoice, ChunkSizes):
             raise ValueError("No --input given: pass one or more globs or URLs of .jsonl[.zst|.gz] files")
         if self.sample_bytes <= 0:
             raise ValueError("--sample_mb must be > 0")
-        if self.max_doc_chars <= 0:
-            raise ValueError("--max_doc_chars must be > 0")
         subsets, exclude = resolve_selection(self.subsets, self.exclude_subsets, self.any_names)
         object.__setattr__(self, "subsets", subsets)
         object.__setattr__(self, "exclude_subsets", exclude)
@@ -152,27 +165,31 @@ class TrainerConfig:
     """SentencePiece settings; the defaults are Llama-2's (its tokenizer.model's trainer_spec)."""
 
     model_type: str = option("bpe", choices=("bpe", "unigram"), help="SentencePiece model type")
-    vocab_size: int = option(32000, help="pieces in the vocabulary")
-    character_coverage: float = option(0.99995, help="share of characters covered by pieces")
+    vocab_size: int = option(32000, bounds=Bounds(8, MAX_TOKEN_ID, why="the job's records hold ids as int32",
+                                                   low_why="the special pieces and learned ones need more"),
+                             help="pieces in the vocabulary")
+    character_coverage: float = option(0.99995, bounds=_spm_range(0.98, 1.0),
+                                       help="share of characters covered by pieces")
     byte_fallback: bool = option(True, help="unknown characters become <0x..> byte pieces instead of <unk>")
     split_digits: bool = option(True, help="every digit is its own piece")
-    unk_id: int = option(0, help="id of <unk>")
-    bos_id: int = option(1, help="id of <s> (-1: none)")
-    eos_id: int = option(2, help="id of </s> (-1: none)")
-    pad_id: int = option(-1, help="id of <pad> (-1: none, as in Llama-2)")
-    max_sentence_length: int = option(4192, help="bytes per trainer sentence; longer lines are cut at a space")
-    max_sentencepiece_length: int = option(16, help="longest piece, in characters")
-    num_threads: int = option(16, help="trainer threads (the model's bytes depend on it)")
-    seed: int = option(0, cli=False, help="SentencePiece's random generator (the command's --seed)")
+    unk_id: int = option(0, bounds=Bounds(0, MAX_TOKEN_ID, why=_INT32, low_why="SentencePiece requires an unknown "
+                                          "piece"), help="id of <unk>")
+    bos_id: int = option(1, bounds=_SPECIAL_ID, help="id of <s> (-1: none)")
+    eos_id: int = option(2, bounds=_SPECIAL_ID, help="id of </s> (-1: none)")
+    pad_id: int = option(-1, bounds=_SPECIAL_ID, help="id of <pad> (-1: none, as in Llama-2)")
+    max_sentence_length: int = option(4192, bounds=_spm_range(10, 1 << 30),
+                                      help="bytes per trainer sentence; longer lines are cut at a space")
+    max_sentencepiece_length: int = option(16, bounds=_spm_range(1, 512), help="longest piece, in characters")
+    num_threads: int = option(16, bounds=_spm_range(1, 1024),
+                              help="trainer threads (the model's bytes depend on it)")
+    seed: int = option(0, cli=False, bounds=Bounds(0, (1 << 32) - 1, why=_SPM_SEED, low_why=_SPM_SEED),
+                       help="SentencePiece's random generator (the command's --seed)")
     extra: tuple[tuple[str, str], ...] = option(
         (), flag="--spm_arg", many=True, parse=lambda items: tuple(parse_spm_arg(i) for i in items),
         metavar="KEY=VALUE", help="any other SentencePieceTrainer option, e.g. train_extremely_large_corpus=true")
 
     def __post_init__(self):
-        if self.model_type not in ("bpe", "unigram"):
-            raise ValueError("--model_type must be 'bpe' or 'unigram'")
-        if self.vocab_size < 8:
-            raise ValueError("--vocab_size is too small")
+        check_declared(self)  # every option's choices and bounds (the --flag named)
         minimum = (256 if self.byte_fallback else 0) + 4
         if self.vocab_size < minimum:
             raise ValueError(
@@ -180,16 +197,10 @@ class TrainerConfig:
                 "the byte pieces, plus the special pieces and at least one learned piece"
             )
         specials = [i for i in (self.unk_id, self.bos_id, self.eos_id, self.pad_id) if i >= 0]
-        if self.unk_id < 0:
-            raise ValueError("--unk_id must be >= 0: SentencePiece requires an unknown piece")
         if len(set(specials)) != len(specials):
             raise ValueError("--unk_id, --bos_id, --eos_id and --pad_id must differ (use -1 for none)")
         if any(i >= self.vocab_size for i in specials):
             raise ValueError("special ids must be below --vocab_size")
-        if not 0 < self.character_coverage <= 1:
-            raise ValueError("--character_coverage must be in (0, 1]")
-        if self.num_threads < 1:
-            raise ValueError("--num_threads must be >= 1")
         reserved = {f.name for f in dataclasses.fields(self)} - {"extra"}
         for key, _ in self.extra:
             if key in reserved:
@@ -275,14 +286,16 @@ class TokenizerReportCommand(DocumentLayout):
     label: tuple[str, ...] = option((), many=True, help="a name per --tokenizer_model, in order")
     json: str | None = option(None, metavar="FILE", shown_default="no JSON", help="also write the numbers as JSON here")
     sample_mb_per_subset: float = option(
-        1.0, help="text sampled per subset, MB (a subset with less gives all it has); with --subset_names any "
+        1.0, bounds=Bounds(0, above=True, low_why="a sample holds some text"),
+        help="text sampled per subset, MB (a subset with less gives all it has); with --subset_names any "
         "and all names, in all, drawn in the corpus's own proportions")
     subsets: tuple[str, ...] = option(("all",), parse=parse_selection, metavar="SUBSETS", shown_default="all",
                                       help="'all', 'uncopyrighted', or a comma list")
     exclude_subsets: tuple[str, ...] = option((), parse=parse_names, metavar="SUBSETS",
                                               help="comma list of subsets to leave out")
-    seed: int = option(1, help="sampling seed (the trainer's default is 0, so held-out text is not its sample)")
-    max_doc_chars: int = option(100_000, help="documents are cut to this many characters")
+    seed: int = option(1, bounds=SEED_BOUNDS,
+                       help="sampling seed (the trainer's default is 0, so held-out text is not its sample)")
+    max_doc_chars: int = option(100_000, bounds=DOC_CHARS_BOUNDS, help="documents are cut to this many characters")
     on_corrupt_file: str = option("fail", choices=("fail", "skip"),
                                   help="fail on a damaged input file, or keep what was read before the damage")
     work_dir: str | None = option(None, metavar="DIR", help="keep the sample here (default: a temporary directory)")

@@ -25,6 +25,8 @@ import re
 
 import fsspec
 
+from pipeline.format.manifest import check_run, validate_run_entries
+
 NONE = "none"  # the bucket of a kept document without the label
 BUCKETS_NAME = "buckets.json"
 FORMAT = "pile-buckets"
@@ -33,6 +35,7 @@ MAX_NAME = 100  # characters of a directory name's part: a longer value is cut a
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 BUCKET_DIR = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]*=[A-Za-z0-9_-][A-Za-z0-9._-]*$")
 MAX_BUCKETS_BYTES = 64 << 20  # a record of buckets: anything near this is not one
+COUNTED_IF_WRITTEN = ("records", "label_tokens")  # a bucket's counts of its output, where it has one
 
 
 class BucketError(ValueError):
@@ -113,4 +116,12 @@ def load_buckets(path: str) -> dict:
             isinstance(b, dict) and isinstance(b.get("directory"), str) and is_bucket_dir(b["directory"])
             for b in buckets):
         raise BucketError(f"{path}: `buckets` must list objects with a bucket directory (<label>=<value>)")
+    for i, bucket in enumerate(buckets):
+        counts = [bucket.get(k) for k in ("documents", "tokens")] + [bucket.get(k, 0) for k in COUNTED_IF_WRITTEN]
+        if (not isinstance(bucket.get("value"), str) or not isinstance(bucket.get("manifest"), str | None)
+                or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts)):
+            raise BucketError(f"{path}: buckets[{i}] is not a bucket's entry (value, directory, manifest, counts)")
+    if not isinstance(record.get("run_id"), str) or not isinstance(record.get("split_by"), str):
+        raise BucketError(f"{path}: `run_id` and `split_by` must be strings")
+    check_run(record, path, validate_run_entries(record, path))
     return record

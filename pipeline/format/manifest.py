@@ -184,24 +184,7 @@ def validate_manifest(manifest, path: str, fmt: str = FORMAT, version: int = FOR
             if entry is not None:
                 listed.append(_relative_path(entry, f"{where}.{part}"))
                 _get(entry, "bytes", int, f"{where}.{part}")
-    totals = _get(manifest, "totals", dict, path, optional=lax) or {}
-    for key in ("records", "documents", "documents_kept", "lines", "label_tokens", "bytes"):
-        _get(totals, key, int, f"{path}: totals", optional=True)
-    for name, subset in (_get(manifest, "subsets", dict, path, optional=lax) or {}).items():
-        if not isinstance(subset, dict):
-            raise ManifestError(f"{path}: subsets[{name!r}] is {_kind(subset)}, not an object")
-        _get(subset, "filtered", dict, f"{path}: subsets[{name!r}]", optional=True)
-    dead = _get(manifest, "dead_letters", dict, path, optional=lax) or {}
-    _get(dead, "by_reason", dict, f"{path}: dead_letters", optional=lax)
-    _get(dead, "records", int, f"{path}: dead_letters", optional=lax)
-    for i, entry in enumerate(_items(dead, "files", f"{path}: dead_letters", optional=lax)):
-        listed.append(_relative_path(entry, f"{path}: dead_letters.files[{i}]"))
-    for i, entry in enumerate(_items(manifest, "inputs", path, optional=True)):
-        _get(entry, "path", str, f"{path}: inputs[{i}]")
-    config = _get(manifest, "config", dict, path, optional=True)
-    if config is not None:
-        _get(config, "max_line_mb", float, f"{path}: config", optional=True)
-        _get(config, "tokenizer_model", str, f"{path}: config", optional=True)
+    listed += validate_run_entries(manifest, path, lax)
     provenance = _get(manifest, "provenance", dict, path, optional=True)
     if provenance:
         for i, entry in enumerate(_items(provenance, "files", f"{path}: provenance")):
@@ -226,6 +209,33 @@ def validate_manifest(manifest, path: str, fmt: str = FORMAT, version: int = FOR
             _get(shuffle, "seed", _INTEGER, f"{path}: shuffle", optional=lax)
             _get(shuffle, "num_shards", int, f"{path}: shuffle", optional=lax)
     check_run(manifest, path, listed)
+
+
+def validate_run_entries(record: dict, path: str, lax: bool = False) -> list[str]:
+    """Check the entries a run's record shares with every manifest (totals, subsets, dead letters, inputs, config).
+
+    Returns the dead-letter files it lists. `lax`: only those present (an older manifest). Raises
+    ManifestError naming the field.
+    """
+    totals = _get(record, "totals", dict, path, optional=lax) or {}
+    for key in ("records", "documents", "documents_kept", "lines", "label_tokens", "bytes"):
+        _get(totals, key, int, f"{path}: totals", optional=True)
+    for name, subset in (_get(record, "subsets", dict, path, optional=lax) or {}).items():
+        if not isinstance(subset, dict):
+            raise ManifestError(f"{path}: subsets[{name!r}] is {_kind(subset)}, not an object")
+        _get(subset, "filtered", dict, f"{path}: subsets[{name!r}]", optional=True)
+    dead = _get(record, "dead_letters", dict, path, optional=lax) or {}
+    _get(dead, "by_reason", dict, f"{path}: dead_letters", optional=lax)
+    _get(dead, "records", int, f"{path}: dead_letters", optional=lax)
+    listed = [_relative_path(entry, f"{path}: dead_letters.files[{i}]")
+              for i, entry in enumerate(_items(dead, "files", f"{path}: dead_letters", optional=lax))]
+    for i, entry in enumerate(_items(record, "inputs", path, optional=True)):
+        _get(entry, "path", str, f"{path}: inputs[{i}]")
+    config = _get(record, "config", dict, path, optional=True)
+    if config is not None:
+        _get(config, "max_line_mb", float, f"{path}: config", optional=True)
+        _get(config, "tokenizer_model", str, f"{path}: config", optional=True)
+    return listed
 
 
 def run_dir(run_id: str) -> str:

@@ -3,7 +3,8 @@
 Every number the page prints is a `Cell`: its value and its source, which the page writes beside it
 (`data-m`, `data-r`), so that a test can check each one against the manifest it names. A manifest
 expression is a list of `[sign, path]` terms, a path a list of keys where null means every key at
-that level (summed): `[[1, ["totals", "lines"]], [-1, ["dead_letters", "records"]]]`. A count of
+that level (summed) and an integer the item of a list (a --split_by output's buckets):
+`[[1, ["totals", "lines"]], [-1, ["dead_letters", "records"]]]`. A count of
 records is `{"reason", "rule", "subset", "cut"}` (absent: any), counted over removed/ (used where the
 manifest does not count by rule: it counts `rules` and `cut_rules` per subset when the job writes them).
 
@@ -35,9 +36,11 @@ class Cell:
 def _walk(obj, path: list) -> list:
     if not path:
         return [obj]
+    head, rest = path[0], path[1:]
+    if isinstance(obj, list) and isinstance(head, int) and not isinstance(head, bool):  # buckets.json's list
+        return _walk(obj[head], rest) if 0 <= head < len(obj) else []
     if not isinstance(obj, dict):
         return []
-    head, rest = path[0], path[1:]
     if head is None:
         return [v for key in sorted(obj) for v in _walk(obj[key], rest)]
     return _walk(obj[head], rest) if head in obj else []
@@ -185,3 +188,26 @@ def label_rows(manifest: dict) -> dict[str, list[tuple[str, Cell, Cell]]]:
     return {key: [(v, m(manifest, ["subsets", None, "labels", key, v, "documents"]),
                    m(manifest, ["subsets", None, "labels", key, v, "tokens"])) for v in sorted(values)]
             for key, values in sorted(keys.items())}
+
+
+BUCKET_COLUMNS = ("documents", "tokens", "records", "label tokens")
+
+
+@dataclasses.dataclass(frozen=True)
+class BucketRow:
+    """A --split_by bucket of buckets.json: its value, its directory, its counts (records: None without an output)."""
+
+    value: str
+    directory: str
+    cells: list  # Cells, one per BUCKET_COLUMNS
+
+
+def bucket_rows(record: dict) -> list[BucketRow]:
+    """Each bucket's kept documents and tokens, and its output's records and label tokens (where it has one)."""
+    out = []
+    for i, bucket in enumerate(record.get("buckets") or []):
+        written = bucket.get("manifest") is not None
+        cells = [m(record, ["buckets", i, "documents"]), m(record, ["buckets", i, "tokens"])]
+        cells += [m(record, ["buckets", i, key]) if written else None for key in ("records", "label_tokens")]
+        out.append(BucketRow(bucket["value"], bucket["directory"], cells))
+    return out

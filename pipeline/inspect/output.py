@@ -1,5 +1,8 @@
 """An output as inspection reads it: its manifest (any format) and its removed/ records, checked.
 
+A --split_by output is read through its run's record, OUT/buckets.json (pipeline/format/buckets.py),
+which holds what a manifest holds of the whole run; its buckets have no removals of their own.
+
 Everything read back is untrusted, even files the job wrote: a removed/ file is read only when the
 manifest lists it inside the directory of the run that wrote it, and only with the size and sha256
 listed; each of its lines must be a JSON object with a record's own keys of the right types, in
@@ -19,8 +22,8 @@ from collections.abc import Iterator
 
 import fsspec
 
-from pipeline.format import jsonl, megatron
-from pipeline.format.manifest import ManifestError, OtherFormat, load_manifest, run_dir
+from pipeline.format import buckets, jsonl, megatron
+from pipeline.format.manifest import MIXTURE_NAME, ManifestError, OtherFormat, load_manifest, run_dir
 from pipeline.io.urls import redact_url
 
 # What every removed/ record holds (a stage's rule and fields, dedup's twin, ... come on top).
@@ -49,10 +52,18 @@ class Output:
 
     @classmethod
     def open(cls, location: str) -> Output:
-        """Load and check the manifest of the output at `location` (ManifestError naming what is wrong)."""
+        """Load and check the manifest of the output at `location` (ManifestError naming what is wrong).
+
+        A --split_by output's OUT is read through buckets.json, the run's record (its counts, dead
+        letters and removed/ files); a bucket of it, or a --per_subset output's OUT, is refused in
+        one line naming what to pass instead.
+        """
         location = location.rstrip("/") or "/"
         if location.endswith(".json"):
             location = posixpath.dirname(location)
+        fs, root = fsspec.core.url_to_fs(location)
+        if fs.isfile(posixpath.join(root, buckets.BUCKETS_NAME)):
+            return cls(location, buckets.load_buckets(buckets.buckets_path(location)))
         try:
             manifest = load_manifest(location)
         except OtherFormat as e:
@@ -60,7 +71,21 @@ class Output:
             if loader is None:
                 raise
             manifest = loader(location)
+        except ManifestError:
+            if fs.exists(posixpath.join(root, MIXTURE_NAME)):
+                raise ManifestError(_per_subset_refusal(location)) from None
+            raise
+        if isinstance(manifest.get("bucket"), dict):
+            parent = posixpath.dirname(location) or "."
+            raise ManifestError(f"{redact_url(location)} is one bucket of a --split_by output: the documents the run "
+                                f"removed and its counts are the run's, in no bucket; pass the output, "
+                                f"{redact_url(parent)}")
         return cls(location, manifest)
+
+    @property
+    def buckets(self) -> list[dict] | None:
+        """A --split_by output's buckets (buckets.json's entries), or None for one output."""
+        return self.manifest.get("buckets") if self.manifest.get("format") == buckets.FORMAT else None
 
     @property
     def shown(self) -> str:
@@ -127,6 +152,17 @@ class Output:
                         raise ManifestError(f"{redact_url(removed_file.url)}: records out of (file, line) order")
                     last = key
                     yield record
+
+
+def _per_subset_refusal(location: str) -> str:
+    """The line for a --per_subset output's OUT: each subset is an output of its own, named."""
+    fs, root = fsspec.core.url_to_fs(location)
+    names = sorted(posixpath.basename(p["name"].rstrip("/")) for p in fs.ls(root, detail=True)
+                   if p.get("type") == "directory")
+    shown = redact_url(location).rstrip("/")
+    which = ", ".join(f"{shown}/{n}" for n in names[:5]) + (", ..." if len(names) > 5 else "")
+    return (f"{shown} is a --per_subset output: each subset's output has its own removed documents and counts; "
+            f"pass one of them{f' ({which})' if which else ''}")
 
 
 def read_records(removed_file: RemovedFile, inputs: int) -> list[dict]:

@@ -1,6 +1,7 @@
 """`pile-pipeline report`: one self-contained HTML page of what a run did, or of two runs side by side.
 
-    output(s) -> manifest, removed/'s records (one pass), the inputs (one pass each: lengths, examples)
+    output(s) -> manifest (a --split_by output's: buckets.json), removed/'s records (one pass), the inputs
+              (one pass each: lengths, examples)
               -> counts with their sources (counts.py), figures (figures.py) -> sections (sections.py)
               -> one page (page.py)
 
@@ -47,6 +48,7 @@ class Run:
         removed = manifest.get("removed") or {}
         self.rules_from_manifest = "rules" in removed or "cut_rules" in removed
         self.packing = counts.packing_rows(manifest)
+        self.buckets = counts.bucket_rows(manifest) if self.output.buckets is not None else None
         self.labels = counts.label_rows(manifest)
 
 
@@ -90,4 +92,6 @@ def build(runs: list[Run], chars: int = 2000, comparison: Comparison | None = No
              sections.packing(runs), sections.examples(runs, chars)]
     if comparison is not None:
         parts.insert(4, sections.fates(runs, comparison, chars))
+    if any(run.buckets is not None for run in runs):  # --split_by: the kept documents, bucket by bucket
+        parts.insert(2, sections.buckets(runs))
     return page(title, parts)

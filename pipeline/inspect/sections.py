@@ -16,7 +16,8 @@ from pipeline.inspect.scan import LENGTH_EDGES
 from pipeline.stages import registry
 
 # Recorded options shown in the overview: the stages' own, and these of dedup and the job.
-OPTION_PREFIXES = ("filters", "dedup", "minhash_", "decontam", "subsets", "exclude_subsets", "max_line_mb")
+OPTION_PREFIXES = ("filters", "dedup", "minhash_", "decontam", "subsets", "exclude_subsets", "max_line_mb",
+                   "split_by")
 
 
 def _cells(cells: list) -> str:
@@ -73,6 +74,28 @@ def funnel(runs) -> tuple[str, str, str]:
 def _get(rows: dict, step: str, field: str):
     row = rows.get(step)
     return getattr(row, field) if row is not None else None
+
+
+def buckets(runs) -> tuple[str, str, str]:
+    """A --split_by run's buckets: each one's kept documents and tokens, its output's records and label tokens."""
+    values = list(dict.fromkeys(row.value for run in runs for row in run.buckets or ()))
+    by = [{row.value: row for row in run.buckets or ()} for run in runs]
+    width = len(counts.BUCKET_COLUMNS)
+    rows = []
+    for value in values:
+        directory = next(b[value].directory for b in by if value in b)
+        cells = [(b[value].cells if value in b else [None] * width) for b in by]
+        rows.append(text_cell(value) + text_cell(directory)
+                    + "".join(_cells([c[i] for c in cells]) for i in range(width)))
+    header = ["value", "directory"] + [h for c in counts.BUCKET_COLUMNS for h in _number_header(runs, c)]
+    labels = ", ".join(sorted({run.output.manifest.get("split_by", "") for run in runs if run.buckets is not None}))
+    body = note(f"--split_by {labels}: every kept document is in the bucket of its value (none: without one), each "
+                "bucket an output of its own; the dead letters and removed documents are the run's, in no bucket.")
+    body += table(header, rows, "a bucket without records has no output (records and label tokens: —)")
+    chart = [(run.label, {row.value: row.cells[0].value for row in run.buckets or ()}) for run in runs]
+    body += figure(figures.bars(chart, f"kept documents by bucket of {labels}", labels, "documents"),
+                   "kept documents by bucket")
+    return "buckets", "Buckets (--split_by)", body
 
 
 def subsets(runs) -> tuple[str, str, str]:
@@ -196,7 +219,12 @@ def packing(runs) -> tuple[str, str, str]:
     keys = list(dict.fromkeys(k for run in runs for k, _ in run.packing))
     by = [dict(run.packing) for run in runs]
     rows = [text_cell(k) + _cells([b.get(k) for b in by]) for k in keys]
-    body = table(["packing"] + _number_header(runs, "count"), rows) if rows else note("The output records no packing.")
+    if rows:
+        body = table(["packing"] + _number_header(runs, "count"), rows)
+    elif any(run.buckets is not None for run in runs):
+        body = note("A --split_by output records each bucket's packing in that bucket's manifest.")
+    else:
+        body = note("The output records no packing.")
     return "packing", "Packing", body
 
 

@@ -58,16 +58,9 @@ SUPPORTED = tuple(kind + c for kind in JSON_LINES for c in COMPRESSIONS) + COLUM
 class ChunkSizes:
     """Base of the configs that read inputs in chunks (the job's, the tokenizer sample's).
 
-    They declare `chunk_mb` and `max_line_mb` (MiB); this gives the sizes in bytes and checks them.
+    They declare `chunk_mb` and `max_line_mb` (MiB), with their limits (the options' bounds,
+    pipeline/config/inputs.py); this gives the sizes in bytes.
     """
-
-    def check_chunk_sizes(self) -> None:
-        """Raise ValueError unless both sizes are positive."""
-        if self.chunk_mb <= 0 or self.max_line_mb <= 0:
-            raise ValueError("--chunk_mb and --max_line_mb must be > 0")
-        if self.max_line_mb > MAX_LINE_MB:
-            raise ValueError(f"--max_line_mb {self.max_line_mb:g} is above {MAX_LINE_MB}: a zstd window of twice the "
-                             f"longest line may be at most {MAX_WINDOW // MIB} MiB (zstd's limit)")
 
     @property
     def chunk_bytes(self) -> int:

@@ -14,7 +14,7 @@ import subprocess
 
 import psutil
 import pytest
-from fault_helpers import IN_MEMORY, MODEL, PROCESSES, Job, command, problem_lines, small_corpus
+from fault_helpers import IN_MEMORY, MODEL, PROCESSES, REPO, Job, command, problem_lines, small_corpus
 
 pytestmark = pytest.mark.slow
 
@@ -162,3 +162,42 @@ def test_a_signal_stops_a_job_on_a_local_dask_cluster_with_one_line(tmp_path):
         time.sleep(0.05)
     assert _session(job) == []
     assert not out.exists() or os.listdir(out) == []
+
+
+def _part_shards(out) -> list[str]:
+    """The shards written in the output's parts (a bucket's or a subset's directory), under their final names."""
+    return [str(p.relative_to(out)) for p in out.glob("*/run-*/*.tfrecord")]
+
+
+@pytest.mark.parametrize("mode", [
+    ["--per_subset", "--subsets", "Pile-CC,ArXiv"],
+    ["--stage_module", "split_helpers", "--filters", "split_shelf", "--split_by", "shelf"],
+], ids=["per_subset", "split_by"])
+def test_a_signal_removes_what_the_run_wrote_in_every_part_of_its_output(tmp_path, mode):
+    """A --per_subset or --split_by run writes an output per subset or bucket: SIGTERM while their shards are
+    being written removes each one's run directory and the parts left empty, not only OUT's."""
+    import time
+
+    from corpus_helpers import pile_line, write_lines
+
+    for f in range(2):
+        write_lines(str(tmp_path / "in" / f"{f:02d}.jsonl.zst"),
+                    [pile_line(f"text {f} {i} " + "some words here " * (3 + i % 7), ("Pile-CC", "ArXiv")[i % 2])
+                     for i in range(3000)])
+    out = tmp_path / "out"
+    job = Job("--input", str(tmp_path / "in" / "*.jsonl.zst"), "--output_dir", str(out), "--tokenizer_model",
+              MODEL, "--seq_len", "16", "--shard_size_mb", "0.002", *mode, *IN_MEMORY,
+              env={"PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])})
+    deadline = time.monotonic() + 240
+    while not (out.exists() and _part_shards(out)):  # the parts' shards are being written
+        assert job.running(), job.output()[-3000:]
+        assert time.monotonic() < deadline, "no part's shard was written"
+    job.freeze()
+    assert not list(out.glob("*/manifest.json")) and not (out / "mixture.json").exists(), "the parts were committed"
+    os.kill(job.proc.pid, signal.SIGTERM)
+    job.thaw()
+    status = job.finish(timeout=120)
+    output = job.output()
+    assert status == 128 + signal.SIGTERM, output[-3000:]
+    assert len(problem_lines(output)) == 1 and "Traceback" not in output, output[-5000:]
+    assert not out.exists() or os.listdir(out) == [], sorted(str(p.relative_to(out)) for p in out.rglob("*"))
