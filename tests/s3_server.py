@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import urllib.request
 import uuid
 
 import pytest
@@ -31,6 +32,8 @@ def loopback_s3(bucket: str, secret: str | None = None):
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
+    # moto keeps its buckets in this process, not in the server: an earlier test's would remain.
+    urllib.request.urlopen(urllib.request.Request(f"http://{host}:{port}/moto-api/reset", method="POST")).close()
     env = {
         "AWS_ENDPOINT_URL_S3": f"http://{host}:{port}",
         "AWS_ACCESS_KEY_ID": ACCESS_KEY,

@@ -25,8 +25,8 @@ from pipeline.cli import run
 pytestmark = pytest.mark.slow
 CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f\u202e]")
 ALLOWED_TAGS = {"html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "h4", "nav", "ul", "li", "a",
-                "section", "table", "caption", "thead", "tbody", "tr", "th", "td", "p", "pre", "figure", "img", "div",
-                "code"}
+                "section", "table", "caption", "thead", "tbody", "tr", "th", "td", "p", "pre", "figure",
+                "figcaption", "img", "div", "code"}
 
 
 class _Tags(HTMLParser):
