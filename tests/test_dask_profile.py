@@ -79,6 +79,22 @@ def test_beams_local_cluster_gets_the_warm_up_as_a_preload_for_the_jobs_length()
 
 
 @pytest.mark.slow
+def test_the_workers_of_a_local_cluster_started_meanwhile_are_made_ready():
+    """As Beam's DaskRunner starts its local cluster (no scheduler given): the preload runs in each worker."""
+    from distributed import Client
+
+    from pipeline.beam.runners.dask import warm
+
+    def ready():
+        import gc
+
+        return gc.get_freeze_count() > 0 and "pipeline.beam.job" in sys.modules
+
+    with warm.warmed(None), Client(n_workers=1, threads_per_worker=1, dashboard_address=":0") as client:
+        assert list(client.run(ready).values()) == [True]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("flags", [
     ["--output_format", "megatron"],
     ["--output_format", "megatron", "--per_subset", "--dedup", "exact"],
