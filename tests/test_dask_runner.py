@@ -272,3 +272,44 @@ def test_a_workers_address_is_refused_naming_the_flag(cluster):
         profile_for(options).plan(options, ["in.jsonl.zst"])
     assert profile_for(options := pipeline_options(["--runner", "DaskRunner", "--dask_client_address",
                                                     cluster.address])).plan(options, ["in.jsonl.zst"]).workers == 2
+
+
+def test_each_worker_is_made_ready_for_the_jobs_length(cluster):
+    """The warm-up plugin reaches every worker (malloc kept over Dask's own setting, modules imported and frozen)
+    and leaves when the job ends; the scheduler's too."""
+    import gc
+
+    from pipeline.beam.runners.dask import warm
+
+    def state(dask_worker):
+        plugin = dask_worker.plugins.get(warm.NAME)
+        return plugin is not None and plugin.kept, gc.get_freeze_count() > 0, "pipeline.beam.job" in sys.modules
+
+    def scheduler_plugins(dask_scheduler):
+        return sorted(dask_scheduler.plugins)
+
+    with warm.warmed(cluster.address, "sentencepiece"):
+        assert set(cluster.client.run(state).values()) == {(True, True, True)}
+        assert warm.WarmScheduler.name in cluster.client.run_on_scheduler(scheduler_plugins)
+    assert {kept for kept, _, _ in cluster.client.run(state).values()} == {False}
+    assert warm.WarmScheduler.name not in cluster.client.run_on_scheduler(scheduler_plugins)
+
+
+def test_global_combines_keep_their_defaults_without_side_inputs(cluster, tmp_path):
+    """CombineGlobally and ToList on Dask (rewritten without side inputs): a value, and an empty input's default."""
+    from pipeline.beam.runners.dask.overrides import DaskRunner
+
+    def write(value, name):
+        (tmp_path / name).write_text(json.dumps(value))
+
+    options = pipeline_options(["--runner", "DaskRunner", "--dask_client_address", cluster.address])
+    with beam.Pipeline(runner=DaskRunner(), options=options) as p:
+        some, none = p | "Some" >> beam.Create([1, 2, 3]), p | "None" >> beam.Create([])
+        results = [some | "Sum" >> beam.CombineGlobally(sum) | "WriteSum" >> beam.Map(write, "sum"),
+                   none | "SumEmpty" >> beam.CombineGlobally(sum) | "WriteEmpty" >> beam.Map(write, "empty"),
+                   none | "ListEmpty" >> beam.combiners.ToList() | "WriteList" >> beam.Map(write, "list"),
+                   some | "Count" >> beam.combiners.Count.Globally() | "WriteCount" >> beam.Map(write, "count")]
+        _ = results | beam.Flatten()  # Dask computes the last step's branch: every one ends in it
+    p.result.client.close()
+    assert {p.name: json.loads(p.read_text()) for p in tmp_path.iterdir()} == {"sum": 6, "empty": 0, "list": [],
+                                                                              "count": 3}

@@ -23,13 +23,13 @@ REPO = Path(__file__).resolve().parents[1]
     (["--run", "FlinkRunner"], False),  # argparse's abbreviation of --runner
     (["--requirements_file", "r.txt"], True),
     (["--runner", "apache_beam.runners.direct.direct_runner.DirectRunner"], True),
-    (["--runner", "DaskRunner"], False),
+    (["--runner", "DaskRunner"], True),  # its driver only translates the job
 ])
-def test_runs_in_process(flags, expected):
+def test_lean_beam_for_the_runners_that_never_use_its_connectors(flags, expected):
     from pipeline.beam.runners.registry import row_of
     from pipeline.core.options import runner_flag
 
-    assert row_of(runner_flag(flags)).in_process is expected
+    assert row_of(runner_flag(flags)).lean_beam is expected
 
 
 def _after_import(flags, connectors=None, one_command=True) -> dict:
@@ -42,7 +42,7 @@ from pipeline.core.options import runner_flag
 connectors = {connectors!r}
 if connectors is not None:
     lean.CONNECTORS = connectors
-lean.import_beam(lean={one_command!r} and row_of(runner_flag({flags!r})).in_process)
+lean.import_beam(lean={one_command!r} and row_of(runner_flag({flags!r})).lean_beam)
 import apache_beam, apache_beam.io.filesystems as fs, apache_beam.runners.dataflow.dataflow_runner as df
 def supported(url):
     try:

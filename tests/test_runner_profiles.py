@@ -65,7 +65,7 @@ def test_every_short_name_finds_its_row():
         for name in row.names:
             assert registry.row_of(name) is row and registry.row_of(f"{name.title()}Runner") is row
     assert registry.row_of("JetRunner").family == registry.row_of("SamzaRunner").family == "distributed"
-    assert registry.row_of(None).family == "direct" and registry.row_of(None).in_process
+    assert registry.row_of(None).family == "direct" and registry.row_of(None).lean_beam
 
 
 def _modules_outside_runners():

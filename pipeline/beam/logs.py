@@ -140,6 +140,16 @@ class _OwnWorkerLogs(logging.Filter):
         return True
 
 
+class _OursOnceStopped(logging.Filter):
+    """Once a signal stops the run, only our own lines: a runner's reports of the workers it loses are the stop.
+
+    (A local Dask cluster's nannies, for one, log each worker's death and their failed restarts.)
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return caught_signal() is None or record.name == "pipeline" or record.name.startswith("pipeline.")
+
+
 class _Redacted(logging.Filter):
     """Every URL in a log line is shown redacted (pipeline/io/urls.py): userinfo and query-string secrets."""
 
@@ -160,4 +170,5 @@ def configure_logging() -> None:
     forwarded.addFilter(_OwnWorkerLogs())
     for handler in logging.getLogger().handlers:
         handler.addFilter(_NoBundleFailureReports())
+        handler.addFilter(_OursOnceStopped())
         handler.addFilter(_Redacted())

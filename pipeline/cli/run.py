@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> dict | None:
         config, invalid = None, e
     early, model = early_choice(config)
     try:
-        with tuned_job(row_of(runner_flag(rest)).in_process):
+        with tuned_job(row_of(runner_flag(rest)).lean_beam):
             from pipeline.beam.options import BEAM
 
             check_runner_flags(parser, rest, BEAM)

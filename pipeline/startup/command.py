@@ -33,17 +33,17 @@ def one_command_per_process() -> None:
 
 
 @contextlib.contextmanager
-def tuned_job(in_process: bool) -> Iterator[None]:
+def tuned_job(lean_beam: bool) -> Iterator[None]:
     """Around a `run` command's job: the process's tricks (in a one-command process), Beam imported for the job.
 
-    `in_process`: the job's runner runs it in this process (DirectRunner: its profile says so).
+    `lean_beam`: the job's runner never uses Beam's cloud connectors in this process (its profile's row says so).
     """
     one = _ONE_COMMAND[0]
     if one:
         gc_policy.pause()  # until the job's graph is built (`graph_built`)
         malloc_policy.keep_freed_memory()
     try:
-        lean_import.import_beam(lean=one and in_process)
+        lean_import.import_beam(lean=one and lean_beam)
         yield
     finally:
         gc_policy.resume()

@@ -8,9 +8,10 @@ transform of ours is a Beam connector. Beam imports each of these under `try/exc
 (an install without the `gcp`/`aws` extras works that way), so for the length of the import their
 names are set to None in `sys.modules` (Python's documented way to make an import fail, with
 ModuleNotFoundError) and then taken out again: anything imported later (gcsfs, s3fs, pandas) loads
-as usual. Any other runner gets Beam whole: Dataflow needs its client, and the portable runners'
-job services may stage through Beam's file systems. Whether a job runs in this process is its
-runner profile's (pipeline/beam/runners/registry.py `in_process`), asked by the command. Only in a
+as usual. The driver of a Dask job only translates it (its workers import Beam themselves), and
+gets the same. Any other runner gets Beam whole: Dataflow needs its client, and the portable
+runners' job services may stage through Beam's file systems. Which runner's command may is its
+profile's row (pipeline/beam/runners/registry.py `lean_beam`), asked by the command. Only in a
 process that runs one command and exits (pipeline/startup/command.py): a program that calls
 `pipeline.cli.run.main` itself may run a Dataflow job after a DirectRunner one, and gets Beam whole.
 """
@@ -32,9 +33,9 @@ CONNECTORS = (
 
 
 def import_beam(lean: bool = False) -> None:
-    """Import Beam: without its connectors when `lean` (a job in this process, in a one-command process).
+    """Import Beam: without its connectors when `lean` (in a one-command process whose runner never needs them).
 
-    `lean`: the job runs in this process, and this process runs one command, then exits.
+    `lean`: the job's runner never uses them in this process, and this process runs one command, then exits.
     """
     if "apache_beam" in sys.modules or not lean:
         importlib.import_module("apache_beam")

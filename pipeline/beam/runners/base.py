@@ -5,7 +5,8 @@
 
 1. `declare_options`, `normalize`, `check`: its Beam flags known to the flag check; our defaults
    on them; what is wrong with them refused before anything starts, one line naming the flag.
-2. `warm_up`: what the driver may start while the tokenizer's self-check runs.
+2. `warm_up`: what the driver may start while the tokenizer's self-check runs (what its workers
+   need once per process, not per task, goes with its `workspace`: Dask's warm.py).
 3. `workers`: where the workers run (which paths they can read, pipeline/beam/remote.py).
 4. `plan`: how the work spreads (pipeline/beam/execution.py `Execution`), once, in the driver.
 5. `workspace`: around the run, what its workers are handed (`Workspace`): the record sink

@@ -7,7 +7,7 @@ form (`short_name`). The last row takes every name no other row does: Dataflow, 
 portable runners, and runners Beam has that this package does not name (JetRunner, SamzaRunner).
 
 Importing this module imports neither Beam nor a profile: a command asks `row_of` before Beam is
-imported (whether the job runs in this process, pipeline/cli/run.py), and `profile_of` imports the
+imported (whether Beam may be imported lean, pipeline/cli/run.py), and `profile_of` imports the
 one profile a job needs.
 """
 
@@ -23,18 +23,19 @@ class Row:
 
     family: its name (a profile's `family`); module: its profile module, which defines `PROFILE`;
     names: the short names it takes (`short_name`), () for every name no other row takes;
-    in_process: the job runs in this process (Beam is imported without its cloud connectors, pipeline/startup/).
+    lean_beam: the command never uses Beam's cloud connectors (DirectRunner runs the job in its process, Dask's
+    driver only translates it): Beam imported without them (pipeline/startup/lean_import.py).
     """
 
     family: str
     module: str
     names: tuple[str, ...] = ()
-    in_process: bool = False
+    lean_beam: bool = False
 
 
 PROFILES = (
-    Row("direct", "pipeline.beam.runners.direct.profile", ("direct",), in_process=True),
-    Row("dask", "pipeline.beam.runners.dask.profile", ("dask",)),
+    Row("direct", "pipeline.beam.runners.direct.profile", ("direct",), lean_beam=True),
+    Row("dask", "pipeline.beam.runners.dask.profile", ("dask",), lean_beam=True),
     Row("distributed", "pipeline.beam.runners.distributed", ()),
 )
 

@@ -18,7 +18,7 @@ elements stay in the task), so each task reads its own work items (tasks.py); a 
 a list in memory, so record blocks go to files (store.py); `beam.Create` puts 128 elements in one
 task unless told otherwise (`normalize`: one a task). A task lost with its worker runs again
 elsewhere: a writer's temporary files are cleared after the job. The scheduler is asked and let go
-in cluster.py.
+in cluster.py; each worker process is made ready for the job once, not by its tasks (warm.py).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from pipeline.beam.runners.base import RunnerProfile
 from pipeline.beam.runners.dask import cluster
 from pipeline.beam.runners.dask.store import record_store
 from pipeline.beam.runners.dask.tasks import Tasks
+from pipeline.beam.runners.dask.warm import warmed
 from pipeline.config.job import FAN_OUT_CHOICES
 
 LOG = logging.getLogger(__name__)
@@ -95,14 +96,19 @@ class Dask(RunnerProfile):
     @contextlib.contextmanager
     def workspace(self, job, options: PipelineOptions, beam_args: list[str], progress: tuple | None = None,
                   translate_only: bool = False) -> Iterator[Workspace]:
-        """Record blocks in a hidden folder of the output directory (removed after), tasks that read their own items."""
+        """Record blocks in the output directory (removed after), tasks that read their own items, warmed workers.
+
+        Each worker process is made ready once for the job (warm.py).
+        """
         cluster.quiet_client_logs()
-        with record_store(job.config.output_dir, translate_only) as sink:
+        with record_store(job.config.output_dir, translate_only) as sink, \
+                contextlib.nullcontext() if translate_only else warmed(cluster.scheduler_address(options),
+                                                                    job.tokenizer.backend.name):
             yield Workspace(sink, progress, self.runtime, Tasks())
 
     def runner_object(self, options: PipelineOptions):
-        """Beam's DaskRunner, which --runner knows only by its module path."""
-        from apache_beam.runners.dask.dask_runner import DaskRunner
+        """Beam's DaskRunner (--runner knows it only by its module path), the graph kept free of side inputs."""
+        from pipeline.beam.runners.dask.overrides import DaskRunner
 
         return DaskRunner()
 
