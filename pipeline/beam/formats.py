@@ -20,7 +20,7 @@ from pipeline.io.outputs import Removal, prepare_output_dir
 
 
 def _prepare_one_output(config: PipelineConfig) -> Removal | None:
-    return prepare_output_dir(config.output_dir, config.overwrite, background=True)
+    return prepare_output_dir(config.output_dir, config.overwrite, background=True, resume=config.resume)
 
 
 class OutputFormat(NamedTuple):

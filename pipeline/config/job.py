@@ -63,6 +63,12 @@ class PipelineConfig(InputOptions, OutputOptions, TokenizerOptions, SelectionOpt
                                  "document per sequence (Megatron's GPTDataset packs and can reset positions)")
         if self.per_subset and self.output_format == "tfrecord":
             per_subset_outputs(self)  # checks that the subsets are named and their directories distinct
+        if self.resume and self.overwrite:
+            raise ValueError("--resume with --overwrite: --overwrite starts again from nothing, --resume takes up "
+                             "the run before; give one of them")
+        if self.resume and self.per_subset and self.output_format == "tfrecord":
+            raise ValueError("--resume does not take up a --per_subset TFRecord job (one output per subset): run it "
+                             "again with --overwrite")
 
     def document_policy(self) -> DocumentPolicy:
         """Validation, subset selection and the configured stages, as every DoFn reading documents applies them."""
