@@ -110,8 +110,9 @@ class ChunkDocumentsFn(beam.DoFn):
                 if chunk.tokenize_now:
                     yield from self._flush()
                 return
-            if isinstance(chunk, Committed):  # its result is gone or torn: the chunk is read again
+            if isinstance(chunk, Committed):  # its result is gone or torn: the chunk is read again, and counted
                 chunk = commit.read_again(chunk, self._config)
+                yield beam.pvalue.TaggedOutput(STATS, ReadInfo.of(chunk).stats(chunk.file_index))
             self._commits.append(digest)
         item = WorkItem(load_chunk(chunk), removed, verdicts)
         self._batch.append(self._engine.validate(item))

@@ -24,7 +24,7 @@ from pipeline.beam.logs import JobFailed, failure_line, quiet_job_error_tracebac
 from pipeline.beam.options import pipeline_options
 from pipeline.beam.preflight import Job, prepare, translated
 from pipeline.beam.progress import Monitor
-from pipeline.beam.resume import check_work, finish_work
+from pipeline.beam.resume import check_work, finish_work, log_work
 from pipeline.beam.runners.registry import profile_for
 from pipeline.config.job import PipelineConfig
 from pipeline.io.lock import OutputLock
@@ -128,6 +128,8 @@ def run(job: Job, options: PipelineOptions, beam_args: list[str], translate_only
                     graph_built()  # the job's own objects are collected as usual (pipeline/startup/)
             finally:
                 profile.finish(getattr(p, "result", None), options)
+            if work is not None:
+                log_work(getattr(p, "result", None))
         if profile.reruns_tasks and not translate_only:
             for rel in remove_temp_files(config.output_dir, job.run_id):
                 LOG.info("removed %s, left by a writer that was stopped midway", rel)

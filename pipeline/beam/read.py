@@ -275,13 +275,17 @@ def chunk_stage(chunks, label: str, fn: beam.DoFn, *tags: str, main: str, runtim
     return multi_output(chunks, label, fn, *tags, main=main, runtime=runtime)
 
 
-def plan_done(work: WorkFolder, part: str, files: list[tuple[int, str]], frames_of: dict) -> dict:
+def plan_done(work: WorkFolder, part: str, files: list[tuple[int, str]], frames_of: dict, dedup: bool = False) -> dict:
     """`frames_of` with each work item whose every chunk has a committed result (of step `part`) made `Done`.
 
-    What a work item holds is known from its frame's index, or from its record, committed once it
-    was read to its end (a whole file, also by a reader of one of its stripes; a row group).
+    With `dedup`, its chunks' dedup input must be committed too. What a work item holds is known
+    from its frame's index, or from its record, committed once it was read to its end (a whole
+    file, also by a reader of one of its stripes; a row group).
     """
     results = {i: {int(name) for name in names} for i, names in work.names(commit.RESULT, part).items()}
+    if dedup:
+        signed = work.names(commit.DEDUP, "")
+        results = {i: have & {int(name) for name in signed.get(i, ())} for i, have in results.items()}
     records = work.names(commit.UNIT, "")
     done_items, out = 0, {}
     for (i, _), size in zip(files, file_sizes([path for _, path in files]), strict=True):
@@ -321,8 +325,8 @@ def read_chunks(p: beam.Pipeline, job: Job, workspace: Workspace):
     # Parquet file one row group per work item (pipeline/io/columnar.py).
     frames_of = {i: columnar.read_units(path) if columnar.is_columnar(path) else
                  read_units(path, cfg.chunk_bytes, cfg.max_line_bytes) for i, path in files}
-    if workspace.work is not None and not cfg.dedup_enabled:
-        frames_of = plan_done(workspace.work, commit.part_of(cfg), files, frames_of)
+    if workspace.work is not None:
+        frames_of = plan_done(workspace.work, commit.part_of(cfg), files, frames_of, cfg.dedup_enabled)
     if not execution.fan_out and workspace.reader is not None:
         return workspace.reader.read(p, job, read_fn, files, frames_of)
     units = [(i, path, unit) for i, path in files for unit in frames_of[i]]

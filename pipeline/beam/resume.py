@@ -63,6 +63,21 @@ def check_work(job: Job) -> Work:
     return Work(config.output_dir, facts, key, tuple(found["runs"]) if found else ())
 
 
+def log_work(result) -> None:
+    """One line of the work a run did and took from the runs before, where the runner has metrics (not Dask's)."""
+    try:
+        counters = {(r.key.metric.namespace, r.key.metric.name): r.committed
+                    for r in result.metrics().query()["counters"]}
+    except (AttributeError, NotImplementedError, KeyError, TypeError):
+        return
+    dedup = ((counters.get(("dedup", "chunks_signed"), 0), counters.get(("dedup", "chunks_reused"), 0))
+             if ("dedup", "chunks_signed") in counters or ("dedup", "chunks_reused") in counters else None)
+    reused = counters.get(("pile", "chunks_reused"), 0)
+    if reused or (dedup and dedup[1]):
+        LOG.info("resume: %d chunk(s) reused from the runs before%s", reused,
+                 f"; dedup's input: {dedup[0]} chunk(s) signed, {dedup[1]} reused" if dedup else "")
+
+
 def finish_work(output_dir: str) -> None:
     """The output is committed: its work folder goes."""
     remove_work_folder(output_dir)

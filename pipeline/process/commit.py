@@ -5,6 +5,9 @@
                                                the digest of dedup's verdicts it was made with
     unit     ("", file, unit)                  -; the chunks a work item (a whole file, a frame, a row group) holds,
                                                whether it was damaged (--on_corrupt_file skip)
+    dedup    ("", file, chunk)                 dedup's input of the chunk (`SignedChunk`: its documents' keys and
+                                               signatures, decontamination's records, the stages' verdicts);
+                                               what reading it counted
 
 A chunk's result depends on its input bytes and the job's options only (pipeline/process/result.py),
 never on which worker made it or what it was tokenized with, so an item is found by its chunk's
@@ -31,8 +34,9 @@ from pipeline.io.inputs import Chunk, CorruptInputError
 from pipeline.io.urls import redact_url
 from pipeline.io.workfolder import WorkFolder
 from pipeline.process.result import ChunkResult
+from pipeline.stages.policy import Verdict
 
-RESULT, UNIT = "result", "unit"
+RESULT, UNIT, DEDUP = "result", "unit", "dedup"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,6 +166,85 @@ def read_again(marker: Committed, config) -> Chunk:
             return dataclasses.replace(chunk, tokenize_now=marker.tokenize_now)
     raise CorruptInputError(f"{redact_url(path)}: chunk {marker.chunk_index}, which the run this one resumes read, "
                             "is not there now: the input changed. Run the job again with --overwrite")
+
+
+@dataclasses.dataclass
+class SignedChunk:
+    """Dedup's input of one chunk: what its groups need, the text read once (pipeline/beam/dedup_chunks.py).
+
+    signed: (exact key, (key, doc fields, signature bytes)) per document kept so far, as Dedup's
+    Sign step emits them; shingles: (key, the n-gram hashes' bytes) with the Jaccard check, else
+    None; removed: decontamination's records; verdicts: {line: Verdict} of the stages (None: none).
+    """
+
+    signed: list
+    shingles: list | None
+    removed: list[dict]
+    verdicts: dict | None
+
+    def to_bytes(self) -> bytes:
+        """A JSON header (a line's length first) and the signatures' and shingles' bytes back to back."""
+        blobs: list[bytes] = []
+
+        def blob(data: bytes | None):
+            if data is None:
+                return None
+            blobs.append(data)
+            return len(data)
+
+        header = {
+            "signed": [[key, fields, None if exact is None else exact.hex(), blob(sig)]
+                       for exact, (key, fields, sig) in self.signed],
+            "shingles": None if self.shingles is None else [[key, blob(data)] for key, data in self.shingles],
+            "removed": self.removed,
+            "verdicts": None if self.verdicts is None else [[line, dataclasses.asdict(v)]
+                                                            for line, v in self.verdicts.items()],
+        }
+        text = json.dumps(header, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+        return b"".join([len(text).to_bytes(8, "little"), text, *blobs])
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> SignedChunk:
+        """What `to_bytes` wrote (ValueError on anything else)."""
+        size = int.from_bytes(data[:8], "little")
+        header = json.loads(data[8:8 + size])
+        at = 8 + size
+
+        def blob(length):
+            nonlocal at
+            if length is None:
+                return None
+            if at + length > len(data):
+                raise ValueError("dedup's input of a chunk cut short")
+            at += length
+            return bytes(data[at - length:at])
+
+        signed = [(None if exact is None else bytes.fromhex(exact), (key, fields, blob(sig)))
+                  for key, fields, exact, sig in header["signed"]]
+        shingles = None if header["shingles"] is None else [(key, blob(n)) for key, n in header["shingles"]]
+        verdicts = None if header["verdicts"] is None else {
+            int(line): Verdict(**{**v, "records": tuple(v["records"])}) for line, v in header["verdicts"]}
+        if at != len(data):
+            raise ValueError("dedup's input of a chunk is longer than its header says")
+        return cls(signed, shingles, header["removed"], verdicts)
+
+
+def commit_signed(folder: WorkFolder, chunk: Chunk, signed: SignedChunk) -> None:
+    """Commit dedup's input of a chunk, with what reading it counted."""
+    folder.commit(DEDUP, "", chunk.file_index, chunk_name(chunk.chunk_index), signed.to_bytes(),
+                  {"read": ReadInfo.of(chunk).to_json()})
+
+
+def fetch_signed(folder: WorkFolder, file_index: int, chunk_index: int) -> tuple[SignedChunk, ReadInfo] | None:
+    """Dedup's committed input of a chunk and its read counts; None: do it again."""
+    item = folder.fetch(DEDUP, "", file_index, chunk_name(chunk_index))
+    if item is None:
+        return None
+    header, payload = item
+    try:
+        return SignedChunk.from_bytes(bytes(payload)), ReadInfo.from_json(header["read"])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def commit_unit(folder: WorkFolder, file_index: int, key: str, chunks: list[int], damaged: str | None) -> None:
