@@ -62,11 +62,13 @@ def _pid_gone(pid) -> bool:
     return False
 
 
-def holder_gone(read_text, wait: float = STALE_S) -> bool:
+def holder_gone(read_text, wait: float | None = None) -> bool:
     """Whether the run holding a lock object is gone (`read_text()` reads the object, None when there is none).
 
-    Gone: a process of this host that is not there, or a holder that did not renew the object for `wait` seconds.
+    Gone: a process of this host that is not there, or a holder that did not renew the object for `wait`
+    seconds (STALE_S).
     """
+    wait = STALE_S if wait is None else wait
     text = read_text()
     if text is None:
         return True
