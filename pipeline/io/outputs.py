@@ -39,11 +39,8 @@ and then nothing is removed. On a local disk the files inside the old run and te
 may go in a thread of their own (`background=True`, a `Removal`) while the new run starts: readers
 refuse the old output from the moment its manifest is gone, and no new run's file is ever among them.
 (Unlinking a large shard can wait on the device, e.g. on ext4 mounted with `discard`, with no CPU
-used: time the new run's start need not spend.) `--overwrite` removes the work folder too.
-
-Taking up a run (`prepare_output_dir` with `--resume`, under the lock): an output with a manifest
-is finished, and refused; otherwise what `--overwrite` would remove goes, but for the work folder
-(its temporary files aside), which the new run takes up.
+used: time the new run's start need not spend.) `--overwrite` removes the work folder too; `--resume`
+removes the rest, refusing a finished output (a manifest): the new run takes the folder up.
 """
 
 from __future__ import annotations
@@ -288,9 +285,8 @@ def prepare_output_dir(output_dir: str, overwrite: bool, background: bool = Fals
             return None
         files = _files(fs, root)
         if resume and MANIFEST_NAME in files:
-            raise FileExistsError(
-                f"--resume: {shown} holds a finished output ({MANIFEST_NAME}): there is nothing to resume. Pass "
-                "--overwrite to replace it, or choose another directory.")
+            raise FileExistsError(f"--resume: {shown} holds a finished output ({MANIFEST_NAME}): there is nothing to "
+                                  "resume. Pass --overwrite to replace it, or choose another directory.")
         if not overwrite and not resume:
             if WORK_DIR in entries and MANIFEST_NAME not in files:
                 raise FileExistsError(
@@ -419,7 +415,8 @@ def check_output(manifest: dict, max_dead_letter_fraction: float, output_dir: st
         raise OutputRejectedError(
             f"{letters} of {lines} lines ({letters / lines:.1%}) are dead letters ({reasons}), more than "
             f"--max_dead_letter_fraction {max_dead_letter_fraction:g}: see {where}. No manifest was written; fix "
-            "the input, or pass a larger --max_dead_letter_fraction (1 accepts any) and --overwrite."
+            "the input, or pass a larger --max_dead_letter_fraction (1 accepts any) and --resume (the work done "
+            "is taken up)."
         )
 
 

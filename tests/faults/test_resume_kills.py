@@ -3,7 +3,8 @@
 The job runs as a user runs it (`python -m pipeline.run`, DirectRunner's two worker processes) and
 is killed, driver and workers together, once it shows the kill point from outside
 (resume_helpers.py): a quarter, half and nine tenths of its chunks' results committed, every
-chunk's dedup input committed and no result yet (dedup's groups running), a shard being written.
+chunk's dedup input committed and no result yet (dedup's groups running), a shard being written;
+or stopped with SIGINT (Ctrl-C) at nine tenths.
 Then `--resume` runs (in this process, on one worker: another worker count than the killed run's)
 and must give every file of a clean run byte for byte, the manifest apart from its run id and its
 `resume` entry, which must say that it processed exactly the chunks the killed run had not
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -134,3 +137,18 @@ def test_torn_and_missing_work_items_are_done_again_never_trusted(corpus, tiny_m
     torn_unit = units[third[0].parent.name]  # what the third file held: torn, so the file is read again
     torn_unit.write_bytes(torn_unit.read_bytes()[:-3])
     _check_resumed(_resume(corpus, tiny_model, out, "tfrecord"), out, clean["tfrecord"], chunks - 3)
+
+
+def test_a_run_stopped_with_ctrl_c_at_nine_tenths_keeps_its_work_for_resume(corpus, tiny_model, clean, tmp_path):
+    """SIGINT, as Ctrl-C sends it: the run stops in one line, removes what it made but its work folder."""
+    out = tmp_path / "out"
+    chunks = clean["tfrecord"][1]
+    job = Job(*_argv(corpus, tiny_model, out), *PROCESSES)
+    job.wait_until(lambda: committed(out) >= 0.9 * chunks, "90% of the chunks committed")
+    os.kill(job.proc.pid, signal.SIGINT)
+    assert job.finish(timeout=120) == 128 + signal.SIGINT, job.output()[-3000:]
+    assert "--resume" in job.output()
+    assert sorted(p.name for p in out.iterdir()) == [".resume"]
+    left = committed(out)
+    assert 0.9 * chunks <= left < chunks, "the run was stopped after its tokenizing stage: nothing was tested"
+    _check_resumed(_resume(corpus, tiny_model, out, "tfrecord"), out, clean["tfrecord"], left)
