@@ -76,6 +76,9 @@ _RUN_FILE = re.compile(r"^run-([0-9a-f]{16})/([A-Za-z0-9_]+-\d{5}-of-\d{5}\.tfre
                        + DEAD_LETTER_DIR + r"/[A-Za-z0-9_]+-\d{5}-\d{5}(-only)?\.jsonl|"
                        + REMOVED_DIR + r"/[A-Za-z0-9_]+-\d{5}-\d{5}\.jsonl|"
                        + PROVENANCE_DIR + r"/[A-Za-z0-9_]+-(\d{5}|final)\.npz)$")
+# The work folder's files (pipeline/io/workfolder.py, pipeline/process/commit.py).
+_WORK_FILE = re.compile(r"^" + re.escape(WORK_DIR) + r"/(job\.json|(result|dedup|unit)/([0-9a-f]{12}|-)/\d{5}/"
+                        r"(\d{8}|whole|frame-\d{8}|group-\d{6})\.item)$")
 MAX_LISTED = 20
 LATEST_NAME = "latest"  # OUT/latest -> run-<id> of a Megatron output's manifest
 # Derived from a manifest, never data of their own: an interrupted --overwrite may leave them
@@ -132,8 +135,8 @@ def _is_temp(rel: str) -> bool:
 
 
 def _is_work(rel: str) -> bool:
-    """A file of the work folder (pipeline/io/workfolder.py)."""
-    return rel.split("/", 1)[0] == WORK_DIR
+    """A file of the work folder (pipeline/io/workfolder.py) named as we name them (a stranger's file there is not)."""
+    return bool(_WORK_FILE.match(rel))
 
 
 def _files(fs, root: str) -> dict[str, int]:

@@ -140,3 +140,13 @@ def test_resume_with_nothing_to_resume_runs_from_the_start_and_says_so(corpus, t
     assert result.returncode == 0, result.stderr[-2000:]
     assert "--resume: " in result.stderr and "holds no work of a run before" in result.stderr
     assert json.loads((out / "manifest.json").read_text())["resume"]["count"] == 0
+
+
+def test_a_file_of_someone_elses_in_the_work_folder_is_refused_and_kept(failed, corpus, tiny_model):
+    stranger = failed / WORK / "notes.txt"
+    stranger.write_text("mine")
+    before = _state(failed)
+    for flag in ("--resume", "--overwrite"):
+        _refused(_argv(corpus, tiny_model, failed, "--max_dead_letter_fraction", "1", flag), f"--{flag[2:]} refused",
+                 ".resume/notes.txt")
+    _untouched(failed, before)
