@@ -30,7 +30,7 @@ from pipeline.beam.execution import Workspace, file_sizes
 from pipeline.beam.graph import Runtime, multi_output
 from pipeline.beam.preflight import Job
 from pipeline.beam.progress import Reporter
-from pipeline.core.content import lines_term
+from pipeline.core.content import limbs, lines_term
 from pipeline.core.documents import PILE, Schema
 from pipeline.io import columnar, frames, inputs
 from pipeline.io.frames import Frame, Stripe, read_units
@@ -170,7 +170,7 @@ class ReadChunksFn(beam.DoFn):
         elapsed = max(time.monotonic() - start, 1e-9)
         LOG.info("read %s: %d lines, %.1f MB in %.1f s", shown, lines, size / 1e6, elapsed)
         file_stats.update({"path": shown, "lines": lines, "decompressed_bytes": size, "chunks": chunks,
-                           "content": content})
+                           "content": limbs(content)})
         self._commit_unit(file_index, unit, held, file_stats.get("damaged"))
         yield beam.pvalue.TaggedOutput(STATS, {"inputs": {f"{file_index:05d}": file_stats}})
 
@@ -193,7 +193,7 @@ class ReadChunksFn(beam.DoFn):
         self._progress.add(read=done.size)
         self._files.inc()
         # Zero counts: each chunk's share comes with its committed result (pipeline/beam/chunk_documents.py).
-        file_stats = {"path": redact_url(path), "lines": 0, "decompressed_bytes": 0, "chunks": 0, "content": 0,
+        file_stats = {"path": redact_url(path), "lines": 0, "decompressed_bytes": 0, "chunks": 0, "content": limbs(0),
                       **({"damaged": done.damaged} if done.damaged else {})}
         yield beam.pvalue.TaggedOutput(STATS, {"inputs": {f"{file_index:05d}": file_stats}})
 

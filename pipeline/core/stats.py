@@ -16,7 +16,7 @@ import copy
 import dataclasses
 from collections.abc import Iterable
 
-from pipeline.core.content import digest_hex
+from pipeline.core.content import digest_hex, from_limbs
 
 ALWAYS, ONCE_SET, NON_ZERO = "always", "once set", "non-zero"
 
@@ -180,7 +180,7 @@ class JobStats(Counts):
 
     subsets: per subset name; dead_letters: bad lines by reason; lines: lines read; inputs: per input
     file index, the read stage's counts (path, lines, decompressed_bytes, chunks, damaged, content:
-    the summed terms of pipeline/core/content.py) and validation's (core/documents.py `file_stats`);
+    the summed terms of pipeline/core/content.py, as its `limbs`) and validation's (core/documents.py `file_stats`);
     packing: the TFRecord output's; removed_files: the removed/ files written, by path; work: the
     work items (chunks) this run processed and those it reused from the run it resumes
     ({"processed": n, "reused": m}).
@@ -246,7 +246,7 @@ class JobStats(Counts):
         entries = [merge_into(copy.deepcopy(defaults), self.inputs[i]) for i in sorted(self.inputs, key=_input_key)]
         for entry in entries:
             if "content" in entry:
-                entry["content_digest"] = digest_hex(entry.pop("content"))
+                entry["content_digest"] = digest_hex(from_limbs(entry.pop("content")))
         return entries
 
     def manifest_packing(self) -> dict:

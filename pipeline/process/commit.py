@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from pipeline.core.content import lines_term
+from pipeline.core.content import limbs, lines_term
 from pipeline.io import columnar, frames
 from pipeline.io.columnar import RowGroup
 from pipeline.io.frames import Frame, Stripe
@@ -57,7 +57,7 @@ class ReadInfo:
         """The read stage's stats of the chunk, as pipeline/beam/read.py emits a file's."""
         return {"inputs": {f"{file_index:05d}": {"path": self.path, "lines": self.lines,
                                                   "decompressed_bytes": self.bytes, "chunks": 1,
-                                                  "content": self.content}}}
+                                                  "content": limbs(self.content)}}}
 
     def to_json(self) -> dict:
         """The header's form (the content terms in hex)."""
