@@ -59,8 +59,8 @@ def test_a_committed_result_is_fetched_with_its_verdicts_only_and_a_torn_one_is_
     folder = WorkFolder(str(tmp_path / "out"), "job1", "run1")
     info = ReadInfo("in.jsonl", 2, 9, 12345)
     commit.commit_result(folder, "p", _result(1, 4), info, "v1")
-    result, read = commit.fetch_result(folder, "p", 1, 4, "v1")
-    assert result.to_bytes() == _result(1, 4).to_bytes() and read == info
+    result, read, run = commit.fetch_result(folder, "p", 1, 4, "v1")
+    assert result.to_bytes() == _result(1, 4).to_bytes() and read == info and run == "run1"
     assert commit.fetch_result(folder, "p", 1, 4, "v2") is None  # made with other verdicts
     assert commit.fetch_result(folder, "p", 1, 5, "v1") is None  # never committed
     assert commit.fetch_result(folder, "q", 1, 4, "v1") is None  # another step's

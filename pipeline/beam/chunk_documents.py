@@ -120,15 +120,19 @@ class ChunkDocumentsFn(beam.DoFn):
         if item.chunk.tokenize_now or self._batch_bytes >= self._batch_limit:
             yield from self._flush()
 
-    def _reused(self, chunk, result: ChunkResult, info: ReadInfo):
-        """A committed result's outputs; a chunk read again must be what the result was made from."""
+    def _reused(self, chunk, result: ChunkResult, info: ReadInfo, run: str):
+        """A committed result's outputs; a chunk read again must be what the result was made from.
+
+        Counted as reused when a run before made it; one this run made (a task run again: a worker
+        lost, Dask computing a branch twice) counts as processed, as in a run without it.
+        """
         if isinstance(chunk, Committed):
             yield beam.pvalue.TaggedOutput(STATS, info.stats(chunk.file_index))  # the read counts of a chunk not read
         elif ReadInfo.of(load_chunk(chunk)) != info:
             raise InputChangedError(
                 f"{redact_url(chunk.path)} changed since the run this one resumes: chunk {chunk.chunk_index} does not "
                 "hold what its committed result was made from. Run the job again with --overwrite")
-        result.stats.work = {"reused": 1}
+        result.stats.work = {"processed": 1} if run == self._work.run_id else {"reused": 1}
         self._counters["chunks_reused"].inc()
         yield from self._outputs(result)
 

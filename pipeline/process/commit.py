@@ -136,8 +136,8 @@ def commit_result(folder: WorkFolder, part: str, result: ChunkResult, info: Read
 
 
 def fetch_result(folder: WorkFolder, part: str, file_index: int, chunk_index: int,
-                 verdicts: str | None) -> tuple[ChunkResult, ReadInfo] | None:
-    """A committed result made with these verdicts, and its read counts; None: do the chunk again."""
+                 verdicts: str | None) -> tuple[ChunkResult, ReadInfo, str] | None:
+    """A committed result made with these verdicts, its read counts and the run that made it; None: do it again."""
     item = folder.fetch(RESULT, part, file_index, chunk_name(chunk_index))
     if item is None:
         return None
@@ -151,7 +151,7 @@ def fetch_result(folder: WorkFolder, part: str, file_index: int, chunk_index: in
         return None
     if (result.file_index, result.chunk_index) != (file_index, chunk_index):
         return None
-    return result, info
+    return result, info, str(header.get("run", ""))
 
 
 def read_again(marker: Committed, config) -> Chunk:
