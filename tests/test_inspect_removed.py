@@ -141,13 +141,25 @@ def test_an_input_changed_since_the_run_is_refused_naming_it(cleaned, capsys):
         status, text, err = _run(capsys, out, "--reason", "c4_quality_cut")
         # each input is checked as it is read: what comes before it is shown, nothing of it
         assert status == 2 and f"{plain} changed since the run" in err and f"{plain}:" not in text
-        # The same number of lines and bytes, the bracket that removed a document made a parenthesis: deciding
-        # the document again tells.
+        # The same number of lines and bytes, the bracket that removed a document made a parenthesis: the
+        # input's content digest tells; in a manifest without digests, deciding the document again does.
         line = next(n for (f, n), (t, _) in docs.items() if f == 2 and "{1, 2}" in t)
         edited = original.replace(b"{1, 2}", b"(1, 2)", 1)
         assert len(edited) == len(original)
         plain.write_bytes(edited)
         status, text, err = _run(capsys, out, "--reason", "c4_quality")
+        assert status == 2 and f"{plain} changed since the run" in err and "content digest differs" in err
+        assert f"{plain}:" not in text
+        manifest_file = out / "manifest.json"
+        written = manifest_file.read_bytes()
+        without = json.loads(written)
+        for entry in without["inputs"]:
+            entry.pop("content_digest")
+        manifest_file.write_text(json.dumps(without))
+        try:
+            status, text, err = _run(capsys, out, "--reason", "c4_quality")
+        finally:
+            manifest_file.write_bytes(written)
         assert status == 2 and f"{plain} line {line}: the run recorded c4_quality/curly_bracket" in err
         assert "The input changed since the run, or the stages did" in err and f"{plain}:" not in text
         plain.unlink()

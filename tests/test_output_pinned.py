@@ -2,7 +2,8 @@
 
 Any change to these digests changes what users' readers see. Refactors must leave them alone; a
 deliberate change to the output must regenerate them (`python tests/test_output_pinned.py`) and
-say why in the change.
+say why in the change. Regenerating refuses a change made without a new OUTPUT_VERSION
+(pipeline/core/versions.py): a resumed run takes up only the work of a run of its own version.
 
 The manifest and dead letters record the input files' absolute paths, so they are compared with the
 repository's location replaced by "<repo>" and the test's temporary directory by "<tmp>" (and the
@@ -21,8 +22,7 @@ import pytest
 from corpus_helpers import FAST_BEAM
 
 from pipeline.cli import run
-
-pytestmark = pytest.mark.slow
+from pipeline.core.versions import OUTPUT_VERSION
 
 REPO = Path(__file__).resolve().parents[1]
 PINNED_FILE = Path(__file__).parent / "data" / "pinned_output.json"
@@ -75,6 +75,12 @@ def run_case(name: str, tmp: Path) -> dict:
     return digests
 
 
+def test_the_pins_were_made_with_this_output_version():
+    assert json.loads(PINNED_FILE.read_text())["output_version"] == OUTPUT_VERSION, (
+        "pipeline/core/versions.py OUTPUT_VERSION changed: regenerate the pins (python tests/test_output_pinned.py)")
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_output_bytes_are_pinned(name, tmp_path):
     pinned = json.loads(PINNED_FILE.read_text())[name]
@@ -86,6 +92,10 @@ if __name__ == "__main__":
     for case in sorted(CASES):
         with tempfile.TemporaryDirectory() as d:
             results[case] = run_case(case, Path(d).resolve())
+    before = json.loads(PINNED_FILE.read_text()) if PINNED_FILE.exists() else {}
+    if before.get("output_version", 1) == OUTPUT_VERSION and any(before.get(c) != results[c] for c in CASES):
+        sys.exit(f"the output changed: raise OUTPUT_VERSION (now {OUTPUT_VERSION}) in pipeline/core/versions.py, "
+                 "then regenerate")
     PINNED_FILE.parent.mkdir(exist_ok=True)
-    PINNED_FILE.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+    PINNED_FILE.write_text(json.dumps({**results, "output_version": OUTPUT_VERSION}, indent=1, sort_keys=True) + "\n")
     print(f"wrote {PINNED_FILE}", file=sys.stderr)

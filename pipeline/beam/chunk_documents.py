@@ -1,7 +1,7 @@
 """Chunk -> the engine's result for it -> the format's outputs: every output format's tokenizing step.
 
 Element shapes:
-  Chunk (with dedup: (Chunk, {line: removed record}[, {line: Verdict}]))
+  Chunk or Committed (with dedup: (Chunk, {line: removed record}[, {line: Verdict}]))
                                          -> ChunkDocumentsFn (a format's subclass) -> the format's blocks
                                             + dead letters ((file, span, own), (chunk, lines))
                                             + removal and cut records on REMOVED (pipeline/beam/removed.py)
@@ -13,6 +13,11 @@ format's writer), one `ChunkResult` per chunk; a format's DoFn (pipeline/beam/tf
 outputs (`_blocks_out`), through the sink it is given (`emitted`, pipeline/io/sinks.py). Chunks are
 validated as they come and may be tokenized several at a time (`encode_batch_bytes`,
 pipeline/beam/execution.py), each written as if alone: the outputs do not depend on the batches.
+
+With a work folder (pipeline/io/workfolder.py) every result is committed before its outputs go on,
+and a chunk whose result a run before committed (a `Committed` marker of a work item not read
+again, or a chunk read again) is not processed: its committed result goes on instead, the same
+bytes (pipeline/process/commit.py). A chunk read again must hold what its result was made from.
 """
 
 from __future__ import annotations
@@ -32,6 +37,11 @@ from pipeline.io import inputs, outputs
 from pipeline.io.publish import publish
 from pipeline.io.record_files import load_chunk
 from pipeline.io.sinks import KEEP, RecordSink
+from pipeline.io.snapshot import InputChangedError
+from pipeline.io.urls import redact_url
+from pipeline.io.workfolder import WorkFolder
+from pipeline.process import commit
+from pipeline.process.commit import Committed, ReadInfo
 from pipeline.process.documents import WorkItem
 from pipeline.process.engine import Engine
 from pipeline.process.result import ChunkResult
@@ -62,14 +72,16 @@ class ChunkDocumentsFn(beam.DoFn):
     writer: type[Writer]  # the format's engine writer (pipeline/process/)
 
     def __init__(self, config: PipelineConfig, tokenizer: TokenizerSpec, encode_threads: int | None = None,
-                 sink: RecordSink | None = None, progress: Reporter | None = None, encode_batch_bytes: int = 0):
+                 sink: RecordSink | None = None, progress: Reporter | None = None, encode_batch_bytes: int = 0,
+                 work: WorkFolder | None = None):
         self._engine = Engine(config, tokenizer, self.writer, encode_threads)
         self._config = config
+        self._work, self._part = work, commit.part_of(config)  # where results are committed (None: nowhere)
         self._sink = sink or KEEP  # where the record blocks go (pipeline/io/sinks.py)
         self._batch_limit = encode_batch_bytes if tokenizer.backend.name in BATCHED else 0
         self._progress = progress or Reporter()
         self._counters = {name: counter(name) for name in ("documents_kept", "tokens", "dead_letters",
-                                                           "documents_filtered")}
+                                                           "documents_filtered", "chunks_reused")}
 
     def setup(self):
         self._engine.setup()  # heavy state, once per worker, from the tokenizer's location (and the stages')
@@ -79,20 +91,50 @@ class ChunkDocumentsFn(beam.DoFn):
         self._sink.close()
 
     def start_bundle(self):
-        self._batch, self._batch_bytes = [], 0
+        self._batch, self._batch_bytes, self._commits = [], 0, []
 
     def process(self, element):
         """Validate a chunk now; tokenize it with the chunks before it once `encode_batch_bytes` are waiting.
 
         A chunk claimed from a file shared by the workers, or the last of a queued group of work
         items (`Chunk.tokenize_now`), goes at once with those waiting: a taken group is then done when
-        its reading ends, and no worker holds chunks while the others finish.
+        its reading ends, and no worker holds chunks while the others finish. A chunk with a
+        committed result goes on at once, not processed (module docstring).
         """
-        item = work_item(element)
+        chunk, removed, verdicts = parts_of(element)
+        if self._work is not None:
+            digest = commit.verdicts_digest(removed, verdicts)
+            found = commit.fetch_result(self._work, self._part, chunk.file_index, chunk.chunk_index, digest)
+            if found is not None:
+                yield from self._reused(chunk, *found)
+                if chunk.tokenize_now:
+                    yield from self._flush()
+                return
+            if isinstance(chunk, Committed):  # its result is gone or torn: the chunk is read again, and counted
+                chunk = commit.read_again(chunk, self._config)
+                yield beam.pvalue.TaggedOutput(STATS, ReadInfo.of(chunk).stats(chunk.file_index))
+            self._commits.append(digest)
+        item = WorkItem(load_chunk(chunk), removed, verdicts)
         self._batch.append(self._engine.validate(item))
         self._batch_bytes += item.chunk.num_bytes
         if item.chunk.tokenize_now or self._batch_bytes >= self._batch_limit:
             yield from self._flush()
+
+    def _reused(self, chunk, result: ChunkResult, info: ReadInfo, run: str):
+        """A committed result's outputs; a chunk read again must be what the result was made from.
+
+        Counted as reused when a run before made it; one this run made (a task run again: a worker
+        lost, Dask computing a branch twice) counts as processed, as in a run without it.
+        """
+        if isinstance(chunk, Committed):
+            yield beam.pvalue.TaggedOutput(STATS, info.stats(chunk.file_index))  # the read counts of a chunk not read
+        elif ReadInfo.of(load_chunk(chunk)) != info:
+            raise InputChangedError(
+                f"{redact_url(chunk.path)} changed since the run this one resumes: chunk {chunk.chunk_index} does not "
+                "hold what its committed result was made from. Run the job again with --overwrite")
+        result.stats.work = {"processed": 1} if run == self._work.run_id else {"reused": 1}
+        self._counters["chunks_reused"].inc()
+        yield from self._outputs(result)
 
     def finish_bundle(self):
         for out in self._flush():
@@ -103,8 +145,12 @@ class ChunkDocumentsFn(beam.DoFn):
 
     def _flush(self):
         batch, self._batch, self._batch_bytes = self._batch, [], 0
+        commits, self._commits = self._commits, []
         if batch:
-            for result in self._engine.complete(batch):
+            for k, result in enumerate(self._engine.complete(batch)):
+                if self._work is not None:  # committed before anything of it goes on
+                    commit.commit_result(self._work, self._part, result, ReadInfo.of(batch[k].chunk), commits[k])
+                result.stats.work = {"processed": 1}
                 yield from self._outputs(result)
 
     def _outputs(self, result: ChunkResult):
@@ -126,16 +172,16 @@ class ChunkDocumentsFn(beam.DoFn):
         raise NotImplementedError
 
 
-def work_item(element) -> WorkItem:
-    """A tokenizing stage's element -> the engine's WorkItem.
+def parts_of(element) -> tuple:
+    """A tokenizing stage's element -> (chunk, removed records, verdicts).
 
-    A Chunk (or SpilledChunk); with dedup (chunk, {line: removed record}), and with stages too
-    ({line: Verdict}) as well.
+    A Chunk (or SpilledChunk, or Committed); with dedup (chunk, {line: removed record}), and with
+    stages too ({line: Verdict}) as well.
     """
     if not isinstance(element, tuple):
-        return WorkItem(load_chunk(element))
+        return element, None, None
     chunk, removed, *verdicts = element
-    return WorkItem(load_chunk(chunk), removed, verdicts[0] if verdicts else None)
+    return chunk, removed, verdicts[0] if verdicts else None
 
 
 def dead_letter_part(chunk: inputs.Chunk | ChunkResult, items: list[dict]):

@@ -185,23 +185,10 @@ class Dedup(beam.PTransform):
             docs, removed = out[KEPT], [*removed, out[REMOVED]]
         if self.exact or self.near:
             # The text is read here once: the groups after this see its hash and signature only.
-            signed = multi_output(docs, "Sign", batching(SignFn(
-                self.normalization if self.exact else None, self.ngram if self.near else None, self.num_perm,
-                self.seed, self.near and self.jaccard_threshold is not None, self.keep_text), self._runtime),
-                SHINGLES, main=SIGS, runtime=self._runtime)
-            docs = signed[SIGS]  # (exact key, (key, doc, sig))
-            if self.exact and self.near:  # the exact key is one more bucket of the near stage's group
-                docs, near_removed = self._near(docs, signed[SHINGLES], exact=True)
-                removed.append(near_removed)
-            elif self.exact:
-                out = multi_output(docs | "ExactGroup" >> beam.GroupByKey(), "Exact", ExactFn(self._records),
-                                   REMOVED, main=KEPT, runtime=self._runtime)
-                docs, removed = out[KEPT], [*removed, out[REMOVED]]  # (key, (doc, sig))
-                docs = docs | "Docs" >> beam.MapTuple(lambda k, doc_sig: (k, doc_sig[0]))
-            else:
-                docs = docs | "NoExact" >> beam.MapTuple(lambda _, kds: (kds[0], kds[1:]))
-                docs, near_removed = self._near(docs, signed[SHINGLES])
-                removed.append(near_removed)
+            signed = multi_output(docs, "Sign", batching(self.sign_fn(), self._runtime), SHINGLES, main=SIGS,
+                                  runtime=self._runtime)
+            docs, grouped = self.group(signed[SIGS], signed[SHINGLES])
+            removed += grouped
         removed = removed | "Removed" >> beam.Flatten() if removed else (
             documents.pipeline | "NoneRemoved" >> beam.Create([]))
         if self.removed_only:
@@ -213,6 +200,37 @@ class Dedup(beam.PTransform):
                   | "CountAll" >> beam.Flatten()
                   | "Counts" >> beam.CombineGlobally(CountsFn()))
         return {KEPT: kept, REMOVED: removed, COUNTS: counts}
+
+    @property
+    def records(self) -> Records:
+        """How this Dedup makes its removed records."""
+        return self._records
+
+    def sign_fn(self) -> SignFn:
+        """The DoFn that signs documents as this Dedup does: (key, doc) -> (exact key, (key, doc, sig)) + SHINGLES."""
+        return SignFn(self.normalization if self.exact else None, self.ngram if self.near else None, self.num_perm,
+                      self.seed, self.near and self.jaccard_threshold is not None, self.keep_text)
+
+    def group(self, docs, shingles) -> tuple:
+        """Signed documents (exact key, (key, doc, sig)) and their shingles -> (kept documents, [removed records]).
+
+        The exact and near stages alone: the job signs its documents chunk by chunk before
+        (pipeline/beam/dedup_chunks.py) and hands them here.
+        """
+        removed = []
+        if self.exact and self.near:  # the exact key is one more bucket of the near stage's group
+            docs, near_removed = self._near(docs, shingles, exact=True)
+            removed.append(near_removed)
+        elif self.exact:
+            out = multi_output(docs | "ExactGroup" >> beam.GroupByKey(), "Exact", ExactFn(self._records),
+                               REMOVED, main=KEPT, runtime=self._runtime)
+            docs, removed = out[KEPT], [*removed, out[REMOVED]]  # (key, (doc, sig))
+            docs = docs | "Docs" >> beam.MapTuple(lambda k, doc_sig: (k, doc_sig[0]))
+        else:
+            docs = docs | "NoExact" >> beam.MapTuple(lambda _, kds: (kds[0], kds[1:]))
+            docs, near_removed = self._near(docs, shingles)
+            removed.append(near_removed)
+        return docs, removed
 
     def _near(self, docs, shingles, exact: bool = False):
         """(key, (doc, sig)) -> (kept (key, doc), duplicate_near records): `near_dedup` with these options."""

@@ -52,6 +52,46 @@ class EvalNgramsFn(beam.CombineFn):
         return hashes[first], files[first]
 
 
+def decontaminate(key: int, doc: dict, evals, n: int, cut: bool, eval_files: list[str],
+                  records: Records) -> tuple[dict | None, dict | None]:
+    """One document against the eval set `evals` (sorted hashes, first file of each): (the doc kept, its record).
+
+    Kept as it is: (doc, None); removed: (None, a `contaminated` record); with `cut`: (the doc
+    without the overlapping spans, its `contaminated_cut` record).
+    """
+    hashes, files = evals
+    tokens, spans = ngrams.word_spans(doc["text"])
+    grams = ngrams.ngram_hashes(ngrams.word_hashes(tokens), n) if len(tokens) >= n else np.empty(0)
+    found = dedup.matches(grams.astype(np.uint64), hashes)
+    if len(found) == 0:
+        return doc, None
+    first = int(found[0])
+    at = int(np.searchsorted(hashes, grams[first]))
+    evidence = {"eval_file": eval_files[int(files[at])], "ngram": " ".join(tokens[first : first + n])}
+    share = len(found) / len(grams)
+    if cut:
+        cuts = dedup.cut_spans(spans, found, n)
+        record = records.record(key, doc, dedup.CUT, share, spans=cuts, **evidence)
+        return {**doc, "text": dedup.cut_text(doc["text"], cuts)}, record
+    return None, records.record(key, doc, "contaminated", share, **evidence)
+
+
+_EVALS = ProcessMemo(2)
+
+
+def eval_set(eval_files: list[str], text_key: str, n: int, max_ngrams: int):
+    """The eval files' n-grams as EvalNgramsFn makes them, read once per process and arguments."""
+
+    def make():
+        combine = EvalNgramsFn(max_ngrams)
+        parts = combine.create_accumulator()
+        for i, path in enumerate(eval_files):
+            parts = combine.add_input(parts, (i, eval_ngrams(path, text_key, n)))
+        return combine.extract_output(parts)
+
+    return _EVALS.get((tuple(eval_files), text_key, n, max_ngrams), make)
+
+
 class DecontaminateFn(beam.DoFn):
     """(key, doc) -> kept (key, doc), or a `contaminated` record; with cut, the doc kept without the spans."""
 
@@ -61,46 +101,26 @@ class DecontaminateFn(beam.DoFn):
 
     def process(self, element, evals):
         key, doc = element
-        hashes, files = evals
-        tokens, spans = ngrams.word_spans(doc["text"])
-        grams = ngrams.ngram_hashes(ngrams.word_hashes(tokens), self._n) if len(tokens) >= self._n else np.empty(0)
-        found = dedup.matches(grams.astype(np.uint64), hashes)
-        if len(found) == 0:
+        kept, record = decontaminate(key, doc, evals, self._n, self._cut, self._eval_files, self._records)
+        if record is not None:
+            yield beam.pvalue.TaggedOutput(REMOVED, record)
+        if kept is None:
+            self._removed.inc()
+        elif record is None:
             yield element
-            return
-        first = int(found[0])
-        at = int(np.searchsorted(hashes, grams[first]))
-        evidence = {"eval_file": self._eval_files[int(files[at])], "ngram": " ".join(tokens[first : first + self._n])}
-        share = len(found) / len(grams)
-        if self._cut:
-            cuts = dedup.cut_spans(spans, found, self._n)
-            yield beam.pvalue.TaggedOutput(REMOVED, self._records.record(key, doc, dedup.CUT, share, spans=cuts,
-                                                                         **evidence))
-            yield key, {**doc, "text": dedup.cut_text(doc["text"], cuts)}
-            return
-        self._removed.inc()
-        yield beam.pvalue.TaggedOutput(REMOVED, self._records.record(key, doc, "contaminated", share, **evidence))
+        else:
+            yield key, kept
 
 
 class DecontaminateEachWorkerFn(DecontaminateFn):
     """DecontaminateFn with the eval set made by each worker from the eval files, where a side input is not once."""
-
-    _EVALS = ProcessMemo(2)
 
     def __init__(self, n: int, cut: bool, eval_files: list[str], records: Records, text_key: str, max_ngrams: int):
         super().__init__(n, cut, eval_files, records)
         self._text_key, self._max = text_key, max_ngrams
 
     def setup(self):
-        key = (tuple(self._eval_files), self._text_key, self._n, self._max)
-        self._evals = self._EVALS.get(key, self._eval_set)
-
-    def _eval_set(self):
-        combine = EvalNgramsFn(self._max)
-        parts = combine.create_accumulator()
-        for i, path in enumerate(self._eval_files):
-            parts = combine.add_input(parts, (i, eval_ngrams(path, self._text_key, self._n)))
-        return combine.extract_output(parts)
+        self._evals = eval_set(self._eval_files, self._text_key, self._n, self._max)
 
     def process(self, element):
         yield from super().process(element, self._evals)

@@ -100,7 +100,15 @@ class SignFn(BatchingFn):
     def _flush(self):
         batch = self._batch
         self._reset()
+        yield from self.signed(batch)
+
+    def signed(self, batch: list):
+        """The outputs of documents [(key, doc)] signed at once (after `setup`): SIGS, and SHINGLES if asked."""
         if not batch:
+            return
+        if self._shingles:
+            for element in batch:
+                yield from self._one(element)
             return
         for (key, doc), (exact, sig) in zip(batch, self._signer.sign_many([doc["text"] for _, doc in batch]),
                                             strict=True):

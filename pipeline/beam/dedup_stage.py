@@ -1,16 +1,19 @@
 """`--dedup` / `--decontaminate` in the job: the read chunks' documents through Dedup, removals joined back to chunks.
 
 Element shapes:
-  Chunk                                  -> DocumentsOfFn -> ((file_index, line), {"text", "subset", "chunk"[, "id"]})
+  Chunk                                  -> SignDocumentsFn (pipeline/beam/dedup_chunks.py) -> signed documents
+                                            + decontamination's removed records
                                             + with stages: ((file_index, chunk), {line: Verdict}) on VERDICTS
-  documents                              -> Dedup (pipeline/beam/dedup.py) -> removed records
+  signed documents                       -> Dedup's groups (pipeline/beam/dedup.py `Dedup.group`) -> removed records
   removed record                         -> ((file_index, chunk), record), CoGroupByKey with
   Chunk keyed by (file_index, chunk)     -> (Chunk, {line: record}[, {line: Verdict}]): what the formats tokenize
     (with a spill directory, DirectRunner: a SpilledChunk, the chunk's lines written once to a local
     spill file as it is read, so that the join moves references, not the text: pipeline/beam/direct/spill.py)
-DocumentsOfFn applies the document policy (pipeline/process/dedup_input.py) with its stages, so dedup sees
-the text the stages left and never a document they removed; the stages run only there, and their
-verdicts travel with the chunk. The formats' tokenizing stage (pipeline/process/engine.py)
+SignDocumentsFn applies the document policy (pipeline/process/dedup_input.py) with its stages, so dedup
+sees the text the stages left and never a document they removed; the stages run only there, and
+their verdicts travel with the chunk. It decontaminates and signs each chunk's documents at once,
+and commits them per chunk in a resumable run (a run that takes it up does neither again for a
+committed chunk); then Dedup's exact and near groups. The formats' tokenizing stage (pipeline/process/engine.py)
 replays them, skips the removed lines, counts them per subset by reason with their tokens,
 tokenizes a `contaminated_cut` document's cut text, and emits every record to the removed/ writer
 (pipeline/beam/removed.py). Dedup runs on the documents as read, so before epochs: an epoch copy is
@@ -24,37 +27,16 @@ import dataclasses
 import apache_beam as beam
 
 from pipeline.beam.dedup import REMOVED, Dedup
+from pipeline.beam.dedup_chunks import VERDICTS, SignDocumentsFn
+from pipeline.beam.dedup_sign import SHINGLES
 from pipeline.beam.execution import Workspace
 from pipeline.beam.graph import EVERY_FEATURE, Runtime
 from pipeline.beam.preflight import Job
 from pipeline.beam.read import Unread, chunk_stage
-from pipeline.config.job import PipelineConfig
 from pipeline.io import inputs
 from pipeline.io.sinks import KEEP, RecordSink
 from pipeline.io.urls import redact_url
-from pipeline.process.dedup_input import DedupInput
-
-VERDICTS = "verdicts"  # DocumentsOfFn's output of the stages' verdicts per chunk
-
-
-class DocumentsOfFn(beam.DoFn):
-    """Chunk -> each document the policy keeps: ((file_index, line), {"text", "subset", "chunk"[, "id"]}).
-
-    With stages, also ((file_index, chunk), {line: Verdict}) on VERDICTS for every chunk (empty when
-    they changed nothing), for the tokenizing stage to replay (pipeline/process/dedup_input.py).
-    """
-
-    def __init__(self, config: PipelineConfig):
-        self._input = DedupInput(config)
-
-    def setup(self):
-        self._input.setup()
-
-    def process(self, chunk: inputs.Chunk):
-        found = self._input.process(chunk)
-        yield from found.documents
-        if found.verdicts is not None:
-            yield beam.pvalue.TaggedOutput(VERDICTS, ((chunk.file_index, chunk.chunk_index), found.verdicts))
+from pipeline.process.commit import Committed
 
 
 class SpillChunksFn(beam.DoFn):
@@ -63,8 +45,10 @@ class SpillChunksFn(beam.DoFn):
     def __init__(self, sink: RecordSink):
         self._sink = sink
 
-    def process(self, chunk: inputs.Chunk):
-        yield (chunk.file_index, chunk.chunk_index), self._sink.put_chunk(chunk)
+    def process(self, chunk: inputs.Chunk | Committed):
+        # A Committed marker (a chunk a run before finished) has no lines to spill.
+        yield (chunk.file_index, chunk.chunk_index), chunk if isinstance(chunk, Committed) else self._sink.put_chunk(
+            chunk)
 
     def teardown(self):
         self._sink.close()
@@ -126,11 +110,19 @@ def apply_dedup(job: Job, chunks, read_stats, workspace: Workspace | None = None
 
     With the workspace's spill directory the Chunk is a SpilledChunk (the tokenizing stage loads it).
     The removed records are written to removed/ by the tokenizing stage (pipeline/beam/removed.py).
+    With a work folder (a resumable run) each chunk's dedup input is committed before the groups.
     """
     cfg = job.config
     runtime = workspace.runtime if workspace is not None else EVERY_FEATURE
-    documents = chunk_stage(chunks, "DocumentsOf", DocumentsOfFn(cfg), VERDICTS, main="documents", runtime=runtime)
-    removed = (documents.documents | "Dedup" >> dedup_transform(job, runtime))[REMOVED]
+    deduper = dedup_transform(job, runtime)
+    work = workspace.work if workspace is not None else None
+    documents = chunk_stage(chunks, "SignDocuments", SignDocumentsFn(cfg, deduper, work), SHINGLES, REMOVED,
+                            VERDICTS, main="signed", runtime=runtime)
+    removed = [documents[REMOVED]]
+    if deduper.exact or deduper.near:
+        _, grouped = deduper.group(documents.signed, documents[SHINGLES])
+        removed += grouped
+    removed = removed | "Removed" >> beam.Flatten()
     if isinstance(chunks, Unread):
         # The chunks are read again by the tokenizing step's tasks: each task gets the removed
         # records (and the stages' verdicts) of the files it reads, and no text waits in a join.
@@ -144,7 +136,7 @@ def apply_dedup(job: Job, chunks, read_stats, workspace: Workspace | None = None
         joined = parts | "JoinRemoved" >> beam.CoGroupByKey() | "WithRemoved" >> beam.FlatMap(_units_with_removed)
         return dataclasses.replace(chunks, items=joined), read_stats
     sink = workspace.sink if workspace is not None else KEEP
-    # ((file_index, chunk_index), Chunk or SpilledChunk)
+    # ((file_index, chunk_index), Chunk or SpilledChunk or Committed)
     keyed = chunks | "KeyChunks" >> (beam.ParDo(SpillChunksFn(sink)) if sink is not KEEP else beam.Map(_key_chunk))
     parts = {"chunk": keyed,
              "removed": removed | "KeyRemoved" >> beam.Map(lambda r: ((r["file_index"], r["chunk"]), r))}

@@ -14,6 +14,7 @@ import fsspec
 
 from pipeline.beam.graph import EVERY_FEATURE, Runtime
 from pipeline.io.sinks import KEEP, RecordSink
+from pipeline.io.workfolder import WorkFolder
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,13 +46,16 @@ class Workspace:
     progress: where workers send their progress (pipeline/beam/progress.py), None: metrics only;
     runtime: what the graph may ask of the runner (pipeline/beam/graph.py);
     reader: how the workers get their work items when they read their own (its `read`, as
-    pipeline/beam/read.py `read_chunks` calls it); None: chunks fanned out.
+    pipeline/beam/read.py `read_chunks` calls it); None: chunks fanned out;
+    work: where finished work items are committed (pipeline/io/workfolder.py), None: nowhere (the run
+    cannot be resumed). The command adds it to its profile's workspace (pipeline/beam/launch.py).
     """
 
     sink: RecordSink = KEEP
     progress: tuple[str, int, bytes] | None = None  # the Monitor's (host, port, key)
     runtime: Runtime = EVERY_FEATURE
     reader: object | None = None
+    work: WorkFolder | None = None
 
 
 def file_sizes(paths: list[str]) -> list[int]:

@@ -26,7 +26,7 @@ from pipeline.io.urls import is_local
 
 
 def _prepare_one_output(config: PipelineConfig) -> Removal | None:
-    return prepare_output_dir(config.output_dir, config.overwrite, background=True)
+    return prepare_output_dir(config.output_dir, config.overwrite, background=True, resume=config.resume)
 
 
 def _one_output(config: PipelineConfig) -> list[str]:

@@ -12,10 +12,14 @@ from pipeline.core.stats import JobStats, merge_into
 from pipeline.core.versions import created_by
 
 
-def shared_entries(config: PipelineConfig, run_id: str, stats: JobStats, dead_letters: list[dict]) -> dict:
+def shared_entries(config: PipelineConfig, run_id: str, stats: JobStats, dead_letters: list[dict],
+                   resumes: int = 0) -> dict:
     """Who wrote the output, the split, per-subset counts, dead letters, inputs; totals of documents and lines.
 
     `stats`: the job's summed stats; its subsets gain their epochs and whether they were selected.
+    `resumes`: how many runs before this one worked on the output (--resume): with the chunks this run
+    processed and those it took from them, the manifest's `resume` (all that differs from a clean run's
+    but the run id).
     """
     subsets = stats.manifest_subsets()
     selection = config.selection()
@@ -38,6 +42,8 @@ def shared_entries(config: PipelineConfig, run_id: str, stats: JobStats, dead_le
         },
         # Validation's per-file counts are there for every file, read or empty.
         "inputs": stats.manifest_inputs(documents.file_stats()),
+        "resume": {"count": resumes, "chunks_processed": stats.work.get("processed", 0),
+                   "chunks_reused": stats.work.get("reused", 0)},
     }
     if config.lists_removed:  # only then, so that the default output keeps its manifest's bytes
         entries["removed"] = removed_entry(subsets, stats.removed_files, config.tokenizer_model is not None)

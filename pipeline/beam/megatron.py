@@ -160,10 +160,11 @@ class WriteShardFn(beam.DoFn):
 
 
 def build_manifest(config: PipelineConfig, tokenizer: dict, dtype: np.dtype, shards: list[dict], stats: JobStats,
-                   dead_letters: list[dict], run_id: str, provenance: list[dict] | None = None) -> dict:
+                   dead_letters: list[dict], run_id: str, provenance: list[dict] | None = None,
+                   resumes: int = 0) -> dict:
     """The manifest of a Megatron output (pure, so tests can check it without Beam)."""
     shards = sorted(shards, key=lambda s: s["path"])
-    manifest = shared_entries(config, run_id, stats, dead_letters)
+    manifest = shared_entries(config, run_id, stats, dead_letters, resumes)
     manifest["totals"].update(
         documents=sum(s["documents"] for s in shards),
         tokens=sum(s["tokens"] for s in shards),
@@ -201,7 +202,7 @@ def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) 
     docs = chunk_stage(
         chunks, "TokenizeDocuments",
         TokenizeDocumentsFn(cfg, job.tokenizer, job.execution.encode_threads, sink, progress,
-                            encode_batch_bytes=job.execution.encode_batch_bytes),
+                            encode_batch_bytes=job.execution.encode_batch_bytes, work=workspace.work),
         DEAD_LETTERS, STATS, COUNTS, REMOVED, PROVENANCE, main="documents", runtime=runtime)
     layout = (
         docs[COUNTS]
@@ -250,7 +251,7 @@ def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) 
         )
     # The manifest is written last, once every shard has been written.
     return gather("Written", **written) | "WriteManifest" >> beam.Map(_write_manifest, cfg, tokenizer, dtype,
-                                                                      job.run_id)
+                                                                      job.run_id, job.resumes)
 
 
 def source_offsets(layout: fmt.Layout):
@@ -282,10 +283,10 @@ class AssignJoinedFn(beam.DoFn):
             yield from self._assign.process(block, _OneSource(offsets))
 
 
-def _write_manifest(written: dict, config, tokenizer, dtype, run_id) -> str:
+def _write_manifest(written: dict, config, tokenizer, dtype, run_id, resumes: int = 0) -> str:
     (stats,) = written["stats"]
     manifest = build_manifest(config, tokenizer, dtype, written["shards"], stats, written["dead_letters"], run_id,
-                              written.get("provenance", []))
+                              written.get("provenance", []), resumes)
     path = commit_output(config.output_dir, manifest, config.max_dead_letter_fraction)
     LOG.info("wrote %s: %d .bin/.idx pairs, %d documents", path, len(manifest["shards"]),
              manifest["totals"]["documents"])

@@ -56,6 +56,7 @@ class Job:
     # (path, snapshot) of every input at launch, checked as each is read (pipeline/io/snapshot.py).
     snapshots: tuple[tuple[str, tuple], ...] = ()
     eval_files: tuple[str, ...] = ()  # --decontaminate, expanded
+    resumes: int = 0  # how many runs before this one worked on its output (--resume, pipeline/beam/resume.py)
 
 
 def translated(options: PipelineOptions) -> tuple[bool, str | None]:

@@ -98,7 +98,7 @@ def build_manifest(job: Job, shards: list[dict], stats: JobStats, dead_letters: 
     shards = sorted(shards, key=lambda s: s["path"])
     packing_stats = stats.manifest_packing()
     num_records = sum(s["records"] for s in shards)
-    manifest = shared_entries(cfg, job.run_id, stats, dead_letters)
+    manifest = shared_entries(cfg, job.run_id, stats, dead_letters, job.resumes)
     manifest["totals"].update(
         records=num_records,
         label_tokens=num_records * cfg.seq_len - packing_stats.get("padding_labels", 0),
@@ -146,7 +146,7 @@ def build_output(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Work
     processed = chunk_stage(
         chunks, "TokenizeAndPack",
         ProcessChunkFn(cfg, job.tokenizer, job.execution.encode_threads, sink, reporter(job, workspace),
-                       encode_batch_bytes=job.execution.encode_batch_bytes),
+                       encode_batch_bytes=job.execution.encode_batch_bytes, work=workspace.work),
         TAILS, DEAD_LETTERS, STATS, COUNTS, PROVENANCE, REMOVED, main="records", runtime=runtime)
     if packs_best_fit(cfg):  # every chunk packed whole: no tails to join
         stages = [processed]

@@ -122,7 +122,8 @@ def cli(argv: list[str] | None = None) -> int:
 
     2: a mistake found before the job starts (the command, its inputs, the output directory, a store
     out of reach). 1: the job failed on a damaged input, a full disk or an output it refuses to publish.
-    128 + N: stopped by signal N (143: SIGTERM, 130: SIGINT), its workers stopped and its files removed.
+    128 + N: stopped by signal N (143: SIGTERM, 130: SIGINT), its workers stopped and its files removed
+    but for the work items it finished (OUT/.resume/), which `--resume` takes up.
     """
     configure_logging()
     try:
@@ -134,7 +135,8 @@ def cli(argv: list[str] | None = None) -> int:
                 raise
             raise Interrupted(caught_signal()) from None  # whatever the runner made of it
     except Interrupted as e:
-        LOG.error("stopped by %s: the workers were stopped and what this run made was removed", e)
+        LOG.error("stopped by %s: the workers were stopped and what this run made was removed, but for the work "
+                  "items it finished (run it again with --resume to take them up)", e)
         return 128 + e.signum
     except JobFailed as e:
         LOG.error("%s", e)

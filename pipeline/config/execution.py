@@ -1,4 +1,4 @@
-"""How the work spreads over the machines: `ExecutionOptions` of `pile-pipeline run`; never the output's bytes."""
+"""How the work spreads and resumes: `ExecutionOptions` of `pile-pipeline run`; never the output's bytes."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ MAX_THREADS = 1024  # more threads per batch than the largest machines have core
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ExecutionOptions(OptionGroup):
-    """--fan_out, --tokenizer_threads, --progress_every: none is recorded, the output is the same either way."""
+    """--fan_out, --tokenizer_threads, --progress_every, --resume: none is recorded, the output is the same anyway."""
 
     title = "how the work spreads (never changes the output)"
 
@@ -29,3 +29,9 @@ class ExecutionOptions(OptionGroup):
     progress_every: float = option(
         10.0, recorded=False, bounds=Bounds(0, low_why="0: no progress lines"),
         help="seconds between progress lines on DirectRunner (0: none); a progress bar instead on a terminal")
+    resume: bool = option(
+        False, recorded=False,
+        help="take up a run of this same job that was killed or failed in --output_dir: reuse every work item it "
+        "finished (refused, naming what differs, when an input or an option that changes the output differs); "
+        "with nothing to resume, the job runs from the start. Never replaces a finished output (that is "
+        "--overwrite)")

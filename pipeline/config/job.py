@@ -86,6 +86,15 @@ class PipelineConfig(InputOptions, OutputOptions, TokenizerOptions, SelectionOpt
                                  "document per sequence (Megatron's GPTDataset packs and can reset positions)")
         if self.per_subset and self.output_format == "tfrecord":
             per_subset_outputs(self)  # checks that the subsets are named and their directories distinct
+        if self.resume and self.overwrite:
+            raise ValueError("--resume with --overwrite: --overwrite starts again from nothing, --resume takes up "
+                             "the run before; give one of them")
+        if self.resume and self.per_subset and self.output_format == "tfrecord":
+            raise ValueError("--resume does not take up a --per_subset TFRecord job (one output per subset): run it "
+                             "again with --overwrite")
+        if self.resume and self.split_by:
+            raise ValueError("--resume does not take up a --split_by job (one output per bucket): run it again with "
+                             "--overwrite")
         if self.split_by:
             if self.output_format != "tfrecord":
                 raise ValueError(f"--split_by is for TFRecord outputs (one per bucket, read as a mixture), not "

@@ -25,6 +25,7 @@ EXTRAS = {
     "google_crc32c": ("pipeline", "the job and the tokenizer commands"),
     "tqdm": ("pipeline", "the job and the tokenizer commands"),
     "pyarrow": ("pipeline", "Parquet and Arrow inputs"),
+    "xxhash": ("pipeline", "the job and `removed` (inputs' content digests)"),
     "tensorflow": ("reader", "the tf.data reader"),
     "torch": ("torch", "the PyTorch reader"),
     "tokenizers": ("tokenizers", "Hugging Face tokenizer.json files"),

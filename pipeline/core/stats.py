@@ -16,6 +16,8 @@ import copy
 import dataclasses
 from collections.abc import Iterable
 
+from pipeline.core.content import digest_hex, from_limbs
+
 ALWAYS, ONCE_SET, NON_ZERO = "always", "once set", "non-zero"
 
 
@@ -181,9 +183,11 @@ class JobStats(Counts):
     """What a work item, or the job, counted.
 
     subsets: per subset name; dead_letters: bad lines by reason; lines: lines read; inputs: per input
-    file index, the read stage's counts (path, lines, decompressed_bytes, chunks, damaged) and
-    validation's (core/documents.py `file_stats`); packing: the TFRecord output's; removed_files:
-    the removed/ files written, by path.
+    file index, the read stage's counts (path, lines, decompressed_bytes, chunks, damaged, content:
+    the summed terms of pipeline/core/content.py, as its `limbs`) and validation's (core/documents.py `file_stats`);
+    packing: the TFRecord output's; removed_files: the removed/ files written, by path; work: the
+    work items (chunks) this run processed and those it reused from the run it resumes
+    ({"processed": n, "reused": m}).
     """
 
     subsets: dict = counted({}, NON_ZERO)
@@ -192,6 +196,7 @@ class JobStats(Counts):
     inputs: dict = counted({}, NON_ZERO)
     packing: PackingStats | None = counted(None, ONCE_SET)
     removed_files: dict = counted({}, NON_ZERO)
+    work: dict = counted({}, NON_ZERO)
 
     def subset(self, name: str, lists_removed: bool = False, tokens: bool = True) -> SubsetStats:
         """The counts of subset `name`, created at zero (with `lists_removed`, its removals; `tokens`: their tokens)."""
@@ -238,9 +243,15 @@ class JobStats(Counts):
         return {name: s.to_json() for name, s in self.subsets.items()}
 
     def manifest_inputs(self, defaults: dict) -> list[dict]:
-        """The manifest's `inputs`: each file's counts over `defaults` (validation's, at zero), by file index."""
-        return [merge_into(copy.deepcopy(defaults), self.inputs[i])
-                for i in sorted(self.inputs, key=_input_key)]
+        """The manifest's `inputs`: each file's counts over `defaults` (validation's, at zero), by file index.
+
+        The summed content terms show as `content_digest` (32 hex digits).
+        """
+        entries = [merge_into(copy.deepcopy(defaults), self.inputs[i]) for i in sorted(self.inputs, key=_input_key)]
+        for entry in entries:
+            if "content" in entry:
+                entry["content_digest"] = digest_hex(from_limbs(entry.pop("content")))
+        return entries
 
     def manifest_packing(self) -> dict:
         """The packing counts of the manifest's `packing` (those set)."""

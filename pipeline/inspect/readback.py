@@ -5,14 +5,18 @@ line, and the sum of the lines' bytes: pipeline/beam/read.py). A read back goes 
 file with the job's own line reader (JSON lines: zstd, gzip, plain; Parquet, Arrow; local or a URL)
 and compares both counts: an input truncated, appended to, replaced or edited by a different number
 of bytes since the run is refused, naming the file, instead of showing other text as the removed
-one. (An edit that keeps every count is caught for the documents a stage decided: re-deciding
-them, pipeline/inspect/replay.py, no longer gives their records.)
+one. An edit that keeps both counts (a word replaced by one of the same length) changes the input's
+`content_digest`, which the job computed from every line as it read them and the read back
+computes again (pipeline/core/content.py): refused too. (A manifest written before the digest has
+none; there, such an edit is caught for the documents a stage decided: re-deciding them,
+pipeline/inspect/replay.py, no longer gives their records.)
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from pipeline.core.content import MOD, digest_hex, line_term
 from pipeline.core.documents import Line, Schema
 from pipeline.io import columnar
 from pipeline.io.decompress import CorruptInputError
@@ -47,7 +51,7 @@ def read_input(entry: dict, config: dict, wanted: Iterable[int] = (),
     shown = redact_url(path)
     wanted = set(wanted)
     found: dict[int, Line] = {}
-    lines = size = 0
+    lines = size = content = 0
     if columnar.is_columnar(path):
         stream = columnar.iter_lines(path, schema_of(config))
     else:
@@ -56,6 +60,7 @@ def read_input(entry: dict, config: dict, wanted: Iterable[int] = (),
         for line in stream:
             lines += 1
             size += len(line.data)
+            content += line_term(line.number, line.data, line.oversized)
             if line.number in wanted:
                 found[line.number] = line
             if visit is not None:
@@ -73,4 +78,9 @@ def read_input(entry: dict, config: dict, wanted: Iterable[int] = (),
         raise InputChanged(
             f"{shown} changed since the run: it holds {lines:,} lines, {size:,} bytes decompressed; the run read "
             f"{expected[0]:,} lines, {expected[1]:,} bytes. What it holds now is not what the run removed")
+    digest = entry.get("content_digest")
+    if isinstance(digest, str) and digest_hex(content % MOD) != digest:
+        raise InputChanged(
+            f"{shown} changed since the run: it holds as many lines and bytes as the run read, but other content "
+            "(its content digest differs). What it holds now is not what the run removed")
     return found

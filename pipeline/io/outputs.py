@@ -12,6 +12,8 @@
       latest -> run-<run id>                               a Megatron output's stable --data-path root, a JSON-
                                                            lines output's folder (a symbolic link, on file systems)
       .pile-pipeline.lock                                  while a run writes (pipeline/io/lock.py)
+      .resume/                                             the work items a run committed, until it succeeds
+                                                           (pipeline/io/workfolder.py): what --resume takes up
       .NAME.tmp-<uuid>                                     temporary names (pipeline/io/publish.py), spill files
 
 Runs never share a file: each writes into a directory of its own, named by a random run id, and the
@@ -38,7 +40,8 @@ and then nothing is removed. On a local disk the files inside the old run and te
 may go in a thread of their own (`background=True`, a `Removal`) while the new run starts: readers
 refuse the old output from the moment its manifest is gone, and no new run's file is ever among them.
 (Unlinking a large shard can wait on the device, e.g. on ext4 mounted with `discard`, with no CPU
-used: time the new run's start need not spend.)
+used: time the new run's start need not spend.) `--overwrite` removes the work folder too; `--resume`
+removes the rest, refusing a finished output (a manifest): the new run takes the folder up.
 """
 
 from __future__ import annotations
@@ -59,8 +62,9 @@ from pipeline.format import manifest as manifest_lib
 from pipeline.format.manifest import FORMAT, MANIFEST_NAME, manifest_path, run_dir, serialize
 from pipeline.io.files import read_bytes
 from pipeline.io.lock import LOCK_NAME
-from pipeline.io.publish import TEMP_NAME, publish_link, publish_text
+from pipeline.io.publish import TEMP_NAME, publish_link, publish_text, temp_name
 from pipeline.io.urls import fs_path, is_local, is_local_url, reaching, redact_url
+from pipeline.io.workfolder import WORK_DIR
 
 DEAD_LETTER_DIR = "dead_letters"
 REMOVED_DIR = "removed"  # documents removed by --dedup / --decontaminate, written like dead letters
@@ -73,6 +77,9 @@ _RUN_FILE = re.compile(r"^run-([0-9a-f]{16})/([A-Za-z0-9_]+-\d{5}-of-\d{5}\.(tfr
                        + DEAD_LETTER_DIR + r"/[A-Za-z0-9_]+-\d{5}-\d{5}(-only)?\.jsonl|"
                        + REMOVED_DIR + r"/[A-Za-z0-9_]+-\d{5}-\d{5}\.jsonl|"
                        + PROVENANCE_DIR + r"/[A-Za-z0-9_]+-(\d{5}|final)\.npz)$")
+# The work folder's files (pipeline/io/workfolder.py, pipeline/process/commit.py).
+_WORK_FILE = re.compile(r"^" + re.escape(WORK_DIR) + r"/(job\.json|(result|dedup|unit)/([0-9a-f]{12}|-)/\d{5}/"
+                        r"(\d{8}|whole|frame-\d{8}|group-\d{6})\.item)$")
 MAX_LISTED = 20
 LATEST_NAME = "latest"  # OUT/latest -> run-<id> of a Megatron or JSON-lines output's manifest
 # Derived from a manifest, never data of their own: an interrupted --overwrite may leave them
@@ -126,6 +133,11 @@ def removed_name(split: str, file_index: int, chunk_index: int) -> str:
 def _is_temp(rel: str) -> bool:
     """A temporary name of ours, or a file inside a temporary directory (the spill files)."""
     return any(TEMP_NAME.match(part) for part in rel.split("/"))
+
+
+def _is_work(rel: str) -> bool:
+    """A file of the work folder (pipeline/io/workfolder.py) named as we name them (a stranger's file there is not)."""
+    return bool(_WORK_FILE.match(rel))
 
 
 def _files(fs, root: str) -> dict[str, int]:
@@ -215,13 +227,14 @@ def _plan_overwrite(url: str, files: list[str], entries: list[str]) -> tuple[lis
     runs = any(RUN_DIR.match(entry) for entry in entries)
     for rel in files:
         run = _RUN_FILE.match(rel)
-        if rel in listed or _is_temp(rel) or (run and run.group(1) != committed) or _derived(url, rel, runs):
+        if (rel in listed or _is_temp(rel) or _is_work(rel) or (run and run.group(1) != committed)
+                or _derived(url, rel, runs)):
             remove.append(rel)
         elif not (rel == MANIFEST_NAME and unknown):
             unknown.append(rel)
     tops = {rel.split("/", 1)[0] for rel in files}
     for entry in entries:  # what no file shows: empty folders
-        if entry not in tops and not (TEMP_NAME.match(entry) or RUN_DIR.match(entry)):
+        if entry not in tops and not (TEMP_NAME.match(entry) or RUN_DIR.match(entry) or entry == WORK_DIR):
             unknown.append(entry + "/")
     return remove, unknown
 
@@ -255,12 +268,13 @@ class Removal:
         return list(self._failed)
 
 
-def prepare_output_dir(output_dir: str, overwrite: bool, background: bool = False) -> Removal | None:
-    """Check the output directory (already created and locked), refusing a non-empty one unless `overwrite`.
+def prepare_output_dir(output_dir: str, overwrite: bool, background: bool = False,
+                       resume: bool = False) -> Removal | None:
+    """Check the output directory (already created and locked), refusing a non-empty one unless `overwrite` or `resume`.
 
-    With `overwrite`, see the module docstring for what is removed and what is refused. With
-    `background` and a local output, the files inside run and temporary directories are removed by
-    the `Removal` returned (everything directly in the directory, the manifest first, is gone when
+    With `overwrite` or `resume`, see the module docstring for what is removed and what is refused.
+    With `background` and a local output, the files inside run and temporary directories are removed
+    by the `Removal` returned (everything directly in the directory, the manifest first, is gone when
     this returns); otherwise everything is, and None is returned.
     """
     shown = redact_url(output_dir)
@@ -274,13 +288,22 @@ def prepare_output_dir(output_dir: str, overwrite: bool, background: bool = Fals
         if not entries:
             return None
         files = _files(fs, root)
-        if not overwrite:
+        if resume and MANIFEST_NAME in files:
+            raise FileExistsError(f"--resume: {shown} holds a finished output ({MANIFEST_NAME}): there is nothing to "
+                                  "resume. Pass --overwrite to replace it, or choose another directory.")
+        if not overwrite and not resume:
+            if WORK_DIR in entries and MANIFEST_NAME not in files:
+                raise FileExistsError(
+                    f"--output_dir {shown} holds a run that did not finish ({WORK_DIR}/: the work items it "
+                    "committed). Pass --resume to take it up, or --overwrite to start again.")
             state = "a finished output" if MANIFEST_NAME in files else "an incomplete or foreign output"
             raise FileExistsError(
                 f"--output_dir {shown} is not empty ({state}: {len(entries)} entries). Pass --overwrite to "
                 "replace it, or choose an empty directory."
             )
         remove, unknown = _plan_overwrite(output_dir, sorted(files), entries)
+        if resume:  # the work folder is what the run takes up
+            remove = [rel for rel in remove if not _is_work(rel) or _is_temp(rel)]
         if unknown:
             more = f" and {len(unknown) - MAX_LISTED} more" if len(unknown) > MAX_LISTED else ""
             cache = [u for u in unknown if MEGATRON_CACHE.search(u)]
@@ -288,10 +311,17 @@ def prepare_output_dir(output_dir: str, overwrite: bool, background: bool = Fals
                     "prefix when given no cache path: remove it, and give Megatron --data-cache-path (or "
                     "path_to_cache) outside the output." if cache else "")
             raise FileExistsError(
-                f"--overwrite refused: {shown} holds {len(unknown)} file(s) or folder(s) that no output of "
+                f"--{'resume' if resume else 'overwrite'} refused: {shown} holds {len(unknown)} file(s) or folder(s) "
+                "that no output of "
                 f"this pipeline lists: {', '.join(unknown[:MAX_LISTED])}{more}.{note} Move them away or choose "
                 "another directory; nothing was removed."
             )
+        if not resume and is_local(fs) and any(_is_work(rel) for rel in remove):
+            # Renamed away first: the new run's work folder never meets the old one's files.
+            moved = temp_name("resume")
+            os.rename(posixpath.join(root, WORK_DIR), posixpath.join(root, moved))
+            remove = [moved + rel[len(WORK_DIR):] if _is_work(rel) else rel for rel in remove]
+            entries = [moved if e == WORK_DIR else e for e in entries]
         # The manifest first: readers stop trusting the old output at once
         # (and the `latest` link after it).
         remove.sort(key=lambda r: (r != MANIFEST_NAME, r != LATEST_NAME))
@@ -389,7 +419,8 @@ def check_output(manifest: dict, max_dead_letter_fraction: float, output_dir: st
         raise OutputRejectedError(
             f"{letters} of {lines} lines ({letters / lines:.1%}) are dead letters ({reasons}), more than "
             f"--max_dead_letter_fraction {max_dead_letter_fraction:g}: see {where}. No manifest was written; fix "
-            "the input, or pass a larger --max_dead_letter_fraction (1 accepts any) and --overwrite."
+            "the input, or pass a larger --max_dead_letter_fraction (1 accepts any) and --resume (the work done "
+            "is taken up)."
         )
 
 

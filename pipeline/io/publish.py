@@ -68,9 +68,20 @@ def write_failure(path: str, error: OSError) -> OutputWriteError:
     return OutputWriteError(f"cannot write {redact_url(path)}: {reason}")
 
 
+class _NoDigest:
+    """Stands for sha256 where the caller does not want it (`publish(..., sha256=False)`)."""
+
+    def update(self, part) -> None:
+        pass
+
+    def hexdigest(self) -> str:
+        return ""
+
+
 def _write_local(path: str, parts: Iterable[bytes], shown: str | None = None, sync: bool = True,
-                 parts_kept: bool = False, release: Callable | None = None, direct_io: bool = False) -> tuple[int, str]:
-    digest = hashlib.sha256()
+                 parts_kept: bool = False, release: Callable | None = None, direct_io: bool = False,
+                 sha256: bool = True) -> tuple[int, str]:
+    digest = hashlib.sha256() if sha256 else _NoDigest()
     size = 0
     try:
         fd = localfs.open_direct(path) if direct_io and parts_kept and sync else None
@@ -247,7 +258,8 @@ def _upload(fs, local: str, final: str, path: str, create_only: bool) -> None:
 
 
 def publish(path: str, parts: Iterable[bytes], create_only: bool = False, parts_kept: bool = False,
-            release: Callable | None = None, direct_io: bool = False) -> tuple[int, str]:
+            release: Callable | None = None, direct_io: bool = False, sync: bool = True,
+            sha256: bool = True) -> tuple[int, str]:
     """Write `parts` (bytes-like, iterated once) back to back as the file `path`; returns (bytes, sha256).
 
     `parts_kept`: each part stays valid after the next is taken (a buffer of its own, not one an
@@ -256,7 +268,11 @@ def publish(path: str, parts: Iterable[bytes], create_only: bool = False, parts_
     its maker may refill the buffer; parts not released yet are never touched by their maker.
     `direct_io` (with `parts_kept`): a local file is written by direct I/O where its disk allows it
     (`localfs.open_direct`), for a large file written once and read elsewhere, whose pages would
-    only evict others' from the page cache; the caller's choice (a runner's sink).
+    only evict others' from the page cache; the caller's choice (a runner's sink). `sync=False`: a
+    local file is renamed without waiting for the disk (fsync): complete or absent for every
+    process, but a machine that loses power may keep a file cut short under its final name (for
+    files whose reader checks them, pipeline/io/workfolder.py). `sha256=False`: no digest (its
+    place in the result is ""), for files checked otherwise.
 
     Raises:
         FileExistsError: `create_only` and the file exists.
@@ -271,8 +287,8 @@ def publish(path: str, parts: Iterable[bytes], create_only: bool = False, parts_
             raise write_failure(parent, e) from e
         tmp = posixpath.join(parent, temp_name(posixpath.basename(final)))
         try:
-            size, sha = _write_local(tmp, parts, shown=final, parts_kept=parts_kept, release=release,
-                                     direct_io=direct_io)
+            size, sha = _write_local(tmp, parts, shown=final, sync=sync, parts_kept=parts_kept, release=release,
+                                     direct_io=direct_io, sha256=sha256)
             # The sha256 is of the bytes as written; re-reading the file to hash it again would read
             # the whole output back (600 GB for the Pile, hours on EFS): the size check is the cheap one.
             if os.path.getsize(tmp) != size:
@@ -289,7 +305,7 @@ def publish(path: str, parts: Iterable[bytes], create_only: bool = False, parts_
     with tempfile.TemporaryDirectory(prefix="pile-pipeline-publish-") as local_dir:
         local = os.path.join(local_dir, "part")
         # No fsync: this copy only feeds the upload, and a VM's disk can be far slower than its page cache.
-        size, sha = _write_local(local, parts, sync=False, parts_kept=parts_kept, release=release)
+        size, sha = _write_local(local, parts, sync=False, parts_kept=parts_kept, release=release, sha256=sha256)
         try:
             _upload(fs, local, final, path, create_only)
         except (FileExistsError, OutputWriteError):

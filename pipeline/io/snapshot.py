@@ -45,6 +45,13 @@ def take_snapshots(urls: list[str]) -> tuple[tuple[str, tuple], ...]:
         return tuple(zip(urls, pool.map(snapshot, urls), strict=True))
 
 
+def describe_change(before: tuple, now: tuple) -> str:
+    """How a file's snapshot changed, in a few words ("its size went from 10 to 12 bytes")."""
+    if now == ("gone",):
+        return "it was removed"
+    return _describe(before, now)
+
+
 def _describe(before: tuple, now: tuple) -> str:
     if before[0] == "local" and now[0] == "local":
         if now[1] != before[1]:

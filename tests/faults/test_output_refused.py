@@ -96,7 +96,7 @@ def test_a_rerun_after_a_refused_output_needs_overwrite_and_clears_it(six_percen
     out = tmp_path / "out"
     with pytest.raises(Exception, match="more than --max_dead_letter_fraction"):
         run.main(_job(six_percent_bad, out))
-    with pytest.raises(FileExistsError, match="incomplete or foreign output"):
+    with pytest.raises(FileExistsError, match="a run that did not finish.*--resume"):
         run.main(_job(six_percent_bad, out, "--max_dead_letter_fraction", "1"))
     manifest = run.main(_job(six_percent_bad, out, "--max_dead_letter_fraction", "1", "--overwrite"))
     assert sorted(p.name for p in out.iterdir()) == ["dataset_info.json", "features.json", "manifest.json",

@@ -1,6 +1,7 @@
 """SIGTERM (what `timeout`, systemd and Kubernetes send) and SIGINT end a run with one line: its
 worker processes stopped, and nothing of it left (temp folder, lock, spill files, its run
-directory). What a SIGKILLed run leaves in the temp dir is cleared by the next run.
+directory) but its work folder, the work items it finished, which --resume takes up
+(tests/faults/test_resume_kills.py). What a SIGKILLed run leaves in the temp dir is cleared by the next run.
 
 Real signals to a real command running real Beam workers, as `timeout` sends them: to the command's
 process only.
@@ -31,6 +32,11 @@ def _session(job: Job) -> list[psutil.Process]:
     return found
 
 
+def _left(out) -> list[str]:
+    """What a stopped run left in its output directory, its work folder (OUT/.resume/, for --resume) aside."""
+    return sorted(name for name in os.listdir(out) if name != ".resume") if out.exists() else []
+
+
 def _started(tmp_path, mode):
     temp = tmp_path / "tmp"
     temp.mkdir()
@@ -58,7 +64,7 @@ def test_a_signal_stops_the_run_cleanly(tmp_path, mode, signum):
     assert "Traceback" not in output
     assert _session(job) == []  # no worker left running
     assert os.listdir(temp) == []  # the run's temp folder
-    assert not out.exists() or os.listdir(out) == []  # lock, spill files, run directory
+    assert _left(out) == []  # lock, spill files, run directory
 
 
 def test_what_a_sigkilled_run_leaves_in_the_temp_dir_is_cleared_by_the_next_run(tmp_path):
@@ -98,7 +104,7 @@ def test_a_signal_never_aborts_the_process_after_its_cleanup(tmp_path):
         assert status == 128 + signum, (k, output[-3000:])
         assert "terminate called" not in output and "Traceback" not in output, (k, output[-3000:])
         assert len(problem_lines(output)) == 1, (k, output[-3000:])
-        assert not out.exists() or os.listdir(out) == []
+        assert _left(out) == []
 
 
 def _children(pid: int) -> list[str]:
@@ -161,7 +167,7 @@ def test_a_signal_stops_a_job_on_a_local_dask_cluster_with_one_line(tmp_path):
     while _session(job) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _session(job) == []
-    assert not out.exists() or os.listdir(out) == []
+    assert _left(out) == []
 
 
 def _part_shards(out) -> list[str]:
@@ -200,4 +206,4 @@ def test_a_signal_removes_what_the_run_wrote_in_every_part_of_its_output(tmp_pat
     output = job.output()
     assert status == 128 + signal.SIGTERM, output[-3000:]
     assert len(problem_lines(output)) == 1 and "Traceback" not in output, output[-5000:]
-    assert not out.exists() or os.listdir(out) == [], sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    assert _left(out) == [], sorted(str(p.relative_to(out)) for p in out.rglob("*"))

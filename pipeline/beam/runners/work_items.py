@@ -4,10 +4,11 @@ A fan-out (Dataflow, Flink, Spark) sends every chunk through a shuffle, so any w
 chunk. Where that costs more than it gives, each worker reads its own work items and streams read
 -> tokenize -> pack in one fused stage: on DirectRunner every element that crosses a stage boundary
 goes through the driver process, and on Dask a task's output is a list in memory. An item is a
-whole file, a frame of an indexed input, a row group, or a stripe of a big file (every n-th chunk,
-pipeline/io/frames.py `Stripe`), chosen from measured costs by `share_files`: whole files when they
-balance over the workers, stripes of the big ones when they do not (one file, two files of unequal
-size, three files on two workers). Shared by the direct and dask profiles.
+whole file, a frame of an indexed input, a row group, a stripe of a big file (every n-th chunk,
+pipeline/io/frames.py `Stripe`), or one a run before finished (`Done`, pipeline/beam/read.py),
+chosen from measured costs by `share_files`: whole files when they balance over the workers,
+stripes of the big ones when they do not (one file, two files of unequal size, three files on two
+workers). Shared by the direct and dask profiles.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pipeline.beam.execution import file_sizes
 from pipeline.io import columnar
 from pipeline.io.frames import Stripe
 from pipeline.io.urls import name_part, redact_url
+from pipeline.process.commit import Done
 
 LOG = logging.getLogger(__name__)
 # Reading a byte of a .zst file (decompress, split lines) against everything done with it: a small
@@ -32,6 +34,9 @@ BALANCED = 1.02  # a plan within 2% of a perfect split is not improved further
 # zstd and gzip give 2-4.5x on text.
 COMPRESSED_GUESS = 3.0
 COMPRESSED_SUFFIXES = (".zst", ".zstd", ".gz", ".parquet", ".arrow")
+# Taking a finished work item's results back from the work folder (a resumed run, pipeline/process/commit.py)
+# against processing it: reading its results back costs about what reading its input does.
+DONE_SHARE = 0.02
 
 
 def text_bytes_guess(path: str, stored: float) -> float:
@@ -131,8 +136,10 @@ def work_items(job, files: list[tuple[int, str]], frames_of: dict,
     units, costs = [], []
     for j, (i, path) in enumerate(files):
         if i in indexed:
-            units += [(i, path, frame) for frame in frames_of[i]]
-            costs += [sizes[j] * frame.size / sum(f.size for f in frames_of[i]) for frame in frames_of[i]]
+            weights = [(unit.size or 1) * (DONE_SHARE if isinstance(unit, Done) else 1) for unit in frames_of[i]]
+            total = sum((unit.size or 1) for unit in frames_of[i])
+            units += [(i, path, unit) for unit in frames_of[i]]
+            costs += [sizes[j] * w / total for w in weights]
         elif stripes[j] == 1:
             units.append((i, path, None))
             costs.append(sizes[j] * (1 + read_share))

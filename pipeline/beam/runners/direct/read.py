@@ -91,7 +91,7 @@ class ClaimingReadChunksFn(ReadChunksFn):
         file_index, path = element[:2]
         unit = element[2] if len(element) > 2 else None
         if isinstance(unit, Stripe) and unit.board:
-            chunks = claimed(inputs.iter_chunks(path, file_index, self._chunk_bytes, self._max_line_bytes),
+            chunks = claimed(self._seen(inputs.iter_chunks(path, file_index, self._chunk_bytes, self._max_line_bytes)),
                              unit.board, file_index, unit.count, lambda chunk: chunk.chunk_index)
             return (dataclasses.replace(chunk, tokenize_now=True) for chunk in chunks)
         return super()._unit_chunks(element)
