@@ -123,7 +123,7 @@ def test_provenance_lookup_of_a_best_fit_record_names_its_documents_only(tmp_pat
     os.makedirs(tmp_path / "provenance")
     data = provenance_files.encode([((0, 0, 0, 0), len(out), out.spans)])
     (tmp_path / name).write_bytes(data)
-    # The entry the job writes for a provenance file (pipeline/beam/tfrecord.py WriteProvenanceFn).
+    # The entry the job writes for a provenance file (pipeline/beam/tfrecord/output.py WriteProvenanceFn).
     entry = {"path": name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     # One input file's validation counts, as the job lists every input (pipeline/beam/manifest.py).
     manifest = {"seq_len": 16, "totals": {"records": len(out)}, "shuffle": {"seed": 3, "num_shards": 1},

@@ -9,7 +9,7 @@ from corpus_helpers import write_lines
 from sample_corpus import compose_lines
 
 from pipeline.beam import chunk_documents
-from pipeline.beam.tfrecord_pack import ProcessChunkFn
+from pipeline.beam.tfrecord.pack import ProcessChunkFn
 from pipeline.config.job import PipelineConfig
 from pipeline.io import inputs
 from pipeline.tokenize.model import BackendChoice, TokenizerModel

@@ -8,7 +8,8 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from corpus_helpers import edit_word, random_words, rss_growth
 
-from pipeline.beam.dedup import Dedup, SignFn
+from pipeline.beam.dedup.sign import SignFn
+from pipeline.beam.dedup.transform import Dedup
 
 IN_MEMORY = ["--runner", "DirectRunner", "--direct_running_mode", "in_memory", "--direct_num_workers", "1"]
 TWO_WORKERS = ["--runner", "DirectRunner", "--direct_running_mode", "multi_processing", "--direct_num_workers", "2"]
@@ -163,7 +164,7 @@ def test_exact_copy_of_a_near_copy_keeps_its_exact_twin(tmp_path, monkeypatch, b
 @pytest.mark.parametrize("partitions", [1, 7])
 def test_any_number_of_bucket_partitions_gives_the_same_records(planted, in_memory, tmp_path, monkeypatch, partitions):
     # a partition's pairs flushed mid-bundle too
-    from pipeline.beam import dedup_near
+    from pipeline.beam.dedup import near as dedup_near
 
     monkeypatch.setattr(dedup_near._BucketPairsFn, "BATCH_DOCS", 3)
     docs, _ = planted

@@ -235,7 +235,7 @@ def test_dataflow_dry_run_translates_the_whole_job_offline(corpus, tiny_model, n
     # with the worker requirements (the Beam job's packages, cloud I/O, the fast backends).
     with tarfile.open(staged["workflow.tar.gz"]) as sdist:
         names = sdist.getnames()
-        assert any(n.endswith("/pipeline/beam/tfrecord.py") for n in names)
+        assert any(n.endswith("/pipeline/beam/tfrecord/output.py") for n in names)
         assert any(n.endswith("/pyproject.toml") for n in names)
     with open(staged["requirements.txt"]) as f:
         requires = [line.split("==")[0] for line in f.read().splitlines() if line and not line.startswith("#")]

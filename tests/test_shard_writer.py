@@ -43,7 +43,7 @@ def _expected_sha(first: int, end: int) -> str:
 
 
 def _write(out, plan: ShardPlan, shard: int, groups, record_bytes: int) -> dict:
-    from pipeline.beam.tfrecord_shards import WriteShardFn
+    from pipeline.beam.tfrecord.shards import WriteShardFn
 
     (info,) = WriteShardFn(_config(out), record_bytes, RUN_ID).process((shard, groups), plan)
     return info
@@ -71,7 +71,7 @@ def test_records_come_out_in_permuted_order_from_blocks_in_memory_or_in_spill_fi
 @pytest.mark.parametrize("spilled", [False, True])
 def test_one_shard_placed_by_its_blocks_first_indices_is_the_same_shard(tmp_path, spilled):
     """With one shard, AssignShards sends each block's first global index, not its positions: same bytes."""
-    from pipeline.beam.tfrecord_shards import AssignShardsFn, WriteShardFn
+    from pipeline.beam.tfrecord.shards import AssignShardsFn, WriteShardFn
 
     n, seed, sizes = 57, 0, [10, 0, 25, 22]  # records per source, in source order
     plan = ShardPlan(n, 1)
@@ -107,8 +107,8 @@ def test_several_shards_from_blocks_assigned_in_batches_are_the_permuted_records
     holds ~40 records in memory): a spilled block split between shards goes to each whole with the
     indices of its records there, a block in memory is split into records placed by their positions;
     every shard holds exactly its records, in order."""
-    from pipeline.beam import tfrecord_shards
-    from pipeline.beam.tfrecord_shards import WriteShardFn
+    from pipeline.beam.tfrecord import shards as tfrecord_shards
+    from pipeline.beam.tfrecord.shards import WriteShardFn
 
     n, seed, sizes = 157, 3, [30, 0, 45, 22, 60]
     plan = ShardPlan(n, 4)

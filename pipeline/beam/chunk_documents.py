@@ -8,7 +8,7 @@ Element shapes:
                                             + JobStats on STATS + counts on COUNTS
   ((file, span, own), [(chunk, lines)])  -> WriteDeadLettersFn -> dead-letter file info dicts
 The work is the engine's (pipeline/process/engine.py: the document policy, the tokenizer, the
-format's writer), one `ChunkResult` per chunk; a format's DoFn (pipeline/beam/tfrecord_pack.py
+format's writer), one `ChunkResult` per chunk; a format's DoFn (pipeline/beam/tfrecord/pack.py
 `ProcessChunkFn`, pipeline/beam/megatron.py `TokenizeDocumentsFn`) turns a result's blocks into its
 outputs (`_blocks_out`), through the sink it is given (`emitted`, pipeline/io/sinks.py). Chunks are
 validated as they come and may be tokenized several at a time (`encode_batch_bytes`,

@@ -19,7 +19,9 @@ from typing import NamedTuple
 
 import fsspec
 
-from pipeline.beam import jsonl, megatron, per_subset, split_by, tfrecord
+from pipeline.beam import jsonl, megatron
+from pipeline.beam.mixture import per_subset, split_by
+from pipeline.beam.tfrecord import output as tfrecord
 from pipeline.config.job import PipelineConfig
 from pipeline.io.outputs import Removal, prepare_output_dir, remove_unfinished_run
 from pipeline.io.urls import is_local

@@ -2,8 +2,9 @@
 
 `build_pipeline(p, job)` is what tests and `run_job` call; the job's public PTransform
 (pipeline/beam/transform.py) reads the inputs, removes duplicates when asked
-(pipeline/beam/dedup_stage.py) and adds the stages of the format's module, from `FORMATS`
-(pipeline/beam/formats.py: pipeline/beam/tfrecord.py, pipeline/beam/megatron.py, pipeline/beam/per_subset.py).
+(pipeline/beam/dedup/stage.py) and adds the stages of the format's module, from `FORMATS`
+(pipeline/beam/formats.py: pipeline/beam/tfrecord/output.py, pipeline/beam/megatron.py,
+pipeline/beam/mixture/per_subset.py).
 """
 
 from __future__ import annotations

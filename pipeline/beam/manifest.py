@@ -1,6 +1,6 @@
 """The manifest entries every output format shares.
 
-The TFRecord job's manifest (pipeline/beam/tfrecord.py) and the Megatron job's (pipeline/beam/megatron.py)
+The TFRecord job's manifest (pipeline/beam/tfrecord/output.py) and the Megatron job's (pipeline/beam/megatron.py)
 add their own entries and totals to these.
 """
 

@@ -44,8 +44,8 @@ from pipeline.beam.manifest import shared_entries, tokenizer_json
 from pipeline.beam.preflight import Job
 from pipeline.beam.read import STATS, chunk_stage, counter, reporter
 from pipeline.beam.removed import REMOVED, removed_files
-from pipeline.beam.tfrecord import WriteProvenanceFn
-from pipeline.beam.tfrecord_pack import PROVENANCE
+from pipeline.beam.tfrecord.output import WriteProvenanceFn
+from pipeline.beam.tfrecord.pack import PROVENANCE
 from pipeline.config.job import PipelineConfig
 from pipeline.core.stats import JobStats, merge_stats, sorted_dict
 from pipeline.format import megatron as fmt

@@ -7,7 +7,7 @@ Element shapes:
 The records of SPAN consecutive chunks of an input file share one file,
 `removed/<split>-<file>-<first chunk>.jsonl`, its lines sorted by (file_index, line): the same bytes
 on any runner and any number of workers. Every record comes from the tokenizing stage (the
-stages' own, and dedup's as pipeline/beam/dedup.py made them), so no two writers ever write one
+stages' own, and dedup's as pipeline/beam/dedup/transform.py made them), so no two writers ever write one
 name. The files' infos reach the manifest through the job's stats (`JobStats.removed_files`).
 """
 

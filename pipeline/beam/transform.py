@@ -33,7 +33,7 @@ import apache_beam as beam
 import orjson
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipeline.beam.dedup_stage import apply_dedup
+from pipeline.beam.dedup.stage import apply_dedup
 from pipeline.beam.execution import Workspace
 from pipeline.beam.formats import output_format
 from pipeline.beam.preflight import Job, expand_eval_files, load_model, prepare, tokenizer_job
@@ -94,7 +94,7 @@ class TokenShards(beam.PTransform):
                 .with_outputs(STATS, main="chunks")
             )
             chunks, read_stats = read.chunks, read[STATS]
-        if job.config.dedup_enabled:  # before tokenizing and epochs (pipeline/beam/dedup_stage.py)
+        if job.config.dedup_enabled:  # before tokenizing and epochs (pipeline/beam/dedup/stage.py)
             chunks, read_stats = apply_dedup(job, chunks, read_stats, self._workspace)
         return output_format(job.config).build(pvalue.pipeline, job, chunks, read_stats, self._workspace)
 

@@ -79,5 +79,5 @@ class DedupOptions(OptionGroup):
 
     @property
     def dedup_enabled(self) -> bool:
-        """Whether the job removes duplicates or eval overlap before tokenizing (pipeline/beam/dedup_stage.py)."""
+        """Whether the job removes duplicates or eval overlap before tokenizing (pipeline/beam/dedup/stage.py)."""
         return self.dedup != "none" or bool(self.decontaminate)

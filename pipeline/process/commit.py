@@ -170,7 +170,7 @@ def read_again(marker: Committed, config) -> Chunk:
 
 @dataclasses.dataclass
 class SignedChunk:
-    """Dedup's input of one chunk: what its groups need, the text read once (pipeline/beam/dedup_chunks.py).
+    """Dedup's input of one chunk: what its groups need, the text read once (pipeline/beam/dedup/chunks.py).
 
     signed: (exact key, (key, doc fields, signature bytes)) per document kept so far, as Dedup's
     Sign step emits them; shingles: (key, the n-gram hashes' bytes) with the Jaccard check, else

@@ -52,7 +52,7 @@ def tokenizes(tokenizer: TokenizerSpec) -> bool:
 class WorkItem:
     """What the engine processes at a time: a chunk of an input file's lines, and with dedup its verdicts.
 
-    removed: {line: removed record} (dedup's and decontamination's, pipeline/beam/dedup_stage.py);
+    removed: {line: removed record} (dedup's and decontamination's, pipeline/beam/dedup/stage.py);
     verdicts: {line: Verdict} of the stages that ran in dedup's input (None: the stages run here).
     """
 
@@ -171,7 +171,7 @@ class DocumentEngine:
         self._lists_removed = config.lists_removed
         self.redaction = Redaction.of(self._policy.stages)
         self._split_by = config.split_by
-        # With dedup the stages ran in its input (pipeline/beam/dedup_stage.py): their verdicts are replayed here.
+        # With dedup the stages ran in its input (pipeline/beam/dedup/stage.py): their verdicts are replayed here.
         self._runs_stages = not config.dedup_enabled
 
     def setup(self) -> None:

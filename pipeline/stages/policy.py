@@ -8,7 +8,7 @@
          -> kept, with its text (changed or not), cut records, tallies and labels
 
 The tokenizing stage (pipeline/beam/chunk_documents.py), the tokenizer sample
-(pipeline/beam/sample.py) and dedup's input (pipeline/beam/dedup_stage.py) all call
+(pipeline/beam/sample.py) and dedup's input (pipeline/beam/dedup/stage.py) all call
 `DocumentPolicy.decide`, so a new stage is one class in the registry and no DoFn changes.
 
 With dedup on, the configured stages run once, in dedup's input (so that dedup sees the cleaned

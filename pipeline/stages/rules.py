@@ -3,7 +3,7 @@
 `subset_not_selected` and `empty_text` are counted per subset under `filtered` and never listed in
 removed/ (a default job writes no removed/ files). `DedupVerdicts` is the last stage of the policy
 with --dedup / --decontaminate: it is fed the chunk's removed records by line (made by
-pipeline/beam/dedup.py, joined to the chunk by pipeline/beam/dedup_stage.py) and passes each on as
+pipeline/beam/dedup/transform.py, joined to the chunk by pipeline/beam/dedup/stage.py) and passes each on as
 it is: a `contaminated_cut` document is kept with its text cut, any other record removes it.
 """
 
@@ -15,7 +15,7 @@ from pipeline.stages.base import FILTERED, Doc, DocumentStage, Remove
 NOT_SELECTED = "subset_not_selected"
 EMPTY_TEXT = "empty_text"
 
-# What dedup and decontamination write as a record's reason (pipeline/beam/dedup.py).
+# What dedup and decontamination write as a record's reason (pipeline/beam/dedup/transform.py).
 DEDUP_REASONS = ("duplicate_exact", "duplicate_near", "contaminated", dedup.CUT)
 
 

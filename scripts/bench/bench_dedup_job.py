@@ -50,7 +50,7 @@ import numpy as np
 import zstandard
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipeline.beam.dedup import Dedup
+from pipeline.beam.dedup.transform import Dedup
 from pipeline.core import dedup, minhash, ngrams
 from pipeline.io import inputs
 
@@ -133,11 +133,11 @@ def shuffle_bytes(files: list[str], limit: int = 2000) -> dict:
     """Mean encoded bytes per document of each dedup shuffle in the job, over the first `limit` documents."""
     hasher = minhash.MinHasher(128, 1)
     keys = hasher.keys
-    # With exact and near dedup the exact key is one more bucket of the band group (pipeline/beam/dedup.py).
+    # With exact and near dedup the exact key is one more bucket of the band group (pipeline/beam/dedup/transform.py).
     sizes: dict[str, list[int]] = {"bucket keys (exact + 7 bands)": [], "near group (key, fields, signature)": [],
                                    "chunk join (the line)": []}
     seen = 0
-    block: list = []  # the near group's documents go in blocks of lines, pickled (pipeline/beam/dedup.py)
+    block: list = []  # the near group's documents go in blocks of lines, pickled (pipeline/beam/dedup/transform.py)
 
     def means() -> dict:
         out = {name: float(np.mean(v)) for name, v in sizes.items() if v}
@@ -153,7 +153,7 @@ def shuffle_bytes(files: list[str], limit: int = 2000) -> dict:
             key = dedup.order_key(0, line.number)
             sig = hasher.signature(ngrams.shingles(doc["text"], 5), keys).tobytes()
             fields = {n: v for n, v in doc.items() if n != "text"}  # the job's Dedup(keep_text=False)
-            # packed in partitions: 8 + 8 bytes a band's pair, 16 + 8 the exact key's (pipeline/beam/dedup.py)
+            # packed in partitions: 8 + 8 bytes a band's pair, 16 + 8 the exact key's (pipeline/beam/dedup/transform.py)
             sizes["bucket keys (exact + 7 bands)"].append(16 * 7 + 24)
             block.append((key, fields, sig))
             sizes["chunk join (the line)"].append(len(line.data) + 8)

@@ -92,7 +92,7 @@ def writer() -> dict:
     """WriteShardFn on a 256 MiB shard of 4 KiB records, from a lazily made group."""
     import numpy as np
 
-    from pipeline.beam.tfrecord_shards import WriteShardFn
+    from pipeline.beam.tfrecord.shards import WriteShardFn
     from pipeline.config.job import PipelineConfig
     from pipeline.core.shuffle import Permutation, ShardPlan
     from pipeline.format.framing import FramedRecords

@@ -107,7 +107,7 @@ def run_ours(docs: list[dict], beam_args: list[str], **kwargs) -> list[tuple[int
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from pipeline.beam.dedup import Dedup
+    from pipeline.beam.dedup.transform import Dedup
 
     pairs: list[tuple[int, int]] = []
     elements = [((0, d["id"]), {"text": d["text"], "subset": d["meta"]["pile_set_name"]}) for d in docs]

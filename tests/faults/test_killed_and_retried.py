@@ -175,7 +175,9 @@ def test_files_are_renamed_complete_within_their_directory(corpus, tiny_model, t
 
 def _record_groups(monkeypatch) -> dict:
     """Wrap the DoFns right after each GroupByKey to record the bytes of every group they get."""
-    from pipeline.beam import chunk_documents, tfrecord_pack, tfrecord_shards
+    from pipeline.beam import chunk_documents
+    from pipeline.beam.tfrecord import pack as tfrecord_pack
+    from pipeline.beam.tfrecord import shards as tfrecord_shards
 
     groups = {"GroupByShard": [], "GroupTailsByFile": [], "GroupLastTails": [], "WriteDeadLetters/GroupByPart": []}
 

@@ -1,7 +1,7 @@
 """Each document's text read once: its exact key and MinHash signature (SignFn); exact dedup on the key.
 
 `BatchingFn` is the base of the DoFns that gather their input and emit it per batch (here and in
-pipeline/beam/dedup_near.py).
+pipeline/beam/dedup/near.py).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.transforms.window import GlobalWindows
 
-from pipeline.beam.dedup_records import REMOVED, Records, counter
+from pipeline.beam.dedup.records import REMOVED, Records, counter
 from pipeline.beam.graph import Runtime
 
 SIGS, SHINGLES = "sigs", "shingles"

@@ -5,7 +5,7 @@
                          manifest.json, the run's shards, dead letters, TFDS metadata
 
 One Beam pipeline: the inputs are read once (pipeline/beam/read.py); each selected subset is a branch
-of the TFRecord stages (pipeline/beam/tfrecord.py) whose config selects that subset alone, under its
+of the TFRecord stages (pipeline/beam/tfrecord/output.py) whose config selects that subset alone, under its
 own labels (`Subset[Pile-CC]/...`). So each subset's output is the same bytes as its own run, and
 as deterministic. `--epochs` are not written as copies: they become the mixture's weights (weight =
 the subset's label tokens x its epochs), which a mixture.json edited later, or a `schedule`, changes
@@ -27,10 +27,10 @@ import posixpath
 import apache_beam as beam
 import fsspec
 
-from pipeline.beam import tfrecord
 from pipeline.beam.execution import Workspace
 from pipeline.beam.graph import gather
 from pipeline.beam.preflight import Job
+from pipeline.beam.tfrecord import output as tfrecord
 from pipeline.config.job import PipelineConfig, per_subset_outputs
 from pipeline.format import manifest as manifest_lib
 from pipeline.format import mixture as mixture_lib

@@ -1,14 +1,15 @@
 """`--dedup` / `--decontaminate` in the job: the read chunks' documents through Dedup, removals joined back to chunks.
 
 Element shapes:
-  Chunk                                  -> SignDocumentsFn (pipeline/beam/dedup_chunks.py) -> signed documents
+  Chunk                                  -> SignDocumentsFn (pipeline/beam/dedup/chunks.py) -> signed documents
                                             + decontamination's removed records
                                             + with stages: ((file_index, chunk), {line: Verdict}) on VERDICTS
-  signed documents                       -> Dedup's groups (pipeline/beam/dedup.py `Dedup.group`) -> removed records
+  signed documents                       -> Dedup's groups (pipeline/beam/dedup/transform.py `Dedup.group`)
+                                            -> removed records
   removed record                         -> ((file_index, chunk), record), CoGroupByKey with
   Chunk keyed by (file_index, chunk)     -> (Chunk, {line: record}[, {line: Verdict}]): what the formats tokenize
     (with a spill directory, DirectRunner: a SpilledChunk, the chunk's lines written once to a local
-    spill file as it is read, so that the join moves references, not the text: pipeline/beam/direct/spill.py)
+    spill file as it is read, so that the join moves references, not the text: pipeline/beam/runners/direct/spill.py)
 SignDocumentsFn applies the document policy (pipeline/process/dedup_input.py) with its stages, so dedup
 sees the text the stages left and never a document they removed; the stages run only there, and
 their verdicts travel with the chunk. It decontaminates and signs each chunk's documents at once,
@@ -26,9 +27,9 @@ import dataclasses
 
 import apache_beam as beam
 
-from pipeline.beam.dedup import REMOVED, Dedup
-from pipeline.beam.dedup_chunks import VERDICTS, SignDocumentsFn
-from pipeline.beam.dedup_sign import SHINGLES
+from pipeline.beam.dedup.chunks import VERDICTS, SignDocumentsFn
+from pipeline.beam.dedup.sign import SHINGLES
+from pipeline.beam.dedup.transform import REMOVED, Dedup
 from pipeline.beam.execution import Workspace
 from pipeline.beam.graph import EVERY_FEATURE, Runtime
 from pipeline.beam.preflight import Job

@@ -1,6 +1,6 @@
 """Near dedup: band keys -> bucket stars -> connected components (star rounds) -> clusters -> removed records.
 
-`near_dedup` wires the steps (pipeline/beam/dedup.py's `Dedup` calls it); see that module's
+`near_dedup` wires the steps (pipeline/beam/dedup/transform.py's `Dedup` calls it); see that module's
 docstring for the stages in order and the memory they need.
 """
 
@@ -12,8 +12,8 @@ import typing
 import apache_beam as beam
 import numpy as np
 
-from pipeline.beam.dedup_records import KEPT, REMOVED, Records, counter
-from pipeline.beam.dedup_sign import BatchingFn, batching
+from pipeline.beam.dedup.records import KEPT, REMOVED, Records, counter
+from pipeline.beam.dedup.sign import BatchingFn, batching
 from pipeline.beam.graph import EVERY_FEATURE, Runtime, multi_output
 from pipeline.core import dedup, minhash
 

@@ -5,7 +5,7 @@ Element shapes:
                                          + (key, n-gram hashes) on SHINGLES (with --dedup_verify_jaccard)
                                          + decontamination's removed records on REMOVED
                                          + ((file_index, chunk), {line: Verdict}) on VERDICTS (with stages)
-What Dedup's own steps do one document at a time (pipeline/beam/dedup.py: the policy and its
+What Dedup's own steps do one document at a time (pipeline/beam/dedup/transform.py: the policy and its
 stages, decontamination, the exact key and MinHash signature: the text read once) is done here for
 a chunk at once, so that a resumable run commits it per chunk (pipeline/process/commit.py
 `SignedChunk`) before the groups, which need every chunk, start: a run that takes it up does
@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from pipeline.beam.dedup import Dedup
-from pipeline.beam.dedup_decontaminate import decontaminate, eval_set
-from pipeline.beam.dedup_records import REMOVED, counter
-from pipeline.beam.dedup_sign import SHINGLES
+from pipeline.beam.dedup.decontaminate import decontaminate, eval_set
+from pipeline.beam.dedup.records import REMOVED, counter
+from pipeline.beam.dedup.sign import SHINGLES
+from pipeline.beam.dedup.transform import Dedup
 from pipeline.config.job import PipelineConfig
 from pipeline.core import dedup
 from pipeline.io.record_files import load_chunk

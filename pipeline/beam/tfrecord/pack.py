@@ -7,7 +7,7 @@
   (None, [((copy, file), Piece)])  -> PackFinalFn    -> (source_id, Records) + stats
 With --packing best_fit, ProcessChunkFn packs each chunk's documents whole (pipeline/core/best_fit.py)
 and emits no tails. Record blocks go out through the sink each DoFn is given (pipeline/io/sinks.py).
-The element shapes are pipeline/beam/tfrecord.py's.
+The element shapes are pipeline/beam/tfrecord/output.py's.
 """
 
 from __future__ import annotations

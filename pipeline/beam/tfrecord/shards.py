@@ -5,7 +5,7 @@
   (shard, [(placement, Records)]) + plan -> WriteShardFn   -> shard info dict
 Where side inputs are not computed once (pipeline/beam/graph.py), AssignJoinedFn and
 WriteJoinedShardFn take the offset and the plan joined to the elements instead. The element shapes
-are pipeline/beam/tfrecord.py's.
+are pipeline/beam/tfrecord/output.py's.
 """
 
 from __future__ import annotations

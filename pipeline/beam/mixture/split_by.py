@@ -6,10 +6,10 @@ apart (pipeline/process/tfrecord.py). From there every bucket is an output of it
 joined within it, its last record, its record count and shard plan, its shuffle, shards and manifest
 in OUT/<label>=<value>/, the same bytes as a run that kept only its documents. Dead letters and
 removed/ records belong to the run, not a bucket: they go to OUT/run-<id>/, listed in
-OUT/buckets.json (pipeline/beam/split_outputs.py writes it, the manifests and mixture.json).
+OUT/buckets.json (pipeline/beam/mixture/split_outputs.py writes it, the manifests and mixture.json).
 
 Element shapes (bucket: a kept document's value of the label, pipeline/format/buckets.py; source_id
-as pipeline/beam/tfrecord.py's, the bucket before it):
+as pipeline/beam/tfrecord/output.py's, the bucket before it):
   Chunk                               -> BucketChunkFn -> ((bucket, *source_id), Records)
                                                         + TAILS ((bucket, copy, file), (chunk, Piece))
                                                         + STATS: the run's JobStats, BucketStats per bucket
@@ -38,13 +38,13 @@ import apache_beam as beam
 from pipeline.beam.chunk_documents import COUNTS, DEAD_LETTERS, WriteDeadLetters, emitted
 from pipeline.beam.execution import Workspace
 from pipeline.beam.graph import gather, join_each, multi_output, outputs_of
+from pipeline.beam.mixture.split_outputs import bucket_config, parts, prepare, summary, write_outputs
 from pipeline.beam.preflight import Job
 from pipeline.beam.read import STATS, chunk_stage, counter, reporter
 from pipeline.beam.removed import REMOVED, removed_files
-from pipeline.beam.split_outputs import bucket_config, parts, prepare, summary, write_outputs
-from pipeline.beam.tfrecord import WriteProvenanceFn, record_bytes
-from pipeline.beam.tfrecord_pack import PROVENANCE, TAILS, PackFinalFn, PackTailsFn, ProcessChunkFn
-from pipeline.beam.tfrecord_shards import AssignJoinedFn, WriteJoinedShardFn, WriteShardFn, plan_shards
+from pipeline.beam.tfrecord.output import WriteProvenanceFn, record_bytes
+from pipeline.beam.tfrecord.pack import PROVENANCE, TAILS, PackFinalFn, PackTailsFn, ProcessChunkFn
+from pipeline.beam.tfrecord.shards import AssignJoinedFn, WriteJoinedShardFn, WriteShardFn, plan_shards
 from pipeline.config.job import PipelineConfig
 from pipeline.core.errors import JobError
 from pipeline.core.sources import SourceOffsets

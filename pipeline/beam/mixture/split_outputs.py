@@ -1,6 +1,6 @@
 """A `--split_by` job's outputs: each bucket's manifest, OUT/buckets.json, OUT/mixture.json; the directory; the summary.
 
-`write_outputs` is the job's last step (pipeline/beam/split_by.py gathers its inputs). In order:
+`write_outputs` is the job's last step (pipeline/beam/mixture/split_by.py gathers its inputs). In order:
 
 1. The run's record (buckets.json's content) from the run's counts: every document read, kept,
    filtered or removed, the dead letters and removed/ files in OUT/run-<id>/. An output nobody
@@ -30,8 +30,8 @@ import fsspec
 
 from pipeline.beam.manifest import shared_entries
 from pipeline.beam.preflight import Job
-from pipeline.beam.tfrecord import build_manifest
-from pipeline.beam.tfrecord_shards import plan_shards
+from pipeline.beam.tfrecord.output import build_manifest
+from pipeline.beam.tfrecord.shards import plan_shards
 from pipeline.config.job import PipelineConfig
 from pipeline.core.sources import SourceOffsets
 from pipeline.core.stats import JobStats, sorted_dict

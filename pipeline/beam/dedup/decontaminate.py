@@ -11,7 +11,7 @@ from __future__ import annotations
 import apache_beam as beam
 import numpy as np
 
-from pipeline.beam.dedup_records import REMOVED, Records, counter
+from pipeline.beam.dedup.records import REMOVED, Records, counter
 from pipeline.core import dedup, ngrams
 from pipeline.core.memo import ProcessMemo
 from pipeline.io.eval_sets import eval_ngrams

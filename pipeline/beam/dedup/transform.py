@@ -29,7 +29,7 @@ Stages, in order (each optional), every survivor the first document in input ord
    that they did (an error names `rounds` otherwise). Every other member is removed, its twin the
    component's first document.
    With both, steps 3 and 4 share one group: the exact key is one more bucket beside the bands'
-   (`dedup_near.near_dedup`), with the same records as exact dedup followed by near dedup on its survivors.
+   (`near.near_dedup`), with the same records as exact dedup followed by near dedup on its survivors.
 
 Memory per worker: the buckets' pairs are grouped by partition, packed (16 bytes a pair, a bucket
 never split), and one partition's are sorted at a time: a bucket of 100,000 copies costs 1.6 MB
@@ -38,9 +38,9 @@ element at a time, so a cluster of 100,000 copies costs what a pair does (beyond
 itself buffers for a group: DirectRunner holds a group in memory, Dataflow and Flink stream it).
 tests/test_dedup_beam.py measures it.
 
-The steps live beside this module: `dedup_decontaminate.py`, `dedup_sign.py` (the text read once;
-exact dedup), `dedup_near.py`, `dedup_records.py` (the removed records); the algorithms are pure
-functions in pipeline/core/ (dedup, minhash, ngrams).
+The steps live beside this module: `decontaminate.py`, `sign.py` (the text read once; exact dedup),
+`near.py`, `records.py` (the removed records); the algorithms are pure functions in pipeline/core/
+(dedup, minhash, ngrams).
 """
 
 from __future__ import annotations
@@ -50,10 +50,10 @@ from collections.abc import Callable
 import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindows
 
-from pipeline.beam.dedup_decontaminate import DecontaminateEachWorkerFn, DecontaminateFn, EvalNgramsFn
-from pipeline.beam.dedup_near import near_dedup
-from pipeline.beam.dedup_records import COUNTS, KEPT, REMOVED, Records
-from pipeline.beam.dedup_sign import SHINGLES, SIGS, ExactFn, SignFn, batching
+from pipeline.beam.dedup.decontaminate import DecontaminateEachWorkerFn, DecontaminateFn, EvalNgramsFn
+from pipeline.beam.dedup.near import near_dedup
+from pipeline.beam.dedup.records import COUNTS, KEPT, REMOVED, Records
+from pipeline.beam.dedup.sign import SHINGLES, SIGS, ExactFn, SignFn, batching
 from pipeline.beam.graph import EVERY_FEATURE, Runtime, multi_output
 from pipeline.core import dedup, ngrams
 from pipeline.io.eval_sets import eval_ngrams
@@ -120,7 +120,7 @@ class Dedup(beam.PTransform):
       jaccard_threshold: keep a candidate pair only if its true Jaccard reaches this (None: no check).
       rounds: large-star/small-star rounds unrolled in the graph (checked: an error if too few).
       partitions: the bucket keys' partitions, each sorted by one worker (16 bytes a pair: the job
-        sizes them from its input, `pipeline/beam/dedup_stage.py`).
+        sizes them from its input, `pipeline/beam/dedup/stage.py`).
       eval_files: JSON-lines eval sets (`eval_text_key`); a document sharing an `eval_ngram`-gram is
         removed, or with `cut` keeps its text without the overlapping spans.
       max_eval_ngrams: the side input's bound (10 bytes per n-gram on every worker).
@@ -215,7 +215,7 @@ class Dedup(beam.PTransform):
         """Signed documents (exact key, (key, doc, sig)) and their shingles -> (kept documents, [removed records]).
 
         The exact and near stages alone: the job signs its documents chunk by chunk before
-        (pipeline/beam/dedup_chunks.py) and hands them here.
+        (pipeline/beam/dedup/chunks.py) and hands them here.
         """
         removed = []
         if self.exact and self.near:  # the exact key is one more bucket of the near stage's group

@@ -17,8 +17,8 @@ placement: the permuted global positions of those records in that shard, as litt
 or with one shard the global index of the block's first record (the writer permutes them all at once).
 With --provenance, the three packing DoFns also emit (source_id, records, spans) on PROVENANCE: where
 the labels of that block of records come from (pipeline/core/provenance.py).
-The packing DoFns are pipeline/beam/tfrecord_pack.py's; the totals, the shard plan, the assignment
-and the writers pipeline/beam/tfrecord_shards.py's; this module builds the graph and the manifest.
+The packing DoFns are pipeline/beam/tfrecord/pack.py's; the totals, the shard plan, the assignment
+and the writers pipeline/beam/tfrecord/shards.py's; this module builds the graph and the manifest.
 Records: a block of TFRecord-framed records, one element for many records: a FramedRecords
 (pipeline/format/framing.py) or, through a sink that stores them, a SpilledRecords reference to the
 same bytes in a file (pipeline/io/record_files.py). Reading and the chunks' documents are every
@@ -40,8 +40,8 @@ from pipeline.beam.manifest import shared_entries, tokenizer_json
 from pipeline.beam.preflight import Job
 from pipeline.beam.read import STATS, chunk_stage, reporter
 from pipeline.beam.removed import REMOVED, removed_files
-from pipeline.beam.tfrecord_pack import PROVENANCE, TAILS, PackFinalFn, PackTailsFn, ProcessChunkFn
-from pipeline.beam.tfrecord_shards import (
+from pipeline.beam.tfrecord.pack import PROVENANCE, TAILS, PackFinalFn, PackTailsFn, ProcessChunkFn
+from pipeline.beam.tfrecord.shards import (
     AssignJoinedFn,
     AssignShardsFn,
     TotalsFn,
