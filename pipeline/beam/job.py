@@ -12,11 +12,11 @@ from __future__ import annotations
 import apache_beam as beam
 
 from pipeline.beam.execution import Workspace
-from pipeline.beam.formats import FORMATS, PER_SUBSET, OutputFormat, output_format
+from pipeline.beam.formats import FORMATS, PER_SUBSET, SPLIT_BY, OutputFormat, output_format
 from pipeline.beam.preflight import Job
 from pipeline.beam.transform import TokenShards
 
-__all__ = ["FORMATS", "PER_SUBSET", "OutputFormat", "build_pipeline", "output_format"]
+__all__ = ["FORMATS", "PER_SUBSET", "SPLIT_BY", "OutputFormat", "build_pipeline", "output_format"]
 
 
 def build_pipeline(p: beam.Pipeline, job: Job, workspace: Workspace | None = None) -> None:

@@ -19,7 +19,7 @@ import time
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipeline.beam.job import PER_SUBSET, build_pipeline, output_format
+from pipeline.beam.job import PER_SUBSET, SPLIT_BY, build_pipeline, output_format
 from pipeline.beam.logs import JobFailed, failure_line, quiet_job_error_tracebacks
 from pipeline.beam.options import pipeline_options
 from pipeline.beam.preflight import Job, prepare, translated
@@ -100,8 +100,8 @@ def report_removal(output_dir: str, failed: list[str]) -> None:
 
 
 def resumable_format(config: PipelineConfig) -> bool:
-    """Whether the job's output format commits its work items (one output: not a --per_subset TFRecord job's)."""
-    return output_format(config) is not PER_SUBSET
+    """Whether the job's output format commits its work items: one output (--resume refuses the rest)."""
+    return output_format(config) not in (PER_SUBSET, SPLIT_BY)
 
 
 def run(job: Job, options: PipelineOptions, beam_args: list[str], translate_only: bool = False,

@@ -2,10 +2,10 @@
 
     python scripts/bench/bench_resume.py --mb 40 --pairs 3 --workdir /tmp/bench_resume [--backends sentencepiece,auto]
 
-Every run of `pile-pipeline run` commits each chunk's result into OUT/.resume/ (docs/operations.md,
-"Resuming a killed run"). Paired runs of the same command on real text (scripts/bench/real_text_corpus.py,
-a 32k Llama-2-style BPE model trained on it), one committing and one not (this script's own
-`--no_commit` wrapper makes the run's output format not resumable: no production switch), in
+Every run of `pile-pipeline run` commits each chunk's result into OUT/.resume/ (docs/resume.md).
+Paired runs of the same command on real text (scripts/bench/real_text_corpus.py, a 32k Llama-2-style
+BPE model trained on it), one committing and one not (this script's own `--no_commit` wrapper makes
+the run's output format not resumable: no production switch), in
 alternating order; CPU-seconds are the process tree's (the command and every worker process, from
 the kernel's accounting of reaped children: `resource.getrusage(RUSAGE_CHILDREN)`), wall seconds
 beside them. Paired runs differ by a few percent either way on a shared machine, so the cost is also
