@@ -148,7 +148,7 @@ def test_the_tails_joined_are_every_label_left_once(tmp_path, tiny_model):
 
 
 class ToyLines(Writer):
-    """A format of the test's own: the cleaned text as JSON lines (docs/development.md's example)."""
+    """A format of the test's own: the cleaned text as JSON lines (docs/extending.md's example)."""
 
     name = "toy_lines"
     token_dtype = staticmethod(records.token_dtype_for)

@@ -1,6 +1,6 @@
 """What every kind of tokenizer in kinds/registry.py promises, checked on a small tokenizer of each kind.
 
-Adding a kind (docs/development.md, "How to add a tokenizer kind") is adding its writer to
+Adding a kind (docs/extending.md, "How to add a tokenizer kind") is adding its writer to
 `WRITERS`: the kind's file is detected from its bytes; every engine of its row gives the
 reference's ids (special-token strings as text) on the self-check's adversarial strings and real
 text, alone and with long texts cut in pieces; the self-check picks or falls back with a reason;

@@ -2,7 +2,7 @@
 
 Every row of the registry is held to the profile's contract here, without running a job; a new
 profile adds its flags to `FLAGS` and a test of its own that the job writes DirectRunner's bytes
-on it (docs/development.md, "How to add a runner").
+on it (docs/extending.md, "How to add a runner").
 """
 
 import ast

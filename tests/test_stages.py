@@ -292,7 +292,7 @@ class ShortDocsOptions:
 
 
 class ShortDocs(DocumentStage):
-    """docs/development.md's example stage, as written there."""
+    """docs/extending.md's example stage, as written there."""
 
     name = "short_docs"
     Options = ShortDocsOptions

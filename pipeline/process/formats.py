@@ -1,6 +1,6 @@
 """Every output format's writer, by --output_format name: `WRITERS[name]` (pipeline/process/writer.py).
 
-A new format's writer is one module of this package and one row here (docs/development.md).
+A new format's writer is one module of this package and one row here (docs/extending.md).
 """
 
 from __future__ import annotations

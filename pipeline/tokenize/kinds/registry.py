@@ -3,7 +3,7 @@
 What a kind is and has (its detection, loading, engines, self-check strings, cuts and manifest
 facts) is its class (kinds/base.py says what each attribute means); the engines themselves are
 pipeline/tokenize/engines.py's table, by backend name; a file's kind and its loaded `Tokenizer`
-are kinds/detect.py's, which asks every row. docs/development.md says how to add a kind.
+are kinds/detect.py's, which asks every row. docs/extending.md says how to add a kind.
 """
 
 from __future__ import annotations
