@@ -1,6 +1,7 @@
 """The documentation's links lead somewhere, the README's first lines are the two commands, and the
 docs' commands run as written: each ```bash block is marked as run here, as needing your values
-(buckets, clusters, your data), or as long (benchmarks, set-ups: minutes to hours)."""
+(buckets, clusters, your data), or as long (benchmarks, set-ups: minutes to hours). Each test the
+reliability lists name (docs/operations.md, docs/resume.md) is a test of tests/."""
 
 import os
 import re
@@ -30,6 +31,20 @@ def test_the_readme_starts_with_the_two_commands():
     assert lines[3] == "```"
     for script in ("scripts/quickstart.sh", "scripts/test.sh"):
         assert (REPO / script).exists()
+
+
+def test_every_test_the_reliability_lists_name_is_a_test():
+    tests = {path.stem for path in (REPO / "tests").rglob("test_*.py")}
+    for path in (REPO / "tests").rglob("*.py"):
+        tests |= set(re.findall(r"^\s*(?:async )?def (test_\w+)", path.read_text(), re.MULTILINE))
+    named = set()
+    for page in ("operations.md", "resume.md"):
+        text = (REPO / "docs" / page).read_text()
+        for prefix, choices in re.findall(r"\b(test_\w*)\{([\w,]+)\}", text):  # test_resume_{kills,dask}
+            named |= {prefix + choice for choice in choices.split(",")}
+        named |= {name for name in re.findall(r"\b(test_\w+)\b(?!\{)", text) if not name.endswith("_")}
+    assert len(named) > 100
+    assert sorted(named - tests) == []
 
 
 MARKERS = {"<!-- doc-test: run -->": "run", "<!-- doc-test: your values -->": "values",

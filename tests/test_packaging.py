@@ -166,3 +166,11 @@ def test_every_optional_package_names_an_extra_that_installs_it():
     for module, (extra, _) in EXTRAS.items():
         installed = {modules.get(_name(str(r)), _name(str(r))) for r in _expand(extra)}
         assert module in installed or (module == "awkward" and "gigatoken" in installed), (module, extra)
+
+
+def test_the_torch_extra_installs_torchdata_whose_loader_the_reader_docs_use():
+    """docs/reader-store.md resumes the PyTorch reader with torchdata's StatefulDataLoader, installed by `.[torch]`."""
+    assert {"torch", "torchdata"} <= {_name(r) for r in PROJECT["optional-dependencies"]["torch"]}
+    doc = (REPO / "docs" / "reader-store.md").read_text()
+    assert "from torchdata.stateful_dataloader import StatefulDataLoader" in doc
+    assert "pip install '.[torch]' installs torchdata" in doc

@@ -11,7 +11,8 @@ table (as a worker's first document):
 
 CPU seconds, not wall seconds, and a bound missed is measured once more before it fails: the test
 holds on a loaded machine. A stage that needs options to do anything (a language to keep, a kind
-of PII) takes them from OPTIONS; one that cannot be made without arguments, from MAKE.
+of PII, lists of URLs and words) takes them from OPTIONS; one that cannot be made without arguments,
+from MAKE. Each document's line carries the text as its `url` too, for a stage that reads the line.
 """
 
 from __future__ import annotations
@@ -23,12 +24,14 @@ import random
 import tempfile
 import time
 
+import orjson
 import pytest
 from adversarial_shapes import SHAPES, shape_text
 from sample_corpus import compose_lines
 
+from pipeline.core.documents import Line
 from pipeline.stages import registry
-from pipeline.stages.base import Doc
+from pipeline.stages.base import Doc, Remove
 from pipeline.stages.language import LanguageOptions
 from pipeline.stages.pii import PiiOptions
 from pipeline.stages.rules import SubsetSelection
@@ -69,8 +72,22 @@ def _hf():
     return HfClassifier(HfClassifierOptions(hf_model=os.path.join(_models(), "edu"), hf_min_int_score=3))
 
 
+def _url_filter():
+    from pipeline.stages.url_filter import UrlFilter, UrlFilterOptions
+
+    folder = tempfile.mkdtemp(prefix="stage_timing_lists_")
+    lists = {"domains": "example.com\nbad.org\n", "urls": "http://example.com/a\n", "words": "porn\nsex\nxxx\n",
+             "subwords": "casino\nbet365\n", "soft": "free\nwin\nprize\n"}
+    for name, entries in lists.items():
+        with open(os.path.join(folder, name), "w") as f:
+            f.write(entries)
+    return UrlFilter(UrlFilterOptions(**{f"url_{flag}": os.path.join(folder, name) for flag, name in (
+        ("blocked_domains", "domains"), ("blocked_urls", "urls"), ("banned_words", "words"),
+        ("banned_subwords", "subwords"), ("soft_banned_words", "soft"))}))
+
+
 MAKE = {SubsetSelection.name: lambda: SubsetSelection({"Pile-CC"}), "fasttext_classifier": _fasttext,
-        "hf_classifier": _hf}
+        "hf_classifier": _hf, "url_filter": _url_filter}
 
 
 def _stage(name: str):
@@ -91,10 +108,16 @@ def _normal(size: int) -> str:
     return (text * (1 + size // len(text)))[:size]
 
 
+def _doc(text: str) -> Doc:
+    """The document, its line holding the text as its URL too (url_filter's shapes are the same)."""
+    return Doc(text, "Pile-CC", 0, 1, Line(1, 0, orjson.dumps({"text": text, "url": text})))
+
+
 def _cpu(stage, text: str) -> float:
+    doc = _doc(text)
     thread_words().forget()
     start = time.process_time()
-    stage.apply(Doc(text, "Pile-CC", 0, 1))
+    stage.apply(doc)
     return time.process_time() - start
 
 
@@ -131,3 +154,12 @@ def test_the_shapes_reach_every_stage_and_their_size():
         registry.choices())
     for shape in SHAPES:
         assert 0.9 * SIZE <= len(shape_text(shape, SIZE)) <= 1.1 * SIZE + 16, shape
+
+
+def test_the_url_filter_is_timed_on_the_shapes_as_urls():
+    """url_filter decides on each shape as a URL (never `no_url`), and removes a listed one."""
+    stage = _stage("url_filter")
+    for shape in SHAPES:
+        verdict = stage.apply(_doc(shape_text(shape, SMALL)))
+        assert not (isinstance(verdict, Remove) and verdict.rule == "no_url"), shape
+    assert stage.apply(_doc("http://www.example.com/" + "a:" * 100)) == Remove("domain", {"domain": "example.com"})
