@@ -17,7 +17,7 @@ import base64
 import fcntl
 import json
 import os
-import select
+import selectors
 import shutil
 import subprocess
 import tempfile
@@ -62,6 +62,8 @@ class _DevTools:
         os.close(ours_to_it)
         os.close(ours_from_it)
         self._write, self._read = its_in, its_out
+        self._ready = selectors.DefaultSelector()  # epoll: select() refuses a descriptor past 1023
+        self._ready.register(self._read, selectors.EVENT_READ)
         self._buffer, self._id, self.events = b"", 0, []
 
     def send(self, method: str, params: dict | None = None, session: str | None = None) -> dict:
@@ -91,7 +93,7 @@ class _DevTools:
     def _next(self) -> dict:
         while b"\0" not in self._buffer:
             left = self._deadline - time.monotonic()
-            if left <= 0 or not select.select([self._read], [], [], left)[0]:
+            if left <= 0 or not self._ready.select(left):
                 raise TimeoutError("the browser did not answer in time")
             chunk = os.read(self._read, 1 << 20)
             if not chunk:
@@ -101,6 +103,7 @@ class _DevTools:
         return json.loads(raw)
 
     def close(self):
+        self._ready.close()
         os.close(self._write)
         os.close(self._read)
         self.process.kill()

@@ -123,7 +123,7 @@ def test_no_tokenizer_no_token_counts_and_the_manifest_s_keys(plain):
     assert "tokenizer" not in manifest and "tokens" not in manifest["totals"]
     assert all("tokens" not in s and "tokens_with_epochs" not in s for s in manifest["subsets"].values())
     assert set(manifest) == {"config", "created_by", "dead_letters", "format", "format_version", "inputs", "jsonl",
-                             "run_id", "shards", "split", "subsets", "totals"}
+                             "resume", "run_id", "shards", "split", "subsets", "totals"}
     assert manifest["format"] == "pile-cleaned-text" and manifest["jsonl"]["compression"]["codec"] == "zstd"
     assert manifest["jsonl"]["tokenized"] is False and manifest["jsonl"]["keys"] == ["text", "metadata"]
     assert {"tokenizer_model", "add_eos", "seq_len", "seed", "epochs"}.isdisjoint(manifest["config"])

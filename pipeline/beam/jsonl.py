@@ -113,13 +113,14 @@ class WriteShardFn(beam.DoFn):
 
 
 def build_manifest(config: PipelineConfig, tokenizer: dict | None, shards: list[dict], stats: JobStats,
-                   dead_letters: list[dict], run_id: str) -> dict:
+                   dead_letters: list[dict], run_id: str, resumes: int = 0) -> dict:
     """The manifest of a JSON-lines output (pure, so tests can check it without Beam).
 
     `tokenizer`: the manifest's `tokenizer` entry, None for a job without one (no token counts then).
+    `resumes`: how many runs before this one worked on the output (--resume).
     """
     shards = sorted(shards, key=lambda s: s["path"])
-    manifest = shared_entries(config, run_id, stats, dead_letters)
+    manifest = shared_entries(config, run_id, stats, dead_letters, resumes)
     totals = manifest["totals"]
     totals.update(documents=sum(s["documents"] for s in shards), bytes=sum(s["bytes"] for s in shards),
                   uncompressed_bytes=sum(s["uncompressed_bytes"] for s in shards))
@@ -150,7 +151,7 @@ def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) 
     docs = chunk_stage(
         chunks, "CleanText",
         CleanTextFn(cfg, job.tokenizer, job.execution.encode_threads, sink, reporter(job, workspace),
-                    encode_batch_bytes=job.execution.encode_batch_bytes),
+                    encode_batch_bytes=job.execution.encode_batch_bytes, work=workspace.work),
         DEAD_LETTERS, STATS, COUNTS, REMOVED, main="documents", runtime=runtime)
     layout = (
         docs[COUNTS]
@@ -193,12 +194,13 @@ def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) 
     )
     # The manifest is written last, once every shard has been written.
     return (gather("Written", shards=shards, stats=stats, dead_letters=dead)
-            | "WriteManifest" >> beam.Map(_write_manifest, cfg, tokenizer, job.run_id))
+            | "WriteManifest" >> beam.Map(_write_manifest, cfg, tokenizer, job.run_id, job.resumes))
 
 
-def _write_manifest(written: dict, config: PipelineConfig, tokenizer: dict | None, run_id: str) -> str:
+def _write_manifest(written: dict, config: PipelineConfig, tokenizer: dict | None, run_id: str,
+                    resumes: int = 0) -> str:
     (stats,) = written["stats"]
-    manifest = build_manifest(config, tokenizer, written["shards"], stats, written["dead_letters"], run_id)
+    manifest = build_manifest(config, tokenizer, written["shards"], stats, written["dead_letters"], run_id, resumes)
     path = commit_output(config.output_dir, manifest, config.max_dead_letter_fraction)
     LOG.info("wrote %s: %d .jsonl.zst shards, %d documents", path, len(manifest["shards"]),
              manifest["totals"]["documents"])

@@ -50,12 +50,13 @@ def corpus(tmp_path_factory) -> str:
 
 
 def _argv(corpus: str, model: str, out: Path, *extra: str) -> list[str]:
-    return ["--input", corpus, "--tokenizer_model", model, "--output_dir", str(out), *FLAGS, *extra]
+    flags = FLAGS[2:] if "jsonl" in extra else FLAGS  # JSON lines are not packed: no --seq_len
+    return ["--input", corpus, "--tokenizer_model", model, "--output_dir", str(out), *flags, *extra]
 
 
 @pytest.fixture(scope="module")
 def clean(corpus, tiny_model, tmp_path_factory):
-    """(digests, chunks) of uninterrupted runs, by case: TFRecord, Megatron, TFRecord with near dedup."""
+    """(digests, chunks) of uninterrupted runs, by case: TFRecord, Megatron, JSON lines, TFRecord with near dedup."""
     out = {}
     for case, extra in CASES.items():
         folder = tmp_path_factory.mktemp(f"clean-{case}") / "out"
@@ -67,7 +68,8 @@ def clean(corpus, tiny_model, tmp_path_factory):
     return out
 
 
-CASES = {"tfrecord": [], "megatron": ["--output_format", "megatron"], "dedup": ["--dedup", "near"]}
+CASES = {"tfrecord": [], "megatron": ["--output_format", "megatron"], "jsonl": ["--output_format", "jsonl"],
+         "dedup": ["--dedup", "near"]}
 
 
 def _resume(corpus: str, model: str, out: Path, case: str) -> dict:
@@ -82,7 +84,7 @@ def _check_resumed(manifest: dict, out: Path, clean_case, left: int) -> None:
 
 
 @pytest.mark.parametrize(("case", "share"), [("tfrecord", 0.25), ("tfrecord", 0.5), ("tfrecord", 0.9),
-                                             ("megatron", 0.5)])
+                                             ("megatron", 0.5), ("jsonl", 0.5)])
 def test_a_run_killed_while_tokenizing_resumes_to_the_clean_bytes(case, share, corpus, tiny_model, clean, tmp_path):
     out = tmp_path / "out"
     chunks = clean[case][1]
