@@ -37,14 +37,11 @@ from pipeline.io import inputs, outputs
 from pipeline.io.publish import publish
 from pipeline.io.record_files import load_chunk
 from pipeline.io.sinks import KEEP, RecordSink
-from pipeline.io.snapshot import InputChangedError
-from pipeline.io.urls import redact_url
 from pipeline.io.workfolder import WorkFolder
-from pipeline.process import commit
-from pipeline.process.commit import Committed, ReadInfo
 from pipeline.process.documents import WorkItem
 from pipeline.process.engine import Engine
 from pipeline.process.result import ChunkResult
+from pipeline.process.taking_up import TakingUp
 from pipeline.process.writer import Writer
 from pipeline.tokenize.engines import BATCHED
 from pipeline.tokenize.model import TokenizerSpec
@@ -75,8 +72,7 @@ class ChunkDocumentsFn(beam.DoFn):
                  sink: RecordSink | None = None, progress: Reporter | None = None, encode_batch_bytes: int = 0,
                  work: WorkFolder | None = None):
         self._engine = Engine(config, tokenizer, self.writer, encode_threads)
-        self._config = config
-        self._work, self._part = work, commit.part_of(config)  # where results are committed (None: nowhere)
+        self._taking_up = TakingUp(work, config)  # where results are committed (None: nowhere)
         self._sink = sink or KEEP  # where the record blocks go (pipeline/io/sinks.py)
         self._batch_limit = encode_batch_bytes if tokenizer.backend.name in BATCHED else 0
         self._progress = progress or Reporter()
@@ -91,7 +87,8 @@ class ChunkDocumentsFn(beam.DoFn):
         self._sink.close()
 
     def start_bundle(self):
-        self._batch, self._batch_bytes, self._commits = [], 0, []
+        self._batch, self._batch_bytes = [], 0
+        self._taking_up.drain()
 
     def process(self, element):
         """Validate a chunk now; tokenize it with the chunks before it once `encode_batch_bytes` are waiting.
@@ -102,39 +99,20 @@ class ChunkDocumentsFn(beam.DoFn):
         committed result goes on at once, not processed (module docstring).
         """
         chunk, removed, verdicts = parts_of(element)
-        if self._work is not None:
-            digest = commit.verdicts_digest(removed, verdicts)
-            found = commit.fetch_result(self._work, self._part, chunk.file_index, chunk.chunk_index, digest)
-            if found is not None:
-                yield from self._reused(chunk, *found)
-                if chunk.tokenize_now:
-                    yield from self._flush()
-                return
-            if isinstance(chunk, Committed):  # its result is gone or torn: the chunk is read again, and counted
-                chunk = commit.read_again(chunk, self._config)
-                yield beam.pvalue.TaggedOutput(STATS, ReadInfo.of(chunk).stats(chunk.file_index))
-            self._commits.append(digest)
+        found, chunk, read = self._taking_up.take(chunk, removed, verdicts)
+        if read is not None:
+            yield beam.pvalue.TaggedOutput(STATS, read)
+        if found is not None:
+            self._counters["chunks_reused"].inc()
+            yield from self._outputs(found)
+            if chunk.tokenize_now:
+                yield from self._flush()
+            return
         item = WorkItem(load_chunk(chunk), removed, verdicts)
         self._batch.append(self._engine.validate(item))
         self._batch_bytes += item.chunk.num_bytes
         if item.chunk.tokenize_now or self._batch_bytes >= self._batch_limit:
             yield from self._flush()
-
-    def _reused(self, chunk, result: ChunkResult, info: ReadInfo, run: str):
-        """A committed result's outputs; a chunk read again must be what the result was made from.
-
-        Counted as reused when a run before made it; one this run made (a task run again: a worker
-        lost, Dask computing a branch twice) counts as processed, as in a run without it.
-        """
-        if isinstance(chunk, Committed):
-            yield beam.pvalue.TaggedOutput(STATS, info.stats(chunk.file_index))  # the read counts of a chunk not read
-        elif ReadInfo.of(load_chunk(chunk)) != info:
-            raise InputChangedError(
-                f"{redact_url(chunk.path)} changed since the run this one resumes: chunk {chunk.chunk_index} does not "
-                "hold what its committed result was made from. Run the job again with --overwrite")
-        result.stats.work = {"processed": 1} if run == self._work.run_id else {"reused": 1}
-        self._counters["chunks_reused"].inc()
-        yield from self._outputs(result)
 
     def finish_bundle(self):
         for out in self._flush():
@@ -145,12 +123,10 @@ class ChunkDocumentsFn(beam.DoFn):
 
     def _flush(self):
         batch, self._batch, self._batch_bytes = self._batch, [], 0
-        commits, self._commits = self._commits, []
+        digests = self._taking_up.drain() or [None] * len(batch)
         if batch:
-            for k, result in enumerate(self._engine.complete(batch)):
-                if self._work is not None:  # committed before anything of it goes on
-                    commit.commit_result(self._work, self._part, result, ReadInfo.of(batch[k].chunk), commits[k])
-                result.stats.work = {"processed": 1}
+            for item, result, digest in zip(batch, self._engine.complete(batch), digests, strict=True):
+                self._taking_up.commit(result, item.chunk, digest)  # before anything of it goes on
                 yield from self._outputs(result)
 
     def _outputs(self, result: ChunkResult):
