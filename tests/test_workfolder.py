@@ -137,3 +137,33 @@ def test_what_differs_names_the_first_difference_and_free_options_are_none(tmp_p
     older["code"]["output_version"] -= 1
     assert fingerprint.what_differs(older, facts).startswith("the code's output differs (output_version")
     assert fingerprint.digest(facts) != fingerprint.digest(older)
+
+
+def test_taking_up_a_chunk_commits_a_new_result_and_takes_a_committed_one_back(tmp_path):
+    """process/taking_up.py without Beam: processed, then reused by a later run; a changed chunk refused."""
+    from pipeline.core.documents import Line
+    from pipeline.io.inputs import Chunk
+    from pipeline.io.snapshot import InputChangedError
+    from pipeline.process.taking_up import TakingUp
+
+    config = PipelineConfig(inputs=("in.jsonl",), output_dir=str(tmp_path / "out"), tokenizer_model="m")
+    chunk = Chunk(1, 4, "in.jsonl", (Line(1, 0, b'{"text": "a"}'), Line(2, 14, b'{"text": "b"}')))
+    nowhere = TakingUp(None, config)
+    assert nowhere.take(chunk, None, None) == (None, chunk, None) and nowhere.drain() == []
+    result = _result(1, 4)
+    nowhere.commit(result, chunk, None)
+    assert result.stats.work == {"processed": 1} and not (tmp_path / "out").exists()
+
+    first = TakingUp(WorkFolder(str(tmp_path / "out"), "job1", "run1"), config)
+    assert first.take(chunk, None, None) == (None, chunk, None) and first.drain() == [None]
+    first.commit(_result(1, 4), chunk, None)
+    again, _, read = first.take(chunk, None, None)  # a task of this run done again
+    expected = _result(1, 4)
+    expected.stats.work = {"processed": 1}
+    assert again.to_bytes() == expected.to_bytes() and read is None
+    later = TakingUp(WorkFolder(str(tmp_path / "out"), "job1", "run2"), config)
+    taken, _, _ = later.take(chunk, None, None)
+    assert taken.stats.work == {"reused": 1} and later.drain() == []
+    changed = dataclasses.replace(chunk, lines=(Line(1, 0, b'{"text": "c"}'), chunk.lines[1]))
+    with pytest.raises(InputChangedError, match="changed since the run this one resumes"):
+        later.take(changed, None, None)

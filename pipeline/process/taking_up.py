@@ -8,7 +8,6 @@ a worker lost, Dask computing a branch twice) counts as processed, as in a run w
 
 from __future__ import annotations
 
-from pipeline.core.stats import JobStats
 from pipeline.io.inputs import Chunk
 from pipeline.io.record_files import load_chunk
 from pipeline.io.snapshot import InputChangedError
@@ -28,7 +27,7 @@ class TakingUp:
         self._pending: list[str | None] = []
 
     def take(self, chunk, removed: dict | None, verdicts: dict | None
-             ) -> tuple[ChunkResult | None, Chunk | Committed, JobStats | None]:
+             ) -> tuple[ChunkResult | None, Chunk | Committed, dict | None]:
         """(a committed result that goes on as it is, else None; the chunk; read counts to emit, else None).
 
         A `Committed` marker whose result is gone or torn is read again from its work item (and its
