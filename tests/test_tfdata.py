@@ -112,9 +112,9 @@ def test_global_batches_are_the_same_for_every_world_size(elastic, window):
     one = global_batches(elastic, GLOBAL, 1, **kw)
     assert same(one, expected_global(ELASTIC, GLOBAL, 5, 1, window=window))
     assert len(one) == sum(ELASTIC) // GLOBAL
-    for dp_size in (2, 3, 4, 8):
+    for dp_size in (2, 3, 8):
         assert same(global_batches(elastic, GLOBAL, dp_size, **kw), one), dp_size
-    # The per-rank batch size is what changes: batch_size x dp_size is the same global batch.
+    # The per-rank batch size is what changes: batch_size x dp_size is the same global batch (and 4 ranks).
     ranks = [ids_of(tfdata.make_dataset(elastic, 6, dp_rank=r, dp_size=4, **kw)) for r in range(4)]
     assert same([np.concatenate(p) for p in zip(*ranks, strict=True)], one)
 

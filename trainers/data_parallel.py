@@ -47,7 +47,9 @@ from trainers.runtime import (
 def make_train_step(model, optimizer: AdamW, backend, use_document_boundaries: bool):
     """The compiled data-parallel training step: (batch, dropout_seed) -> (loss, grad_norm)."""
 
-    @tf.function
+    # No autograph: the step's control flow is Python's own (flags, layer lists), and transpiling every
+    # function it calls (the model, Horovod's tape) costs seconds at every process start.
+    @tf.function(autograph=False)
     def train_step(batch, dropout_seed):
         # Real (unpadded) label tokens, averaged over ranks: the loss below is normalized by it so
         # that averaging the ranks' gradients gives the gradient of the global token mean.
@@ -67,7 +69,7 @@ def make_train_step(model, optimizer: AdamW, backend, use_document_boundaries: b
 def make_eval_step(model, use_document_boundaries: bool):
     """The compiled evaluation step: batch -> (sum of token losses, number of real tokens)."""
 
-    @tf.function
+    @tf.function(autograph=False)  # as the training step
     def eval_step(batch):
         logits = model(batch["inputs"], training=False, **model_inputs(batch, use_document_boundaries))
         mask = batch["loss_mask"]
