@@ -40,7 +40,9 @@ from pipeline.cli import run
 pytestmark = pytest.mark.slow
 
 BUCKET = "dask-bucket"
-FLAGS = ["--seq_len", "128", "--chunk_mb", "0.05", "--shard_size_mb", "0.1"]
+# Shards of 0.4 MB: a few per output, as many as the checks need (each shard costs Dask tasks in every shuffle).
+FLAGS = ["--seq_len", "128", "--chunk_mb", "0.05", "--shard_size_mb", "0.4"]
+SHARDS = (".tfrecord", ".bin")
 DIRECT = ["--runner", "DirectRunner", "--direct_running_mode", "in_memory", "--direct_num_workers", "1"]
 # Near dedup's graph (its star rounds) once; exact dedup with the other formats.
 CASES = {"concat-near": ["--dedup", "near"], "best_fit-exact": ["--packing", "best_fit", "--dedup", "exact"],
@@ -110,6 +112,7 @@ def test_same_bytes_as_direct_runner_with_dedup_on_s3(case, s3, cluster):
     run.main(_s3_argv(dask, case) + ["--runner", "DaskRunner", "--dask_client_address", cluster.address])
     expected, got = _s3_digests(fs, direct), _s3_digests(fs, dask)
     assert any("removed" in name for name in expected), "the corpus has no duplicates to remove"
+    assert sum(name.endswith(SHARDS) for name in expected) >= 2, sorted(expected)
     assert got == expected
 
 
@@ -245,17 +248,21 @@ def test_a_worker_killed_midway_changes_nothing(when, corpus, tiny_model, cluste
 
 
 def test_a_lost_scheduler_fails_the_job_with_one_line_and_no_manifest(corpus, tiny_model, tmp_path):
+    """Dask's own settings (no --dask_connection_timeout): the line comes at once, not after the clients'
+    reconnection attempts (distributed.comm.timeouts.connect, 30 s) run out."""
     with dask_cluster(tmp_path / "cluster", workers=2) as own:
         out = tmp_path / "out"
         driver = _Driver(_local_argv(corpus, tiny_model, out, "--progress_every", "0.1", "--runner", "DaskRunner",
-                                     "--dask_client_address", own.address, "--dask_connection_timeout", "5"),
-                         tmp_path / "job.log")
+                                     "--dask_client_address", own.address), tmp_path / "job.log")
         driver.wait_for(lambda: _tokenizing(driver), "progress of the tokenizing stage")
         os.kill(own.scheduler.pid, signal.SIGKILL)
+        lost = time.monotonic()
         code = driver.finish(timeout=300)
+        waited = time.monotonic() - lost
     text = driver.text()
     errors = [line for line in text.splitlines() if " ERROR " in line or line.startswith("Traceback")]
     assert code == 1, text[-3000:]
+    assert waited < 20, f"the job ended {waited:.0f} s after its scheduler was lost"
     assert len(errors) == 1 and "scheduler" in errors[0], text[-3000:]
     assert not list(out.rglob("manifest.json"))
 

@@ -33,7 +33,9 @@ from pipeline.format.manifest import load_manifest
 pytestmark = pytest.mark.slow
 
 BUCKET = "resume-bucket"
-FLAGS = ["--seq_len", "128", "--chunk_mb", "0.03", "--shard_size_mb", "0.05"]
+# Small chunks (many to commit before a kill); shards few (each is a write to the S3 server, which the checks
+# do not need many of).
+FLAGS = ["--seq_len", "128", "--chunk_mb", "0.03", "--shard_size_mb", "0.25"]
 
 
 @pytest.fixture(scope="module")

@@ -103,6 +103,12 @@ def scheduler_address(options: PipelineOptions) -> str | None:
     return dask.address or (read_scheduler_file(dask.scheduler_file) if dask.scheduler_file else None)
 
 
+def connection_timeout(options: PipelineOptions) -> int | None:
+    """--dask_connection_timeout in seconds; None when not given (Beam's client then takes Dask's default)."""
+    timeout = dask_options(options).timeout
+    return timeout if isinstance(timeout, int) else None
+
+
 async def _identity(address: str, timeout: float) -> dict:
     """What answers at `address` says it is (a scheduler: its type, workers and their threads)."""
     from distributed.core import rpc
@@ -125,7 +131,7 @@ def cluster_threads(options: PipelineOptions) -> int | None:
         return None
     dask = dask_options(options)
     flag = f"--dask_client_address {address}" if dask.address else f"--dask_scheduler_file {dask.scheduler_file}"
-    timeout = dask.timeout if isinstance(dask.timeout, int) else 30
+    timeout = 30 if (given := connection_timeout(options)) is None else given
     quiet = logging.getLogger("distributed")
     level, quiet.level = quiet.level, logging.CRITICAL + 1  # its own reports of what is reported here
     try:

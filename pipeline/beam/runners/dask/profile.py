@@ -103,7 +103,8 @@ class Dask(RunnerProfile):
         cluster.quiet_client_logs()
         with record_store(job.config.output_dir, translate_only) as sink, \
                 contextlib.nullcontext() if translate_only else warmed(cluster.scheduler_address(options),
-                                                                    job.tokenizer.backend.name):
+                                                                    job.tokenizer.backend.name,
+                                                                    cluster.connection_timeout(options)):
             yield Workspace(sink, progress, self.runtime, Tasks())
 
     def runner_object(self, options: PipelineOptions):

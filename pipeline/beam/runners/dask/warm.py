@@ -110,10 +110,11 @@ def dask_setup(worker) -> None:
 
 
 @contextlib.contextmanager
-def warmed(address: str | None, backend: str | None = None) -> Iterator[None]:
+def warmed(address: str | None, backend: str | None = None, timeout: int | None = None) -> Iterator[None]:
     """For the length of the job: the plugin on the cluster at `address`, or the preload for a local one.
 
     `backend`: the job's tokenizer engine; what this process derived from the tokenizer goes with the plugin.
+    `timeout`: seconds to connect (--dask_connection_timeout, as Beam's client takes it); None: Dask's default.
     """
     import dask
 
@@ -124,7 +125,7 @@ def warmed(address: str | None, backend: str | None = None) -> Iterator[None]:
         return
     from distributed import Client
 
-    with Client(address, set_as_default=False) as client:
+    with Client(address, set_as_default=False, **({} if timeout is None else {"timeout": timeout})) as client:
         try:
             client.register_plugin(WarmScheduler(), name=WarmScheduler.name)
         except Exception:  # noqa: BLE001 -- only a saving: the scheduler imports the modules as it unpickles the graph
@@ -133,8 +134,16 @@ def warmed(address: str | None, backend: str | None = None) -> Iterator[None]:
         try:
             yield
         finally:
-            try:
-                client.unregister_worker_plugin(NAME)
-                client.unregister_scheduler_plugin(WarmScheduler.name)
-            except Exception:  # noqa: BLE001 -- a scheduler that went away takes the plugins with it
-                LOG.debug("the Dask warm-up plugins could not be unregistered", exc_info=True)
+            # A client that lost its scheduler is reconnecting: a scheduler that went away takes the
+            # plugins with it, and waiting for the reconnection to time out would only delay the job's one line.
+            if client.status == "running":
+                _unregister(client)
+
+
+def _unregister(client) -> None:
+    """Both plugins off the cluster (the workers' teardown gives Dask's malloc settings back)."""
+    try:
+        client.unregister_worker_plugin(NAME)
+        client.unregister_scheduler_plugin(WarmScheduler.name)
+    except Exception:  # noqa: BLE001 -- a scheduler that went away takes the plugins with it
+        LOG.debug("the Dask warm-up plugins could not be unregistered", exc_info=True)
