@@ -54,6 +54,36 @@ def cluster_env(extra: dict | None = None) -> dict:
     return env | (extra or {})
 
 
+class Driver:
+    """`python -m pipeline.run` against a cluster, its log in a file the test reads as it grows."""
+
+    def __init__(self, argv: list[str], log: Path, env: dict | None = None):
+        self.log = log
+        with open(log, "w") as out:
+            self.proc = subprocess.Popen([sys.executable, "-m", "pipeline.run", *argv], cwd=REPO, env=cluster_env(env),
+                                         stdout=out, stderr=subprocess.STDOUT, text=True)
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_for(self, found, what: str, timeout: float = 300):
+        """Poll until `found()` gives something (returned); fail if the job ends first."""
+        import pytest
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            result = found()
+            if result:
+                return result
+            if self.proc.poll() is not None:
+                pytest.fail(f"the job ended before {what}:\n{self.text()[-3000:]}")
+            time.sleep(0.02)
+        pytest.fail(f"no {what} in {timeout} s:\n{self.text()[-3000:]}")
+
+    def finish(self, timeout: float = 600) -> int:
+        return self.proc.wait(timeout=timeout)
+
+
 def _start(args: list[str], log: Path, env: dict) -> subprocess.Popen:
     with open(log, "ab") as out:
         return subprocess.Popen([sys.executable, "-m", "dask", *args], env=env, stdout=out, stderr=subprocess.STDOUT,

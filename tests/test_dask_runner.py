@@ -14,7 +14,6 @@ import json
 import os
 import re
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -23,7 +22,7 @@ import apache_beam as beam
 import pytest
 import zstandard
 from corpus_helpers import edit_word, output_digests, pile_line, run_free, write_lines
-from dask_cluster import REPO, cluster_env, dask_cluster
+from dask_cluster import Driver, dask_cluster
 from s3_server import loopback_s3
 from sample_corpus import write_sample_corpus
 
@@ -161,35 +160,7 @@ def _eval_file(corpus: Path, folder: Path) -> Path:
 # -- faults ------------------------------------------------------------------------------------------
 
 
-class _Driver:
-    """`python -m pipeline.run` against the cluster, its log in a file the test reads as it grows."""
-
-    def __init__(self, argv: list[str], log: Path, env: dict | None = None):
-        self.log = log
-        with open(log, "w") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "pipeline.run", *argv], cwd=REPO, env=cluster_env(env),
-                                         stdout=out, stderr=subprocess.STDOUT, text=True)
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def wait_for(self, found, what: str, timeout: float = 240):
-        """Poll until `found()` gives something (returned); fail if the job ends first."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            result = found()
-            if result:
-                return result
-            if self.proc.poll() is not None:
-                pytest.fail(f"the job ended before {what}:\n{self.text()[-3000:]}")
-            time.sleep(0.02)
-        pytest.fail(f"no {what} in {timeout} s:\n{self.text()[-3000:]}")
-
-    def finish(self, timeout: float = 600) -> int:
-        return self.proc.wait(timeout=timeout)
-
-
-def _tokenizing(driver: _Driver):
+def _tokenizing(driver: Driver):
     """The first progress line of the tokenizing stage below 100%."""
     for match in TOKENIZING.finditer(driver.text()):
         if 0 < float(match.group(1)) < 100:
@@ -234,7 +205,7 @@ def undisturbed(corpus, tiny_model, tmp_path_factory) -> dict:
 def test_a_worker_killed_midway_changes_nothing(when, corpus, tiny_model, cluster, undisturbed, tmp_path):
     """SIGKILL a worker process while it tokenizes, or once shards are being written: same bytes, no temp file."""
     out = tmp_path / "out"
-    driver = _Driver(_local_argv(corpus, tiny_model, out, "--shard_size_mb", "0.02", "--progress_every", "0.1",
+    driver = Driver(_local_argv(corpus, tiny_model, out, "--shard_size_mb", "0.02", "--progress_every", "0.1",
                                  "--runner", "DaskRunner", "--dask_client_address", cluster.address),
                      tmp_path / "job.log")
     if when == "tokenizing":
@@ -252,7 +223,7 @@ def test_a_lost_scheduler_fails_the_job_with_one_line_and_no_manifest(corpus, ti
     reconnection attempts (distributed.comm.timeouts.connect, 30 s) run out."""
     with dask_cluster(tmp_path / "cluster", workers=2) as own:
         out = tmp_path / "out"
-        driver = _Driver(_local_argv(corpus, tiny_model, out, "--progress_every", "0.1", "--runner", "DaskRunner",
+        driver = Driver(_local_argv(corpus, tiny_model, out, "--progress_every", "0.1", "--runner", "DaskRunner",
                                      "--dask_client_address", own.address), tmp_path / "job.log")
         driver.wait_for(lambda: _tokenizing(driver), "progress of the tokenizing stage")
         os.kill(own.scheduler.pid, signal.SIGKILL)

@@ -31,7 +31,7 @@ import time
 
 import fsspec
 
-from pipeline.io.files import read_bytes
+from pipeline.io.files import NotAFileError, read_bytes
 from pipeline.io.publish import create_object, write_failure
 from pipeline.io.urls import is_local, reaching, redact_url
 
@@ -106,12 +106,22 @@ def _makedirs(fs, root: str, shown: str) -> None:
         raise write_failure(root, e) from None
 
 
-def _read_text(url: str) -> str | None:
-    """A lock object's text, None when there is none."""
-    try:
-        return read_bytes(url).decode("utf-8", "replace")
-    except FileNotFoundError:
-        return None
+def _read_text(url: str, tries: int = 5) -> str | None:
+    """A lock object's text, None when there is none.
+
+    Its holder replaces it as it renews it: a read that meets another version than the one it
+    found (an object store's ETag changed between the two) is made again.
+    """
+    for attempt in range(tries):
+        try:
+            return read_bytes(url).decode("utf-8", "replace")
+        except FileNotFoundError:
+            return None
+        except NotAFileError:
+            if attempt == tries - 1:
+                raise
+            time.sleep(0.05 * (attempt + 1))
+    return None
 
 
 class OutputLock:

@@ -14,15 +14,12 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 import zstandard
 from corpus_helpers import FAST_BEAM, write_lines
-from dask_cluster import REPO, cluster_env, dask_cluster
+from dask_cluster import Driver, dask_cluster
 from resume_helpers import WORK, committed, items, resumed_digests
 from s3_server import loopback_s3
 from sample_corpus import write_sample_corpus
@@ -62,31 +59,6 @@ def clean(corpus, tiny_model, tmp_path_factory):
     return resumed_digests(out), manifest["resume"]["chunks_processed"]
 
 
-class _Driver:
-    """`python -m pipeline.run` against a cluster, its log in a file."""
-
-    def __init__(self, argv: list[str], log: Path, env: dict | None = None):
-        self.log = log
-        with open(log, "w") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "pipeline.run", *argv], cwd=REPO, env=cluster_env(env),
-                                         stdout=out, stderr=subprocess.STDOUT, text=True)
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def wait_for(self, found, what: str, timeout: float = 300) -> None:
-        deadline = time.monotonic() + timeout
-        while not found():
-            if self.proc.poll() is not None:
-                pytest.fail(f"the job ended before {what}:\n{self.text()[-3000:]}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"no {what} in {timeout} s:\n{self.text()[-3000:]}")
-            time.sleep(0.02)
-
-    def finish(self, timeout: float = 600) -> int:
-        return self.proc.wait(timeout=timeout)
-
-
 def _signal_workers(cluster, sig: int) -> None:
     for proc in cluster.workers:  # each worker under its nanny, in a process group of its own
         try:
@@ -101,7 +73,7 @@ def test_a_worker_killed_while_tokenizing_redoes_no_committed_chunk(corpus, tiny
     out = tmp_path / "out"
     inputs = str(corpus / "train" / "*.jsonl.zst")
     with dask_cluster(tmp_path / "cluster", workers=2) as cluster:
-        driver = _Driver(_argv(inputs, tiny_model, str(out), "--max_dead_letter_fraction", "0", "--runner",
+        driver = Driver(_argv(inputs, tiny_model, str(out), "--max_dead_letter_fraction", "0", "--runner",
                                "DaskRunner", "--dask_client_address", cluster.address), tmp_path / "job.log")
         driver.wait_for(lambda: committed(out) >= 0.3 * chunks, "30% of the chunks committed")
         pids = cluster.worker_pids()
@@ -145,7 +117,7 @@ def test_a_lost_scheduler_then_resume_on_a_new_cluster_on_s3(corpus, tiny_model,
                        and not key.rsplit("/", 1)[-1].startswith("."))
 
         with dask_cluster(tmp_path / "lost", workers=2, env=env) as lost:
-            driver = _Driver([*argv, "--dask_client_address", lost.address], tmp_path / "lost.log", env)
+            driver = Driver([*argv, "--dask_client_address", lost.address], tmp_path / "lost.log", env)
             driver.wait_for(lambda: on_s3() >= 0.4 * chunks, "40% of the chunks committed")
             _signal_workers(lost, signal.SIGSTOP)  # nothing moves while the committed items are counted
             os.kill(lost.scheduler.pid, signal.SIGKILL)
@@ -155,7 +127,7 @@ def test_a_lost_scheduler_then_resume_on_a_new_cluster_on_s3(corpus, tiny_model,
         assert code == 1, driver.text()[-3000:]
         assert 0 < left < chunks and not fs.exists(f"{BUCKET}/out/manifest.json")
         with dask_cluster(tmp_path / "fresh", workers=2, env=env) as fresh:
-            again = _Driver([*argv, "--resume", "--dask_client_address", fresh.address], tmp_path / "again.log", env)
+            again = Driver([*argv, "--resume", "--dask_client_address", fresh.address], tmp_path / "again.log", env)
             assert again.finish() == 0, again.text()[-3000:]
         local = tmp_path / "fetched"
         fs.get(f"{BUCKET}/out/", str(local) + "/", recursive=True)

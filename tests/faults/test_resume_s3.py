@@ -88,3 +88,23 @@ def test_a_lock_elsewhere_is_taken_over_only_once_it_stops_being_renewed(s3, mon
     assert json.loads(fs.cat_file(key))["renewed"] >= 2
     taken.release()
     assert not fs.exists(key)
+
+
+def test_a_lock_replaced_while_it_is_read_is_read_again(s3, monkeypatch):
+    """Its holder renews it between the read's look and its GET (another ETag): read again, not an error."""
+    from pipeline.io import files
+
+    fs, _, bucket = s3
+    url = f"s3://{bucket}/renewing/{LOCK_NAME}"
+    fs.pipe_file(url, b'{"renewed": 1}')
+    real, calls = files.read_bytes, []
+
+    def renewed_meanwhile(target, *args):
+        calls.append(target)
+        if len(calls) == 1:  # the first read meets the holder's next version
+            fs.pipe_file(url, b'{"renewed": 2}')
+            raise files.NotAFileError("cannot be read (the remote file ... and Etag ... no longer exists.)")
+        return real(target, *args)
+
+    monkeypatch.setattr(lock_module, "read_bytes", renewed_meanwhile)
+    assert lock_module._read_text(url) == '{"renewed": 2}' and len(calls) == 2

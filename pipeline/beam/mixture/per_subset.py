@@ -29,6 +29,7 @@ import fsspec
 
 from pipeline.beam.execution import Workspace
 from pipeline.beam.graph import gather
+from pipeline.beam.mixture.directory import entries_to_replace
 from pipeline.beam.preflight import Job
 from pipeline.beam.tfrecord import output as tfrecord
 from pipeline.config.job import PipelineConfig, per_subset_outputs
@@ -36,12 +37,11 @@ from pipeline.format import manifest as manifest_lib
 from pipeline.format import mixture as mixture_lib
 from pipeline.format.summary import reader_lines
 from pipeline.io.outputs import OutputRejectedError, prepare_output_dir
-from pipeline.io.publish import TEMP_NAME, publish_text
+from pipeline.io.publish import publish_text
 from pipeline.io.urls import redact_url
 
 LOG = logging.getLogger(__name__)
 MIXTURE_NAME = manifest_lib.MIXTURE_NAME
-LOCK_NAME = ".pile-pipeline.lock"  # pipeline/io/lock.py
 
 
 def mixture_path(output_dir: str) -> str:
@@ -110,22 +110,12 @@ def prepare(config: PipelineConfig) -> None:
     With --overwrite, mixture.json goes first (a reader stops trusting the old mixture at once), then
     each subset's output as a single output's would.
     """
-    fs, root = fsspec.core.url_to_fs(config.output_dir)
-    shown = redact_url(config.output_dir)
-    if not fs.exists(root):
+    slugs = {slug for _, slug in per_subset_outputs(config)} | {MIXTURE_NAME}
+    found = entries_to_replace(config.output_dir, config.overwrite, slugs.__contains__,
+                               "subset of this --per_subset job")
+    if found is None:
         return
-    if not fs.isdir(root):
-        raise FileExistsError(f"--output_dir {shown} exists and is not a directory")
-    slugs = {slug for _, slug in per_subset_outputs(config)}
-    entries = sorted(posixpath.basename(p.rstrip("/")) for p in fs.ls(root, detail=False, refresh=True))
-    entries = [e for e in entries if e != LOCK_NAME and not TEMP_NAME.match(e)]
-    foreign = [e for e in entries if e not in slugs and e != MIXTURE_NAME]
-    if foreign:
-        raise FileExistsError(f"--output_dir {shown} holds {', '.join(foreign[:10])}, which no subset of this "
-                              "--per_subset job writes: choose an empty directory; nothing was removed")
-    if entries and not config.overwrite:
-        raise FileExistsError(f"--output_dir {shown} is not empty ({len(entries)} entries). Pass --overwrite to "
-                              "replace it, or choose an empty directory.")
+    fs, root, entries = found
     if MIXTURE_NAME in entries:
         fs.rm_file(posixpath.join(root, MIXTURE_NAME))
     for _, slug in per_subset_outputs(config):

@@ -29,6 +29,7 @@ import posixpath
 import fsspec
 
 from pipeline.beam.manifest import shared_entries
+from pipeline.beam.mixture.directory import entries_to_replace
 from pipeline.beam.preflight import Job
 from pipeline.beam.tfrecord.output import build_manifest
 from pipeline.beam.tfrecord.shards import plan_shards
@@ -39,9 +40,8 @@ from pipeline.format import buckets
 from pipeline.format import manifest as manifest_lib
 from pipeline.format import mixture as mixture_lib
 from pipeline.format.summary import reader_lines
-from pipeline.io.lock import LOCK_NAME
 from pipeline.io.outputs import RUN_DIR, check_output, commit_output, prepare_output_dir
-from pipeline.io.publish import TEMP_NAME, publish_text
+from pipeline.io.publish import publish_text
 from pipeline.io.urls import redact_url
 
 LOG = logging.getLogger(__name__)
@@ -143,22 +143,13 @@ def prepare(config: PipelineConfig) -> None:
     once), bucket directories (each replaced as a single output is), run directories of the run's
     dead letters and removed/ (replaced as a single output's files are), our temporary names.
     """
-    fs, root = fsspec.core.url_to_fs(config.output_dir)
-    shown = redact_url(config.output_dir)
-    if not fs.exists(root):
-        return
-    if not fs.isdir(root):
-        raise FileExistsError(f"--output_dir {shown} exists and is not a directory")
-    entries = sorted(posixpath.basename(p.rstrip("/")) for p in fs.ls(root, detail=False, refresh=True))
-    entries = [e for e in entries if e != LOCK_NAME and not TEMP_NAME.match(e)]
     records = (MIXTURE_NAME, buckets.BUCKETS_NAME)
-    foreign = [e for e in entries if e not in records and not buckets.is_bucket_dir(e) and not RUN_DIR.match(e)]
-    if foreign:
-        raise FileExistsError(f"--output_dir {shown} holds {', '.join(foreign[:10])}, which no --split_by job "
-                              "writes: choose an empty directory; nothing was removed")
-    if entries and not config.overwrite:
-        raise FileExistsError(f"--output_dir {shown} is not empty ({len(entries)} entries). Pass --overwrite to "
-                              "replace it, or choose an empty directory.")
+    found = entries_to_replace(config.output_dir, config.overwrite,
+                               lambda e: e in records or buckets.is_bucket_dir(e) or bool(RUN_DIR.match(e)),
+                               "--split_by job")
+    if found is None:
+        return
+    fs, root, entries = found
     for name in records:
         if name in entries:
             fs.rm_file(posixpath.join(root, name))
