@@ -84,6 +84,27 @@ class Driver:
         return self.proc.wait(timeout=timeout)
 
 
+def kill_a_busy_worker(cluster, while_frozen=None) -> bool:
+    """Freeze every worker, SIGKILL one that is running tasks (the first if none is), let the others go on.
+
+    `while_frozen()` runs while nothing moves (to see what the killed worker leaves). Returns whether
+    the one killed was running a task (so that Dask has a task to run again).
+    """
+    pids = cluster.worker_pids()
+    for pid in pids.values():
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        busy = [address for address, keys in cluster.client.processing().items() if keys and address in pids]
+        if while_frozen is not None:
+            while_frozen()
+        os.kill(pids[sorted(busy)[0] if busy else sorted(pids)[0]], signal.SIGKILL)
+    finally:
+        for pid in pids.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+    return bool(busy)
+
+
 def _start(args: list[str], log: Path, env: dict) -> subprocess.Popen:
     with open(log, "ab") as out:
         return subprocess.Popen([sys.executable, "-m", "dask", *args], env=env, stdout=out, stderr=subprocess.STDOUT,

@@ -22,7 +22,7 @@ import apache_beam as beam
 import pytest
 import zstandard
 from corpus_helpers import edit_word, output_digests, pile_line, run_free, write_lines
-from dask_cluster import Driver, dask_cluster
+from dask_cluster import Driver, dask_cluster, kill_a_busy_worker
 from s3_server import loopback_s3
 from sample_corpus import write_sample_corpus
 
@@ -168,25 +168,11 @@ def _tokenizing(driver: Driver):
 
 
 def _kill_a_busy_worker(cluster) -> bool:
-    """Freeze every worker, SIGKILL one that is running tasks (the first if none is), let the others go on.
-
-    Returns whether the one killed was running a task (so that Dask has a task to run again).
-    """
+    """`kill_a_busy_worker`, then wait for the nanny to start a new one; whether the one killed was busy."""
     pids = cluster.worker_pids()
-    for pid in pids.values():
-        os.kill(pid, signal.SIGSTOP)
-    try:
-        busy = [address for address, keys in cluster.client.processing().items() if keys and address in pids]
-        victim = pids[sorted(busy)[0] if busy else sorted(pids)[0]]
-        os.kill(victim, signal.SIGKILL)
-    finally:
-        for pid in pids.values():
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
+    busy = kill_a_busy_worker(cluster)
     cluster.client.wait_for_workers(len(pids), timeout=120)  # the nanny starts a new one
-    return bool(busy)
+    return busy
 
 
 def _temp_files(out: Path) -> list[str]:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import zstandard
 from corpus_helpers import FAST_BEAM, write_lines
-from dask_cluster import Driver, dask_cluster
+from dask_cluster import Driver, dask_cluster, kill_a_busy_worker
 from resume_helpers import WORK, committed, items, resumed_digests
 from s3_server import loopback_s3
 from sample_corpus import write_sample_corpus
@@ -76,19 +76,12 @@ def test_a_worker_killed_while_tokenizing_redoes_no_committed_chunk(corpus, tiny
         driver = Driver(_argv(inputs, tiny_model, str(out), "--max_dead_letter_fraction", "0", "--runner",
                                "DaskRunner", "--dask_client_address", cluster.address), tmp_path / "job.log")
         driver.wait_for(lambda: committed(out) >= 0.3 * chunks, "30% of the chunks committed")
-        pids = cluster.worker_pids()
-        for pid in pids.values():
-            os.kill(pid, signal.SIGSTOP)
-        try:
-            busy = [a for a, keys in cluster.client.processing().items() if keys and a in pids]
-            before = {p: p.stat().st_ino for p in items(out)}  # what was committed when the worker died
-            os.kill(pids[sorted(busy)[0] if busy else sorted(pids)[0]], signal.SIGKILL)
-        finally:
-            for pid in pids.values():
-                try:
-                    os.kill(pid, signal.SIGCONT)
-                except ProcessLookupError:
-                    pass
+        before = {}
+
+        def committed_now():  # what was committed when the worker died
+            before.update({p: p.stat().st_ino for p in items(out)})
+
+        busy = kill_a_busy_worker(cluster, committed_now)
         assert busy, "no worker was running a task"
         assert driver.finish() == 1 and "dead letters" in driver.text(), driver.text()[-3000:]
     after = {p: p.stat().st_ino for p in items(out)}
