@@ -35,12 +35,12 @@ from pipeline.beam.chunk_documents import COUNTS, DEAD_LETTERS, ChunkDocumentsFn
 from pipeline.beam.execution import Workspace
 from pipeline.beam.graph import gather, join_each, multi_output
 from pipeline.beam.manifest import shared_entries, tokenizer_json
-from pipeline.beam.megatron import USED, AssignJoinedFn, AssignShardsFn, source_offsets
+from pipeline.beam.megatron import USED, AssignJoinedFn, AssignShardsFn, source_offsets, summed_stats, write_shards
 from pipeline.beam.preflight import Job
 from pipeline.beam.read import STATS, chunk_stage, counter, reporter
-from pipeline.beam.removed import REMOVED, removed_files
+from pipeline.beam.removed import REMOVED
 from pipeline.config.job import PipelineConfig
-from pipeline.core.stats import JobStats, merge_stats, sorted_dict
+from pipeline.core.stats import JobStats, sorted_dict
 from pipeline.format import jsonl as fmt
 from pipeline.format import megatron as layout_fmt
 from pipeline.io.outputs import LATEST_NAME, commit_output, latest_run, run_path
@@ -175,23 +175,10 @@ def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) 
         | "CollectSlots" >> beam.combiners.ToList()
         | "NameShards" >> beam.Map(layout_fmt.shard_names, cfg.split)
     )
-    writer = WriteShardFn(cfg, job.run_id)
-    if runtime.side_inputs:
-        shards = (
-            assigned.documents
-            | "GroupByShard" >> beam.GroupByKey()  # (("", slot), [(first, Lines)]): with a spill_dir, references
-            | "WriteShards" >> beam.ParDo(writer, beam.pvalue.AsSingleton(names))
-        )
-    else:  # each shard's name joined to its blocks
-        named = names | "ShardNames" >> beam.FlatMap(lambda names: names.items())
-        shards = (join_each("GroupByShard", assigned.documents, named)
-                  | "WriteShards" >> beam.FlatMap(lambda j: writer.process((j[0], j[1]), {j[0]: j[2]})))
+    # (("", slot), [(first, Lines)]): with a spill_dir, references
+    shards = write_shards(assigned.documents, names, WriteShardFn(cfg, job.run_id), runtime)
     dead = docs[DEAD_LETTERS] | "WriteDeadLetters" >> WriteDeadLetters(cfg, job.run_id)
-    stats = (
-        tuple(s for s in (read_stats, docs[STATS], *removed_files(cfg, job.run_id, docs)) if s is not None)
-        | "AllStats" >> beam.Flatten()
-        | "SumStats" >> beam.CombineGlobally(merge_stats)
-    )
+    stats = summed_stats(job, read_stats, docs)
     # The manifest is written last, once every shard has been written.
     return (gather("Written", shards=shards, stats=stats, dead_letters=dead)
             | "WriteManifest" >> beam.Map(_write_manifest, cfg, tokenizer, job.run_id, job.resumes))

@@ -223,24 +223,10 @@ def build(p: beam.Pipeline, job: Job, chunks, read_stats, workspace: Workspace) 
         | "CollectSlots" >> beam.combiners.ToList()
         | "NameShards" >> beam.Map(fmt.shard_names, cfg.split)
     )
-    writer = WriteShardFn(cfg, dtype, job.run_id)
-    if runtime.side_inputs:
-        shards = (
-            assigned.documents
-            # ((group, slot), [(first, Documents)]): with a spill_dir, references only
-            | "GroupByShard" >> beam.GroupByKey()
-            | "WriteShards" >> beam.ParDo(writer, beam.pvalue.AsSingleton(names))
-        )
-    else:  # each shard's name joined to its blocks
-        named = names | "ShardNames" >> beam.FlatMap(lambda names: names.items())
-        shards = (join_each("GroupByShard", assigned.documents, named)
-                  | "WriteShards" >> beam.FlatMap(lambda j: writer.process((j[0], j[1]), {j[0]: j[2]})))
+    # ((group, slot), [(first, Documents)]): with a spill_dir, references only
+    shards = write_shards(assigned.documents, names, WriteShardFn(cfg, dtype, job.run_id), runtime)
     dead = docs[DEAD_LETTERS] | "WriteDeadLetters" >> WriteDeadLetters(cfg, job.run_id)
-    stats = (
-        tuple(s for s in (read_stats, docs[STATS], *removed_files(cfg, job.run_id, docs)) if s is not None)
-        | "AllStats" >> beam.Flatten()
-        | "SumStats" >> beam.CombineGlobally(merge_stats)
-    )
+    stats = summed_stats(job, read_stats, docs)
     written = {"shards": shards, "stats": stats, "dead_letters": dead}
     if cfg.provenance:  # one file per input file: (file_index, [(key, documents, spans)])
         written["provenance"] = (
@@ -281,6 +267,29 @@ class AssignJoinedFn(beam.DoFn):
         _, blocks, offsets = element
         for block in blocks:
             yield from self._assign.process(block, _OneSource(offsets))
+
+
+def write_shards(blocks, names, writer: beam.DoFn, runtime):
+    """((group, slot), block) -> one shard per slot, written by `writer` with the slots' names; its infos.
+
+    Grouped by slot with the names as a side input, or (a runner without side inputs) each name
+    joined to its blocks.
+    """
+    if runtime.side_inputs:
+        return (blocks
+                | "GroupByShard" >> beam.GroupByKey()
+                | "WriteShards" >> beam.ParDo(writer, beam.pvalue.AsSingleton(names)))
+    named = names | "ShardNames" >> beam.FlatMap(lambda names: names.items())
+    return (join_each("GroupByShard", blocks, named)
+            | "WriteShards" >> beam.FlatMap(lambda j: writer.process((j[0], j[1]), {j[0]: j[2]})))
+
+
+def summed_stats(job: Job, read_stats, docs):
+    """The job's stats: the read stage's, the tokenizing step's and removed/'s files', merged into one."""
+    parts = (read_stats, docs[STATS], *removed_files(job.config, job.run_id, docs))
+    return (tuple(s for s in parts if s is not None)
+            | "AllStats" >> beam.Flatten()
+            | "SumStats" >> beam.CombineGlobally(merge_stats))
 
 
 def _write_manifest(written: dict, config, tokenizer, dtype, run_id, resumes: int = 0) -> str:
