@@ -124,3 +124,18 @@ def megatron_sequences(out, manifest: dict | None = None) -> list:
             start = pointer // index.dtype.itemsize
             sequences.append(data[start : start + length])
     return sequences
+
+
+def odd_corpus(root, last_text: str = "caf\u00e9 \u6570\u636e and a last good one"):
+    """3 train files in the Pile's layout under `root` (one with a ~1.2 MB document) + 03.jsonl.zst of odd lines.
+
+    The odd file: a good document, a line that is not JSON, a text that is not a string, a blank
+    text, an unknown subset, and `last_text` as its last good document. Returns `root`.
+    """
+    from sample_corpus import write_sample_corpus
+
+    write_sample_corpus(str(root), train_files=3, docs_per_file=40)
+    odd = [pile_line("first good document", "Github"), b"not json", b'{"text": 5, "meta": {}}',
+           pile_line("   \n", "ArXiv"), pile_line("unknown", "CommonCrawl"), pile_line(last_text, "ArXiv")]
+    write_lines(str(root / "train" / "03.jsonl.zst"), odd)
+    return root

@@ -18,8 +18,7 @@ from pathlib import Path
 import pytest
 import sentencepiece as spm
 import zstandard
-from corpus_helpers import FAST_BEAM, output_digests, pile_line, run_free, write_lines
-from sample_corpus import write_sample_corpus
+from corpus_helpers import FAST_BEAM, odd_corpus, output_digests, run_free
 
 from pipeline.cli import run
 from pipeline.core.options import UsageError
@@ -37,13 +36,8 @@ TEMP = re.compile(r"^\..+\.tmp-[0-9a-f]{32}$")
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
     """3 train files in the Pile's layout (one with a ~1.2 MB document: longer than a shard) + one odd file."""
-    root = tmp_path_factory.mktemp("pile")
-    write_sample_corpus(str(root), train_files=3, docs_per_file=40)
-    odd = [pile_line("first good document", "Github"), b"not json", b'{"text": 5, "meta": {}}',
-           pile_line("   \n", "ArXiv"), pile_line("unknown", "CommonCrawl"),
-           pile_line("caf\u00e9 \u6570\u636e and a last good one \u2028 beside a line separator", "ArXiv")]
-    write_lines(str(root / "train" / "03.jsonl.zst"), odd)
-    return root
+    return odd_corpus(tmp_path_factory.mktemp("pile"),
+                      "caf\u00e9 \u6570\u636e and a last good one \u2028 beside a line separator")
 
 
 def _run(corpus, out, *extra, beam_args=FAST_BEAM):
